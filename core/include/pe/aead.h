@@ -1,0 +1,59 @@
+/*
+ * AEAD over OpenSSL EVP, shared by PSP and EESP.
+ *
+ * A pe_aead holds one cipher context with the key already scheduled; each
+ * packet only sets the nonce, so the per-packet cost is one AEAD pass and no
+ * allocation.  A context serves one direction (seal or open) and one thread.
+ * Tags are verified by OpenSSL (constant time), never by memcmp.
+ */
+#ifndef PE_AEAD_H
+#define PE_AEAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pe_aead_alg {
+    PE_AEAD_AES_GCM = 0,           /* 16, 24 or 32-octet key; 12-octet nonce */
+    PE_AEAD_AES_CCM,               /* 16, 24 or 32-octet key; 11-octet nonce (RFC 4309) */
+    PE_AEAD_CHACHA20_POLY1305,     /* 32-octet key; 12-octet nonce */
+} pe_aead_alg;
+
+typedef enum pe_aead_dir { PE_AEAD_SEAL = 1, PE_AEAD_OPEN = 0 } pe_aead_dir;
+
+/* A run of associated data; AAD may be split (EESP's linux-xfrm variant skips the IV). */
+typedef struct pe_iov {
+    const uint8_t *base;
+    size_t len;
+} pe_iov;
+
+#define PE_AEAD_MAX_AAD_PARTS 4
+
+typedef struct pe_aead {
+    void *ctx; /* EVP_CIPHER_CTX */
+    pe_aead_alg alg;
+    pe_aead_dir dir;
+    size_t key_len, tag_len, nonce_len;
+} pe_aead;
+
+pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
+                       size_t key_len, size_t tag_len);
+/* Releases the context; OpenSSL wipes the key schedule. Safe on a zeroed or freed pe_aead. */
+void pe_aead_free(pe_aead *a);
+
+/* ct may equal pt (in place).  Writes tag_len octets to tag. */
+pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                       const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag);
+/* pt may equal ct.  PE_ERR_AUTH when the tag does not verify (pt contents then undefined). */
+pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                       const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,90 @@
+/*
+ * IPv4/IPv6 header walking and fix-ups shared by PSP and EESP encapsulation.
+ */
+#ifndef PE_IP_H
+#define PE_IP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PE_IPV4_HDR_LEN 20u
+#define PE_IPV6_HDR_LEN 40u
+#define PE_UDP_HDR_LEN 8u
+#define PE_IP_MAX_LEN 65535u
+#define PE_IPPROTO_IPV4 4u
+#define PE_IPPROTO_TCP 6u
+#define PE_IPPROTO_UDP 17u
+#define PE_IPPROTO_IPV6 41u
+#define PE_IPV6_MAX_EXT 16u
+
+/* One IPv6 extension header in the chain after the fixed header. */
+typedef struct pe_ip_ext {
+    uint8_t type; /* the Next Header value that announced it (0, 43, 44, 60, ...) */
+    uint16_t offset;
+    uint16_t len;
+} pe_ip_ext;
+
+typedef struct pe_ip_info {
+    unsigned version;     /* 4 or 6 */
+    size_t len;           /* from the IP length field (never more than what was given) */
+    size_t hdr_len;       /* IPv4: IHL*4; IPv6: 40 (extension headers are listed in ext[]) */
+    uint8_t protocol;     /* IPv4 protocol, or the Next Header after the last extension header */
+    size_t l4_offset;     /* where that protocol's header starts */
+    size_t proto_field;   /* offset of the octet that holds `protocol` */
+    int is_fragment;      /* IPv4 MF/offset set, or an IPv6 Fragment header */
+    unsigned n_ext;
+    pe_ip_ext ext[PE_IPV6_MAX_EXT];
+} pe_ip_info;
+
+/*
+ * Parse an IP packet of `avail` octets.  Trailing octets past the IP length
+ * (Ethernet padding) are allowed and ignored; a length field larger than
+ * `avail` is PE_ERR_IP_LENGTH.
+ */
+pe_status pe_ip_parse(const uint8_t *pkt, size_t avail, pe_ip_info *info);
+
+/* Length of the IP packet per its header (for clipping link-layer padding). */
+pe_status pe_ip_wire_length(const uint8_t *pkt, size_t avail, size_t *len);
+
+/* A UDP datagram inside an IP packet: ports and where its payload is (PE_ERR_NOT_UDP otherwise). */
+typedef struct pe_udp_view {
+    uint16_t sport, dport;
+    size_t udp_offset;     /* UDP header */
+    size_t payload_offset; /* first octet after the UDP header */
+    size_t payload_len;    /* from the UDP length field */
+} pe_udp_view;
+pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp);
+
+/* RFC 1071 sum folded to 16 bits, not complemented. */
+uint32_t pe_csum_add(uint32_t sum, const uint8_t *p, size_t n);
+uint16_t pe_csum_fold(uint32_t sum);
+/* Recompute the IPv4 header checksum in place. */
+void pe_ipv4_set_checksum(uint8_t *hdr);
+/* Set the IP length field (IPv4 Total Length or IPv6 Payload Length) for a packet of `len` octets. */
+void pe_ip_set_length(uint8_t *pkt, size_t len);
+/* UDP checksum check (for the optional receive-side verification); udp points at the UDP header. */
+int pe_udp_checksum_ok(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len);
+
+static inline uint16_t pe_get16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t pe_get32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint64_t pe_get64(const uint8_t *p) { return ((uint64_t)pe_get32(p) << 32) | pe_get32(p + 4); }
+static inline void pe_put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void pe_put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+static inline void pe_put64(uint8_t *p, uint64_t v) { pe_put32(p, (uint32_t)(v >> 32)); pe_put32(p + 4, (uint32_t)v); }
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,38 @@
+/*
+ * Key derivation shared by the protocols: the PSP KDF (SP 800-108 counter
+ * mode, PRF AES-256-CMAC through EVP_MAC) and HKDF-Expand (RFC 5869), which
+ * EESP's SSKDF uses.
+ */
+#ifndef PE_KDF_H
+#define PE_KDF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * SP 800-108 counter mode with a 32-bit counter before fixed input data
+ * label(4) || context(4) || L(4, in bits), PRF AES-256-CMAC keyed with the
+ * 32-octet `key`.  out_len must be a multiple of 16.
+ */
+pe_status pe_kdf_ctr_cmac_aes256(const uint8_t key[32], uint32_t label, uint32_t context,
+                                 uint8_t *out, size_t out_len);
+
+typedef enum pe_hash { PE_HASH_SHA256 = 0, PE_HASH_SHA384, PE_HASH_SHA512 } pe_hash;
+
+/* RFC 5869 HKDF-Expand: the first out_len octets of T(1) || T(2) || ... (out_len <= 255 * hash). */
+pe_status pe_hkdf_expand(pe_hash hash, const uint8_t *prk, size_t prk_len, const uint8_t *info,
+                         size_t info_len, uint8_t *out, size_t out_len);
+
+/* Overwrite secrets so the compiler cannot drop it. */
+void pe_wipe(void *p, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

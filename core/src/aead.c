@@ -1,0 +1,175 @@
+#include "pe/aead.h"
+
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+
+/* CCM takes its AAD in one call, so split AAD is gathered here first. */
+#define PE_CCM_AAD_MAX 4096
+
+
+static const char *cipher_name(pe_aead_alg alg, size_t key_len)
+{
+    switch (alg) {
+    case PE_AEAD_AES_GCM:
+        return key_len == 16 ? "AES-128-GCM" : key_len == 24 ? "AES-192-GCM" : key_len == 32 ? "AES-256-GCM" : NULL;
+    case PE_AEAD_AES_CCM:
+        return key_len == 16 ? "AES-128-CCM" : key_len == 24 ? "AES-192-CCM" : key_len == 32 ? "AES-256-CCM" : NULL;
+    case PE_AEAD_CHACHA20_POLY1305:
+        return key_len == 32 ? "ChaCha20-Poly1305" : NULL;
+    }
+    return NULL;
+}
+
+static int tag_len_ok(pe_aead_alg alg, size_t tag_len)
+{
+    if (alg == PE_AEAD_CHACHA20_POLY1305)
+        return tag_len == 16;
+    return tag_len == 8 || tag_len == 12 || tag_len == 16;
+}
+
+pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
+                       size_t key_len, size_t tag_len)
+{
+    memset(a, 0, sizeof *a);
+    const char *name = cipher_name(alg, key_len);
+    if (!name)
+        return PE_ERR_KEY_LENGTH;
+    if (!tag_len_ok(alg, tag_len))
+        return PE_ERR_INVALID_ARGUMENT;
+
+    EVP_CIPHER *cipher = EVP_CIPHER_fetch(NULL, name, NULL);
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if (!cipher || !ctx)
+        goto fail;
+    a->alg = alg;
+    a->dir = dir;
+    a->key_len = key_len;
+    a->tag_len = tag_len;
+    a->nonce_len = alg == PE_AEAD_AES_CCM ? 11 : 12;
+
+    if (EVP_CipherInit_ex2(ctx, cipher, NULL, NULL, (int)dir, NULL) != 1)
+        goto fail;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)a->nonce_len, NULL) != 1)
+        goto fail;
+    if (alg == PE_AEAD_AES_CCM &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)tag_len, NULL) != 1)
+        goto fail;
+    if (EVP_CipherInit_ex2(ctx, NULL, key, NULL, (int)dir, NULL) != 1)
+        goto fail;
+    EVP_CIPHER_free(cipher);
+    a->ctx = ctx;
+    return PE_OK;
+fail:
+    EVP_CIPHER_free(cipher);
+    EVP_CIPHER_CTX_free(ctx);
+    memset(a, 0, sizeof *a);
+    return PE_ERR_CRYPTO_BACKEND;
+}
+
+void pe_aead_free(pe_aead *a)
+{
+    /* EVP_CIPHER_CTX_free cleanses the key schedule. */
+    EVP_CIPHER_CTX_free((EVP_CIPHER_CTX *)a->ctx);
+    memset(a, 0, sizeof *a);
+}
+
+static int feed_aad(EVP_CIPHER_CTX *ctx, pe_aead_alg alg, const pe_iov *aad, size_t n_aad)
+{
+    int outl;
+    if (alg != PE_AEAD_AES_CCM) {
+        for (size_t i = 0; i < n_aad; i++)
+            if (aad[i].len && EVP_CipherUpdate(ctx, NULL, &outl, aad[i].base, (int)aad[i].len) != 1)
+                return 0;
+        return 1;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n_aad; i++)
+        total += aad[i].len;
+    if (total == 0)
+        return 1;
+    if (n_aad == 1)
+        return EVP_CipherUpdate(ctx, NULL, &outl, aad[0].base, (int)aad[0].len) == 1;
+    if (total > PE_CCM_AAD_MAX)
+        return 0;
+    uint8_t buf[PE_CCM_AAD_MAX];
+    size_t off = 0;
+    for (size_t i = 0; i < n_aad; i++) {
+        if (aad[i].len)
+            memcpy(buf + off, aad[i].base, aad[i].len);
+        off += aad[i].len;
+    }
+    return EVP_CipherUpdate(ctx, NULL, &outl, buf, (int)total) == 1;
+}
+
+/* Everything up to the payload pass: nonce, CCM lengths/tag, AAD. */
+static pe_status begin(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad, size_t len,
+                       const uint8_t *tag)
+{
+    EVP_CIPHER_CTX *ctx = a->ctx;
+    int outl;
+    if (!ctx)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (len > (size_t)INT32_MAX)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (a->alg == PE_AEAD_AES_CCM && a->dir == PE_AEAD_OPEN &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, (void *)tag) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    if (EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    if (a->alg == PE_AEAD_AES_CCM && EVP_CipherUpdate(ctx, NULL, &outl, NULL, (int)len) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    if (!feed_aad(ctx, a->alg, aad, n_aad))
+        return PE_ERR_CRYPTO_BACKEND;
+    return PE_OK;
+}
+
+pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                       const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag)
+{
+    if (a->dir != PE_AEAD_SEAL)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_status st = begin(a, nonce, aad, n_aad, len, NULL);
+    if (st != PE_OK)
+        return st;
+    EVP_CIPHER_CTX *ctx = a->ctx;
+    int outl = 0, finl = 0;
+    /* CCM must see the payload call even when it is empty. */
+    uint8_t empty[1] = {0};
+    if ((len || a->alg == PE_AEAD_AES_CCM) &&
+        EVP_CipherUpdate(ctx, len ? ct : empty, &outl, len ? pt : empty, (int)len) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    uint8_t none[16];
+    if (EVP_CipherFinal_ex(ctx, len ? ct + outl : none, &finl) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)a->tag_len, tag) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    return PE_OK;
+}
+
+pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                       const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt)
+{
+    if (a->dir != PE_AEAD_OPEN)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_status st = begin(a, nonce, aad, n_aad, len, tag);
+    if (st != PE_OK)
+        return st;
+    EVP_CIPHER_CTX *ctx = a->ctx;
+    int outl = 0, finl = 0;
+    if (a->alg == PE_AEAD_AES_CCM) {
+        /* CCM verifies inside the update call; there is no final step. */
+        uint8_t none[1];
+        return EVP_CipherUpdate(ctx, len ? pt : none, &outl, len ? ct : none, (int)len) == 1 ? PE_OK
+                                                                                       : PE_ERR_AUTH;
+    }
+    if (len && EVP_CipherUpdate(ctx, pt, &outl, ct, (int)len) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, (void *)tag) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    uint8_t none[16];
+    if (EVP_CipherFinal_ex(ctx, len ? pt + outl : none, &finl) != 1)
+        return PE_ERR_AUTH;
+    return PE_OK;
+}

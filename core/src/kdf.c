@@ -1,0 +1,85 @@
+#include "pe/kdf.h"
+
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
+
+#include "pe/ip.h"
+
+void pe_wipe(void *p, size_t n)
+{
+    OPENSSL_cleanse(p, n);
+}
+
+pe_status pe_kdf_ctr_cmac_aes256(const uint8_t key[32], uint32_t label, uint32_t context,
+                                 uint8_t *out, size_t out_len)
+{
+    if (out_len == 0 || out_len % 16 != 0 || out_len > 16 * 255)
+        return PE_ERR_INVALID_ARGUMENT;
+
+    pe_status st = PE_ERR_CRYPTO_BACKEND;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "CMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_CIPHER, "AES-256-CBC", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    if (!ctx)
+        goto done;
+    for (uint32_t i = 1; i <= out_len / 16; i++) {
+        uint8_t block[16];
+        size_t n = 0;
+        pe_put32(block, i);
+        pe_put32(block + 4, label);
+        pe_put32(block + 8, context);
+        pe_put32(block + 12, (uint32_t)(out_len * 8));
+        if (EVP_MAC_init(ctx, key, 32, params) != 1 || EVP_MAC_update(ctx, block, sizeof block) != 1 ||
+            EVP_MAC_final(ctx, out + 16 * (i - 1), &n, 16) != 1 || n != 16)
+            goto done;
+    }
+    st = PE_OK;
+done:
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    if (st != PE_OK)
+        pe_wipe(out, out_len);
+    return st;
+}
+
+static const char *hash_name(pe_hash h)
+{
+    switch (h) {
+    case PE_HASH_SHA256: return "SHA256";
+    case PE_HASH_SHA384: return "SHA384";
+    case PE_HASH_SHA512: return "SHA512";
+    }
+    return NULL;
+}
+
+pe_status pe_hkdf_expand(pe_hash hash, const uint8_t *prk, size_t prk_len, const uint8_t *info,
+                         size_t info_len, uint8_t *out, size_t out_len)
+{
+    const char *name = hash_name(hash);
+    if (!name || out_len == 0)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_status st = PE_ERR_CRYPTO_BACKEND;
+    EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+    EVP_KDF_CTX *ctx = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+    int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode),
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)name, 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)prk, prk_len),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, (void *)info, info_len),
+        OSSL_PARAM_construct_end(),
+    };
+    if (ctx && EVP_KDF_derive(ctx, out, out_len, params) == 1)
+        st = PE_OK;
+    EVP_KDF_CTX_free(ctx);
+    EVP_KDF_free(kdf);
+    return st == PE_OK ? PE_OK : (out_len > 255 * 64 ? PE_ERR_INVALID_ARGUMENT : st);
+}

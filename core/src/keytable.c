@@ -1,0 +1,85 @@
+#include "keytable.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t slot_index(uint64_t id, size_t cap)
+{
+    /* Fibonacci hashing: SPIs are often sequential. */
+    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+pe_aead *pe_keytable_find(const pe_keytable *t, uint64_t id)
+{
+    if (!t->cap)
+        return NULL;
+    for (size_t i = slot_index(id, t->cap);; i = (i + 1) & (t->cap - 1)) {
+        pe_key_slot *s = &t->slots[i];
+        if (!s->used)
+            return NULL;
+        if (s->id == id)
+            return &s->aead;
+    }
+}
+
+static pe_key_slot *probe_free(pe_key_slot *slots, size_t cap, uint64_t id)
+{
+    size_t i = slot_index(id, cap);
+    while (slots[i].used)
+        i = (i + 1) & (cap - 1);
+    return &slots[i];
+}
+
+static pe_status grow(pe_keytable *t)
+{
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    pe_key_slot *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return PE_ERR_NOMEM;
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->slots[i].used)
+            *probe_free(slots, cap, t->slots[i].id) = t->slots[i];
+    free(t->slots);
+    t->slots = slots;
+    t->cap = cap;
+    return PE_OK;
+}
+
+pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_aead **stored)
+{
+    if (pe_keytable_find(t, id))
+        return PE_ERR_INVALID_ARGUMENT;
+    if (t->limit && t->count >= t->limit)
+        pe_keytable_clear(t);
+    if ((t->count + 1) * 2 > t->cap) {
+        pe_status st = grow(t);
+        if (st != PE_OK)
+            return st;
+    }
+    pe_key_slot *s = probe_free(t->slots, t->cap, id);
+    s->id = id;
+    s->used = 1;
+    s->aead = *aead;
+    memset(aead, 0, sizeof *aead);
+    t->count++;
+    if (stored)
+        *stored = &s->aead;
+    return PE_OK;
+}
+
+void pe_keytable_clear(pe_keytable *t)
+{
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->slots[i].used)
+            pe_aead_free(&t->slots[i].aead);
+    if (t->cap)
+        memset(t->slots, 0, t->cap * sizeof *t->slots);
+    t->count = 0;
+}
+
+void pe_keytable_free(pe_keytable *t)
+{
+    pe_keytable_clear(t);
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,34 @@
+/*
+ * Internal: a small open-addressing map from a 64-bit id to a ready AEAD
+ * context.  Receivers keep derived keys here so each packet costs one lookup
+ * and one AEAD call.  Growth happens only when a new id appears, never per
+ * packet; `limit` bounds memory when ids come from hostile traffic.
+ */
+#ifndef PE_KEYTABLE_H
+#define PE_KEYTABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe/aead.h"
+
+typedef struct pe_key_slot {
+    uint64_t id;
+    int used;
+    pe_aead aead;
+} pe_key_slot;
+
+typedef struct pe_keytable {
+    pe_key_slot *slots;
+    size_t cap;   /* power of two, or 0 */
+    size_t count;
+    size_t limit; /* at most this many entries; 0 = unbounded */
+} pe_keytable;
+
+pe_aead *pe_keytable_find(const pe_keytable *t, uint64_t id);
+/* Insert and take ownership of *aead (moved, then zeroed).  When full at `limit`, the table is flushed first. */
+pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_aead **stored);
+void pe_keytable_clear(pe_keytable *t);
+void pe_keytable_free(pe_keytable *t);
+
+#endif

@@ -1,0 +1,561 @@
+/* PSP encapsulation and decapsulation of whole IP packets (psp.md §4, §6-§8). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "keytable.h"
+#include "pe/ip.h"
+#include "pe/kdf.h"
+#include "pe/psp.h"
+
+/* ------------------------------------------------------------------ sending */
+
+struct pe_psp_tx {
+    uint32_t spi;
+    unsigned version;
+    pe_psp_mode mode;
+    uint8_t crypt_offset, crypt_offset_ipv4, crypt_offset_ipv6;
+    int vc_present;
+    uint8_t vc[PE_PSP_VC_LEN];
+    int sample, drop;
+    uint64_t next_iv;
+    int exhausted;
+    pe_psp_sport_policy sport_policy;
+    uint16_t sport;
+    pe_psp_sport_fn sport_fn;
+    void *sport_ctx;
+    uint16_t udp_dport;
+    uint8_t outer[PE_IPV6_HDR_LEN];
+    size_t outer_len;
+    pe_aead aead;
+};
+
+void pe_psp_tx_config_init(pe_psp_tx_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->crypt_offset_ipv4 = -1;
+    cfg->crypt_offset_ipv6 = -1;
+    cfg->first_iv = 1;
+    cfg->udp_dport = PE_PSP_UDP_PORT;
+}
+
+static int is_gmac(unsigned version) { return version == PE_PSP_AES_GMAC_128 || version == PE_PSP_AES_GMAC_256; }
+
+static pe_status check_offset(int co, unsigned version, uint8_t *out)
+{
+    if (co < 0 || co > (int)PE_PSP_CRYPT_OFFSET_MAX)
+        return PE_ERR_PSP_CRYPT_OFFSET_RANGE;
+    if (is_gmac(version) && co != 0)
+        return PE_ERR_PSP_GMAC_CRYPT_OFFSET;
+    *out = (uint8_t)co;
+    return PE_OK;
+}
+
+static pe_status check_outer_template(const uint8_t *h, size_t len)
+{
+    if (len == PE_IPV4_HDR_LEN && h[0] == 0x45)
+        return PE_OK;
+    if (len == PE_IPV6_HDR_LEN && (h[0] >> 4) == 6)
+        return PE_OK;
+    return PE_ERR_INVALID_ARGUMENT;
+}
+
+/* The send key: the caller's derived key, or one derived from the master key the SPI selects. */
+static pe_status tx_key(const pe_psp_tx_config *cfg, uint8_t key[32], size_t *key_len)
+{
+    size_t need = pe_psp_key_len(cfg->version);
+    *key_len = need;
+    if (cfg->key) {
+        if (cfg->key_len != need)
+            return PE_ERR_KEY_LENGTH;
+        memcpy(key, cfg->key, need);
+        return PE_OK;
+    }
+    const uint8_t *mk = (cfg->spi & PE_PSP_SPI_KEY_PHASE) ? cfg->master_key1 : cfg->master_key0;
+    if (!mk)
+        return PE_ERR_NO_KEY;
+    return pe_psp_derive_key(mk, cfg->spi, cfg->version, cfg->kdf_label, key, need);
+}
+
+pe_status pe_psp_tx_new(const pe_psp_tx_config *cfg, pe_psp_tx **out)
+{
+    *out = NULL;
+    if (cfg->version > PE_PSP_VERSION_MAX)
+        return PE_ERR_PSP_VERSION;
+    if (cfg->mode != PE_PSP_TRANSPORT && cfg->mode != PE_PSP_TUNNEL)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (cfg->sport_policy == PE_PSP_SPORT_CALLBACK && !cfg->sport_fn)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (cfg->outer_header && check_outer_template(cfg->outer_header, cfg->outer_header_len) != PE_OK)
+        return PE_ERR_INVALID_ARGUMENT;
+
+    pe_psp_tx *tx = calloc(1, sizeof *tx);
+    if (!tx)
+        return PE_ERR_NOMEM;
+    pe_status st;
+    if ((st = check_offset(cfg->crypt_offset, cfg->version, &tx->crypt_offset)) != PE_OK ||
+        (st = check_offset(cfg->crypt_offset_ipv4 < 0 ? cfg->crypt_offset : cfg->crypt_offset_ipv4,
+                           cfg->version, &tx->crypt_offset_ipv4)) != PE_OK ||
+        (st = check_offset(cfg->crypt_offset_ipv6 < 0 ? cfg->crypt_offset : cfg->crypt_offset_ipv6,
+                           cfg->version, &tx->crypt_offset_ipv6)) != PE_OK)
+        goto fail;
+
+    uint8_t key[32];
+    size_t key_len;
+    st = tx_key(cfg, key, &key_len);
+    if (st == PE_OK)
+        st = pe_aead_init(&tx->aead, PE_AEAD_AES_GCM, PE_AEAD_SEAL, key, key_len, PE_PSP_ICV_LEN);
+    pe_wipe(key, sizeof key);
+    if (st != PE_OK)
+        goto fail;
+
+    tx->spi = cfg->spi;
+    tx->version = cfg->version;
+    tx->mode = cfg->mode;
+    tx->vc_present = !!cfg->vc_present;
+    memcpy(tx->vc, cfg->vc, PE_PSP_VC_LEN);
+    tx->sample = !!cfg->sample;
+    tx->drop = !!cfg->drop;
+    tx->next_iv = cfg->first_iv;
+    tx->sport_policy = cfg->sport_policy;
+    tx->sport = cfg->sport;
+    tx->sport_fn = cfg->sport_fn;
+    tx->sport_ctx = cfg->sport_ctx;
+    tx->udp_dport = cfg->udp_dport;
+    if (cfg->outer_header) {
+        memcpy(tx->outer, cfg->outer_header, cfg->outer_header_len);
+        tx->outer_len = cfg->outer_header_len;
+    }
+    *out = tx;
+    return PE_OK;
+fail:
+    free(tx);
+    return st;
+}
+
+void pe_psp_tx_free(pe_psp_tx *tx)
+{
+    if (!tx)
+        return;
+    pe_aead_free(&tx->aead);
+    pe_wipe(tx, sizeof *tx);
+    free(tx);
+}
+
+uint64_t pe_psp_tx_next_iv(const pe_psp_tx *tx, int *exhausted)
+{
+    if (exhausted)
+        *exhausted = tx->exhausted;
+    return tx->next_iv;
+}
+
+/* §8: a flow hash for ECMP/RSS; the reference XORs the inner L4 ports. */
+static uint16_t udp_sport(const pe_psp_tx *tx, const uint8_t *pkt, const pe_ip_info *ip)
+{
+    switch (tx->sport_policy) {
+    case PE_PSP_SPORT_FIXED:
+        return tx->sport;
+    case PE_PSP_SPORT_CALLBACK:
+        return tx->sport_fn(tx->sport_ctx, pkt, ip->len);
+    case PE_PSP_SPORT_XOR:
+        break;
+    }
+    if ((ip->protocol == PE_IPPROTO_TCP || ip->protocol == PE_IPPROTO_UDP) && ip->l4_offset + 4 <= ip->len)
+        return pe_get16(pkt + ip->l4_offset) ^ pe_get16(pkt + ip->l4_offset + 2);
+    return PE_PSP_UDP_PORT;
+}
+
+/* Write the outer IP header for `mode`; returns its length. */
+static size_t write_outer(const pe_psp_tx *tx, const uint8_t *pkt, const pe_ip_info *ip, uint8_t *out)
+{
+    if (tx->mode == PE_PSP_TRANSPORT) {
+        memcpy(out, pkt, ip->l4_offset);
+        out[ip->proto_field] = PE_IPPROTO_UDP;
+        return ip->l4_offset;
+    }
+    if (tx->outer_len) {
+        memcpy(out, tx->outer, tx->outer_len);
+    } else if (ip->version == 4) {
+        /* The reference copies the inner header with IHL 5; a copied MF/offset would make the outer a fragment. */
+        memcpy(out, pkt, PE_IPV4_HDR_LEN);
+        out[0] = 0x45;
+        out[6] &= 0xc0;
+        out[7] = 0;
+    } else {
+        memcpy(out, pkt, PE_IPV6_HDR_LEN);
+    }
+    size_t n = (out[0] >> 4) == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN;
+    out[n == PE_IPV4_HDR_LEN ? 9 : 6] = PE_IPPROTO_UDP;
+    return n;
+}
+
+static pe_status seal(pe_aead *aead, uint8_t *psp, size_t body_len, unsigned version, size_t co)
+{
+    uint8_t nonce[12];
+    memcpy(nonce, psp + 4, 12); /* SPI || IV as on the wire */
+    size_t aad_len = is_gmac(version) ? PE_PSP_HDR_LEN + body_len : PE_PSP_HDR_LEN + co;
+    pe_iov aad = {psp, aad_len};
+    uint8_t *pt = psp + aad_len;
+    size_t pt_len = PE_PSP_HDR_LEN + body_len - aad_len;
+    return pe_aead_seal(aead, nonce, &aad, 1, pt, pt_len, pt, psp + PE_PSP_HDR_LEN + body_len);
+}
+
+pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                       size_t *out_len)
+{
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    if (st != PE_OK)
+        return st;
+    if (tx->exhausted)
+        return PE_ERR_IV_EXHAUSTED;
+
+    const uint8_t *payload;
+    size_t payload_len;
+    uint8_t next_header, co;
+    if (tx->mode == PE_PSP_TRANSPORT) {
+        if (ip.is_fragment)
+            return PE_ERR_IP_FRAGMENT;
+        payload = pkt + ip.l4_offset;
+        payload_len = ip.len - ip.l4_offset;
+        next_header = ip.protocol;
+        co = tx->crypt_offset;
+    } else {
+        payload = pkt;
+        payload_len = ip.len;
+        next_header = ip.version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
+        co = ip.version == 4 ? tx->crypt_offset_ipv4 : tx->crypt_offset_ipv6;
+    }
+    size_t ext_len = tx->vc_present ? PE_PSP_VC_LEN : 0;
+    size_t body_len = ext_len + payload_len;
+    if ((size_t)co * 4 > body_len)
+        return PE_ERR_PSP_CRYPT_OFFSET;
+
+    size_t outer_len = tx->mode == PE_PSP_TRANSPORT ? ip.l4_offset
+                       : tx->outer_len             ? tx->outer_len
+                       : ip.version == 4           ? PE_IPV4_HDR_LEN
+                                                   : PE_IPV6_HDR_LEN;
+    size_t udp_len = PE_UDP_HDR_LEN + PE_PSP_HDR_LEN + body_len + PE_PSP_ICV_LEN;
+    size_t total = outer_len + udp_len;
+    int outer_v4 = tx->mode == PE_PSP_TRANSPORT ? ip.version == 4
+                   : tx->outer_len             ? tx->outer_len == PE_IPV4_HDR_LEN
+                                               : ip.version == 4;
+    if (total - (outer_v4 ? 0 : PE_IPV6_HDR_LEN) > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG;
+    if (cap < total)
+        return PE_ERR_BUFFER_TOO_SMALL;
+
+    write_outer(tx, pkt, &ip, out);
+    pe_ip_set_length(out, total);
+    if (outer_v4)
+        pe_ipv4_set_checksum(out);
+
+    uint8_t *udp = out + outer_len;
+    pe_put16(udp, udp_sport(tx, pkt, &ip));
+    pe_put16(udp + 2, tx->udp_dport);
+    pe_put16(udp + 4, (uint16_t)udp_len);
+    pe_put16(udp + 6, 0); /* §8: senders write 0 */
+
+    uint8_t *psp = udp + PE_UDP_HDR_LEN;
+    pe_psp_hdr h = {
+        .next_header = next_header,
+        .hdr_ext_len = tx->vc_present ? PE_PSP_HDRLEN_VC : PE_PSP_HDRLEN_NOOPT,
+        .crypt_offset = co,
+        .sample = (uint8_t)tx->sample,
+        .drop = (uint8_t)tx->drop,
+        .version = (uint8_t)tx->version,
+        .virt = (uint8_t)tx->vc_present,
+        .always_one = 1,
+        .spi = tx->spi,
+        .iv = tx->next_iv,
+        .ext = tx->vc,
+        .ext_len = ext_len,
+    };
+    pe_psp_hdr_build(&h, psp, PE_PSP_HDR_LEN + ext_len);
+    memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
+
+    /* The IV is spent from here on, whatever happens: never reuse it. */
+    if (tx->next_iv == UINT64_MAX)
+        tx->exhausted = 1;
+    else
+        tx->next_iv++;
+
+    st = seal(&tx->aead, psp, body_len, tx->version, (size_t)co * 4);
+    if (st != PE_OK)
+        return st;
+    *out_len = total;
+    return PE_OK;
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+/* Cached keys derived from the master keys: bounded, since SPIs come from the wire. */
+#define RX_CACHE_LIMIT 65536u
+#define RX_SCRATCH_LEN (PE_IP_MAX_LEN + 64u)
+
+struct pe_psp_rx {
+    uint8_t master_key[2][32];
+    int has_master_key[2];
+    uint32_t kdf_labels[4];
+    unsigned versions;
+    uint16_t udp_dport;
+    int check_udp_checksum;
+    pe_keytable user_keys; /* id: spi << 8 | version */
+    pe_keytable cache;
+    uint8_t *scratch; /* only when the crypt offset cuts into the extension area */
+};
+
+static uint64_t key_id(uint32_t spi, unsigned version) { return ((uint64_t)spi << 8) | version; }
+
+void pe_psp_rx_config_init(pe_psp_rx_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->versions = 0xf;
+    cfg->udp_dport = PE_PSP_UDP_PORT;
+}
+
+pe_status pe_psp_rx_new(const pe_psp_rx_config *cfg, pe_psp_rx **out)
+{
+    *out = NULL;
+    pe_psp_rx *rx = calloc(1, sizeof *rx);
+    if (!rx)
+        return PE_ERR_NOMEM;
+    rx->scratch = malloc(RX_SCRATCH_LEN);
+    if (!rx->scratch) {
+        free(rx);
+        return PE_ERR_NOMEM;
+    }
+    const uint8_t *mk[2] = {cfg->master_key0, cfg->master_key1};
+    for (int i = 0; i < 2; i++) {
+        if (mk[i]) {
+            memcpy(rx->master_key[i], mk[i], 32);
+            rx->has_master_key[i] = 1;
+        }
+    }
+    memcpy(rx->kdf_labels, cfg->kdf_labels, sizeof rx->kdf_labels);
+    rx->versions = cfg->versions & 0xf;
+    rx->udp_dport = cfg->udp_dport;
+    rx->check_udp_checksum = cfg->check_udp_checksum;
+    rx->cache.limit = RX_CACHE_LIMIT;
+    *out = rx;
+    return PE_OK;
+}
+
+void pe_psp_rx_free(pe_psp_rx *rx)
+{
+    if (!rx)
+        return;
+    pe_keytable_free(&rx->user_keys);
+    pe_keytable_free(&rx->cache);
+    free(rx->scratch);
+    pe_wipe(rx, sizeof *rx);
+    free(rx);
+}
+
+static pe_status add_user_key(pe_psp_rx *rx, uint32_t spi, unsigned version, const uint8_t *key, size_t key_len)
+{
+    if (pe_keytable_find(&rx->user_keys, key_id(spi, version)))
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_aead a;
+    pe_status st = pe_aead_init(&a, PE_AEAD_AES_GCM, PE_AEAD_OPEN, key, key_len, PE_PSP_ICV_LEN);
+    if (st != PE_OK)
+        return st;
+    st = pe_keytable_insert(&rx->user_keys, key_id(spi, version), &a, NULL);
+    if (st != PE_OK)
+        pe_aead_free(&a);
+    return st;
+}
+
+pe_status pe_psp_rx_add_key(pe_psp_rx *rx, uint32_t spi, int version, const uint8_t *key, size_t key_len)
+{
+    if (version >= 0) {
+        if (version > (int)PE_PSP_VERSION_MAX)
+            return PE_ERR_PSP_VERSION;
+        if (key_len != pe_psp_key_len((unsigned)version))
+            return PE_ERR_KEY_LENGTH;
+        return add_user_key(rx, spi, (unsigned)version, key, key_len);
+    }
+    /* Unversioned: the key serves the GCM and the GMAC version of its length. */
+    if (key_len != 16 && key_len != 32)
+        return PE_ERR_KEY_LENGTH;
+    unsigned gcm = key_len == 16 ? PE_PSP_AES_GCM_128 : PE_PSP_AES_GCM_256;
+    unsigned gmac = key_len == 16 ? PE_PSP_AES_GMAC_128 : PE_PSP_AES_GMAC_256;
+    if (pe_keytable_find(&rx->user_keys, key_id(spi, gcm)) || pe_keytable_find(&rx->user_keys, key_id(spi, gmac)))
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_status st = add_user_key(rx, spi, gcm, key, key_len);
+    return st == PE_OK ? add_user_key(rx, spi, gmac, key, key_len) : st;
+}
+
+static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead **out)
+{
+    uint64_t id = key_id(spi, version);
+    if ((*out = pe_keytable_find(&rx->user_keys, id)) || (*out = pe_keytable_find(&rx->cache, id)))
+        return PE_OK;
+    int phase = (spi & PE_PSP_SPI_KEY_PHASE) ? 1 : 0;
+    if (!rx->has_master_key[phase])
+        return PE_ERR_NO_KEY;
+    uint8_t key[32];
+    size_t key_len = pe_psp_key_len(version);
+    pe_status st = pe_psp_derive_key(rx->master_key[phase], spi, version, rx->kdf_labels[version], key, key_len);
+    pe_aead a;
+    if (st == PE_OK)
+        st = pe_aead_init(&a, PE_AEAD_AES_GCM, PE_AEAD_OPEN, key, key_len, PE_PSP_ICV_LEN);
+    pe_wipe(key, sizeof key);
+    if (st != PE_OK)
+        return st;
+    st = pe_keytable_insert(&rx->cache, id, &a, out);
+    if (st != PE_OK)
+        pe_aead_free(&a);
+    return st;
+}
+
+pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *out, size_t cap,
+                      size_t *out_len, pe_psp_hdr *hdr_out)
+{
+    pe_psp_hdr h;
+    pe_status st = pe_psp_hdr_parse(psp, len, &h);
+    if (hdr_out)
+        *hdr_out = h;
+    if (len < PE_PSP_HDR_LEN + PE_PSP_ICV_LEN)
+        return PE_ERR_PSP_TRUNCATED;
+    if (st != PE_OK)
+        return st;
+    if (!(rx->versions & (1u << h.version)))
+        return PE_ERR_PSP_VERSION_DISABLED;
+    size_t hlen = pe_psp_hdr_len(&h);
+    if (hlen + PE_PSP_ICV_LEN > len)
+        return PE_ERR_PSP_HDR_EXT_LEN;
+    size_t p_len = len - PE_PSP_HDR_LEN - PE_PSP_ICV_LEN; /* extension area + payload */
+    size_t co = (size_t)h.crypt_offset * 4;
+    int gmac = is_gmac(h.version);
+    /* GMAC authenticates everything whatever the (reserved) offset says (§4.2). */
+    if (!gmac && co > p_len)
+        return PE_ERR_PSP_CRYPT_OFFSET;
+    size_t inner_len = p_len - h.ext_len;
+    if (cap < inner_len)
+        return PE_ERR_BUFFER_TOO_SMALL;
+
+    pe_aead *aead;
+    st = rx_key(rx, h.spi, h.version, &aead);
+    if (st != PE_OK)
+        return st;
+
+    const uint8_t *nonce = psp + 4; /* SPI || IV */
+    const uint8_t *tag = psp + len - PE_PSP_ICV_LEN;
+    if (gmac) {
+        pe_iov aad = {psp, len - PE_PSP_ICV_LEN};
+        st = pe_aead_open(aead, nonce, &aad, 1, NULL, 0, tag, NULL);
+        if (st == PE_OK)
+            memcpy(out, psp + hlen, inner_len);
+    } else {
+        pe_iov aad = {psp, PE_PSP_HDR_LEN + co};
+        const uint8_t *ct = psp + PE_PSP_HDR_LEN + co;
+        size_t ct_len = p_len - co;
+        if (co >= h.ext_len) {
+            memcpy(out, psp + hlen, co - h.ext_len);
+            st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, out + (co - h.ext_len));
+        } else {
+            /* Part of the VC is encrypted: decrypt aside, then drop the extension octets. */
+            st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, rx->scratch);
+            if (st == PE_OK)
+                memcpy(out, rx->scratch + (h.ext_len - co), inner_len);
+            pe_wipe(rx->scratch, ct_len);
+        }
+    }
+    if (st != PE_OK) {
+        pe_wipe(out, inner_len); /* never hand out unauthenticated plaintext */
+        return st;
+    }
+    *out_len = inner_len;
+    return PE_OK;
+}
+
+/* A first fragment still has the UDP header, so it can be recognised as PSP. */
+static int first_fragment(const uint8_t *pkt, const pe_ip_info *ip)
+{
+    if (ip->version == 4)
+        return (pe_get16(pkt + 6) & 0x1fff) == 0;
+    const pe_ip_ext *frag = &ip->ext[ip->n_ext - 1];
+    return (pe_get16(pkt + frag->offset + 2) >> 3) == 0;
+}
+
+pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                       size_t *out_len, pe_psp_hdr *hdr)
+{
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    if (st != PE_OK)
+        return st;
+    if (ip.protocol != PE_IPPROTO_UDP)
+        return PE_ERR_NOT_UDP;
+    if (ip.is_fragment) {
+        int ours = first_fragment(pkt, &ip) && ip.l4_offset + 4 <= ip.len &&
+                   pe_get16(pkt + ip.l4_offset + 2) == rx->udp_dport;
+        return ours ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_UDP;
+    }
+    if (ip.len - ip.l4_offset < PE_UDP_HDR_LEN)
+        return PE_ERR_UDP_TRUNCATED;
+    const uint8_t *udp = pkt + ip.l4_offset;
+    if (pe_get16(udp + 2) != rx->udp_dport)
+        return PE_ERR_UDP_PORT;
+    size_t udp_len = pe_get16(udp + 4);
+    if (udp_len != ip.len - ip.l4_offset)
+        return PE_ERR_UDP_LENGTH;
+    if (rx->check_udp_checksum && pe_get16(udp + 6) != 0 && !pe_udp_checksum_ok(pkt, &ip, udp, udp_len))
+        return PE_ERR_UDP_CHECKSUM;
+
+    const uint8_t *psp = udp + PE_UDP_HDR_LEN;
+    size_t psp_len = udp_len - PE_UDP_HDR_LEN;
+    int tunnel = psp_len > 0 && (psp[0] == PE_IPPROTO_IPV4 || psp[0] == PE_IPPROTO_IPV6);
+    size_t keep = tunnel ? 0 : ip.l4_offset;
+    if (cap < keep)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    size_t inner_len;
+    pe_psp_hdr h;
+    st = pe_psp_open(rx, psp, psp_len, out + keep, cap - keep, &inner_len, &h);
+    if (hdr)
+        *hdr = h;
+    if (st != PE_OK)
+        return st;
+
+    if (tunnel) {
+        unsigned want = h.next_header == PE_IPPROTO_IPV4 ? 4 : 6;
+        if (inner_len == 0 || (out[0] >> 4) != want) {
+            pe_wipe(out, inner_len);
+            return PE_ERR_PSP_MODE;
+        }
+        *out_len = inner_len;
+        return PE_OK;
+    }
+    memcpy(out, pkt, keep);
+    out[ip.proto_field] = h.next_header;
+    pe_ip_set_length(out, keep + inner_len);
+    if (ip.version == 4)
+        pe_ipv4_set_checksum(out);
+    *out_len = keep + inner_len;
+    return PE_OK;
+}
+
+/* ------------------------------------------------------------ capture glue */
+
+pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why)
+{
+    *why = pe_psp_encap(tx, ip, len, out, cap, out_len);
+    return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
+}
+
+pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why)
+{
+    *why = pe_psp_decap(rx, ip, len, out, cap, out_len, NULL);
+    switch (*why) {
+    case PE_OK:
+        return PE_VERDICT_TRANSFORMED;
+    case PE_ERR_NOT_UDP:
+    case PE_ERR_UDP_PORT:
+    case PE_ERR_IP_VERSION:
+        return PE_VERDICT_PASSED;
+    default:
+        return PE_VERDICT_FAILED;
+    }
+}

@@ -1,0 +1,103 @@
+/* PSP header codec and key derivation (psp.md §2, §3, §5). */
+#include <string.h>
+
+#include "pe/ip.h"
+#include "pe/kdf.h"
+#include "pe/psp.h"
+
+size_t pe_psp_key_len(unsigned version)
+{
+    switch (version) {
+    case PE_PSP_AES_GCM_128:
+    case PE_PSP_AES_GMAC_128:
+        return 16;
+    case PE_PSP_AES_GCM_256:
+    case PE_PSP_AES_GMAC_256:
+        return 32;
+    default:
+        return 0;
+    }
+}
+
+const char *pe_psp_version_name(unsigned version)
+{
+    static const char *const names[] = {"AES-GCM-128", "AES-GCM-256", "AES-GMAC-128", "AES-GMAC-256"};
+    return version <= PE_PSP_VERSION_MAX ? names[version] : "reserved";
+}
+
+pe_status pe_psp_hdr_parse(const uint8_t *b, size_t len, pe_psp_hdr *h)
+{
+    memset(h, 0, sizeof *h);
+    if (len < PE_PSP_HDR_LEN)
+        return PE_ERR_PSP_TRUNCATED;
+    h->next_header = b[0];
+    h->hdr_ext_len = b[1];
+    h->reserved = (uint8_t)((b[2] & PE_PSP_R_MASK) >> PE_PSP_R_SHIFT);
+    h->crypt_offset = b[2] & PE_PSP_CRYPT_OFFSET_MASK;
+    h->sample = !!(b[3] & PE_PSP_VERFL_SAMPLE);
+    h->drop = !!(b[3] & PE_PSP_VERFL_DROP);
+    h->version = (uint8_t)((b[3] & PE_PSP_VERFL_VERSION_MASK) >> PE_PSP_VERFL_VERSION_SHIFT);
+    h->virt = !!(b[3] & PE_PSP_VERFL_VIRT);
+    h->always_one = b[3] & PE_PSP_VERFL_ONE;
+    h->spi = pe_get32(b + 4);
+    h->iv = pe_get64(b + 8);
+
+    if (!h->always_one)
+        return PE_ERR_PSP_ALWAYS_ONE;
+    if (h->version > PE_PSP_VERSION_MAX)
+        return PE_ERR_PSP_VERSION;
+    if (h->hdr_ext_len < PE_PSP_HDRLEN_NOOPT)
+        return PE_ERR_PSP_HDR_EXT_LEN;
+    if (h->virt && h->hdr_ext_len < PE_PSP_HDRLEN_VC)
+        return PE_ERR_PSP_VC_LENGTH;
+    size_t hlen = pe_psp_hdr_len(h);
+    if (hlen > len)
+        return PE_ERR_PSP_HDR_EXT_LEN;
+    h->ext = b + PE_PSP_HDR_LEN;
+    h->ext_len = hlen - PE_PSP_HDR_LEN;
+    return PE_OK;
+}
+
+pe_status pe_psp_hdr_build(const pe_psp_hdr *h, uint8_t *b, size_t cap)
+{
+    if (h->hdr_ext_len < PE_PSP_HDRLEN_NOOPT)
+        return PE_ERR_PSP_HDR_EXT_LEN;
+    if (h->virt && h->hdr_ext_len < PE_PSP_HDRLEN_VC)
+        return PE_ERR_PSP_VC_LENGTH;
+    if (h->crypt_offset > PE_PSP_CRYPT_OFFSET_MAX)
+        return PE_ERR_PSP_CRYPT_OFFSET_RANGE;
+    size_t hlen = pe_psp_hdr_len(h);
+    if (cap < hlen)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    b[0] = h->next_header;
+    b[1] = h->hdr_ext_len;
+    b[2] = (uint8_t)(((h->reserved << PE_PSP_R_SHIFT) & PE_PSP_R_MASK) | h->crypt_offset);
+    b[3] = (uint8_t)((h->sample ? PE_PSP_VERFL_SAMPLE : 0) | (h->drop ? PE_PSP_VERFL_DROP : 0) |
+                     ((h->version << PE_PSP_VERFL_VERSION_SHIFT) & PE_PSP_VERFL_VERSION_MASK) |
+                     (h->virt ? PE_PSP_VERFL_VIRT : 0) | (h->always_one ? PE_PSP_VERFL_ONE : 0));
+    pe_put32(b + 4, h->spi);
+    pe_put64(b + 8, h->iv);
+    size_t ext_room = hlen - PE_PSP_HDR_LEN;
+    size_t n = h->ext ? (h->ext_len < ext_room ? h->ext_len : ext_room) : 0;
+    if (n)
+        memcpy(b + PE_PSP_HDR_LEN, h->ext, n);
+    memset(b + PE_PSP_HDR_LEN + n, 0, ext_room - n);
+    return PE_OK;
+}
+
+uint32_t pe_psp_kdf_label(unsigned version)
+{
+    /* "Pv0" / "Pv1"; versions 2/3 by the same OR rule (psp.md §5, working assumption). */
+    return 0x50763000u | ((uint32_t)(version & 0xf) << 8);
+}
+
+pe_status pe_psp_derive_key(const uint8_t master_key[32], uint32_t spi, unsigned version,
+                            uint32_t label, uint8_t *out, size_t out_len)
+{
+    size_t need = pe_psp_key_len(version);
+    if (!need)
+        return PE_ERR_PSP_VERSION;
+    if (out_len != need)
+        return PE_ERR_KEY_LENGTH;
+    return pe_kdf_ctr_cmac_aes256(master_key, label ? label : pe_psp_kdf_label(version), spi, out, out_len);
+}

@@ -1,0 +1,247 @@
+"""cffi API-mode build of the C core into ``pecore._native``.
+
+Every public prototype the Python faces use is declared here once; the
+extension compiles the very same ``core/src/*.c`` files that the static
+library (core/CMakeLists.txt) is built from.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from cffi import FFI
+
+ROOT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+CORE = os.path.join(ROOT, "core")
+
+CDEF = r"""
+typedef int... pe_status;
+static const int PE_OK;
+static const int PE_STATUS_COUNT;
+const char *pe_status_name(pe_status s);
+const char *pe_status_message(pe_status s);
+
+/* kdf.h */
+pe_status pe_kdf_ctr_cmac_aes256(const uint8_t key[32], uint32_t label, uint32_t context,
+                                 uint8_t *out, size_t out_len);
+typedef enum { PE_HASH_SHA256, PE_HASH_SHA384, PE_HASH_SHA512 } pe_hash;
+pe_status pe_hkdf_expand(pe_hash hash, const uint8_t *prk, size_t prk_len, const uint8_t *info,
+                         size_t info_len, uint8_t *out, size_t out_len);
+
+/* capture.h */
+typedef enum { PE_VERDICT_TRANSFORMED, PE_VERDICT_PASSED, PE_VERDICT_FAILED } pe_verdict;
+typedef enum { PE_CAPTURE_PCAP, PE_CAPTURE_PCAP_NSEC, PE_CAPTURE_PCAPNG } pe_capture_format;
+typedef struct {
+    uint32_t linktype;
+    uint32_t interface_id;
+    uint64_t ts_sec;
+    uint32_t ts_nsec;
+    uint32_t caplen;
+    uint32_t origlen;
+    const uint8_t *data;
+} pe_capture_record;
+typedef struct pe_capture_reader pe_capture_reader;
+typedef struct pe_capture_writer pe_capture_writer;
+pe_status pe_capture_open_file(const char *path, pe_capture_reader **out);
+pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out);
+pe_capture_format pe_capture_reader_format(const pe_capture_reader *r);
+pe_status pe_capture_next(pe_capture_reader *r, pe_capture_record *rec, int *eof);
+void pe_capture_close(pe_capture_reader *r);
+pe_status pe_capture_writer_open(const char *path, pe_capture_format fmt, uint32_t linktype,
+                                 uint32_t snaplen, pe_capture_writer **out);
+pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_nsec,
+                           const uint8_t *data, size_t len);
+pe_status pe_capture_writer_close(pe_capture_writer *w);
+pe_status pe_frame_ip_offset(uint32_t linktype, const uint8_t *frame, size_t len, size_t *ip_off);
+typedef pe_verdict (*pe_ip_transform_fn)(void *ctx, const uint8_t *ip, size_t ip_len, uint8_t *out,
+                                         size_t out_cap, size_t *out_len, pe_status *why);
+typedef int (*pe_progress_fn)(void *ctx, uint64_t bytes_done, uint64_t bytes_total, uint64_t packets);
+typedef struct {
+    uint64_t packets;
+    uint64_t transformed;
+    uint64_t passed;
+    uint64_t failed;
+    uint64_t failed_by_status[...];
+    uint64_t passed_by_status[...];
+} pe_capture_summary;
+#define PE_TRANSFORM_DROP_FAILED ...
+pe_status pe_capture_transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn,
+                                    void *fn_ctx, unsigned flags, pe_progress_fn progress,
+                                    void *progress_ctx, pe_capture_summary *summary);
+extern "Python" int pe_py_progress(void *, uint64_t, uint64_t, uint64_t);
+
+/* ip.h */
+typedef struct {
+    uint16_t sport, dport;
+    size_t udp_offset;
+    size_t payload_offset;
+    size_t payload_len;
+} pe_udp_view;
+pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp);
+
+/* batch.h */
+pe_status pe_batch_transform(pe_ip_transform_fn fn, void *ctx, size_t n, const uint8_t *in,
+                             const size_t *in_off, const size_t *in_len, uint8_t *out, size_t out_cap,
+                             size_t *out_off, size_t *out_len, pe_status *status);
+
+/* keyfile.h */
+typedef struct {
+    size_t line;
+    char message[160];
+} pe_keyfile_error;
+typedef struct {
+    size_t line;
+    const char *kind;
+    size_t n_pairs;
+    const char *names[...];
+    const char *values[...];
+} pe_keyfile_line;
+typedef struct {
+    size_t line;
+    int has_key0, has_key1;
+    uint8_t key0[32], key1[32];
+} pe_psp_master_entry;
+typedef struct {
+    size_t line;
+    uint32_t spi;
+    int version;
+    size_t key_len;
+    uint8_t key[32];
+} pe_psp_key_entry;
+typedef struct {
+    size_t line;
+    uint32_t spi;
+    unsigned version;
+    int tunnel;
+    int crypt_offset;
+    int crypt_offset_ipv4;
+    int crypt_offset_ipv6;
+    int has_vc;
+    uint8_t vc[8];
+    int sample, drop;
+    int has_first_iv;
+    uint64_t first_iv;
+} pe_psp_sa_entry;
+typedef struct {
+    size_t n_lines;
+    pe_keyfile_line *lines;
+    size_t n_psp_master;
+    pe_psp_master_entry psp_master;
+    size_t n_psp_keys;
+    pe_psp_key_entry *psp_keys;
+    size_t n_psp_sas;
+    pe_psp_sa_entry *psp_sas;
+    ...;
+} pe_keyfile;
+pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyfile_error *err);
+void pe_keyfile_free(pe_keyfile *kf);
+typedef struct {
+    int has_sa;
+    uint8_t key0[32], key1[32];
+    uint32_t spi;
+    int tunnel;
+    unsigned version;
+    unsigned crypt_offset, crypt_offset_ipv4, crypt_offset_ipv6;
+    int vc;
+} pe_psp_refcfg;
+pe_status pe_psp_refcfg_parse(const char *text, size_t len, pe_psp_refcfg *cfg, pe_keyfile_error *err);
+
+/* psp.h */
+#define PE_PSP_MAX_OVERHEAD ...
+#define PE_PSP_UDP_PORT ...
+typedef struct {
+    uint8_t next_header;
+    uint8_t hdr_ext_len;
+    uint8_t reserved;
+    uint8_t crypt_offset;
+    uint8_t sample;
+    uint8_t drop;
+    uint8_t version;
+    uint8_t virt;
+    uint8_t always_one;
+    uint32_t spi;
+    uint64_t iv;
+    const uint8_t *ext;
+    size_t ext_len;
+} pe_psp_hdr;
+size_t pe_psp_key_len(unsigned version);
+const char *pe_psp_version_name(unsigned version);
+pe_status pe_psp_hdr_parse(const uint8_t *buf, size_t len, pe_psp_hdr *h);
+pe_status pe_psp_hdr_build(const pe_psp_hdr *h, uint8_t *buf, size_t cap);
+pe_status pe_psp_derive_key(const uint8_t master_key[32], uint32_t spi, unsigned version,
+                            uint32_t label, uint8_t *out, size_t out_len);
+uint32_t pe_psp_kdf_label(unsigned version);
+typedef enum { PE_PSP_TRANSPORT, PE_PSP_TUNNEL } pe_psp_mode;
+typedef enum { PE_PSP_SPORT_XOR, PE_PSP_SPORT_FIXED, PE_PSP_SPORT_CALLBACK } pe_psp_sport_policy;
+typedef uint16_t (*pe_psp_sport_fn)(void *ctx, const uint8_t *inner, size_t len);
+typedef struct {
+    uint32_t spi;
+    unsigned version;
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *master_key0;
+    const uint8_t *master_key1;
+    uint32_t kdf_label;
+    pe_psp_mode mode;
+    int crypt_offset;
+    int crypt_offset_ipv4;
+    int crypt_offset_ipv6;
+    int vc_present;
+    uint8_t vc[8];
+    int sample, drop;
+    uint64_t first_iv;
+    pe_psp_sport_policy sport_policy;
+    uint16_t sport;
+    pe_psp_sport_fn sport_fn;
+    void *sport_ctx;
+    uint16_t udp_dport;
+    const uint8_t *outer_header;
+    size_t outer_header_len;
+} pe_psp_tx_config;
+typedef struct pe_psp_tx pe_psp_tx;
+void pe_psp_tx_config_init(pe_psp_tx_config *cfg);
+pe_status pe_psp_tx_new(const pe_psp_tx_config *cfg, pe_psp_tx **out);
+void pe_psp_tx_free(pe_psp_tx *tx);
+uint64_t pe_psp_tx_next_iv(const pe_psp_tx *tx, int *exhausted);
+pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                       size_t *out_len);
+typedef struct {
+    const uint8_t *master_key0;
+    const uint8_t *master_key1;
+    uint32_t kdf_labels[4];
+    unsigned versions;
+    uint16_t udp_dport;
+    int check_udp_checksum;
+} pe_psp_rx_config;
+typedef struct pe_psp_rx pe_psp_rx;
+void pe_psp_rx_config_init(pe_psp_rx_config *cfg);
+pe_status pe_psp_rx_new(const pe_psp_rx_config *cfg, pe_psp_rx **out);
+void pe_psp_rx_free(pe_psp_rx *rx);
+pe_status pe_psp_rx_add_key(pe_psp_rx *rx, uint32_t spi, int version, const uint8_t *key, size_t key_len);
+pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *out, size_t cap,
+                      size_t *out_len, pe_psp_hdr *hdr);
+pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                       size_t *out_len, pe_psp_hdr *hdr);
+pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why);
+pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why);
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "pecore._native",
+    "\n".join(
+        f'#include "pe/{h}.h"' for h in ("status", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp")
+    ),
+    sources=sorted(glob.glob(os.path.join(CORE, "src", "*.c"))),
+    include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src")],
+    libraries=["crypto"],
+    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-unused-parameter"]
+    + (os.environ.get("PE_EXTRA_CFLAGS", "").split()),
+    extra_link_args=os.environ.get("PE_EXTRA_LDFLAGS", "").split(),
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,161 @@
+"""The project's key file (docs/keys.md), parsed by the core so that the CLIs,
+the libraries and the Wireshark plugin read it identically."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from pecore._native import ffi, lib
+from pecore.errors import CoreError, status_name
+
+
+class KeyFileError(CoreError, ValueError):
+    """A key file or reference config could not be parsed; the message names the line."""
+
+
+@dataclass(frozen=True)
+class PspSaEntry:
+    """A ``psp-sa`` line: the parameters of a sending SA."""
+
+    spi: int
+    version: int
+    mode: str
+    crypt_offset: int
+    crypt_offset_ipv4: Optional[int]
+    crypt_offset_ipv6: Optional[int]
+    vc: Optional[bytes]
+    sample: bool
+    drop: bool
+    first_iv: Optional[int]
+    line: int
+
+
+@dataclass(frozen=True)
+class KeyLine:
+    """Any line, as kind and name=value pairs (kinds of other protocols included)."""
+
+    kind: str
+    pairs: Tuple[Tuple[str, str], ...]
+    line: int
+
+
+@dataclass
+class KeyFile:
+    """Everything a key file holds."""
+
+    psp_master_keys: Tuple[Optional[bytes], Optional[bytes]] = (None, None)
+    psp_keys: Dict[Tuple[int, Optional[int]], bytes] = field(default_factory=dict)
+    psp_sas: List[PspSaEntry] = field(default_factory=list)
+    lines: List[KeyLine] = field(default_factory=list)
+    path: Optional[str] = None
+
+
+def _fail(st: int, err, source: str) -> None:
+    message = ffi.string(err.message).decode(errors="replace")
+    where = f"{source}:{err.line}" if err.line else source
+    raise KeyFileError(f"{where}: {message}", status_name(st))
+
+
+def _opt(value: int) -> Optional[int]:
+    return None if value < 0 else value
+
+
+def parse_key_file(text: str, source: str = "<key file>") -> KeyFile:
+    """Parse key-file text."""
+    data = text.encode()
+    kf = ffi.new("pe_keyfile *")
+    err = ffi.new("pe_keyfile_error *")
+    st = lib.pe_keyfile_parse(data, len(data), kf, err)
+    if st != lib.PE_OK:
+        _fail(st, err, source)
+    try:
+        out = KeyFile()
+        if kf.n_psp_master:
+            m = kf.psp_master
+            out.psp_master_keys = (
+                bytes(m.key0) if m.has_key0 else None,
+                bytes(m.key1) if m.has_key1 else None,
+            )
+        for i in range(kf.n_psp_keys):
+            k = kf.psp_keys[i]
+            out.psp_keys[(k.spi, _opt(k.version))] = bytes(k.key[0 : k.key_len])
+        for i in range(kf.n_psp_sas):
+            s = kf.psp_sas[i]
+            out.psp_sas.append(
+                PspSaEntry(
+                    spi=s.spi,
+                    version=s.version,
+                    mode="tunnel" if s.tunnel else "transport",
+                    crypt_offset=max(s.crypt_offset, 0),
+                    crypt_offset_ipv4=_opt(s.crypt_offset_ipv4),
+                    crypt_offset_ipv6=_opt(s.crypt_offset_ipv6),
+                    vc=bytes(s.vc) if s.has_vc else None,
+                    sample=bool(s.sample),
+                    drop=bool(s.drop),
+                    first_iv=s.first_iv if s.has_first_iv else None,
+                    line=s.line,
+                )
+            )
+        for i in range(kf.n_lines):
+            ln = kf.lines[i]
+            pairs = tuple(
+                (ffi.string(ln.names[j]).decode(), ffi.string(ln.values[j]).decode()) for j in range(ln.n_pairs)
+            )
+            out.lines.append(KeyLine(ffi.string(ln.kind).decode(), pairs, ln.line))
+        return out
+    finally:
+        lib.pe_keyfile_free(kf)
+
+
+def load_key_file(path: "os.PathLike[str] | str") -> KeyFile:
+    """Read and parse a key file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise KeyFileError(f"{path}: cannot read key file: {e}", "keyfile-syntax") from None
+    kf = parse_key_file(text, str(path))
+    kf.path = str(path)
+    return kf
+
+
+@dataclass(frozen=True)
+class PspRefConfig:
+    """A google/psp reference-tool config (psp_encrypt / psp_decrypt)."""
+
+    master_keys: Tuple[bytes, bytes]
+    spi: Optional[int] = None
+    mode: Optional[str] = None
+    version: Optional[int] = None
+    crypt_offset: Optional[int] = None
+    crypt_offset_ipv4: Optional[int] = None
+    crypt_offset_ipv6: Optional[int] = None
+    vc: Optional[bool] = None
+
+
+def load_psp_ref_config(path: "os.PathLike[str] | str") -> PspRefConfig:
+    """Read a reference-tool config file unchanged."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise KeyFileError(f"{path}: cannot read config: {e}", "keyfile-syntax") from None
+    cfg = ffi.new("pe_psp_refcfg *")
+    err = ffi.new("pe_keyfile_error *")
+    st = lib.pe_psp_refcfg_parse(data, len(data), cfg, err)
+    if st != lib.PE_OK:
+        _fail(st, err, str(path))
+    keys = (bytes(cfg.key0), bytes(cfg.key1))
+    if not cfg.has_sa:
+        return PspRefConfig(master_keys=keys)
+    return PspRefConfig(
+        master_keys=keys,
+        spi=cfg.spi,
+        mode="tunnel" if cfg.tunnel else "transport",
+        version=cfg.version,
+        crypt_offset=cfg.crypt_offset,
+        crypt_offset_ipv4=cfg.crypt_offset_ipv4,
+        crypt_offset_ipv6=cfg.crypt_offset_ipv6,
+        vc=bool(cfg.vc),
+    )

@@ -1,0 +1,139 @@
+"""The PSP header (psp.md §2): parse from bytes, build to bytes, every field readable."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pecore._native import ffi, lib
+from pypsp.errors import raise_psp
+
+VERSION_NAMES = {0: "AES-GCM-128", 1: "AES-GCM-256", 2: "AES-GMAC-128", 3: "AES-GMAC-256"}
+
+
+@dataclass(frozen=True)
+class Header:
+    """A PSP header.  ``vc`` is the Virtualization Cookie when ``virt`` is set;
+    ``extension`` is the whole extension area after the IV (VC included)."""
+
+    next_header: int
+    spi: int
+    iv: int = 0
+    version: int = 0
+    crypt_offset: int = 0
+    hdr_ext_len: Optional[int] = None
+    sample: bool = False
+    drop: bool = False
+    virt: bool = False
+    always_one: bool = True
+    reserved: int = 0
+    extension: bytes = b""
+
+    def __post_init__(self) -> None:
+        from pypsp.errors import ConfigurationError
+
+        limits = {
+            "next_header": 0xFF,
+            "spi": 0xFFFFFFFF,
+            "iv": 0xFFFFFFFFFFFFFFFF,
+            "version": 0xF,
+            "crypt_offset": 63,
+            "reserved": 3,
+        }
+        for name, top in limits.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value <= top:
+                raise ConfigurationError(f"{name} must be an integer in 0..{top}, not {value!r}")
+        if self.hdr_ext_len is not None and not 0 <= self.hdr_ext_len <= 255:
+            raise ConfigurationError(f"hdr_ext_len must be in 0..255, not {self.hdr_ext_len!r}")
+        room = self.header_len - 16
+        if len(self.extension) > max(room, 0):
+            raise ConfigurationError(f"extension of {len(self.extension)} octets does not fit Hdr Ext Len {self._hdr_ext_len}")
+
+    @property
+    def vc(self) -> Optional[bytes]:
+        """The 8-octet VC, or None without V."""
+        return self.extension[:8] if self.virt else None
+
+    @property
+    def header_len(self) -> int:
+        return (self._hdr_ext_len + 1) * 8
+
+    @property
+    def _hdr_ext_len(self) -> int:
+        if self.hdr_ext_len is not None:
+            return self.hdr_ext_len
+        return 1 + (len(self.extension) + 7) // 8
+
+    @property
+    def key_phase(self) -> int:
+        """Which master key the SPI selects (its MSB)."""
+        return self.spi >> 31
+
+    @property
+    def version_name(self) -> str:
+        return VERSION_NAMES.get(self.version, f"reserved ({self.version})")
+
+    @property
+    def tunnel(self) -> bool:
+        """Tunnel mode iff Next Header is IPv4 (4) or IPv6 (41)."""
+        return self.next_header in (4, 41)
+
+    @classmethod
+    def _from_c(cls, h) -> "Header":
+        return cls(
+            next_header=h.next_header,
+            hdr_ext_len=h.hdr_ext_len,
+            reserved=h.reserved,
+            crypt_offset=h.crypt_offset,
+            sample=bool(h.sample),
+            drop=bool(h.drop),
+            version=h.version,
+            virt=bool(h.virt),
+            always_one=bool(h.always_one),
+            spi=h.spi,
+            iv=h.iv,
+            extension=bytes(ffi.buffer(h.ext, h.ext_len)) if h.ext_len else b"",
+        )
+
+    @classmethod
+    def parse(cls, data: bytes) -> "Header":
+        """Parse the header at the start of ``data`` (a UDP payload); raises on a malformed header."""
+        h = ffi.new("pe_psp_hdr *")
+        st = lib.pe_psp_hdr_parse(data, len(data), h)
+        if st != lib.PE_OK:
+            raise_psp(st)
+        return cls._from_c(h)
+
+    @classmethod
+    def parse_lenient(cls, data: bytes) -> "tuple[Optional[Header], str]":
+        """Parse as far as possible (for display): the fields read and the status name ("ok" when valid)."""
+        from pecore.errors import status_name
+
+        h = ffi.new("pe_psp_hdr *")
+        st = lib.pe_psp_hdr_parse(data, len(data), h)
+        if len(data) < 16:
+            return None, status_name(st)
+        return cls._from_c(h), status_name(st)
+
+    def build(self) -> bytes:
+        """The header's wire bytes (``header_len`` octets)."""
+        h = ffi.new("pe_psp_hdr *")
+        h.next_header = self.next_header
+        h.hdr_ext_len = self._hdr_ext_len
+        h.reserved = self.reserved
+        h.crypt_offset = self.crypt_offset
+        h.sample = self.sample
+        h.drop = self.drop
+        h.version = self.version
+        h.virt = self.virt
+        h.always_one = self.always_one
+        h.spi = self.spi
+        h.iv = self.iv
+        ext = ffi.from_buffer(self.extension)
+        h.ext = ext
+        h.ext_len = len(self.extension)
+        out = ffi.new("uint8_t[]", self.header_len)
+        st = lib.pe_psp_hdr_build(h, out, self.header_len)
+        if st != lib.PE_OK:
+            raise_psp(st)
+        return bytes(out)
