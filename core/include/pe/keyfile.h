@@ -77,7 +77,8 @@ typedef struct pe_psp_sa_entry {
 } pe_psp_sa_entry;
 
 typedef struct pe_keyfile {
-    char *text; /* parsed copy the generic lines point into */
+    char *text;      /* parsed copy the generic lines point into */
+    size_t text_len; /* octets in text, for wiping on free */
     size_t n_lines;
     pe_keyfile_line *lines;
     size_t n_psp_master; /* at most 1 */

@@ -1,0 +1,1053 @@
+/*
+ * Key files (docs/keys.md) and the google/psp reference configs (psp.md §10.2).
+ *
+ * The key-file parser works on a private NUL-terminated copy and cuts it in
+ * place, so that the generic line view can point into it without a second
+ * allocation per token.  That copy holds key hex, so it is wiped on free just
+ * like the decoded keys.
+ *
+ * Error messages name the line, the kind and the field, never a value: values
+ * are often keys, and messages end up in logs and bug reports.
+ */
+#include "pe/keyfile.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+/* Far above any real key file; stops a wrong path (a capture, /dev/zero) from eating memory. */
+#define KEYFILE_MAX_SIZE ((size_t)16 * 1024 * 1024)
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+#if defined(__GNUC__)
+#define PE_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define PE_PRINTF(a, b)
+#endif
+
+static pe_status fail(pe_keyfile_error *err, pe_status st, size_t line, const char *fmt, ...)
+    PE_PRINTF(4, 5);
+
+static pe_status fail(pe_keyfile_error *err, pe_status st, size_t line, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->line = line;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static void error_reset(pe_keyfile_error *err)
+{
+    if (err) {
+        err->line = 0;
+        err->message[0] = '\0';
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory that may hold secrets                                              */
+
+/*
+ * Make room for `need` elements, doubling.  The old block is wiped rather than
+ * handed to realloc, which could leave key bytes behind in freed memory.
+ * Returns the (possibly moved) array, or NULL with the old one untouched.
+ */
+static void *grow(void *arr, size_t *cap, size_t need, size_t elem)
+{
+    size_t ncap;
+    void *p;
+
+    if (need <= *cap)
+        return arr;
+    ncap = *cap ? *cap : 8;
+    while (ncap < need) {
+        if (ncap > ((size_t)-1) / 2)
+            return NULL;
+        ncap *= 2;
+    }
+    if (ncap > ((size_t)-1) / elem)
+        return NULL;
+    p = malloc(ncap * elem);
+    if (!p)
+        return NULL;
+    if (arr) {
+        memcpy(p, arr, *cap * elem);
+        OPENSSL_cleanse(arr, *cap * elem);
+        free(arr);
+    }
+    *cap = ncap;
+    return p;
+}
+
+static char *text_copy(const char *src, size_t len)
+{
+    if (len > ((size_t)-1) - 1)
+        return NULL;
+    char *t = malloc(len + 1);
+    if (!t)
+        return NULL;
+    if (len)
+        memcpy(t, src, len);
+    t[len] = '\0';
+    return t;
+}
+
+void pe_keyfile_free(pe_keyfile *kf)
+{
+    if (!kf)
+        return;
+    if (kf->text) {
+        /* The copy is cut up with NULs, so its length comes from text_len, not strlen. */
+        OPENSSL_cleanse(kf->text, kf->text_len + 1);
+        free(kf->text);
+    }
+    free(kf->lines);
+    if (kf->psp_keys) {
+        OPENSSL_cleanse(kf->psp_keys, kf->n_psp_keys * sizeof *kf->psp_keys);
+        free(kf->psp_keys);
+    }
+    free(kf->psp_sas);
+    OPENSSL_cleanse(kf, sizeof *kf);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Value syntax                                                              */
+
+static int hex_digit(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static const char *skip_0x(const char *v)
+{
+    return (v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) ? v + 2 : v;
+}
+
+enum { HEX_OK, HEX_BAD, HEX_ODD };
+
+/*
+ * Octet string: optional 0x, then an even, non-zero number of hex digits, no
+ * separators.  *nbytes is always set on HEX_OK; the bytes are written only
+ * when they fit, so callers can report a wrong length without overflowing.
+ */
+static int decode_hex(const char *v, uint8_t *out, size_t cap, size_t *nbytes)
+{
+    size_t n, i;
+
+    v = skip_0x(v);
+    n = strlen(v);
+    if (n == 0)
+        return HEX_BAD;
+    for (i = 0; i < n; i++)
+        if (hex_digit((unsigned char)v[i]) < 0)
+            return HEX_BAD;
+    if (n % 2)
+        return HEX_ODD;
+    *nbytes = n / 2;
+    if (*nbytes <= cap)
+        for (i = 0; i < *nbytes; i++)
+            out[i] = (uint8_t)(hex_digit((unsigned char)v[2 * i]) << 4 | hex_digit((unsigned char)v[2 * i + 1]));
+    return HEX_OK;
+}
+
+/* Digits in base 10 or 16 into a uint64_t, refusing overflow; 0 on success. */
+static int parse_u64(const char *v, unsigned base, uint64_t *out)
+{
+    uint64_t x = 0;
+
+    if (*v == '\0')
+        return -1;
+    for (; *v; v++) {
+        int d = (base == 16) ? hex_digit((unsigned char)*v) : (*v >= '0' && *v <= '9' ? *v - '0' : -1);
+        if (d < 0 || x > (UINT64_MAX - (uint64_t)d) / base)
+            return -1;
+        x = x * base + (uint64_t)d;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_dec(const char *v, uint64_t max, uint64_t *out)
+{
+    return parse_u64(v, 10, out) == 0 && *out <= max ? 0 : -1;
+}
+
+/* SPI: optional 0x, 1..8 hex digits. */
+static int parse_spi(const char *v, uint32_t *out)
+{
+    uint64_t x;
+
+    v = skip_0x(v);
+    if (strlen(v) > 8 || parse_u64(v, 16, &x) != 0)
+        return -1;
+    *out = (uint32_t)x;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Generic line syntax                                                       */
+
+static int is_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+}
+
+/* Kinds and field names: a lowercase letter, then lowercase letters, digits and '-'. */
+static int is_name(const char *s)
+{
+    if (!(*s >= 'a' && *s <= 'z'))
+        return 0;
+    for (s++; *s; s++)
+        if (!is_name_char(*s))
+            return 0;
+    return 1;
+}
+
+/*
+ * Names and kinds from the file appear in messages only when they cannot be
+ * key material: a word made of hex digits alone may be a key pasted in the
+ * wrong place.
+ */
+static int shows_safely(const char *name)
+{
+    const char *c;
+
+    if (strlen(name) > 40)
+        return 0;
+    for (c = name; *c; c++)
+        if (hex_digit((unsigned char)*c) < 0 && *c != '-')
+            return 1;
+    return 0;
+}
+
+static const char *field_label(char *buf, size_t size, const char *name, size_t index)
+{
+    if (shows_safely(name))
+        snprintf(buf, size, "'%s'", name);
+    else
+        snprintf(buf, size, "number %zu", index);
+    return buf;
+}
+
+static const char *kind_label(const char *kind)
+{
+    return shows_safely(kind) ? kind : "line of unnamed kind";
+}
+
+static const char *line_get(const pe_keyfile_line *l, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < l->n_pairs; i++)
+        if (strcmp(l->names[i], name) == 0)
+            return l->values[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Duplicate detection                                                       */
+
+/*
+ * SPI -> entries, chained through `next`.  A hash keeps duplicate checks
+ * linear for files with hundreds of thousands of SAs, and lets each duplicate
+ * be reported at its own line, in file order, like the other errors.
+ */
+typedef struct spi_index {
+    uint32_t *spi; /* per entry */
+    size_t *next;  /* per entry: previous entry in the same bucket, + 1 (0 ends) */
+    size_t *head;  /* per bucket: latest entry, + 1 (0 = empty) */
+    size_t n, cap_spi, cap_next, nbuckets;
+} spi_index;
+
+static size_t spi_bucket(uint32_t spi, size_t nbuckets)
+{
+    return (size_t)((spi * 2654435761u) ^ (spi >> 16)) & (nbuckets - 1);
+}
+
+static int spi_rehash(spi_index *ix, size_t nbuckets)
+{
+    size_t *head = calloc(nbuckets, sizeof *head);
+    size_t i;
+
+    if (!head)
+        return -1;
+    free(ix->head);
+    ix->head = head;
+    ix->nbuckets = nbuckets;
+    for (i = 0; i < ix->n; i++) {
+        size_t b = spi_bucket(ix->spi[i], nbuckets);
+        ix->next[i] = head[b];
+        head[b] = i + 1;
+    }
+    return 0;
+}
+
+static int spi_add(spi_index *ix, uint32_t spi)
+{
+    uint32_t *spis = grow(ix->spi, &ix->cap_spi, ix->n + 1, sizeof *spis);
+    size_t *next, b;
+
+    if (!spis)
+        return -1;
+    ix->spi = spis;
+    if (!(next = grow(ix->next, &ix->cap_next, ix->n + 1, sizeof *next)))
+        return -1;
+    ix->next = next;
+    if (ix->n + 1 > ix->nbuckets && spi_rehash(ix, ix->nbuckets ? ix->nbuckets * 2 : 64) != 0)
+        return -1;
+    b = spi_bucket(spi, ix->nbuckets);
+    ix->spi[ix->n] = spi;
+    ix->next[ix->n] = ix->head[b];
+    ix->head[b] = ix->n + 1;
+    ix->n++;
+    return 0;
+}
+
+/* Iterate entries with this SPI: start with it = 0, returns entry + 1 or 0 at the end. */
+static size_t spi_next(const spi_index *ix, uint32_t spi, size_t it)
+{
+    size_t j;
+
+    if (!ix->nbuckets)
+        return 0;
+    j = it ? ix->next[it - 1] : ix->head[spi_bucket(spi, ix->nbuckets)];
+    while (j && ix->spi[j - 1] != spi)
+        j = ix->next[j - 1];
+    return j;
+}
+
+static void spi_index_free(spi_index *ix)
+{
+    free(ix->spi);
+    free(ix->next);
+    free(ix->head);
+    memset(ix, 0, sizeof *ix);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parser state                                                              */
+
+typedef struct parser {
+    pe_keyfile *kf;
+    pe_keyfile_error *err;
+    size_t cap_lines, cap_keys, cap_sas;
+    spi_index key_ix, sa_ix;
+} parser;
+
+static pe_status nomem(parser *p, size_t line)
+{
+    return fail(p->err, PE_ERR_NOMEM, line, "out of memory");
+}
+
+/* Every field name of a known kind must be in its list (NULL-terminated). */
+static pe_status check_fields(parser *p, const pe_keyfile_line *l, const char *const *allowed)
+{
+    size_t i, k;
+    char buf[64];
+
+    for (i = 0; i < l->n_pairs; i++) {
+        for (k = 0; allowed[k]; k++)
+            if (strcmp(l->names[i], allowed[k]) == 0)
+                break;
+        if (!allowed[k])
+            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: unknown field %s", l->kind,
+                        field_label(buf, sizeof buf, l->names[i], i + 1));
+    }
+    return PE_OK;
+}
+
+static pe_status need(parser *p, const pe_keyfile_line *l, const char *name, const char **v)
+{
+    *v = line_get(l, name);
+    if (!*v)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: missing field '%s'", l->kind, name);
+    return PE_OK;
+}
+
+static pe_status bad_value(parser *p, const pe_keyfile_line *l, const char *name, const char *what)
+{
+    return fail(p->err, PE_ERR_KEYFILE_VALUE, l->line, "%s: field '%s' %s", l->kind, name, what);
+}
+
+static pe_status hex_value_error(parser *p, const pe_keyfile_line *l, const char *name, int rc)
+{
+    return bad_value(p, l, name,
+                     rc == HEX_ODD ? "has an odd number of hex digits" : "is not a hex string (optional 0x, then hex digits)");
+}
+
+/* A fixed-length octet string, decoded straight into its destination. */
+static pe_status hex_field(parser *p, const pe_keyfile_line *l, const char *name, const char *v, uint8_t *out,
+                           size_t want)
+{
+    size_t n = 0;
+    int rc = decode_hex(v, out, want, &n);
+    char what[64];
+
+    if (rc != HEX_OK)
+        return hex_value_error(p, l, name, rc);
+    if (n != want) {
+        snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits)", want, 2 * want);
+        return bad_value(p, l, name, what);
+    }
+    return PE_OK;
+}
+
+/* An optional small decimal; *out keeps its default when the field is absent. */
+static pe_status dec_field(parser *p, const pe_keyfile_line *l, const char *name, uint64_t max, int *out)
+{
+    const char *v = line_get(l, name);
+    uint64_t x;
+    char what[64];
+
+    if (!v)
+        return PE_OK;
+    if (parse_dec(v, max, &x) != 0) {
+        snprintf(what, sizeof what, "must be a decimal number 0..%llu", (unsigned long long)max);
+        return bad_value(p, l, name, what);
+    }
+    *out = (int)x;
+    return PE_OK;
+}
+
+static pe_status spi_field(parser *p, const pe_keyfile_line *l, uint32_t *spi)
+{
+    const char *v;
+    pe_status st = need(p, l, "spi", &v);
+
+    if (st != PE_OK)
+        return st;
+    if (parse_spi(v, spi) != 0)
+        return bad_value(p, l, "spi", "must be 1 to 8 hex digits, optionally prefixed by 0x");
+    return PE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* psp-master                                                                */
+
+static pe_status parse_psp_master(parser *p, const pe_keyfile_line *l)
+{
+    static const char *const allowed[] = {"key0", "key1", NULL};
+    pe_psp_master_entry *m = &p->kf->psp_master;
+    const char *k0, *k1;
+    pe_status st;
+
+    if ((st = check_fields(p, l, allowed)) != PE_OK)
+        return st;
+    if (p->kf->n_psp_master)
+        return fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line, "psp-master: a second master key pair (first on line %zu)",
+                    m->line);
+    k0 = line_get(l, "key0");
+    k1 = line_get(l, "key1");
+    if (!k0 && !k1)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "psp-master: needs field 'key0', 'key1' or both");
+    /* Decode into place: the struct is wiped on any error, so no key lingers on the stack. */
+    if (k0 && (st = hex_field(p, l, "key0", k0, m->key0, sizeof m->key0)) != PE_OK)
+        return st;
+    if (k1 && (st = hex_field(p, l, "key1", k1, m->key1, sizeof m->key1)) != PE_OK)
+        return st;
+    m->line = l->line;
+    m->has_key0 = k0 != NULL;
+    m->has_key1 = k1 != NULL;
+    p->kf->n_psp_master = 1;
+    return PE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* psp-key                                                                   */
+
+/* Versions 0 and 2 use 128-bit keys, 1 and 3 use 256-bit keys. */
+static size_t psp_key_len(int version)
+{
+    return (version & 1) ? 32 : 16;
+}
+
+static int psp_key_serves(const pe_psp_key_entry *e, int version)
+{
+    return e->version == version || (e->version < 0 && e->key_len == psp_key_len(version));
+}
+
+/* Two keys clash when some version would find both for the same SPI. */
+static int psp_keys_clash(const pe_psp_key_entry *a, const pe_psp_key_entry *b)
+{
+    int v;
+
+    for (v = 0; v <= 3; v++)
+        if (psp_key_serves(a, v) && psp_key_serves(b, v))
+            return 1;
+    return 0;
+}
+
+static pe_status psp_key_check_dup(parser *p, const pe_psp_key_entry *e)
+{
+    size_t it = 0;
+
+    while ((it = spi_next(&p->key_ix, e->spi, it)) != 0) {
+        const pe_psp_key_entry *o = &p->kf->psp_keys[it - 1];
+        if (psp_keys_clash(o, e))
+            return fail(p->err, PE_ERR_KEYFILE_DUPLICATE, e->line,
+                        "psp-key: SPI %08x already has a key for the same version (line %zu)", (unsigned)e->spi,
+                        o->line);
+    }
+    return PE_OK;
+}
+
+static pe_status parse_psp_key(parser *p, const pe_keyfile_line *l)
+{
+    static const char *const allowed[] = {"spi", "key", "version", NULL};
+    pe_psp_key_entry *keys, *e;
+    const char *kv;
+    size_t n = 0;
+    int rc;
+    pe_status st;
+
+    if ((st = check_fields(p, l, allowed)) != PE_OK)
+        return st;
+    if (!(keys = grow(p->kf->psp_keys, &p->cap_keys, p->kf->n_psp_keys + 1, sizeof *keys)))
+        return nomem(p, l->line);
+    p->kf->psp_keys = keys;
+    /* Build in the array's free slot so the key never sits in a stack copy; it counts once accepted. */
+    e = &p->kf->psp_keys[p->kf->n_psp_keys];
+    memset(e, 0, sizeof *e);
+    e->line = l->line;
+    e->version = -1;
+    if ((st = spi_field(p, l, &e->spi)) != PE_OK || (st = need(p, l, "key", &kv)) != PE_OK ||
+        (st = dec_field(p, l, "version", 3, &e->version)) != PE_OK)
+        goto out;
+    rc = decode_hex(kv, e->key, sizeof e->key, &n);
+    if (rc != HEX_OK) {
+        st = hex_value_error(p, l, "key", rc);
+        goto out;
+    }
+    if (n != 16 && n != 32) {
+        st = bad_value(p, l, "key", "must be 16 or 32 bytes (32 or 64 hex digits)");
+        goto out;
+    }
+    e->key_len = n;
+    if (e->version >= 0 && n != psp_key_len(e->version)) {
+        st = fail(p->err, PE_ERR_KEYFILE_VALUE, l->line, "psp-key: field 'key' is %zu bytes but version %d needs %zu",
+                  n, e->version, psp_key_len(e->version));
+        goto out;
+    }
+    if ((st = psp_key_check_dup(p, e)) != PE_OK)
+        goto out;
+    if (spi_add(&p->key_ix, e->spi) != 0) {
+        st = nomem(p, l->line);
+        goto out;
+    }
+    p->kf->n_psp_keys++;
+    return PE_OK;
+out:
+    OPENSSL_cleanse(e, sizeof *e);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* psp-sa                                                                    */
+
+static pe_status parse_first_iv(parser *p, const pe_keyfile_line *l, pe_psp_sa_entry *e)
+{
+    const char *v = line_get(l, "first-iv");
+    const char *digits;
+    int ok;
+
+    if (!v)
+        return PE_OK;
+    digits = skip_0x(v);
+    ok = parse_u64(digits, digits != v ? 16 : 10, &e->first_iv) == 0 && e->first_iv != 0;
+    if (!ok)
+        return bad_value(p, l, "first-iv", "must be 1..2^64-1, in decimal or 0x-prefixed hex");
+    e->has_first_iv = 1;
+    return PE_OK;
+}
+
+static pe_status parse_sa_fields(parser *p, const pe_keyfile_line *l, pe_psp_sa_entry *e)
+{
+    const char *mode, *vc;
+    int version = 0;
+    pe_status st;
+
+    if ((st = spi_field(p, l, &e->spi)) != PE_OK)
+        return st;
+    /* dec_field treats its field as optional; version is not. */
+    if ((st = need(p, l, "version", &mode)) != PE_OK || (st = dec_field(p, l, "version", 3, &version)) != PE_OK ||
+        (st = need(p, l, "mode", &mode)) != PE_OK)
+        return st;
+    e->version = (unsigned)version;
+    if (strcmp(mode, "transport") == 0)
+        e->tunnel = 0;
+    else if (strcmp(mode, "tunnel") == 0)
+        e->tunnel = 1;
+    else
+        return bad_value(p, l, "mode", "must be 'transport' or 'tunnel'");
+    /* Offsets are not checked against the version: encoders that test receivers need odd combinations. */
+    if ((st = dec_field(p, l, "crypt-offset", 63, &e->crypt_offset)) != PE_OK ||
+        (st = dec_field(p, l, "crypt-offset-ipv4", 63, &e->crypt_offset_ipv4)) != PE_OK ||
+        (st = dec_field(p, l, "crypt-offset-ipv6", 63, &e->crypt_offset_ipv6)) != PE_OK ||
+        (st = dec_field(p, l, "sample", 1, &e->sample)) != PE_OK ||
+        (st = dec_field(p, l, "drop", 1, &e->drop)) != PE_OK)
+        return st;
+    if ((vc = line_get(l, "vc")) != NULL) {
+        if ((st = hex_field(p, l, "vc", vc, e->vc, sizeof e->vc)) != PE_OK)
+            return st;
+        e->has_vc = 1;
+    }
+    return parse_first_iv(p, l, e);
+}
+
+static pe_status parse_psp_sa(parser *p, const pe_keyfile_line *l)
+{
+    static const char *const allowed[] = {"spi",    "version", "mode",     "crypt-offset", "crypt-offset-ipv4",
+                                          "crypt-offset-ipv6", "vc", "sample", "drop", "first-iv", NULL};
+    pe_psp_sa_entry e, *sas;
+    size_t it;
+    pe_status st;
+
+    if ((st = check_fields(p, l, allowed)) != PE_OK)
+        return st;
+    memset(&e, 0, sizeof e);
+    e.line = l->line;
+    e.crypt_offset = e.crypt_offset_ipv4 = e.crypt_offset_ipv6 = PE_PSP_CRYPT_OFFSET_UNSET;
+    if ((st = parse_sa_fields(p, l, &e)) != PE_OK)
+        return st;
+    if ((it = spi_next(&p->sa_ix, e.spi, 0)) != 0)
+        return fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line, "psp-sa: SPI %08x already defined on line %zu",
+                    (unsigned)e.spi, p->kf->psp_sas[it - 1].line);
+    if (!(sas = grow(p->kf->psp_sas, &p->cap_sas, p->kf->n_psp_sas + 1, sizeof *sas)))
+        return nomem(p, l->line);
+    p->kf->psp_sas = sas;
+    if (spi_add(&p->sa_ix, e.spi) != 0)
+        return nomem(p, l->line);
+    p->kf->psp_sas[p->kf->n_psp_sas++] = e;
+    return PE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lines                                                                     */
+
+typedef pe_status (*kind_parser)(parser *p, const pe_keyfile_line *l);
+
+static const struct {
+    const char *kind;
+    kind_parser parse;
+} known_kinds[] = {
+    {"psp-master", parse_psp_master},
+    {"psp-key", parse_psp_key},
+    {"psp-sa", parse_psp_sa},
+};
+
+/* Split on spaces and tabs, cutting the string in place. */
+static pe_status split_tokens(parser *p, char *s, size_t line, char **tok, size_t *ntok)
+{
+    size_t n = 0;
+
+    for (;;) {
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (*s == '\0')
+            break;
+        if (n == 1 + PE_KEYFILE_MAX_PAIRS)
+            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, line, "more than %d name=value pairs on one line",
+                        PE_KEYFILE_MAX_PAIRS);
+        tok[n++] = s;
+        while (*s != '\0' && *s != ' ' && *s != '\t')
+            s++;
+        if (*s != '\0')
+            *s++ = '\0';
+    }
+    *ntok = n;
+    return PE_OK;
+}
+
+static pe_status split_pair(parser *p, pe_keyfile_line *l, char *tok, size_t index)
+{
+    char *eq = strchr(tok, '=');
+    char buf[64];
+    size_t i;
+
+    if (!eq)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: token number %zu is not name=value",
+                    kind_label(l->kind), index);
+    *eq = '\0';
+    if (!is_name(tok))
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                    "%s: field name number %zu must be a lowercase letter followed by lowercase letters, digits or '-'",
+                    kind_label(l->kind), index);
+    if (eq[1] == '\0')
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: field %s has an empty value", kind_label(l->kind),
+                    field_label(buf, sizeof buf, tok, index));
+    for (i = 0; i < l->n_pairs; i++)
+        if (strcmp(l->names[i], tok) == 0)
+            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: field %s given twice", kind_label(l->kind),
+                        field_label(buf, sizeof buf, tok, index));
+    l->names[l->n_pairs] = tok;
+    l->values[l->n_pairs] = eq + 1;
+    l->n_pairs++;
+    return PE_OK;
+}
+
+/* Cut the comment, check the characters, split into the generic view. */
+static pe_status parse_generic(parser *p, char *s, pe_keyfile_line *l, int *empty)
+{
+    char *tok[1 + PE_KEYFILE_MAX_PAIRS];
+    char *hash = strchr(s, '#');
+    const unsigned char *c;
+    size_t ntok = 0, i;
+    pe_status st;
+
+    if (hash)
+        *hash = '\0';
+    for (c = (const unsigned char *)s; *c; c++)
+        if (*c != ' ' && *c != '\t' && (*c < 0x21 || *c > 0x7e))
+            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                        "control character or non-ASCII byte outside a comment (byte 0x%02x)", *c);
+    if ((st = split_tokens(p, s, l->line, tok, &ntok)) != PE_OK)
+        return st;
+    *empty = ntok == 0;
+    if (ntok == 0)
+        return PE_OK;
+    if (!is_name(tok[0]))
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                    "the kind must be a lowercase letter followed by lowercase letters, digits or '-'");
+    l->kind = tok[0];
+    /* Also catches a key pasted alone on a line, which would otherwise pass as an unknown kind. */
+    if (ntok == 1)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: a line needs at least one name=value field",
+                    kind_label(l->kind));
+    for (i = 1; i < ntok; i++)
+        if ((st = split_pair(p, l, tok[i], i)) != PE_OK)
+            return st;
+    return PE_OK;
+}
+
+static pe_status parse_line(parser *p, char *s, size_t lineno)
+{
+    pe_keyfile_line l, *lines;
+    pe_keyfile *kf = p->kf;
+    int empty = 0;
+    size_t k;
+    pe_status st;
+
+    memset(&l, 0, sizeof l);
+    l.line = lineno;
+    if ((st = parse_generic(p, s, &l, &empty)) != PE_OK || empty)
+        return st;
+    if (!(lines = grow(kf->lines, &p->cap_lines, kf->n_lines + 1, sizeof *lines)))
+        return nomem(p, lineno);
+    kf->lines = lines;
+    kf->lines[kf->n_lines++] = l;
+    /* Unknown kinds stay in the generic view only: another consumer may know them. */
+    for (k = 0; k < sizeof known_kinds / sizeof known_kinds[0]; k++)
+        if (strcmp(l.kind, known_kinds[k].kind) == 0)
+            return known_kinds[k].parse(p, &l);
+    return PE_OK;
+}
+
+static size_t line_of(const char *text, const char *at)
+{
+    size_t line = 1;
+
+    for (; text < at; text++)
+        if (*text == '\n')
+            line++;
+    return line;
+}
+
+static pe_status parse_text(parser *p, size_t len)
+{
+    char *text = p->kf->text;
+    char *s = text, *end = text + len;
+    const char *nul = memchr(text, '\0', len);
+    size_t lineno = 0;
+    pe_status st;
+
+    if (nul)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, line_of(text, nul), "NUL byte: not a text file");
+    /* Editors on some systems start UTF-8 files with a byte-order mark. */
+    if (len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
+        s += 3;
+    while (s < end) {
+        char *nl = memchr(s, '\n', (size_t)(end - s));
+        char *eol = nl ? nl : end;
+        *eol = '\0';
+        if (eol > s && eol[-1] == '\r')
+            eol[-1] = '\0';
+        if ((st = parse_line(p, s, ++lineno)) != PE_OK)
+            return st;
+        s = eol + 1;
+    }
+    return PE_OK;
+}
+
+pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyfile_error *err)
+{
+    parser p;
+    pe_status st;
+
+    error_reset(err);
+    if (!kf)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file structure given");
+    memset(kf, 0, sizeof *kf);
+    if (!text && len)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no text given");
+    kf->text = text_copy(text ? text : "", len);
+    kf->text_len = len;
+    if (!kf->text)
+        return fail(err, PE_ERR_NOMEM, 0, "out of memory");
+    memset(&p, 0, sizeof p);
+    p.kf = kf;
+    p.err = err;
+    st = parse_text(&p, len);
+    spi_index_free(&p.key_ix);
+    spi_index_free(&p.sa_ix);
+    if (st != PE_OK)
+        pe_keyfile_free(kf);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading                                                                   */
+
+static void buf_free(char *buf, size_t cap)
+{
+    if (buf) {
+        OPENSSL_cleanse(buf, cap);
+        free(buf);
+    }
+}
+
+/* Whole file into a buffer that is wiped when it grows, at most KEYFILE_MAX_SIZE bytes. */
+static pe_status read_all(FILE *f, char **out, size_t *out_len, pe_keyfile_error *err)
+{
+    char *buf = NULL;
+    size_t cap = 0, len = 0, got;
+    pe_status st = PE_OK;
+
+    do {
+        char *bigger = grow(buf, &cap, len + 65536, 1);
+        if (!bigger) {
+            st = fail(err, PE_ERR_NOMEM, 0, "out of memory");
+            break;
+        }
+        buf = bigger;
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (len > KEYFILE_MAX_SIZE)
+            st = fail(err, PE_ERR_INVALID_ARGUMENT, 0, "key file is larger than %zu MiB", KEYFILE_MAX_SIZE >> 20);
+        else if (got == 0 && ferror(f))
+            st = fail(err, PE_ERR_CAP_IO, 0, "cannot read key file: %s", strerror(errno));
+    } while (st == PE_OK && got != 0);
+    if (st != PE_OK) {
+        buf_free(buf, cap);
+        return st;
+    }
+    *out = buf;
+    *out_len = len;
+    return PE_OK;
+}
+
+pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *err)
+{
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0;
+    pe_status st;
+
+    error_reset(err);
+    if (!kf)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file structure given");
+    memset(kf, 0, sizeof *kf);
+    if (!path)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file path given");
+    f = fopen(path, "rb");
+    if (!f)
+        return fail(err, PE_ERR_CAP_IO, 0, "cannot open key file: %s", strerror(errno));
+    st = read_all(f, &buf, &len, err);
+    fclose(f);
+    if (st != PE_OK)
+        return st;
+    st = pe_keyfile_parse(buf, len, kf, err);
+    buf_free(buf, len);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* google/psp reference configs                                              */
+
+typedef struct cfg_lexer {
+    const char *p, *end;
+    size_t line;     /* line of the read position */
+    size_t tok_line; /* line of the last token, 0 before the first */
+    const char *tok;
+    size_t tok_len;
+} cfg_lexer;
+
+/* fscanf's whitespace in the C locale. */
+static int cfg_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+static int cfg_next(cfg_lexer *lx)
+{
+    while (lx->p < lx->end && cfg_space(*lx->p)) {
+        if (*lx->p == '\n')
+            lx->line++;
+        lx->p++;
+    }
+    if (lx->p == lx->end)
+        return 0;
+    lx->tok = lx->p;
+    lx->tok_line = lx->line;
+    while (lx->p < lx->end && !cfg_space(*lx->p))
+        lx->p++;
+    lx->tok_len = (size_t)(lx->p - lx->tok);
+    return 1;
+}
+
+static int cfg_is(const cfg_lexer *lx, const char *word)
+{
+    return lx->tok_len == strlen(word) && memcmp(lx->tok, word, lx->tok_len) == 0;
+}
+
+/* Hex digits only, between 1 and max of them; 0 on success. */
+static int cfg_hex(const cfg_lexer *lx, size_t max, uint32_t *out)
+{
+    uint32_t x = 0;
+    size_t i;
+
+    if (lx->tok_len == 0 || lx->tok_len > max)
+        return -1;
+    for (i = 0; i < lx->tok_len; i++) {
+        int d = hex_digit((unsigned char)lx->tok[i]);
+        if (d < 0)
+            return -1;
+        x = x << 4 | (uint32_t)d;
+    }
+    *out = x;
+    return 0;
+}
+
+static pe_status cfg_key(cfg_lexer *lx, int which, uint8_t *key, pe_keyfile_error *err)
+{
+    int i;
+
+    for (i = 0; i < 32; i++) {
+        uint32_t octet;
+        if (!cfg_next(lx))
+            return fail(err, PE_ERR_KEYFILE_SYNTAX, lx->tok_line,
+                        "master key %d: expected 32 hex octets, the file ends after %d", which, i);
+        if (cfg_hex(lx, 2, &octet) != 0)
+            return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line,
+                        "master key %d, octet %d: expected 1 or 2 hex digits", which, i + 1);
+        key[i] = (uint8_t)octet;
+    }
+    return PE_OK;
+}
+
+static pe_status cfg_expect(cfg_lexer *lx, const char *what, pe_keyfile_error *err)
+{
+    if (!cfg_next(lx))
+        return fail(err, PE_ERR_KEYFILE_SYNTAX, lx->tok_line, "%s: missing, the file ends early", what);
+    return PE_OK;
+}
+
+static pe_status cfg_offset(cfg_lexer *lx, const char *what, unsigned *out, pe_keyfile_error *err)
+{
+    unsigned x = 0;
+    size_t i;
+    pe_status st = cfg_expect(lx, what, err);
+
+    if (st != PE_OK)
+        return st;
+    for (i = 0; i < lx->tok_len; i++) {
+        char c = lx->tok[i];
+        if (c < '0' || c > '9')
+            return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: not a decimal number", what);
+        x = x * 10 + (unsigned)(c - '0');
+        if (x > 63)
+            return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: must be 0..63 words", what);
+    }
+    *out = x;
+    return PE_OK;
+}
+
+/* Keyword pair: sets *out to 0 for `a`, 1 for `b`. */
+static pe_status cfg_choice(cfg_lexer *lx, const char *what, const char *a, const char *b, int *out,
+                            pe_keyfile_error *err)
+{
+    pe_status st = cfg_expect(lx, what, err);
+
+    if (st != PE_OK)
+        return st;
+    if (cfg_is(lx, a))
+        *out = 0;
+    else if (cfg_is(lx, b))
+        *out = 1;
+    else
+        return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: must be '%s' or '%s'", what, a, b);
+    return PE_OK;
+}
+
+/* Everything after the keys: present only in encrypt configs. */
+static pe_status cfg_sa(cfg_lexer *lx, pe_psp_refcfg *cfg, pe_keyfile_error *err)
+{
+    uint32_t spi;
+    int alg;
+    pe_status st;
+
+    if (cfg_hex(lx, 8, &spi) != 0)
+        return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "SPI: expected 1 to 8 hex digits without 0x");
+    cfg->spi = spi;
+    if ((st = cfg_choice(lx, "mode", "transport", "tunnel", &cfg->tunnel, err)) != PE_OK ||
+        (st = cfg_choice(lx, "algorithm", "aes-gcm-128", "aes-gcm-256", &alg, err)) != PE_OK ||
+        (st = cfg_offset(lx, "transport crypt offset", &cfg->crypt_offset, err)) != PE_OK ||
+        (st = cfg_offset(lx, "IPv4 tunnel crypt offset", &cfg->crypt_offset_ipv4, err)) != PE_OK ||
+        (st = cfg_offset(lx, "IPv6 tunnel crypt offset", &cfg->crypt_offset_ipv6, err)) != PE_OK ||
+        (st = cfg_choice(lx, "VC", "no-vc", "vc", &cfg->vc, err)) != PE_OK)
+        return st;
+    cfg->version = (unsigned)alg;
+    cfg->has_sa = 1;
+    return PE_OK;
+}
+
+pe_status pe_psp_refcfg_parse(const char *text, size_t len, pe_psp_refcfg *cfg, pe_keyfile_error *err)
+{
+    cfg_lexer lx;
+    pe_status st;
+
+    error_reset(err);
+    if (!cfg)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no config structure given");
+    memset(cfg, 0, sizeof *cfg);
+    if (!text && len)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no text given");
+    memset(&lx, 0, sizeof lx);
+    lx.p = text;
+    lx.end = text ? text + len : text;
+    lx.line = 1;
+    st = cfg_key(&lx, 0, cfg->key0, err);
+    if (st == PE_OK)
+        st = cfg_key(&lx, 1, cfg->key1, err);
+    /* A decrypt config stops here; an encrypt config's tail after the VC keyword is never read by the tools. */
+    if (st == PE_OK && cfg_next(&lx))
+        st = cfg_sa(&lx, cfg, err);
+    if (st != PE_OK)
+        OPENSSL_cleanse(cfg, sizeof *cfg);
+    return st;
+}
