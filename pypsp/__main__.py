@@ -1,0 +1,5 @@
+import sys
+
+from pypsp.cli import main
+
+sys.exit(main())

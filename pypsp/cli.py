@@ -1,0 +1,370 @@
+"""The ``pypsp`` command line: derive-key, encrypt, decrypt, show.
+
+Exit status: 0 on success, 1 when some packets failed (encrypt/decrypt) or a
+packet is malformed (show with keys), 2 for usage, key-file, config or file
+errors.  Keys come from the project's key file (docs/keys.md) or, unchanged,
+from the google/psp reference tools' config files (--ref-config).
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from pecore._native import ffi, lib
+from pecore.capture import ProgressBar, read_capture
+from pecore.errors import status_name
+from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
+from pypsp.capture import decrypt_capture, encrypt_capture
+from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
+from pypsp.errors import ConfigurationError, PspError
+from pypsp.header import Header
+
+
+class UsageError(Exception):
+    """A problem with the command line itself."""
+
+
+def _int(text: str) -> int:
+    """Decimal, or hex with 0x."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _spi(text: str) -> int:
+    """SPIs are hex, with or without 0x (as in the reference configs)."""
+    try:
+        value = int(text.lower().removeprefix("0x"), 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a hex SPI: {text!r}") from None
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"SPI out of range: {text!r}")
+    return value
+
+
+# ----------------------------------------------------------------- key sources
+
+
+class Keys:
+    """Master keys, derived keys and sending SAs gathered from the key options."""
+
+    def __init__(self) -> None:
+        self.master: Tuple[Optional[bytes], Optional[bytes]] = (None, None)
+        self.derived: Dict[Tuple[int, Optional[int]], bytes] = {}
+        self.sas: list = []
+        self.ref = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Keys":
+        keys = cls()
+        if getattr(args, "key_file", None):
+            kf: KeyFile = load_key_file(args.key_file)
+            keys.master = kf.psp_master_keys
+            keys.derived = dict(kf.psp_keys)
+            keys.sas = list(kf.psp_sas)
+        if getattr(args, "ref_config", None):
+            keys.ref = load_psp_ref_config(args.ref_config)
+            keys.master = keys.ref.master_keys
+        mk0 = getattr(args, "master_key0", None)
+        mk1 = getattr(args, "master_key1", None)
+        if mk0 or mk1:
+            keys.master = (
+                _key_bytes(mk0, "master key 0") if mk0 else keys.master[0],
+                _key_bytes(mk1, "master key 1") if mk1 else keys.master[1],
+            )
+        for spec in getattr(args, "key", None) or []:
+            spi_text, _, hex_key = spec.partition(":")
+            if not hex_key:
+                raise UsageError(f"--key takes SPI:HEXKEY, not {spec!r}")
+            keys.derived[(_spi(spi_text), None)] = _key_bytes(hex_key)
+        return keys
+
+    def has_master(self) -> bool:
+        return any(k is not None for k in self.master)
+
+    def decryptor(self, args: argparse.Namespace) -> Decryptor:
+        if not self.has_master() and not self.derived:
+            raise UsageError("no keys: give --key-file, --ref-config, --master-key0/1 or --key")
+        return Decryptor(
+            master_keys=self.master if self.has_master() else None,
+            keys=self.derived or None,
+            udp_dport=args.port,
+            check_udp_checksum=getattr(args, "check_udp_checksum", False),
+        )
+
+    def derived_for(self, spi: int, version: int) -> Optional[bytes]:
+        key = self.derived.get((spi, version))
+        if key is None:
+            key = self.derived.get((spi, None))
+            if key is not None and len(key) != (16 if version in (0, 2) else 32):
+                key = None
+        return key
+
+
+def _add_key_options(p: argparse.ArgumentParser, derived: bool = True) -> None:
+    g = p.add_argument_group("keys")
+    g.add_argument("-k", "--key-file", help="key file (docs/keys.md)")
+    g.add_argument("--ref-config", help="a google/psp reference-tool config file, read unchanged")
+    g.add_argument("--master-key0", metavar="HEX", help="master key 0 (SPIs with MSB 0)")
+    g.add_argument("--master-key1", metavar="HEX", help="master key 1 (SPIs with MSB 1)")
+    if derived:
+        g.add_argument("--key", action="append", metavar="SPI:HEX", help="a derived key for one SPI (repeatable)")
+
+
+# -------------------------------------------------------------------- commands
+
+
+def cmd_derive_key(args: argparse.Namespace) -> int:
+    keys = Keys.from_args(args)
+    if args.master_key:
+        mk = _key_bytes(args.master_key, "master key")
+    else:
+        mk = keys.master[args.spi >> 31]
+        if mk is None:
+            raise UsageError(f"no master key {args.spi >> 31} (selected by the SPI's MSB); give --master-key or a key file")
+    print(derive_key(mk, args.spi, args.version, label=args.label).hex())
+    return 0
+
+
+def _sa_settings(args: argparse.Namespace, keys: Keys) -> dict:
+    """Sending-SA parameters: the key file's psp-sa line or the reference config, then command-line overrides."""
+    s: dict = {}
+    if keys.ref is not None and keys.ref.spi is not None:
+        r = keys.ref
+        s = dict(spi=r.spi, version=r.version, mode=r.mode, crypt_offset=r.crypt_offset,
+                 crypt_offset_ipv4=r.crypt_offset_ipv4, crypt_offset_ipv6=r.crypt_offset_ipv6,
+                 vc=bytes(8) if r.vc else None)
+    elif keys.sas:
+        chosen = [sa for sa in keys.sas if args.spi is None or sa.spi == args.spi]
+        if len(chosen) != 1:
+            raise UsageError("the key file has several psp-sa lines: pick one with --spi" if chosen
+                             else f"no psp-sa line for SPI {args.spi:#010x} in the key file")
+        sa = chosen[0]
+        s = dict(spi=sa.spi, version=sa.version, mode=sa.mode, crypt_offset=sa.crypt_offset,
+                 crypt_offset_ipv4=sa.crypt_offset_ipv4, crypt_offset_ipv6=sa.crypt_offset_ipv6,
+                 vc=sa.vc, sample=sa.sample, drop=sa.drop)
+        if sa.first_iv is not None:
+            s["first_iv"] = sa.first_iv
+    for name in ("spi", "version", "mode", "crypt_offset", "crypt_offset_ipv4", "crypt_offset_ipv6", "first_iv"):
+        value = getattr(args, name)
+        if value is not None:
+            s[name] = value
+    if args.vc is not None:
+        s["vc"] = _key_bytes(args.vc, "vc")
+    if args.sample:
+        s["sample"] = True
+    if args.drop:
+        s["drop"] = True
+    if "spi" not in s:
+        raise UsageError("no sending SA: give --spi (and --version/--mode), a psp-sa line, or an encrypt --ref-config")
+    s.setdefault("version", 0)
+    s.setdefault("mode", "transport")
+    if args.udp_sport is not None:
+        s["udp_sport"] = "xor" if args.udp_sport == "xor" else _int(args.udp_sport)
+    return s
+
+
+def _report(summary, verb: str, quiet: bool) -> int:
+    if not quiet:
+        print(summary.format(verb))
+    return 1 if summary.failed else 0
+
+
+def cmd_encrypt(args: argparse.Namespace) -> int:
+    keys = Keys.from_args(args)
+    s = _sa_settings(args, keys)
+    key = keys.derived_for(s["spi"], s["version"])
+    if key is not None:
+        enc = Encryptor(key=key, **s)
+    elif keys.has_master():
+        enc = Encryptor(master_keys=keys.master, **s)
+    else:
+        raise UsageError(f"no key for SPI {s['spi']:#010x}: give a master key or a derived key")
+    bar = ProgressBar(label="encrypt ")
+    try:
+        summary = encrypt_capture(enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar)
+    finally:
+        bar.close()
+    return _report(summary, "encrypted", args.quiet)
+
+
+def cmd_decrypt(args: argparse.Namespace) -> int:
+    dec = Keys.from_args(args).decryptor(args)
+    bar = ProgressBar(label="decrypt ")
+    try:
+        summary = decrypt_capture(dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar)
+    finally:
+        bar.close()
+    return _report(summary, "decrypted", args.quiet)
+
+
+def _addresses(ip: bytes) -> Tuple[str, str]:
+    if ip[0] >> 4 == 4:
+        return str(ipaddress.IPv4Address(ip[12:16])), str(ipaddress.IPv4Address(ip[16:20]))
+    return str(ipaddress.IPv6Address(ip[8:24])), str(ipaddress.IPv6Address(ip[24:40]))
+
+
+def _describe_inner(hdr: Header, inner: bytes) -> dict:
+    """What the decrypted packet carries, for display."""
+    out: dict = {"inner_len": len(inner)}
+    if hdr.tunnel:
+        out["inner_src"], out["inner_dst"] = _addresses(inner)
+    return out
+
+
+def _packet_info(index: int, rec, port: int, dec: Optional[Decryptor]) -> Optional[dict]:
+    ip = rec.ip_packet()
+    if ip is None:
+        return None
+    udp = ffi.new("pe_udp_view *")
+    st = lib.pe_ip_udp(ip, len(ip), udp)
+    if st != lib.PE_OK or udp.dport != port:
+        return None
+    src, dst = _addresses(ip)
+    psp = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
+    hdr, status = Header.parse_lenient(psp)
+    info: dict = {"frame": index, "time": f"{rec.ts_sec}.{rec.ts_nsec:09d}", "src": src, "dst": dst,
+                  "udp_sport": udp.sport, "psp_len": len(psp), "status": status}
+    if hdr is not None:
+        info.update(
+            spi=f"{hdr.spi:#010x}", key_phase=hdr.key_phase, version=hdr.version, cipher=hdr.version_name,
+            next_header=hdr.next_header, mode="tunnel" if hdr.tunnel else "transport", hdr_ext_len=hdr.hdr_ext_len,
+            crypt_offset=hdr.crypt_offset, reserved=hdr.reserved, sample=int(hdr.sample), drop=int(hdr.drop),
+            virt=int(hdr.virt), always_one=int(hdr.always_one), iv=f"{hdr.iv:#018x}",
+            vc=hdr.vc.hex() if hdr.vc is not None else None,
+            icv=psp[-16:].hex() if len(psp) >= 32 else None,
+        )
+    if dec is not None and status == "ok":
+        try:
+            result = dec.decrypt(ip)
+            info["decrypt"] = "ok"
+            info.update(_describe_inner(result.header, result.packet))
+        except PspError as e:
+            info["decrypt"] = e.code
+    return info
+
+
+def _format_info(info: dict) -> str:
+    head = f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}"
+    if "spi" not in info:
+        return f"{head} PSP {info['status']} ({info['psp_len']} octets)"
+    text = (f"{head} PSP spi={info['spi']} (master key {info['key_phase']}) v{info['version']} {info['cipher']}"
+            f" nh={info['next_header']} {info['mode']} hdrextlen={info['hdr_ext_len']} co={info['crypt_offset']}"
+            f" S={info['sample']} D={info['drop']} V={info['virt']} iv={info['iv']}")
+    if info["vc"] is not None:
+        text += f" vc={info['vc']}"
+    if info["reserved"]:
+        text += f" R={info['reserved']}"
+    if info["status"] != "ok":
+        text += f" [{info['status']}]"
+    if "decrypt" in info:
+        text += " [decrypted" + (f": {info['inner_len']} octets" if info["decrypt"] == "ok" else f" failed: {info['decrypt']}") + "]"
+    return text
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    keys = Keys.from_args(args)
+    dec = keys.decryptor(args) if (keys.has_master() or keys.derived) else None
+    infos: List[dict] = []
+    bad = shown = 0
+    for index, rec in enumerate(read_capture(args.input), start=1):
+        info = _packet_info(index, rec, args.port, dec)
+        if info is None:
+            continue
+        bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
+        shown += 1
+        if args.json:
+            infos.append(info)
+        else:
+            print(_format_info(info))
+        if args.limit and shown >= args.limit:
+            break
+    if args.json:
+        json.dump(infos, sys.stdout, indent=1)
+        print()
+    return 1 if bad else 0
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pypsp", description="PSP Security Protocol: keys, capture encryption and decryption.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("derive-key", help="derive an SA key from a master key (SP 800-108 / AES-256-CMAC)")
+    d.add_argument("--master-key", metavar="HEX", help="the 32-octet master key (default: from the key options by the SPI's MSB)")
+    _add_key_options(d, derived=False)
+    d.add_argument("--spi", type=_spi, required=True)
+    d.add_argument("--version", type=int, choices=range(4), required=True)
+    d.add_argument("--label", type=_int, help="override the KDF label (default 0x50763000 | version << 8)")
+    d.set_defaults(func=cmd_derive_key)
+
+    e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
+    e.add_argument("input")
+    e.add_argument("output")
+    _add_key_options(e)
+    sa = e.add_argument_group("sending SA (overrides the key file / reference config)")
+    sa.add_argument("--spi", type=_spi)
+    sa.add_argument("--version", type=int, choices=range(4))
+    sa.add_argument("--mode", choices=("transport", "tunnel"))
+    sa.add_argument("--crypt-offset", type=int, metavar="WORDS")
+    sa.add_argument("--crypt-offset-ipv4", type=int, metavar="WORDS", help="tunnel mode, inner IPv4")
+    sa.add_argument("--crypt-offset-ipv6", type=int, metavar="WORDS", help="tunnel mode, inner IPv6")
+    sa.add_argument("--vc", metavar="HEX", help="add an 8-octet Virtualization Cookie")
+    sa.add_argument("--sample", action="store_true", help="set the S bit")
+    sa.add_argument("--drop", action="store_true", help="set the D bit")
+    sa.add_argument("--first-iv", type=_int)
+    sa.add_argument("--udp-sport", metavar="xor|PORT")
+    e.add_argument("--drop-failed", action="store_true", help="leave out packets that cannot be encrypted")
+    e.add_argument("-q", "--quiet", action="store_true")
+    e.set_defaults(func=cmd_encrypt)
+
+    x = sub.add_parser("decrypt", help="decrypt every PSP packet of a pcap/pcapng file")
+    x.add_argument("input")
+    x.add_argument("output")
+    _add_key_options(x)
+    x.add_argument("--port", type=int, default=1000, help="PSP UDP port (default 1000)")
+    x.add_argument("--check-udp-checksum", action="store_true", help="verify non-zero UDP checksums")
+    x.add_argument("--drop-failed", action="store_true", help="leave out packets that fail to decrypt")
+    x.add_argument("-q", "--quiet", action="store_true")
+    x.set_defaults(func=cmd_decrypt)
+
+    s = sub.add_parser("show", help="print the PSP headers of a capture (and decrypt status with keys)")
+    s.add_argument("input")
+    _add_key_options(s)
+    s.add_argument("--port", type=int, default=1000)
+    s.add_argument("--json", action="store_true", help="JSON output")
+    s.add_argument("--limit", type=int, default=0, help="stop after N PSP packets (0: all)")
+    s.set_defaults(func=cmd_show)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, ConfigurationError) as e:
+        print(f"pypsp: error: {e}", file=sys.stderr)
+        return 2
+    except PspError as e:
+        print(f"pypsp: error: {e} [{e.code}]", file=sys.stderr)
+        return 2
+    except Exception as e:  # CoreError subclasses from pecore (key files, captures)
+        from pecore.errors import CoreError
+
+        if isinstance(e, CoreError):
+            print(f"pypsp: error: {e} [{e.code}]", file=sys.stderr)
+            return 2
+        raise
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

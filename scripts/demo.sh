@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The main job: install, make sample traffic, encrypt it with PSP (transport,
+# tunnel, GMAC), decrypt it with the CLI, check it comes back byte for byte,
+# and print a short report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh >&2
+export PATH="$PWD/.venv/bin:$PATH"
+OUT=out/demo
+mkdir -p "$OUT"
+run() { printf '\n$ %s\n' "$*"; "$@"; }
+
+run python demo/sample_traffic.py "$OUT/sample.pcapng" --packets 2000
+for spi in 9a345678 1a345678 1a345679; do
+    run pypsp encrypt "$OUT/sample.pcapng" "$OUT/psp_$spi.pcapng" --key-file demo/keys.txt --spi "$spi"
+    run pypsp show "$OUT/psp_$spi.pcapng" --key-file demo/keys.txt --limit 2
+    run pypsp decrypt "$OUT/psp_$spi.pcapng" "$OUT/psp_${spi}_decrypted.pcapng" --key-file demo/keys.txt
+done
+run pypsp decrypt "$OUT/psp_9a345678.pcapng" "$OUT/psp_wrong_key.pcapng" --master-key1 "$(printf '11%.0s' {1..32})" || true
+
+echo
+echo "===== report ====="
+python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_9a345678_decrypted.pcapng" "PSP v0 transport"
+python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_1a345678_decrypted.pcapng" "PSP v1 tunnel + VC"
+python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_1a345679_decrypted.pcapng" "PSP v2 GMAC transport"
+echo "captures are in $OUT/"

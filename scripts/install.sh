@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install everything the project needs on Debian 12 (as root): Debian packages,
+# a virtualenv in .venv, and the project itself (which compiles the C core).
+# Idempotent: a second run only re-checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cmake)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "==> apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}"
+fi
+
+# Debian's python3 (not whatever else is on PATH): the supported platform.
+PY=/usr/bin/python3
+if [[ ! -x .venv/bin/python ]]; then
+    echo "==> creating .venv"
+    "$PY" -m venv .venv
+fi
+echo "==> pip install -e .[test,bench]"
+.venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi build
+# --no-build-isolation: build with the venv's cffi/setuptools just installed, no second download.
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[test,bench]"
+.venv/bin/python -c "import pypsp, pecore._native; print('==> pypsp', pypsp.__version__, 'core at', pecore._native.__file__)"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Run every test: C unit tests (plain and under ASan/UBSan), the Python suite
+# (plain and against a sanitizer build of the core), packaging checks and a
+# benchmark smoke run.  Fails loudly at the first failing step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=$(nproc)
+
+step() { CURRENT="$*"; printf '\n===== %s =====\n' "$*"; }
+trap 'rc=$?; printf "\n***** FAILED (exit %s) in step: %s *****\n" "$rc" "${CURRENT:-setup}" >&2; exit $rc' ERR
+
+step "install"
+bash scripts/install.sh
+
+step "C core: build and unit tests"
+cmake -S core -B build/core -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/core -j "$JOBS" >/dev/null
+ctest --test-dir build/core --output-on-failure
+
+step "C core: unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S core -B build/core-asan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=ON >/dev/null
+cmake --build build/core-asan -j "$JOBS" >/dev/null
+ctest --test-dir build/core-asan --output-on-failure
+
+export PE_HYPOTHESIS_EXAMPLES=${PE_HYPOTHESIS_EXAMPLES:-2000}
+step "Python tests"
+.venv/bin/python -m pytest -q tests
+
+step "Python tests against the core built with ASan + UBSan"
+# A private copy of the Python packages whose extension is compiled with the
+# sanitizers; PYTHONPATH puts it ahead of the normal build.
+ASAN_DIR=build/py-asan
+rm -rf "$ASAN_DIR" && mkdir -p "$ASAN_DIR"
+cp -r pecore pypsp "$ASAN_DIR"/
+rm -f "$ASAN_DIR"/pecore/_native*.so
+ln -s "$ROOT/core" "$ASAN_DIR/core"
+(cd "$ASAN_DIR" && PE_EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g" \
+    PE_EXTRA_LDFLAGS="-fsanitize=address,undefined" "$ROOT/.venv/bin/python" pecore/_build.py >/dev/null)
+SAN_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+PE_EXPECT_SANITIZED=1 PE_HYPOTHESIS_EXAMPLES=300 PYTHONPATH="$ROOT/$ASAN_DIR" LD_PRELOAD="$SAN_PRELOAD" \
+    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests
+
+step "packaging: the sdist carries the C sources and headers and builds"
+rm -rf build/sdist && mkdir -p build/sdist
+.venv/bin/python -m build --sdist --no-isolation --outdir build/sdist . >/dev/null
+tar tzf build/sdist/*.tar.gz | grep -q 'core/include/pe/psp.h'
+tar tzf build/sdist/*.tar.gz | grep -q 'core/src/psp.c'
+.venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w build/sdist build/sdist/*.tar.gz
+
+step "benchmark smoke run"
+if [[ -x bench/run ]]; then bench/run --quick; else echo "bench/run missing" >&2; false; fi
+
+step "demo"
+bash scripts/demo.sh >/dev/null
+
+printf '\n===== all steps passed =====\n'
