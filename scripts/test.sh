@@ -23,9 +23,10 @@ cmake -S core -B build/core-asan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=ON >/dev
 cmake --build build/core-asan -j "$JOBS" >/dev/null
 ctest --test-dir build/core-asan --output-on-failure
 
-export PE_HYPOTHESIS_EXAMPLES=${PE_HYPOTHESIS_EXAMPLES:-2000}
+# Derandomized property tests with thousands of examples (tests/conftest.py).
+export HYPOTHESIS_PROFILE=ci PE_HYPOTHESIS_EXAMPLES=${PE_HYPOTHESIS_EXAMPLES:-2000}
 step "Python tests"
-.venv/bin/python -m pytest -q tests
+.venv/bin/pytest -q tests
 
 step "Python tests against the core built with ASan + UBSan"
 # A private copy of the Python packages whose extension is compiled with the
@@ -40,7 +41,7 @@ ln -s "$ROOT/core" "$ASAN_DIR/core"
 SAN_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 PE_EXPECT_SANITIZED=1 PE_HYPOTHESIS_EXAMPLES=300 PYTHONPATH="$ROOT/$ASAN_DIR" LD_PRELOAD="$SAN_PRELOAD" \
     ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests
+    .venv/bin/pytest -q -p no:cacheprovider tests
 
 step "packaging: the sdist carries the C sources and headers and builds"
 rm -rf build/sdist && mkdir -p build/sdist

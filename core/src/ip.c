@@ -67,8 +67,9 @@ static pe_status parse_ipv6(const uint8_t *p, size_t avail, pe_ip_info *info)
         info->ext[info->n_ext++] = (pe_ip_ext){.type = nh, .offset = (uint16_t)off, .len = (uint16_t)len};
         nh_field = off;
         off += len;
-        if (nh == 44) {
-            /* What follows a Fragment header may be a later fragment's data: stop here. */
+        if (nh == 44 && (pe_get16(p + nh_field + 2) & 0xfff9) != 0) {
+            /* A real fragment: what follows may be a later fragment's data, so stop here.
+             * An atomic fragment (offset 0, M = 0) is a whole packet (RFC 6946): walk on. */
             info->is_fragment = 1;
             nh = p[nh_field];
             break;

@@ -427,8 +427,8 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
     size_t p_len = len - PE_PSP_HDR_LEN - PE_PSP_ICV_LEN; /* extension area + payload */
     size_t co = (size_t)h.crypt_offset * 4;
     int gmac = is_gmac(h.version);
-    /* GMAC authenticates everything whatever the (reserved) offset says (§4.2). */
-    if (!gmac && co > p_len)
+    /* §7 check 6 holds for every version; GMAC then ignores the (reserved) offset (§4.2). */
+    if (co > p_len)
         return PE_ERR_PSP_CRYPT_OFFSET;
     size_t inner_len = p_len - h.ext_len;
     if (cap < inner_len)
@@ -454,17 +454,24 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
             memcpy(out, psp + hlen, co - h.ext_len);
             st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, out + (co - h.ext_len));
         } else {
-            /* Part of the VC is encrypted: decrypt aside, then drop the extension octets. */
-            st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, rx->scratch);
-            if (st == PE_OK)
-                memcpy(out, rx->scratch + (h.ext_len - co), inner_len);
-            pe_wipe(rx->scratch, ct_len);
+            /* Part of the VC is encrypted: rebuild the plaintext P aside, so the header
+             * can show the VC that was sent, then hand out what follows the extension area. */
+            memcpy(rx->scratch, psp + PE_PSP_HDR_LEN, co);
+            st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, rx->scratch + co);
+            if (st == PE_OK) {
+                memcpy(out, rx->scratch + h.ext_len, inner_len);
+                h.ext = rx->scratch;
+            } else {
+                pe_wipe(rx->scratch, p_len);
+            }
         }
     }
     if (st != PE_OK) {
         pe_wipe(out, inner_len); /* never hand out unauthenticated plaintext */
         return st;
     }
+    if (hdr_out)
+        *hdr_out = h;
     *out_len = inner_len;
     return PE_OK;
 }

@@ -156,7 +156,10 @@ pe_status pe_psp_rx_add_key(pe_psp_rx *rx, uint32_t spi, int version, const uint
 /*
  * Open a PSP packet (the UDP payload): verify, decrypt, strip the extension
  * area.  `out` receives the inner part: the transport-mode L4 segment or the
- * tunnelled IP packet (needs len octets).  hdr (optional) gets the header.
+ * tunnelled IP packet (needs len octets).  hdr (optional) gets the header;
+ * its `ext` shows the extension area as sent: it points into `psp`, or, when
+ * the crypt offset leaves part of the VC encrypted, to the decrypted octets
+ * in the receiver's own buffer (valid until the next call on rx).
  */
 pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *out, size_t cap,
                       size_t *out_len, pe_psp_hdr *hdr);
