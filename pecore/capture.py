@@ -116,6 +116,11 @@ def run_transform(
     progress: Optional[ProgressFn] = None,
 ) -> Summary:
     """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture file."""
+    try:
+        if os.path.samefile(in_path, out_path):
+            raise CaptureError(f"{os.fspath(in_path)}: input and output are the same file", "invalid-argument")
+    except FileNotFoundError:
+        pass
     c = ffi.new("pe_capture_summary *")
     key = id(progress) if progress else 0
     if progress:

@@ -328,12 +328,17 @@ class Decryptor:
         pkts = list(packets)
         with self._lock:
             results = _Batch.run(lib.pe_psp_capture_decap, self._rx, pkts, 0)
+        # (self.decrypt below takes the lock again, so it is released first.)
         out: List[Union[Decrypted, PspError]] = []
         for pkt, (st, data) in zip(pkts, results):
             if st != lib.PE_OK:
                 out.append(error_class(status_name(st))(status_message(st), status_name(st)))
-            else:
-                out.append(Decrypted(_header_of(pkt), data))
+                continue
+            header = _header_of(pkt)
+            if header.virt and header.crypt_offset * 4 < len(header.extension):
+                # The VC travelled (partly) encrypted: only the core's decrypt shows it as sent.
+                header = self.decrypt(pkt).header
+            out.append(Decrypted(header, data))
         return out
 
     def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> "Summary":  # noqa: F821

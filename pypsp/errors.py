@@ -68,6 +68,7 @@ _BY_CODE: Dict[str, Type[PspError]] = {
     "not-udp": NotPspError,
     "udp-wrong-port": NotPspError,
     "ip-too-long": PacketTooLargeError,
+    "psp-too-long": PacketTooLargeError,
     "buffer-too-small": PacketTooLargeError,
     "bad-key-length": ConfigurationError,
     "invalid-argument": ConfigurationError,

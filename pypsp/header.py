@@ -41,10 +41,14 @@ class Header:
         }
         for name, top in limits.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value <= top:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
                 raise ConfigurationError(f"{name} must be an integer in 0..{top}, not {value!r}")
-        if self.hdr_ext_len is not None and not 0 <= self.hdr_ext_len <= 255:
-            raise ConfigurationError(f"hdr_ext_len must be in 0..255, not {self.hdr_ext_len!r}")
+        if self.hdr_ext_len is not None and (
+            isinstance(self.hdr_ext_len, bool) or not isinstance(self.hdr_ext_len, int) or not 0 <= self.hdr_ext_len <= 255
+        ):
+            raise ConfigurationError(f"hdr_ext_len must be an integer in 0..255, not {self.hdr_ext_len!r}")
+        if not isinstance(self.extension, (bytes, bytearray)):
+            raise ConfigurationError(f"extension must be bytes, not {type(self.extension).__name__}")
         room = self.header_len - 16
         if len(self.extension) > max(room, 0):
             raise ConfigurationError(f"extension of {len(self.extension)} octets does not fit Hdr Ext Len {self._hdr_ext_len}")
@@ -62,7 +66,8 @@ class Header:
     def _hdr_ext_len(self) -> int:
         if self.hdr_ext_len is not None:
             return self.hdr_ext_len
-        return 1 + (len(self.extension) + 7) // 8
+        # Room for the extension octets, and at least for the VC when V is set.
+        return max(1 + (len(self.extension) + 7) // 8, 2 if self.virt else 1)
 
     @property
     def key_phase(self) -> int:

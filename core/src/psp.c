@@ -417,6 +417,9 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
         *hdr_out = h;
     if (len < PE_PSP_HDR_LEN + PE_PSP_ICV_LEN)
         return PE_ERR_PSP_TRUNCATED;
+    /* Bounds the work buffers below; no UDP datagram carries more. */
+    if (len > PE_IP_MAX_LEN - PE_UDP_HDR_LEN)
+        return PE_ERR_PSP_TOO_LONG;
     if (st != PE_OK)
         return st;
     if (!(rx->versions & (1u << h.version)))

@@ -48,6 +48,7 @@ extern "C" {
     X(PE_ERR_PSP_CRYPT_OFFSET, "psp-crypt-offset-past-payload", "PSP crypt offset points past the end of the payload") \
     X(PE_ERR_PSP_CRYPT_OFFSET_RANGE, "psp-crypt-offset-out-of-range", "PSP crypt offset must be 0..63 words") \
     X(PE_ERR_PSP_GMAC_CRYPT_OFFSET, "psp-gmac-crypt-offset", "PSP GMAC versions (2, 3) send crypt offset 0") \
+    X(PE_ERR_PSP_TOO_LONG, "psp-too-long", "PSP packet longer than any UDP payload can be")       \
     X(PE_ERR_PSP_MODE, "psp-bad-mode", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)") \
     /* captures */                                                                                 \
     X(PE_ERR_CAP_IO, "capture-io", "capture file could not be read or written")                   \
