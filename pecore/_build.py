@@ -226,6 +226,13 @@ pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t
                                 size_t *out_len, pe_status *why);
 pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why);
+typedef struct {
+    pe_psp_rx *rx;
+    pe_psp_hdr *hdrs;
+    size_t next;
+} pe_psp_batch_ctx;
+pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                              size_t *out_len, pe_status *why);
 """
 
 ffibuilder = FFI()

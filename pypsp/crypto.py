@@ -85,6 +85,9 @@ def _pin(keep: list, data: Optional[bytes]):
     return buf
 
 
+_alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+
+
 class _Batch:
     """Runs a core transform over many packets in one call."""
 
@@ -102,7 +105,7 @@ class _Batch:
             in_len[i] = len(p)
             pos += len(p)
         cap = len(blob) + n * extra
-        out = ffi.new("uint8_t[]", max(cap, 1))
+        out = _alloc_uncleared("uint8_t[]", max(cap, 1))  # every octet read back was written first
         out_off = ffi.new("size_t[]", n)
         out_len = ffi.new("size_t[]", n)
         status = ffi.new("pe_status[]", n)
@@ -326,30 +329,27 @@ class Decryptor:
     def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, PspError]]:
         """Decrypt many packets in one core call; a failed packet's slot holds its exception."""
         pkts = list(packets)
-        with self._lock:
-            results = _Batch.run(lib.pe_psp_capture_decap, self._rx, pkts, 0)
-        # (self.decrypt below takes the lock again, so it is released first.)
+        hdrs = ffi.new("pe_psp_hdr[]", max(len(pkts), 1))
+        ctx = ffi.new("pe_psp_batch_ctx *", {"rx": self._rx, "hdrs": hdrs})
         out: List[Union[Decrypted, PspError]] = []
-        for pkt, (st, data) in zip(pkts, results):
-            if st != lib.PE_OK:
-                out.append(error_class(status_name(st))(status_message(st), status_name(st)))
-                continue
-            header = _header_of(pkt)
-            if header.virt and header.crypt_offset * 4 < len(header.extension):
-                # The VC travelled (partly) encrypted: only the core's decrypt shows it as sent.
-                header = self.decrypt(pkt).header
-            out.append(Decrypted(header, data))
-        return out
+        with self._lock:
+            # Headers are read while `pkts` (which their extension pointers may reference) is alive.
+            for i, (st, data) in enumerate(_Batch.run(lib.pe_psp_batch_decap, ctx, pkts, 0)):
+                if st != lib.PE_OK:
+                    out.append(error_class(status_name(st))(status_message(st), status_name(st)))
+                    continue
+                h = hdrs[i]
+                vc_was_encrypted = h.virt and h.crypt_offset * 4 < h.ext_len
+                out.append(Decrypted(None if vc_was_encrypted else Header._from_c(h), data))  # type: ignore[arg-type]
+        # A VC that travelled encrypted was decrypted into the receiver's work buffer, which later
+        # packets of the batch reused: decrypt those few again, one by one, to show it as sent.
+        return [
+            Decrypted(self.decrypt(p).header, r.packet) if isinstance(r, Decrypted) and r.header is None else r
+            for p, r in zip(pkts, out)
+        ]
 
     def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> "Summary":  # noqa: F821
         """Decrypt every PSP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.decrypt_capture`)."""
         from pypsp.capture import decrypt_capture
 
         return decrypt_capture(self, in_path, out_path, **kwargs)
-
-
-def _header_of(packet: bytes) -> Header:
-    """The PSP header of an outer packet the core has already accepted."""
-    udp = ffi.new("pe_udp_view *")
-    lib.pe_ip_udp(packet, len(packet), udp)
-    return Header.parse(packet[udp.payload_offset :])

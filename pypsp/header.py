@@ -85,7 +85,10 @@ class Header:
 
     @classmethod
     def _from_c(cls, h) -> "Header":
-        return cls(
+        # The core parsed these fields, so they are in range: skip __post_init__'s checks,
+        # which cost more than the core call itself.
+        self = object.__new__(cls)
+        self.__dict__.update(
             next_header=h.next_header,
             hdr_ext_len=h.hdr_ext_len,
             reserved=h.reserved,
@@ -99,6 +102,7 @@ class Header:
             iv=h.iv,
             extension=bytes(ffi.buffer(h.ext, h.ext_len)) if h.ext_len else b"",
         )
+        return self
 
     @classmethod
     def parse(cls, data: bytes) -> "Header":

@@ -638,33 +638,54 @@ void pe_capture_close(pe_capture_reader *r)
 
 /* ---- buffered output ------------------------------------------------------- */
 
-/* Remembers the first failure so callers can write a whole record and check once. */
+/*
+ * Buffered output that remembers the first failure, so callers can write a
+ * whole record and check once.  Records are written in small pieces; our own
+ * buffer turns them into large fwrite calls (no stdio locking per piece).
+ */
 typedef struct out_file {
     FILE *f;
-    char *vbuf;
+    uint8_t *buf;
+    size_t used;
     int failed;
 } out_file;
 
 static pe_status out_open(out_file *o, const char *path)
 {
     o->failed = 0;
-    o->vbuf = NULL;
+    o->used = 0;
+    o->buf = malloc(OUT_BUFFER_SIZE);
+    if (!o->buf)
+        return PE_ERR_NOMEM;
     o->f = fopen(path, "wb");
-    if (!o->f)
+    if (!o->f) {
+        free(o->buf);
+        o->buf = NULL;
         return PE_ERR_CAP_IO;
-    /* A larger buffer than stdio's default: the output is written in small pieces. */
-    o->vbuf = malloc(OUT_BUFFER_SIZE);
-    if (o->vbuf && setvbuf(o->f, o->vbuf, _IOFBF, OUT_BUFFER_SIZE) != 0) {
-        free(o->vbuf);
-        o->vbuf = NULL;
     }
     return PE_OK;
 }
 
+static void out_flush(out_file *o)
+{
+    if (!o->failed && o->used && fwrite(o->buf, 1, o->used, o->f) != o->used)
+        o->failed = 1;
+    o->used = 0;
+}
+
 static void out_write(out_file *o, const void *p, size_t n)
 {
-    if (!o->failed && n != 0 && fwrite(p, 1, n, o->f) != n)
-        o->failed = 1;
+    if (o->failed || n == 0)
+        return;
+    if (n > OUT_BUFFER_SIZE - o->used)
+        out_flush(o);
+    if (n >= OUT_BUFFER_SIZE) {
+        if (!o->failed && fwrite(p, 1, n, o->f) != n)
+            o->failed = 1;
+        return;
+    }
+    memcpy(o->buf + o->used, p, n);
+    o->used += n;
 }
 
 static void out_zeros(out_file *o, size_t n)
@@ -675,12 +696,14 @@ static void out_zeros(out_file *o, size_t n)
 
 static pe_status out_close(out_file *o)
 {
+    if (o->f)
+        out_flush(o);
     int bad = o->failed;
     if (o->f && fclose(o->f) != 0)
         bad = 1;
     o->f = NULL;
-    free(o->vbuf); /* only after fclose: stdio uses it until then */
-    o->vbuf = NULL;
+    free(o->buf);
+    o->buf = NULL;
     return bad ? PE_ERR_CAP_IO : PE_OK;
 }
 

@@ -84,7 +84,12 @@ static pe_status parse_ipv6(const uint8_t *p, size_t avail, pe_ip_info *info)
 
 pe_status pe_ip_parse(const uint8_t *pkt, size_t avail, pe_ip_info *info)
 {
-    memset(info, 0, sizeof *info);
+    /* Not a memset of the whole struct: ext[] is only valid up to n_ext, and this runs per packet. */
+    info->version = 0;
+    info->len = info->hdr_len = info->l4_offset = info->proto_field = 0;
+    info->protocol = 0;
+    info->is_fragment = 0;
+    info->n_ext = 0;
     if (avail < 1)
         return PE_ERR_IP_TRUNCATED;
     switch (pkt[0] >> 4) {
@@ -144,8 +149,12 @@ uint16_t pe_csum_fold(uint32_t sum)
 void pe_ipv4_set_checksum(uint8_t *hdr)
 {
     size_t ihl = (size_t)(hdr[0] & 0x0f) * 4;
+    uint32_t sum = 0;
     hdr[10] = hdr[11] = 0;
-    pe_put16(hdr + 10, (uint16_t)~pe_csum_fold(pe_csum_add(0, hdr, ihl)));
+    /* IHL*4 is even: sum whole 16-bit words (this runs for every transport-mode packet). */
+    for (size_t i = 0; i < ihl; i += 2)
+        sum += pe_get16(hdr + i);
+    pe_put16(hdr + 10, (uint16_t)~pe_csum_fold(sum));
 }
 
 void pe_ip_set_length(uint8_t *pkt, size_t len)

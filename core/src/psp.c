@@ -188,15 +188,14 @@ static size_t write_outer(const pe_psp_tx *tx, const uint8_t *pkt, const pe_ip_i
     return n;
 }
 
-static pe_status seal(pe_aead *aead, uint8_t *psp, size_t body_len, unsigned version, size_t co)
+/* AAD: the header and the `clear` body octets already in place; `pt` is the rest of the body. */
+static pe_status seal(pe_aead *aead, uint8_t *psp, const uint8_t *pt, size_t body_len, size_t clear)
 {
     uint8_t nonce[12];
     memcpy(nonce, psp + 4, 12); /* SPI || IV as on the wire */
-    size_t aad_len = is_gmac(version) ? PE_PSP_HDR_LEN + body_len : PE_PSP_HDR_LEN + co;
-    pe_iov aad = {psp, aad_len};
-    uint8_t *pt = psp + aad_len;
-    size_t pt_len = PE_PSP_HDR_LEN + body_len - aad_len;
-    return pe_aead_seal(aead, nonce, &aad, 1, pt, pt_len, pt, psp + PE_PSP_HDR_LEN + body_len);
+    pe_iov aad = {psp, PE_PSP_HDR_LEN + clear};
+    return pe_aead_seal(aead, nonce, &aad, 1, pt, body_len - clear, psp + PE_PSP_HDR_LEN + clear,
+                        psp + PE_PSP_HDR_LEN + body_len);
 }
 
 pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
@@ -271,7 +270,21 @@ pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
         .ext_len = ext_len,
     };
     pe_psp_hdr_build(&h, psp, PE_PSP_HDR_LEN + ext_len);
-    memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
+    /*
+     * Copy only the body octets that travel in clear (all of them for GMAC)
+     * and encrypt the rest straight from `pkt` into `out`: one pass over the
+     * payload instead of two.  When the crypt offset cuts into the VC the
+     * plaintext is not contiguous in `pkt`: copy it all and seal in place.
+     */
+    size_t clear = is_gmac(tx->version) ? body_len : (size_t)co * 4;
+    const uint8_t *pt;
+    if (clear >= ext_len) {
+        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, clear - ext_len);
+        pt = payload + (clear - ext_len);
+    } else {
+        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
+        pt = psp + PE_PSP_HDR_LEN + clear;
+    }
 
     /* The IV is spent from here on, whatever happens: never reuse it. */
     if (tx->next_iv == UINT64_MAX)
@@ -279,7 +292,7 @@ pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
     else
         tx->next_iv++;
 
-    st = seal(&tx->aead, psp, body_len, tx->version, (size_t)co * 4);
+    st = seal(&tx->aead, psp, pt, body_len, clear);
     if (st != PE_OK)
         return st;
     *out_len = total;
@@ -554,11 +567,9 @@ pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t
     return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
 }
 
-pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                size_t *out_len, pe_status *why)
+static pe_verdict decap_verdict(pe_status st)
 {
-    *why = pe_psp_decap(rx, ip, len, out, cap, out_len, NULL);
-    switch (*why) {
+    switch (st) {
     case PE_OK:
         return PE_VERDICT_TRANSFORMED;
     case PE_ERR_NOT_UDP:
@@ -568,4 +579,19 @@ pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t
     default:
         return PE_VERDICT_FAILED;
     }
+}
+
+pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why)
+{
+    *why = pe_psp_decap(rx, ip, len, out, cap, out_len, NULL);
+    return decap_verdict(*why);
+}
+
+pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                              size_t *out_len, pe_status *why)
+{
+    pe_psp_batch_ctx *b = ctx;
+    *why = pe_psp_decap(b->rx, ip, len, out, cap, out_len, &b->hdrs[b->next++]);
+    return decap_verdict(*why);
 }

@@ -174,6 +174,15 @@ pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t
 pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why);
 
+/* For pe_batch_transform(): decap like pe_psp_capture_decap and record each packet's header in hdrs[next++]. */
+typedef struct pe_psp_batch_ctx {
+    pe_psp_rx *rx;
+    pe_psp_hdr *hdrs;
+    size_t next;
+} pe_psp_batch_ctx;
+pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                              size_t *out_len, pe_status *why);
+
 #ifdef __cplusplus
 }
 #endif
