@@ -3,13 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pe/kdf.h"
+
 static size_t slot_index(uint64_t id, size_t cap)
 {
     /* Fibonacci hashing: SPIs are often sequential. */
     return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
 }
 
-pe_aead *pe_keytable_find(const pe_keytable *t, uint64_t id)
+pe_key_slot *pe_keytable_find(const pe_keytable *t, uint64_t id)
 {
     if (!t->cap)
         return NULL;
@@ -18,7 +20,7 @@ pe_aead *pe_keytable_find(const pe_keytable *t, uint64_t id)
         if (!s->used)
             return NULL;
         if (s->id == id)
-            return &s->aead;
+            return s;
     }
 }
 
@@ -45,7 +47,7 @@ static pe_status grow(pe_keytable *t)
     return PE_OK;
 }
 
-pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_aead **stored)
+pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_key_slot **stored)
 {
     if (pe_keytable_find(t, id))
         return PE_ERR_INVALID_ARGUMENT;
@@ -57,23 +59,27 @@ pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_aead
             return st;
     }
     pe_key_slot *s = probe_free(t->slots, t->cap, id);
+    memset(s, 0, sizeof *s);
     s->id = id;
     s->used = 1;
     s->aead = *aead;
     memset(aead, 0, sizeof *aead);
     t->count++;
     if (stored)
-        *stored = &s->aead;
+        *stored = s;
     return PE_OK;
 }
 
 void pe_keytable_clear(pe_keytable *t)
 {
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i].used)
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->slots[i].used) {
             pe_aead_free(&t->slots[i].aead);
+            pe_replay_free(&t->slots[i].replay);
+        }
+    }
     if (t->cap)
-        memset(t->slots, 0, t->cap * sizeof *t->slots);
+        pe_wipe(t->slots, t->cap * sizeof *t->slots); /* salts are key material */
     t->count = 0;
 }
 

@@ -11,11 +11,16 @@
 #include <stdint.h>
 
 #include "pe/aead.h"
+#include "pe/replay.h"
 
+/* Per-key state: the AEAD context and what a protocol keeps beside it (EESP: salt, sequence, window). */
 typedef struct pe_key_slot {
     uint64_t id;
     int used;
     pe_aead aead;
+    uint8_t salt[4];
+    uint64_t counter;         /* sender: last sequence number / IV counter used */
+    pe_replay_window replay;  /* receiver: created after the first verified packet */
 } pe_key_slot;
 
 typedef struct pe_keytable {
@@ -25,9 +30,12 @@ typedef struct pe_keytable {
     size_t limit; /* at most this many entries; 0 = unbounded */
 } pe_keytable;
 
-pe_aead *pe_keytable_find(const pe_keytable *t, uint64_t id);
-/* Insert and take ownership of *aead (moved, then zeroed).  When full at `limit`, the table is flushed first. */
-pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_aead **stored);
+pe_key_slot *pe_keytable_find(const pe_keytable *t, uint64_t id);
+/*
+ * Insert and take ownership of *aead (moved, then zeroed); the slot's other
+ * state starts zeroed.  When full at `limit`, the table is flushed first.
+ */
+pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_key_slot **stored);
 void pe_keytable_clear(pe_keytable *t);
 void pe_keytable_free(pe_keytable *t);
 

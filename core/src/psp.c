@@ -401,8 +401,13 @@ pe_status pe_psp_rx_add_key(pe_psp_rx *rx, uint32_t spi, int version, const uint
 static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead **out)
 {
     uint64_t id = key_id(spi, version);
-    if ((*out = pe_keytable_find(&rx->user_keys, id)) || (*out = pe_keytable_find(&rx->cache, id)))
+    pe_key_slot *slot = pe_keytable_find(&rx->user_keys, id);
+    if (!slot)
+        slot = pe_keytable_find(&rx->cache, id);
+    if (slot) {
+        *out = &slot->aead;
         return PE_OK;
+    }
     int phase = (spi & PE_PSP_SPI_KEY_PHASE) ? 1 : 0;
     if (!rx->has_master_key[phase])
         return PE_ERR_NO_KEY;
@@ -415,10 +420,13 @@ static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead *
     pe_wipe(key, sizeof key);
     if (st != PE_OK)
         return st;
-    st = pe_keytable_insert(&rx->cache, id, &a, out);
-    if (st != PE_OK)
+    st = pe_keytable_insert(&rx->cache, id, &a, &slot);
+    if (st != PE_OK) {
         pe_aead_free(&a);
-    return st;
+        return st;
+    }
+    *out = &slot->aead;
+    return PE_OK;
 }
 
 pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *out, size_t cap,

@@ -1,0 +1,47 @@
+/*
+ * Anti-replay sliding window (RFC 4303 §3.4.3 with RFC 6479's ring of words),
+ * one per EESP Sub SA.  Checking and updating are separate because the
+ * window may move only after the ICV verified (eesp.md §11): check before
+ * decryption, update after.
+ */
+#ifndef PE_REPLAY_H
+#define PE_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PE_REPLAY_MIN_WINDOW 64u
+#define PE_REPLAY_DEFAULT_WINDOW 1024u
+#define PE_REPLAY_MAX_WINDOW (1u << 20)
+
+typedef struct pe_replay_window {
+    uint64_t top;    /* highest sequence number accepted so far; 0: none yet */
+    uint32_t size;   /* window size in packets: a multiple of 64 */
+    uint32_t words;  /* size / 64 + 1: one spare word so a slide clears whole words */
+    uint64_t *bits;  /* ring: bit (s % (words*64)) stands for sequence number s */
+} pe_replay_window;
+
+/* size: 64..PE_REPLAY_MAX_WINDOW, rounded up to a multiple of 64; 0 picks the default. */
+pe_status pe_replay_init(pe_replay_window *w, uint32_t size);
+void pe_replay_free(pe_replay_window *w);
+
+/*
+ * May `seq` be new?  PE_OK, PE_ERR_EESP_SEQ_ZERO, PE_ERR_REPLAY_DUPLICATE
+ * (already accepted) or PE_ERR_REPLAY_TOO_OLD (left of the window).  Never
+ * changes the window.
+ */
+pe_status pe_replay_check(const pe_replay_window *w, uint64_t seq);
+
+/* Accept `seq` (after its ICV verified): runs the same checks, then marks it and slides the window. */
+pe_status pe_replay_update(pe_replay_window *w, uint64_t seq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
