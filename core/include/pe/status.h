@@ -50,6 +50,33 @@ extern "C" {
     X(PE_ERR_PSP_GMAC_CRYPT_OFFSET, "psp-gmac-crypt-offset", "PSP GMAC versions (2, 3) send crypt offset 0") \
     X(PE_ERR_PSP_TOO_LONG, "psp-too-long", "PSP packet longer than any UDP payload can be")       \
     X(PE_ERR_PSP_MODE, "psp-bad-mode", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)") \
+    /* EESP */                                                                                     \
+    X(PE_ERR_NOT_EESP, "not-eesp", "not an EESP packet (other IP protocol or UDP port)")          \
+    X(PE_ERR_NAT_KEEPALIVE, "nat-keepalive", "UDP 4500 NAT keepalive, not EESP")                     \
+    X(PE_ERR_IKE_MARKER, "ike-non-esp-marker", "UDP 4500 IKE message (non-ESP marker), not EESP")    \
+    X(PE_ERR_ESP_IN_UDP, "esp-in-udp", "UDP 4500 ESP packet (first bit 0), not EESP")                \
+    X(PE_ERR_EESP_TRUNCATED, "eesp-truncated", "EESP packet shorter than its headers and ICV")     \
+    X(PE_ERR_EESP_COMPAT_BIT, "eesp-compat-bit-clear", "EESP ESP-compatibility bit is clear (ESP, not EESP)") \
+    X(PE_ERR_EESP_VERSION, "eesp-unsupported-version", "EESP version is not the negotiated version 0") \
+    X(PE_ERR_EESP_RESERVED, "eesp-reserved-bits-set", "EESP Base Header reserved bits are not zero") \
+    X(PE_ERR_EESP_OPTIONS, "eesp-options-overrun", "EESP options run past Opt Len or the packet") \
+    X(PE_ERR_EESP_CRYPT_OFFSET_OPTION, "eesp-bad-crypt-offset-option", "EESP Crypt Offset option has a bad length or appears twice") \
+    X(PE_ERR_EESP_PAYLOAD_OFFSET, "eesp-bad-payload-offset", "EESP PayloadOffset disagrees with the header lengths") \
+    X(PE_ERR_EESP_CRYPT_OFFSET, "eesp-crypt-offset-past-payload", "EESP crypt offset reaches past the payload") \
+    X(PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED, "eesp-crypt-offset-not-allowed", "EESP Crypt Offset option not allowed or above the announced maximum") \
+    X(PE_ERR_EESP_UNKNOWN_OPTION, "eesp-unknown-option", "EESP packet carries an unknown option (strict receiver)") \
+    X(PE_ERR_EESP_NO_SA, "eesp-no-sa", "no EESP SA for this SPI")                                  \
+    X(PE_ERR_EESP_SUB_SA, "eesp-sub-sa-out-of-range", "EESP Session ID is above the maximum Sub SA ID") \
+    X(PE_ERR_EESP_SEQ_ZERO, "eesp-sequence-zero", "EESP sequence number 0 is never valid")         \
+    X(PE_ERR_REPLAY_DUPLICATE, "replay-duplicate", "sequence number already received (replay)")     \
+    X(PE_ERR_REPLAY_TOO_OLD, "replay-too-old", "sequence number is left of the replay window")       \
+    X(PE_ERR_SEQ_EXHAUSTED, "sequence-exhausted", "sequence number would wrap: rekey the SA")       \
+    X(PE_ERR_EESP_PAD_LENGTH, "eesp-bad-pad-length", "EESP Pad Length does not fit the packet")      \
+    X(PE_ERR_EESP_INNER, "eesp-bad-inner-packet", "EESP optimized format: inner packet is not IPv4/IPv6 of a fitting length") \
+    X(PE_ERR_EESP_DUMMY, "eesp-dummy-packet", "EESP dummy packet (Next Header 59): authenticated and discarded") \
+    X(PE_ERR_EESP_SSKDF_UNDEFINED, "sskdf-undefined", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02") \
+    X(PE_ERR_EESP_SUITE, "eesp-bad-suite", "unknown EESP AEAD suite or key size")                  \
+    X(PE_ERR_EESP_CONFIG, "eesp-bad-config", "EESP SA settings contradict each other")             \
     /* captures */                                                                                 \
     X(PE_ERR_CAP_IO, "capture-io", "capture file could not be read or written")                   \
     X(PE_ERR_CAP_FORMAT, "capture-bad-format", "not a pcap or pcapng file, or a corrupt block")   \

@@ -1,0 +1,236 @@
+/*
+ * IPsec Enhanced ESP (draft-ietf-ipsecme-eesp-04, -ikev2-02), with the
+ * project's decisions D1-D16 (../shared/spec/eesp.md §18).
+ *
+ * Wire: Base Header (8) | Options (Opt Len) | [Seq 8] | [IV] | [PIH 4] |
+ *       payload | padding | ICV.
+ */
+#ifndef PE_EESP_H
+#define PE_EESP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe/aead.h"
+#include "pe/capture.h"
+#include "pe/kdf.h"
+#include "pe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PE_EESP_BASE_LEN 8u
+#define PE_EESP_SEQ_LEN 8u
+#define PE_EESP_PIH_LEN 4u
+#define PE_EESP_DEFAULT_IPPROTO 49u /* provisional, test-only (D7) */
+#define PE_EESP_UDP_PORT 4500u
+#define PE_EESP_VERSION_0 0u
+
+/* Base Header octet 0 */
+#define PE_EESP_ESP_COMPAT 0x80u
+#define PE_EESP_VERSION_MASK 0x78u
+#define PE_EESP_VERSION_SHIFT 3
+#define PE_EESP_R_MASK 0x07u
+
+/* Option types (§4) */
+#define PE_EESP_OPT_PAD1 0u
+#define PE_EESP_OPT_PADN 1u
+#define PE_EESP_OPT_CRYPT_OFFSET 2u
+#define PE_EESP_CRYPT_OFFSET_DATA_LEN 2u /* D3 */
+/* Crypt Offset option data (16 bits): PayloadOffset(6) | CryptOffset(6) | R(4) */
+#define PE_EESP_CO_PAYLOAD_OFFSET_SHIFT 10
+#define PE_EESP_CO_CRYPT_OFFSET_SHIFT 4
+#define PE_EESP_CO_FIELD_MASK 0x3fu
+#define PE_EESP_CO_R_MASK 0x0fu
+
+#define PE_EESP_MAX_OPTIONS 16u /* options recorded in pe_eesp_hdr.option[]; n_options counts them all */
+
+/* IKEv2 ENCR transform IDs of the AEAD suites EESPv0 can use (§10). */
+typedef enum pe_eesp_encr {
+    PE_ENCR_AES_CCM_8 = 14,
+    PE_ENCR_AES_CCM_12 = 15,
+    PE_ENCR_AES_CCM_16 = 16,
+    PE_ENCR_AES_GCM_8 = 18,
+    PE_ENCR_AES_GCM_12 = 19,
+    PE_ENCR_AES_GCM_16 = 20,
+    PE_ENCR_NULL_AUTH_AES_GMAC = 21,
+    PE_ENCR_CHACHA20_POLY1305 = 28,
+    PE_ENCR_AES_CCM_8_IIV = 29,
+    PE_ENCR_AES_GCM_16_IIV = 30,
+    PE_ENCR_CHACHA20_POLY1305_IIV = 31,
+} pe_eesp_encr;
+
+/* What a suite means on the wire. */
+typedef struct pe_eesp_suite {
+    pe_eesp_encr encr;
+    pe_aead_alg alg;
+    size_t key_len;  /* octets, without salt */
+    size_t salt_len; /* 4, or 3 for CCM */
+    size_t iv_len;   /* explicit IV on the wire: 8, or 0 for implicit-IV suites */
+    size_t icv_len;
+    int integrity_only; /* AES-GMAC: payload in clear */
+} pe_eesp_suite;
+
+/* Suite for an ENCR ID and AES key size in bits (ignored for ChaCha20-Poly1305: 256). */
+pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
+const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
+
+typedef enum pe_eesp_sskdf {
+    PE_SSKDF_NONE = 0,
+    PE_SSKDF_HKDF_SHA2_256 = 1,
+    PE_SSKDF_HKDF_SHA2_384 = 2,
+    PE_SSKDF_HKDF_SHA2_512 = 3,
+    PE_SSKDF_AES256_CMAC = 4, /* undefined by the draft: refused (D8) */
+} pe_eesp_sskdf;
+
+/* Root key length Nk for an SSKDF (32/48/64), 0 for none or undefined. */
+size_t pe_eesp_sskdf_root_len(pe_eesp_sskdf sskdf);
+/* KEYMAT_sub = HKDF-Expand(root, Session ID as 2 octets big-endian, out_len) (§12, D4). */
+pe_status pe_eesp_derive_sub_sa_key(pe_eesp_sskdf sskdf, const uint8_t *root, size_t root_len,
+                                    uint16_t session_id, uint8_t *out, size_t out_len);
+
+/* ---- header codec ---- */
+
+typedef struct pe_eesp_option {
+    uint8_t type;
+    uint8_t data_len;  /* 0 for Pad1 */
+    uint16_t offset;   /* from the start of the Base Header */
+    const uint8_t *data;
+} pe_eesp_option;
+
+typedef struct pe_eesp_hdr {
+    uint8_t esp_compat; /* must be 1 */
+    uint8_t version;
+    uint8_t reserved;   /* Base Header R bits: must be 0 (D5) */
+    uint8_t opt_len;
+    uint16_t session_id;
+    uint32_t spi;
+    const uint8_t *options;
+    size_t n_options;   /* options in the packet (each Pad1 counts); the first PE_EESP_MAX_OPTIONS are in option[] */
+    pe_eesp_option option[PE_EESP_MAX_OPTIONS];
+    size_t n_unknown;   /* options of types other than 0, 1, 2 */
+    int has_crypt_offset;
+    uint8_t payload_offset; /* 4-octet units from the Base Header start */
+    uint8_t crypt_offset;   /* 4-octet units from the PIH / payload start */
+    uint8_t crypt_offset_reserved;
+} pe_eesp_hdr;
+
+/*
+ * Parse the Base Header and walk the options (§16 steps 2 and 4).  Checks:
+ * 8 octets, ESP-compat bit, version 0, R = 0, Opt Len octets present, every
+ * TLV within Opt Len, Crypt Offset Opt Data Len 2 (D3), one Crypt Offset at
+ * most (D13).  Fields are filled as far as the octets allow, also on error.
+ */
+pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
+
+/* ---- SAs ---- */
+
+typedef enum pe_eesp_mode { PE_EESP_TRANSPORT = 0, PE_EESP_TUNNEL = 1 } pe_eesp_mode;
+/* D2: AUTO is optimized in tunnel mode and full in transport mode; a Crypt Offset forces full. */
+typedef enum pe_eesp_format { PE_EESP_FORMAT_AUTO = 0, PE_EESP_FORMAT_FULL, PE_EESP_FORMAT_OPTIMIZED } pe_eesp_format;
+/* D1: the draft's AAD, or the Linux XFRM prototype's (explicit IV left out). */
+typedef enum pe_eesp_aad { PE_EESP_AAD_DRAFT = 0, PE_EESP_AAD_LINUX_XFRM } pe_eesp_aad;
+
+#define PE_EESP_NO_LIMIT (-1)
+
+typedef struct pe_eesp_sa_config {
+    uint32_t spi;
+    unsigned encr;               /* IKEv2 ENCR transform ID (pe_eesp_encr) */
+    unsigned key_bits;           /* AES key size; 0 for ChaCha20-Poly1305 */
+    pe_eesp_sskdf sskdf;         /* NONE: `key` is the KEYMAT block key || salt, Session ID 0 only */
+    const uint8_t *key;          /* key || salt (no SSKDF) */
+    size_t key_len;
+    const uint8_t *root_key;     /* KEY_root for this direction (with an SSKDF) */
+    size_t root_key_len;
+    pe_eesp_mode mode;
+    pe_eesp_format format;
+    int seq_present;             /* SN "64-bit Sequential Numbers" (default) or "None" */
+    pe_eesp_aad aad;
+    int anti_replay;             /* receiver window per Sub SA (default on when seq_present) */
+    uint32_t replay_window;      /* packets; 0: PE_REPLAY_DEFAULT_WINDOW */
+    int max_sub_sa_id;           /* EESP_MAX_SUB_SA_ID announced; PE_EESP_NO_LIMIT when absent */
+    int max_crypt_offset;        /* EESP_MAX_CRYPT_OFFSET (4-octet units); PE_EESP_NO_LIMIT: none announced, option refused */
+    int crypt_offset;            /* sender: Crypt Offset option value (units), or -1 for no option */
+    int align_options;           /* sender: Pad1/PadN to align the next-layer header (default on) */
+    int strict;                  /* receiver: drop packets with unknown options (D5) */
+    const uint8_t *extra_options; /* sender: caller TLVs placed after the Crypt Offset option (D13) */
+    size_t extra_options_len;
+    uint8_t ip_protocol;         /* default 49 (D7) */
+    int udp_encap;               /* sender: UDP encapsulation (RFC 3948) */
+    uint16_t udp_sport, udp_dport; /* defaults 4500 */
+    const uint8_t *outer_header; /* tunnel: IPv4 (20, IHL 5) or IPv6 (40) template; NULL: copy of the inner */
+    size_t outer_header_len;
+} pe_eesp_sa_config;
+
+void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);
+
+/* ---- sending ---- */
+
+typedef struct pe_eesp_tx pe_eesp_tx;
+pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out);
+void pe_eesp_tx_free(pe_eesp_tx *tx);
+/* The sequence number (or IV counter without SN) the next packet of a Sub SA carries. */
+uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id);
+/* Captures: spread flows over Sub SAs 0..n-1 by a flow hash (default 1: all on Sub SA 0). */
+pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n);
+/* Largest growth of a packet: outer IPv6 + UDP + base + options + seq + IV + PIH + padding + ICV. */
+#define PE_EESP_MAX_OVERHEAD (40u + 8u + 8u + 255u + 8u + 8u + 4u + 3u + 16u)
+pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
+                        size_t cap, size_t *out_len);
+
+/* ---- receiving ---- */
+
+typedef struct pe_eesp_rx_config {
+    uint8_t ip_protocol;   /* default 49 */
+    uint16_t udp_port;     /* default 4500 */
+    int check_udp_checksum;
+} pe_eesp_rx_config;
+
+typedef struct pe_eesp_rx pe_eesp_rx;
+
+/* What a received packet held, for callers and dissectors. */
+typedef struct pe_eesp_info {
+    pe_eesp_hdr hdr;
+    int udp_encap;
+    uint64_t seq;          /* 0 when the SA has no Sequence Number */
+    const uint8_t *iv;     /* explicit IV (points into the packet), or NULL */
+    size_t iv_len;
+    int full_format;
+    uint8_t next_header;   /* from the PIH, or recovered (optimized) */
+    uint8_t pad_len;
+    int icv_valid;         /* also set when the packet is dropped for policy after the ICV check */
+} pe_eesp_info;
+
+void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg);
+pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out);
+void pe_eesp_rx_free(pe_eesp_rx *rx);
+/* Add a receiving SA (looked up by SPI). */
+pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg);
+
+/*
+ * Decapsulate one IP packet carrying EESP (IP protocol or UDP 4500).
+ * Not EESP: PE_ERR_NOT_EESP-class statuses (not-eesp, nat-keepalive, ike-non-esp-marker, esp-in-udp).
+ * `out` needs len octets.  info (optional) is filled as far as processing got.
+ */
+pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                        size_t *out_len, pe_eesp_info *info);
+
+/* UDP 4500 demultiplexing (§14): which of the four a UDP payload is. */
+typedef enum pe_udp4500_kind {
+    PE_UDP4500_KEEPALIVE = 0,
+    PE_UDP4500_IKE,
+    PE_UDP4500_EESP,
+    PE_UDP4500_ESP,
+} pe_udp4500_kind;
+pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len);
+
+pe_verdict pe_eesp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                 size_t *out_len, pe_status *why);
+pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                 size_t *out_len, pe_status *why);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

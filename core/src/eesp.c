@@ -1,0 +1,829 @@
+/* EESP SAs, encapsulation and decapsulation of whole IP packets (eesp.md §5-§16, D1-D16). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "eesp_internal.h"
+#include "keytable.h"
+#include "pe/eesp.h"
+#include "pe/ip.h"
+#include "pe/replay.h"
+
+#define KEYMAT_MAX (32u + 4u)
+#define ROOT_MAX 64u
+#define NH_NO_NEXT 59u /* dummy packet */
+
+typedef struct eesp_sa {
+    uint32_t spi;
+    pe_eesp_suite suite;
+    pe_eesp_sskdf sskdf;
+    uint8_t key[ROOT_MAX]; /* key || salt without SSKDF, else the root key */
+    size_t key_len;
+    pe_eesp_mode mode;
+    pe_eesp_format format;
+    int seq_present;
+    pe_eesp_aad aad;
+    int anti_replay;
+    uint32_t replay_window;
+    int max_sub_sa_id;
+    int max_crypt_offset;
+    int crypt_offset;
+    int align_options;
+    int strict;
+    uint8_t extra_options[255];
+    size_t extra_options_len;
+    uint8_t ip_protocol;
+    int udp_encap;
+    uint16_t udp_sport, udp_dport;
+    uint8_t outer[PE_IPV6_HDR_LEN];
+    size_t outer_len;
+    pe_aead_dir dir;
+    pe_keytable subs; /* Sub SA state by Session ID */
+} eesp_sa;
+
+void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->encr = PE_ENCR_AES_GCM_16;
+    cfg->key_bits = 128;
+    cfg->seq_present = 1;
+    cfg->anti_replay = 1;
+    cfg->max_sub_sa_id = PE_EESP_NO_LIMIT;
+    cfg->max_crypt_offset = PE_EESP_NO_LIMIT;
+    cfg->crypt_offset = -1;
+    cfg->align_options = 1;
+    cfg->ip_protocol = PE_EESP_DEFAULT_IPPROTO;
+    cfg->udp_sport = PE_EESP_UDP_PORT;
+    cfg->udp_dport = PE_EESP_UDP_PORT;
+}
+
+/* Caller options must be whole TLVs, and not a Crypt Offset (the SA places that one, D13). */
+static pe_status check_extra_options(const uint8_t *o, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        if (o[off] == PE_EESP_OPT_PAD1) {
+            off++;
+            continue;
+        }
+        if (o[off] == PE_EESP_OPT_CRYPT_OFFSET)
+            return PE_ERR_EESP_CONFIG;
+        if (off + 2 > len || off + 2 + (size_t)o[off + 1] > len)
+            return PE_ERR_EESP_OPTIONS;
+        off += 2 + (size_t)o[off + 1];
+    }
+    return PE_OK;
+}
+
+static pe_status check_config(const pe_eesp_sa_config *c, const pe_eesp_suite *suite)
+{
+    if (c->mode != PE_EESP_TRANSPORT && c->mode != PE_EESP_TUNNEL)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->format != PE_EESP_FORMAT_AUTO && c->format != PE_EESP_FORMAT_FULL && c->format != PE_EESP_FORMAT_OPTIMIZED)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->aad != PE_EESP_AAD_DRAFT && c->aad != PE_EESP_AAD_LINUX_XFRM)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (suite->integrity_only && c->aad == PE_EESP_AAD_LINUX_XFRM)
+        return PE_ERR_EESP_CONFIG; /* D12 */
+    if (suite->iv_len == 0 && !c->seq_present)
+        return PE_ERR_EESP_CONFIG; /* implicit IV needs the Sequence Number (§10) */
+    if (c->sskdf == PE_SSKDF_AES256_CMAC)
+        return PE_ERR_EESP_SSKDF_UNDEFINED; /* D8 */
+    if (c->sskdf != PE_SSKDF_NONE && !pe_eesp_sskdf_root_len(c->sskdf))
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->sskdf == PE_SSKDF_NONE ? (!c->key || c->key_len != suite->key_len + suite->salt_len)
+                                  : (!c->root_key || c->root_key_len != pe_eesp_sskdf_root_len(c->sskdf)))
+        return PE_ERR_KEY_LENGTH;
+    if (c->max_sub_sa_id < PE_EESP_NO_LIMIT || c->max_sub_sa_id > 0xffff)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->max_crypt_offset < PE_EESP_NO_LIMIT || c->max_crypt_offset > 0xff)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->crypt_offset < -1 || c->crypt_offset > (int)PE_EESP_CO_FIELD_MASK)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->replay_window && (c->replay_window < PE_REPLAY_MIN_WINDOW || c->replay_window > PE_REPLAY_MAX_WINDOW))
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->extra_options_len > 255 || (c->extra_options_len && !c->extra_options))
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
+                             (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
+        return PE_ERR_INVALID_ARGUMENT;
+    return c->extra_options_len ? check_extra_options(c->extra_options, c->extra_options_len) : PE_OK;
+}
+
+static pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir dir)
+{
+    memset(sa, 0, sizeof *sa);
+    pe_status st = pe_eesp_suite_get(c->encr, c->key_bits, &sa->suite);
+    if (st != PE_OK)
+        return st;
+    if ((st = check_config(c, &sa->suite)) != PE_OK)
+        return st;
+    sa->spi = c->spi;
+    sa->sskdf = c->sskdf;
+    sa->key_len = c->sskdf == PE_SSKDF_NONE ? c->key_len : c->root_key_len;
+    memcpy(sa->key, c->sskdf == PE_SSKDF_NONE ? c->key : c->root_key, sa->key_len);
+    sa->mode = c->mode;
+    sa->format = c->format;
+    sa->seq_present = !!c->seq_present;
+    sa->aad = c->aad;
+    sa->anti_replay = c->seq_present && c->anti_replay;
+    sa->replay_window = c->replay_window ? c->replay_window : PE_REPLAY_DEFAULT_WINDOW;
+    sa->max_sub_sa_id = c->max_sub_sa_id;
+    sa->max_crypt_offset = c->max_crypt_offset;
+    sa->crypt_offset = c->crypt_offset;
+    sa->align_options = !!c->align_options;
+    sa->strict = !!c->strict;
+    if (c->extra_options_len)
+        memcpy(sa->extra_options, c->extra_options, c->extra_options_len);
+    sa->extra_options_len = c->extra_options_len;
+    sa->ip_protocol = c->ip_protocol;
+    sa->udp_encap = !!c->udp_encap;
+    sa->udp_sport = c->udp_sport;
+    sa->udp_dport = c->udp_dport;
+    if (c->outer_header) {
+        memcpy(sa->outer, c->outer_header, c->outer_header_len);
+        sa->outer_len = c->outer_header_len;
+    }
+    sa->dir = dir;
+    /* Session IDs are 16 bits: the table never exceeds 65,536 Sub SAs. */
+    return PE_OK;
+}
+
+static void sa_free(eesp_sa *sa)
+{
+    pe_keytable_free(&sa->subs);
+    pe_wipe(sa, sizeof *sa);
+}
+
+/* D6, D9: without an SSKDF only Session ID 0 exists; with one, the announced maximum. */
+static pe_status check_sub_sa_id(const eesp_sa *sa, uint32_t sid)
+{
+    if (sa->sskdf == PE_SSKDF_NONE)
+        return sid == 0 ? PE_OK : PE_ERR_EESP_SUB_SA;
+    if (sa->max_sub_sa_id != PE_EESP_NO_LIMIT && sid > (uint32_t)sa->max_sub_sa_id)
+        return PE_ERR_EESP_SUB_SA;
+    return PE_OK;
+}
+
+/* The Sub SA's state, deriving its key on first use (§12). */
+static pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
+{
+    if ((*out = pe_keytable_find(&sa->subs, sid)))
+        return PE_OK;
+    const pe_eesp_suite *s = &sa->suite;
+    size_t keymat_len = s->key_len + s->salt_len;
+    uint8_t keymat[KEYMAT_MAX];
+    pe_status st = PE_OK;
+    if (sa->sskdf == PE_SSKDF_NONE)
+        memcpy(keymat, sa->key, keymat_len);
+    else
+        st = pe_eesp_derive_sub_sa_key(sa->sskdf, sa->key, sa->key_len, sid, keymat, keymat_len);
+    pe_aead a;
+    if (st == PE_OK)
+        st = pe_aead_init(&a, s->alg, sa->dir, keymat, s->key_len, s->icv_len);
+    if (st == PE_OK) {
+        st = pe_keytable_insert(&sa->subs, sid, &a, out);
+        if (st != PE_OK)
+            pe_aead_free(&a);
+        else
+            memcpy((*out)->salt, keymat + s->key_len, s->salt_len);
+    }
+    pe_wipe(keymat, sizeof keymat);
+    return st;
+}
+
+/* D2: a Crypt Offset means full format; otherwise the mode decides; a forced format wins. */
+static int full_format(const eesp_sa *sa, int has_crypt_offset)
+{
+    if (sa->format != PE_EESP_FORMAT_AUTO)
+        return sa->format == PE_EESP_FORMAT_FULL;
+    return has_crypt_offset || sa->mode == PE_EESP_TRANSPORT;
+}
+
+static size_t nonce_for(const eesp_sa *sa, const pe_key_slot *slot, const uint8_t *iv, uint64_t seq,
+                        uint8_t nonce[12])
+{
+    size_t salt = sa->suite.salt_len;
+    memcpy(nonce, slot->salt, salt);
+    if (sa->suite.iv_len)
+        memcpy(nonce + salt, iv, 8);
+    else
+        pe_put64(nonce + salt, seq); /* RFC 8750: the Sequence Number is the IV */
+    return salt + 8;
+}
+
+/* D1: everything before `aad_end`, less the explicit IV for the Linux XFRM variant. */
+static size_t aad_for(const eesp_sa *sa, const uint8_t *eesp, size_t iv_off, size_t aad_end, pe_iov iov[2])
+{
+    size_t iv_len = sa->suite.iv_len;
+    if (sa->aad == PE_EESP_AAD_LINUX_XFRM && iv_len) {
+        iov[0] = (pe_iov){eesp, iv_off};
+        iov[1] = (pe_iov){eesp + iv_off + iv_len, aad_end - iv_off - iv_len};
+        return 2;
+    }
+    iov[0] = (pe_iov){eesp, aad_end};
+    return 1;
+}
+
+/* ------------------------------------------------------------------ sending */
+
+struct pe_eesp_tx {
+    eesp_sa sa;
+    unsigned capture_sub_sas; /* captures: flows spread over Sub SAs 0..n-1 */
+};
+
+pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out)
+{
+    *out = NULL;
+    pe_eesp_tx *tx = calloc(1, sizeof *tx);
+    if (!tx)
+        return PE_ERR_NOMEM;
+    pe_status st = sa_init(&tx->sa, cfg, PE_AEAD_SEAL);
+    if (st != PE_OK) {
+        pe_wipe(tx, sizeof *tx);
+        free(tx);
+        return st;
+    }
+    tx->capture_sub_sas = 1;
+    *out = tx;
+    return PE_OK;
+}
+
+void pe_eesp_tx_free(pe_eesp_tx *tx)
+{
+    if (!tx)
+        return;
+    sa_free(&tx->sa);
+    free(tx);
+}
+
+uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id)
+{
+    const pe_key_slot *s = pe_keytable_find(&tx->sa.subs, sub_sa_id);
+    return (s ? s->counter : 0) + 1;
+}
+
+pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n)
+{
+    if (n == 0 || n > 65536 || check_sub_sa_id(&tx->sa, n - 1) != PE_OK)
+        return PE_ERR_EESP_SUB_SA;
+    tx->capture_sub_sas = n;
+    return PE_OK;
+}
+
+/*
+ * D14: in IPv6 transport mode EESP goes after Hop-by-Hop, Routing and Fragment
+ * headers and after a Destination Options header that precedes a Routing
+ * header; what follows travels inside.  Returns the number of extension
+ * headers kept in front.
+ */
+static unsigned ipv6_kept_ext(const pe_ip_info *ip)
+{
+    unsigned last_routing = 0, kept = 0;
+    for (unsigned i = 0; i < ip->n_ext; i++)
+        if (ip->ext[i].type == 43)
+            last_routing = i + 1;
+    for (unsigned i = 0; i < ip->n_ext; i++) {
+        uint8_t t = ip->ext[i].type;
+        if (t == 0 || t == 43 || t == 44 || (t == 60 && i < last_routing))
+            kept = i + 1;
+        else
+            break;
+    }
+    return kept;
+}
+
+typedef struct send_plan {
+    size_t keep;          /* octets of the original packet kept in front (transport) */
+    size_t proto_field;   /* where the kept header names what follows */
+    uint8_t next_header;  /* for the PIH */
+    const uint8_t *payload;
+    size_t payload_len;
+    int carrier_v6;       /* the IP version that carries EESP (alignment, §7) */
+} send_plan;
+
+static pe_status plan_send(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_info *ip, send_plan *p)
+{
+    if (sa->mode == PE_EESP_TUNNEL) {
+        p->keep = 0;
+        p->proto_field = 0; /* the outer header is new: write_outer names the protocol itself */
+        p->next_header = ip->version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
+        p->payload = pkt;
+        p->payload_len = ip->len;
+        p->carrier_v6 = sa->outer_len ? sa->outer_len == PE_IPV6_HDR_LEN : ip->version == 6;
+        return PE_OK;
+    }
+    if (ip->is_fragment)
+        return PE_ERR_IP_FRAGMENT;
+    p->carrier_v6 = ip->version == 6;
+    if (ip->version == 4) {
+        p->keep = ip->hdr_len;
+        p->proto_field = 9;
+        p->next_header = ip->protocol;
+    } else {
+        unsigned k = ipv6_kept_ext(ip);
+        p->keep = k ? (size_t)ip->ext[k - 1].offset + ip->ext[k - 1].len : PE_IPV6_HDR_LEN;
+        p->proto_field = k ? ip->ext[k - 1].offset : 6;
+        p->next_header = k < ip->n_ext ? ip->ext[k].type : ip->protocol;
+    }
+    p->payload = pkt + p->keep;
+    p->payload_len = ip->len - p->keep;
+    return PE_OK;
+}
+
+/* Options per D13: Crypt Offset, caller TLVs, then Pad1/PadN so the next layer is aligned (§7). */
+static pe_status build_options(const eesp_sa *sa, size_t after_opts, int carrier_v6, size_t payload_len,
+                               size_t pih_len, uint8_t *opts, size_t *opt_len)
+{
+    size_t n = 0;
+    int co = sa->crypt_offset >= 0;
+    if (co)
+        n = 4;
+    memcpy(opts + n, sa->extra_options, sa->extra_options_len);
+    n += sa->extra_options_len;
+    /* A Crypt Offset's PayloadOffset counts 4-octet units, so it needs 4 even unaligned. */
+    size_t align = sa->align_options ? (carrier_v6 ? 8 : 4) : (co ? 4 : 1);
+    size_t pad = (align - (PE_EESP_BASE_LEN + n + after_opts) % align) % align;
+    if (n + pad > 255)
+        return PE_ERR_EESP_OPTIONS;
+    if (pad == 1) {
+        opts[n++] = PE_EESP_OPT_PAD1;
+    } else if (pad > 1) {
+        opts[n] = PE_EESP_OPT_PADN;
+        opts[n + 1] = (uint8_t)(pad - 2);
+        memset(opts + n + 2, 0, pad - 2);
+        n += pad;
+    }
+    if (co) {
+        size_t payload_offset = (PE_EESP_BASE_LEN + n + after_opts - pih_len) / 4;
+        if (payload_offset > PE_EESP_CO_FIELD_MASK)
+            return PE_ERR_EESP_PAYLOAD_OFFSET;
+        if ((size_t)sa->crypt_offset * 4 > pih_len + payload_len)
+            return PE_ERR_EESP_CRYPT_OFFSET; /* D16 */
+        opts[0] = PE_EESP_OPT_CRYPT_OFFSET;
+        opts[1] = PE_EESP_CRYPT_OFFSET_DATA_LEN;
+        pe_put16(opts + 2, (uint16_t)(payload_offset << PE_EESP_CO_PAYLOAD_OFFSET_SHIFT |
+                                      (unsigned)sa->crypt_offset << PE_EESP_CO_CRYPT_OFFSET_SHIFT));
+    }
+    *opt_len = n;
+    return PE_OK;
+}
+
+static size_t write_outer(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_info *ip, const send_plan *p,
+                          uint8_t *out)
+{
+    uint8_t proto = sa->udp_encap ? PE_IPPROTO_UDP : sa->ip_protocol;
+    if (sa->mode == PE_EESP_TRANSPORT) {
+        memcpy(out, pkt, p->keep);
+        out[p->proto_field] = proto;
+        return p->keep;
+    }
+    size_t n;
+    if (sa->outer_len) {
+        memcpy(out, sa->outer, sa->outer_len);
+        n = sa->outer_len;
+    } else if (ip->version == 4) {
+        memcpy(out, pkt, PE_IPV4_HDR_LEN);
+        out[0] = 0x45;
+        out[6] &= 0xc0; /* never make the outer packet a fragment */
+        out[7] = 0;
+        n = PE_IPV4_HDR_LEN;
+    } else {
+        memcpy(out, pkt, PE_IPV6_HDR_LEN);
+        n = PE_IPV6_HDR_LEN;
+    }
+    out[n == PE_IPV4_HDR_LEN ? 9 : 6] = proto;
+    return n;
+}
+
+static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sid, uint8_t *out,
+                              size_t cap, size_t *out_len)
+{
+    eesp_sa *sa = &tx->sa;
+    const pe_eesp_suite *s = &sa->suite;
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    if (st != PE_OK)
+        return st;
+    if ((st = check_sub_sa_id(sa, sid)) != PE_OK)
+        return st;
+    send_plan p;
+    if ((st = plan_send(sa, pkt, &ip, &p)) != PE_OK)
+        return st;
+
+    int full = full_format(sa, sa->crypt_offset >= 0);
+    size_t pih_len = full ? PE_EESP_PIH_LEN : 0;
+    size_t seq_len = sa->seq_present ? PE_EESP_SEQ_LEN : 0;
+    uint8_t opts[255];
+    size_t opt_len;
+    if ((st = build_options(sa, seq_len + s->iv_len + pih_len, p.carrier_v6, p.payload_len, pih_len, opts,
+                            &opt_len)) != PE_OK)
+        return st;
+
+    size_t iv_off = PE_EESP_BASE_LEN + opt_len + seq_len;
+    size_t payload_off = iv_off + s->iv_len;
+    size_t enc_len = pih_len + p.payload_len;
+    size_t pad_len = (4 - enc_len % 4) % 4; /* D11 */
+    size_t data_end = payload_off + enc_len + pad_len;
+    size_t eesp_len = data_end + s->icv_len;
+    size_t outer_len = sa->mode == PE_EESP_TRANSPORT ? p.keep : sa->outer_len ? sa->outer_len
+                       : ip.version == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN;
+    size_t udp_len = sa->udp_encap ? PE_UDP_HDR_LEN : 0;
+    size_t total = outer_len + udp_len + eesp_len;
+    if (total - (p.carrier_v6 ? PE_IPV6_HDR_LEN : 0) > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG;
+    if (cap < total)
+        return PE_ERR_BUFFER_TOO_SMALL;
+
+    pe_key_slot *slot;
+    if ((st = sub_sa(sa, sid, &slot)) != PE_OK)
+        return st;
+    if (slot->counter == UINT64_MAX)
+        return PE_ERR_SEQ_EXHAUSTED; /* D10: never wrap */
+    uint64_t seq = ++slot->counter;   /* spent from here on, whatever happens */
+
+    write_outer(sa, pkt, &ip, &p, out);
+    pe_ip_set_length(out, total);
+    if (!p.carrier_v6)
+        pe_ipv4_set_checksum(out);
+    uint8_t *e = out + outer_len;
+    if (sa->udp_encap) {
+        pe_put16(e, sa->udp_sport);
+        pe_put16(e + 2, sa->udp_dport);
+        pe_put16(e + 4, (uint16_t)(udp_len + eesp_len));
+        pe_put16(e + 6, 0);
+        e += udp_len;
+    }
+    e[0] = PE_EESP_ESP_COMPAT | (PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT);
+    e[1] = (uint8_t)opt_len;
+    pe_put16(e + 2, sid);
+    pe_put32(e + 4, sa->spi);
+    memcpy(e + PE_EESP_BASE_LEN, opts, opt_len);
+    if (seq_len)
+        pe_put64(e + PE_EESP_BASE_LEN + opt_len, seq);
+    if (s->iv_len)
+        pe_put64(e + iv_off, seq); /* explicit IV = sequence number (or the counter without SN) */
+    uint8_t *pl = e + payload_off;
+    if (full) {
+        pl[0] = pl[1] = 0;
+        pl[2] = p.next_header;
+        pl[3] = (uint8_t)pad_len;
+    }
+    memcpy(pl + pih_len, p.payload, p.payload_len);
+    memset(pl + enc_len, 0, pad_len);
+
+    uint8_t nonce[12];
+    nonce_for(sa, slot, e + iv_off, seq, nonce);
+    size_t enc_off = s->integrity_only ? data_end
+                     : sa->crypt_offset >= 0 ? payload_off + (size_t)sa->crypt_offset * 4
+                                             : payload_off;
+    pe_iov aad[2];
+    size_t n_aad = aad_for(sa, e, iv_off, enc_off, aad);
+    st = pe_aead_seal(&slot->aead, nonce, aad, n_aad, e + enc_off, data_end - enc_off, e + enc_off, e + data_end);
+    if (st != PE_OK)
+        return st;
+    *out_len = total;
+    return PE_OK;
+}
+
+pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
+                        size_t cap, size_t *out_len)
+{
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, out, cap, out_len);
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+struct pe_eesp_rx {
+    uint8_t ip_protocol;
+    uint16_t udp_port;
+    int check_udp_checksum;
+    size_t n_sas, cap_sas;
+    eesp_sa **sas;
+};
+
+void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->ip_protocol = PE_EESP_DEFAULT_IPPROTO;
+    cfg->udp_port = PE_EESP_UDP_PORT;
+}
+
+pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return PE_ERR_NOMEM;
+    (*out)->ip_protocol = cfg->ip_protocol;
+    (*out)->udp_port = cfg->udp_port;
+    (*out)->check_udp_checksum = cfg->check_udp_checksum;
+    return PE_OK;
+}
+
+void pe_eesp_rx_free(pe_eesp_rx *rx)
+{
+    if (!rx)
+        return;
+    for (size_t i = 0; i < rx->n_sas; i++) {
+        sa_free(rx->sas[i]);
+        free(rx->sas[i]);
+    }
+    free(rx->sas);
+    free(rx);
+}
+
+static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi)
+{
+    for (size_t i = 0; i < rx->n_sas; i++)
+        if (rx->sas[i]->spi == spi)
+            return rx->sas[i];
+    return NULL;
+}
+
+pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
+{
+    if (find_sa(rx, cfg->spi))
+        return PE_ERR_INVALID_ARGUMENT;
+    if (rx->n_sas == rx->cap_sas) {
+        size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
+        eesp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
+        if (!sas)
+            return PE_ERR_NOMEM;
+        rx->sas = sas;
+        rx->cap_sas = cap;
+    }
+    eesp_sa *sa = malloc(sizeof *sa);
+    if (!sa)
+        return PE_ERR_NOMEM;
+    pe_status st = sa_init(sa, cfg, PE_AEAD_OPEN);
+    if (st != PE_OK) {
+        pe_wipe(sa, sizeof *sa);
+        free(sa);
+        return st;
+    }
+    rx->sas[rx->n_sas++] = sa;
+    return PE_OK;
+}
+
+pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len)
+{
+    if (len == 1 && payload[0] == 0xff)
+        return PE_UDP4500_KEEPALIVE;
+    if (len >= 4 && pe_get32(payload) == 0)
+        return PE_UDP4500_IKE;
+    if (len >= 1 && (payload[0] & PE_EESP_ESP_COMPAT))
+        return PE_UDP4500_EESP;
+    return PE_UDP4500_ESP;
+}
+
+/* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
+static pe_status locate(const pe_eesp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, size_t *eesp_off,
+                        size_t *keep, int *udp)
+{
+    *udp = 0;
+    *keep = ip->l4_offset;
+    if (ip->protocol == rx->ip_protocol) {
+        if (ip->is_fragment)
+            return PE_ERR_IP_FRAGMENT;
+        *eesp_off = ip->l4_offset;
+        return PE_OK;
+    }
+    if (ip->protocol != PE_IPPROTO_UDP || ip->is_fragment || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
+        return PE_ERR_NOT_EESP;
+    const uint8_t *u = pkt + ip->l4_offset;
+    if (pe_get16(u + 2) != rx->udp_port)
+        return PE_ERR_NOT_EESP;
+    size_t udp_len = pe_get16(u + 4);
+    if (udp_len != ip->len - ip->l4_offset)
+        return PE_ERR_UDP_LENGTH;
+    if (rx->check_udp_checksum && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
+        return PE_ERR_UDP_CHECKSUM;
+    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN)) {
+    case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
+    case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
+    case PE_UDP4500_ESP: return PE_ERR_ESP_IN_UDP;
+    case PE_UDP4500_EESP: break;
+    }
+    *udp = 1;
+    *eesp_off = ip->l4_offset + PE_UDP_HDR_LEN;
+    return PE_OK;
+}
+
+/* §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet. */
+static pe_status recover_pih(const uint8_t *inner, size_t len, uint8_t *nh, size_t *inner_len)
+{
+    size_t n;
+    if (len >= 1 && (inner[0] >> 4) == 4 && len >= PE_IPV4_HDR_LEN) {
+        *nh = PE_IPPROTO_IPV4;
+        n = pe_get16(inner + 2);
+    } else if (len >= 1 && (inner[0] >> 4) == 6 && len >= PE_IPV6_HDR_LEN) {
+        *nh = PE_IPPROTO_IPV6;
+        n = PE_IPV6_HDR_LEN + pe_get16(inner + 4);
+    } else {
+        return PE_ERR_EESP_INNER;
+    }
+    if (n > len || len - n > 255)
+        return PE_ERR_EESP_INNER;
+    *inner_len = n;
+    return PE_OK;
+}
+
+pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                        size_t *out_len, pe_eesp_info *info)
+{
+    pe_eesp_info local;
+    if (!info)
+        info = &local;
+    info->udp_encap = 0;
+    info->seq = 0;
+    info->iv = NULL;
+    info->iv_len = 0;
+    info->full_format = 0;
+    info->next_header = info->pad_len = 0;
+    info->icv_valid = 0;
+    info->hdr.n_options = 0;
+
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    if (st != PE_OK)
+        return st;
+    size_t eesp_off, keep;
+    if ((st = locate(rx, pkt, &ip, &eesp_off, &keep, &info->udp_encap)) != PE_OK)
+        return st;
+    const uint8_t *e = pkt + eesp_off;
+    size_t elen = ip.len - eesp_off;
+    pe_eesp_hdr *h = &info->hdr;
+
+    /* §16 steps 2-4: Base Header, SA, options. */
+    if ((st = pe_eesp_base_parse(e, elen, h)) != PE_OK)
+        return st;
+    eesp_sa *sa = find_sa(rx, h->spi);
+    if (!sa)
+        return PE_ERR_EESP_NO_SA;
+    if ((st = pe_eesp_options_parse(e, elen, h)) != PE_OK)
+        return st;
+    if (sa->strict && h->n_unknown)
+        return PE_ERR_EESP_UNKNOWN_OPTION;
+
+    const pe_eesp_suite *s = &sa->suite;
+    size_t seq_len = sa->seq_present ? PE_EESP_SEQ_LEN : 0;
+    size_t iv_off = PE_EESP_BASE_LEN + h->opt_len + seq_len;
+    size_t payload_off = iv_off + s->iv_len;
+    int full = full_format(sa, h->has_crypt_offset);
+    size_t pih_len = full ? PE_EESP_PIH_LEN : 0;
+    info->full_format = full;
+    info->iv_len = s->iv_len;
+
+    /* Step 5: a Crypt Offset option. */
+    size_t enc_off = payload_off;
+    int policy_drop = 0;
+    if (h->has_crypt_offset) {
+        policy_drop = sa->max_crypt_offset == PE_EESP_NO_LIMIT || h->crypt_offset > sa->max_crypt_offset;
+        if ((size_t)h->payload_offset * 4 != payload_off)
+            return PE_ERR_EESP_PAYLOAD_OFFSET;
+        enc_off = payload_off + (size_t)h->crypt_offset * 4;
+    }
+    /* Steps 6-7: Sub SA, length. */
+    if ((st = check_sub_sa_id(sa, h->session_id)) != PE_OK)
+        return st;
+    if (payload_off + pih_len + s->icv_len > elen)
+        return PE_ERR_EESP_TRUNCATED;
+    size_t data_end = elen - s->icv_len;
+    if (enc_off > data_end)
+        return PE_ERR_EESP_CRYPT_OFFSET;
+    if (s->iv_len)
+        info->iv = e + iv_off;
+
+    /* Step 8: sequence number and the replay pre-check. */
+    uint64_t seq = 0;
+    pe_key_slot *slot;
+    if ((st = sub_sa(sa, h->session_id, &slot)) != PE_OK)
+        return st;
+    if (sa->seq_present) {
+        seq = pe_get64(e + PE_EESP_BASE_LEN + h->opt_len);
+        info->seq = seq;
+        if (seq == 0)
+            return PE_ERR_EESP_SEQ_ZERO; /* D10 */
+        if (sa->anti_replay && slot->replay.bits && (st = pe_replay_check(&slot->replay, seq)) != PE_OK)
+            return st;
+    }
+
+    /* Step 9: open.  The region [payload_off, data_end) lands at dst so that its PIH
+     * ends where the kept IP header ends: no move is needed to strip it. */
+    size_t region_len = data_end - payload_off;
+    size_t keep_out = sa->mode == PE_EESP_TRANSPORT ? keep : 0;
+    int shift = keep_out < pih_len; /* tunnel + full format: strip the PIH by a move */
+    size_t dst_off = shift ? 0 : keep_out - pih_len;
+    if (cap < dst_off + region_len || cap < keep_out)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    uint8_t *dst = out + dst_off;
+    size_t clear = s->integrity_only ? region_len : enc_off - payload_off;
+    memcpy(dst, e + payload_off, clear);
+    uint8_t nonce[12];
+    nonce_for(sa, slot, e + iv_off, seq, nonce);
+    pe_iov aad[2];
+    size_t aad_end = s->integrity_only ? data_end : enc_off;
+    size_t n_aad = aad_for(sa, e, iv_off, aad_end, aad);
+    st = pe_aead_open(&slot->aead, nonce, aad, n_aad, e + aad_end, data_end - aad_end, e + data_end, dst + clear);
+    if (st != PE_OK) {
+        pe_wipe(dst, region_len); /* never hand out unauthenticated plaintext */
+        return st;
+    }
+    info->icv_valid = 1;
+    if (policy_drop) {
+        pe_wipe(dst, region_len);
+        return PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED; /* dropped by policy; the window is untouched */
+    }
+
+    /* Step 10: the window moves only now. */
+    if (sa->anti_replay) {
+        if (!slot->replay.bits && (st = pe_replay_init(&slot->replay, sa->replay_window)) != PE_OK)
+            return st;
+        if ((st = pe_replay_update(&slot->replay, seq)) != PE_OK)
+            return st;
+    }
+
+    /* Steps 11-12: Payload Info. */
+    size_t inner_len;
+    const uint8_t *inner = dst + pih_len;
+    if (full) {
+        info->next_header = dst[2];
+        info->pad_len = dst[3];
+        if (PE_EESP_PIH_LEN + (size_t)info->pad_len > region_len)
+            return PE_ERR_EESP_PAD_LENGTH;
+        inner_len = region_len - PE_EESP_PIH_LEN - info->pad_len;
+        if (info->next_header == NH_NO_NEXT)
+            return PE_ERR_EESP_DUMMY;
+    } else {
+        if ((st = recover_pih(inner, region_len, &info->next_header, &inner_len)) != PE_OK)
+            return st;
+        info->pad_len = (uint8_t)(region_len - inner_len);
+    }
+
+    /* Step 13: mode processing. */
+    if (sa->mode == PE_EESP_TUNNEL) {
+        if (info->next_header != PE_IPPROTO_IPV4 && info->next_header != PE_IPPROTO_IPV6)
+            return PE_ERR_EESP_INNER;
+        unsigned want = info->next_header == PE_IPPROTO_IPV4 ? 4 : 6;
+        if (inner_len == 0 || (inner[0] >> 4) != want)
+            return PE_ERR_EESP_INNER;
+        if (shift)
+            memmove(out, inner, inner_len);
+        *out_len = inner_len;
+        return PE_OK;
+    }
+    memcpy(out, pkt, keep); /* overwrites the PIH octets, which were read above */
+    out[ip.proto_field] = info->next_header; /* with UDP encapsulation the UDP header goes too */
+    pe_ip_set_length(out, keep + inner_len);
+    if (ip.version == 4)
+        pe_ipv4_set_checksum(out);
+    *out_len = keep + inner_len;
+    return PE_OK;
+}
+
+/* ------------------------------------------------------------ capture glue */
+
+/* Flows spread over Sub SAs by a hash of addresses, protocol and ports (§14: ECMP/RSS per Sub SA). */
+static uint16_t flow_sub_sa(const pe_eesp_tx *tx, const uint8_t *pkt, size_t len)
+{
+    if (tx->capture_sub_sas <= 1)
+        return 0;
+    pe_ip_info ip;
+    if (pe_ip_parse(pkt, len, &ip) != PE_OK)
+        return 0;
+    uint32_t hash = 2166136261u; /* FNV-1a */
+    size_t addr_off = ip.version == 4 ? 12 : 8, addr_len = ip.version == 4 ? 8 : 32;
+    for (size_t i = 0; i < addr_len; i++)
+        hash = (hash ^ pkt[addr_off + i]) * 16777619u;
+    hash = (hash ^ ip.protocol) * 16777619u;
+    if ((ip.protocol == PE_IPPROTO_TCP || ip.protocol == PE_IPPROTO_UDP) && ip.l4_offset + 4 <= ip.len)
+        for (size_t i = 0; i < 4; i++)
+            hash = (hash ^ pkt[ip.l4_offset + i]) * 16777619u;
+    return (uint16_t)(hash % tx->capture_sub_sas);
+}
+
+pe_verdict pe_eesp_capture_encap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                 size_t *out_len, pe_status *why)
+{
+    pe_eesp_tx *tx = ctx;
+    *why = encap_sub_sa(tx, ip, len, flow_sub_sa(tx, ip, len), out, cap, out_len);
+    return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
+}
+
+pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                 size_t *out_len, pe_status *why)
+{
+    *why = pe_eesp_decap(rx, ip, len, out, cap, out_len, NULL);
+    switch (*why) {
+    case PE_OK:
+        return PE_VERDICT_TRANSFORMED;
+    case PE_ERR_NOT_EESP:
+    case PE_ERR_NAT_KEEPALIVE:
+    case PE_ERR_IKE_MARKER:
+    case PE_ERR_ESP_IN_UDP:
+    case PE_ERR_IP_VERSION:
+    case PE_ERR_EESP_DUMMY: /* valid, and discarded by design: keep it as captured */
+        return PE_VERDICT_PASSED;
+    default:
+        return PE_VERDICT_FAILED;
+    }
+}

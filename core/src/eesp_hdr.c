@@ -1,0 +1,168 @@
+/* EESP suites, Sub SA key derivation and the Base Header / Options codec (eesp.md §3, §4, §10, §12). */
+#include <string.h>
+
+#include "eesp_internal.h"
+#include "pe/eesp.h"
+#include "pe/ip.h"
+
+typedef struct suite_row {
+    pe_eesp_encr encr;
+    pe_aead_alg alg;
+    size_t salt_len, iv_len, icv_len;
+    int integrity_only;
+    const char *name;
+} suite_row;
+
+static const suite_row suite_rows[] = {
+    {PE_ENCR_AES_CCM_8, PE_AEAD_AES_CCM, 3, 8, 8, 0, "ENCR_AES_CCM_8"},
+    {PE_ENCR_AES_CCM_12, PE_AEAD_AES_CCM, 3, 8, 12, 0, "ENCR_AES_CCM_12"},
+    {PE_ENCR_AES_CCM_16, PE_AEAD_AES_CCM, 3, 8, 16, 0, "ENCR_AES_CCM_16"},
+    {PE_ENCR_AES_GCM_8, PE_AEAD_AES_GCM, 4, 8, 8, 0, "ENCR_AES_GCM_8"},
+    {PE_ENCR_AES_GCM_12, PE_AEAD_AES_GCM, 4, 8, 12, 0, "ENCR_AES_GCM_12"},
+    {PE_ENCR_AES_GCM_16, PE_AEAD_AES_GCM, 4, 8, 16, 0, "ENCR_AES_GCM_16"},
+    {PE_ENCR_NULL_AUTH_AES_GMAC, PE_AEAD_AES_GCM, 4, 8, 16, 1, "ENCR_NULL_AUTH_AES_GMAC"},
+    {PE_ENCR_CHACHA20_POLY1305, PE_AEAD_CHACHA20_POLY1305, 4, 8, 16, 0, "ENCR_CHACHA20_POLY1305"},
+    {PE_ENCR_AES_CCM_8_IIV, PE_AEAD_AES_CCM, 3, 0, 8, 0, "ENCR_AES_CCM_8_IIV"},
+    {PE_ENCR_AES_GCM_16_IIV, PE_AEAD_AES_GCM, 4, 0, 16, 0, "ENCR_AES_GCM_16_IIV"},
+    {PE_ENCR_CHACHA20_POLY1305_IIV, PE_AEAD_CHACHA20_POLY1305, 4, 0, 16, 0, "ENCR_CHACHA20_POLY1305_IIV"},
+};
+
+static const suite_row *suite_row_for(unsigned encr)
+{
+    for (size_t i = 0; i < sizeof suite_rows / sizeof suite_rows[0]; i++)
+        if (suite_rows[i].encr == encr)
+            return &suite_rows[i];
+    return NULL;
+}
+
+pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite)
+{
+    const suite_row *r = suite_row_for(encr);
+    if (!r)
+        return PE_ERR_EESP_SUITE;
+    if (r->alg == PE_AEAD_CHACHA20_POLY1305) {
+        if (key_bits != 0 && key_bits != 256)
+            return PE_ERR_EESP_SUITE;
+        key_bits = 256;
+    } else if (key_bits != 128 && key_bits != 192 && key_bits != 256) {
+        return PE_ERR_EESP_SUITE;
+    }
+    suite->encr = r->encr;
+    suite->alg = r->alg;
+    suite->key_len = key_bits / 8;
+    suite->salt_len = r->salt_len;
+    suite->iv_len = r->iv_len;
+    suite->icv_len = r->icv_len;
+    suite->integrity_only = r->integrity_only;
+    return PE_OK;
+}
+
+const char *pe_eesp_suite_name(const pe_eesp_suite *suite)
+{
+    const suite_row *r = suite_row_for(suite->encr);
+    return r ? r->name : "unknown";
+}
+
+size_t pe_eesp_sskdf_root_len(pe_eesp_sskdf sskdf)
+{
+    switch (sskdf) {
+    case PE_SSKDF_HKDF_SHA2_256: return 32;
+    case PE_SSKDF_HKDF_SHA2_384: return 48;
+    case PE_SSKDF_HKDF_SHA2_512: return 64;
+    default: return 0;
+    }
+}
+
+pe_status pe_eesp_derive_sub_sa_key(pe_eesp_sskdf sskdf, const uint8_t *root, size_t root_len,
+                                    uint16_t session_id, uint8_t *out, size_t out_len)
+{
+    if (sskdf == PE_SSKDF_AES256_CMAC)
+        return PE_ERR_EESP_SSKDF_UNDEFINED;
+    size_t nk = pe_eesp_sskdf_root_len(sskdf);
+    if (!nk)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (root_len != nk)
+        return PE_ERR_KEY_LENGTH;
+    uint8_t info[2];
+    pe_put16(info, session_id); /* D4: 2 octets, big-endian */
+    pe_hash h = sskdf == PE_SSKDF_HKDF_SHA2_256 ? PE_HASH_SHA256
+              : sskdf == PE_SSKDF_HKDF_SHA2_384 ? PE_HASH_SHA384
+                                                 : PE_HASH_SHA512;
+    return pe_hkdf_expand(h, root, root_len, info, sizeof info, out, out_len);
+}
+
+/* Walk the TLVs of the options area (§16 step 4). */
+static pe_status parse_options(const uint8_t *opts, size_t opt_len, pe_eesp_hdr *h)
+{
+    size_t off = 0;
+    while (off < opt_len) {
+        pe_eesp_option o = {.type = opts[off], .offset = (uint16_t)(PE_EESP_BASE_LEN + off)};
+        size_t total = 1;
+        if (o.type != PE_EESP_OPT_PAD1) {
+            if (off + 2 > opt_len)
+                return PE_ERR_EESP_OPTIONS;
+            o.data_len = opts[off + 1];
+            total = 2 + (size_t)o.data_len;
+            if (off + total > opt_len)
+                return PE_ERR_EESP_OPTIONS;
+            o.data = opts + off + 2;
+        }
+        if (o.type == PE_EESP_OPT_CRYPT_OFFSET) {
+            if (o.data_len != PE_EESP_CRYPT_OFFSET_DATA_LEN || h->has_crypt_offset)
+                return PE_ERR_EESP_CRYPT_OFFSET_OPTION; /* D3, D13 */
+            uint16_t v = pe_get16(o.data);
+            h->has_crypt_offset = 1;
+            h->payload_offset = (uint8_t)((v >> PE_EESP_CO_PAYLOAD_OFFSET_SHIFT) & PE_EESP_CO_FIELD_MASK);
+            h->crypt_offset = (uint8_t)((v >> PE_EESP_CO_CRYPT_OFFSET_SHIFT) & PE_EESP_CO_FIELD_MASK);
+            h->crypt_offset_reserved = (uint8_t)(v & PE_EESP_CO_R_MASK);
+        } else if (o.type != PE_EESP_OPT_PAD1 && o.type != PE_EESP_OPT_PADN) {
+            h->n_unknown++;
+        }
+        if (h->n_options < PE_EESP_MAX_OPTIONS)
+            h->option[h->n_options] = o;
+        h->n_options++;
+        off += total;
+    }
+    return PE_OK;
+}
+
+pe_status pe_eesp_base_parse(const uint8_t *b, size_t len, pe_eesp_hdr *h)
+{
+    /* Scalars only: option[] is valid up to n_options, and this runs per packet. */
+    h->esp_compat = h->version = h->reserved = h->opt_len = 0;
+    h->session_id = 0;
+    h->spi = 0;
+    h->options = NULL;
+    h->n_options = h->n_unknown = 0;
+    h->has_crypt_offset = 0;
+    h->payload_offset = h->crypt_offset = h->crypt_offset_reserved = 0;
+    if (len < PE_EESP_BASE_LEN)
+        return PE_ERR_EESP_TRUNCATED;
+    h->esp_compat = !!(b[0] & PE_EESP_ESP_COMPAT);
+    h->version = (uint8_t)((b[0] & PE_EESP_VERSION_MASK) >> PE_EESP_VERSION_SHIFT);
+    h->reserved = b[0] & PE_EESP_R_MASK;
+    h->opt_len = b[1];
+    h->session_id = pe_get16(b + 2);
+    h->spi = pe_get32(b + 4);
+    if (!h->esp_compat)
+        return PE_ERR_EESP_COMPAT_BIT;
+    if (h->version != PE_EESP_VERSION_0)
+        return PE_ERR_EESP_VERSION;
+    if (h->reserved)
+        return PE_ERR_EESP_RESERVED;
+    return PE_OK;
+}
+
+pe_status pe_eesp_options_parse(const uint8_t *b, size_t len, pe_eesp_hdr *h)
+{
+    if (PE_EESP_BASE_LEN + (size_t)h->opt_len > len)
+        return PE_ERR_EESP_TRUNCATED; /* the Opt Len octets must be present */
+    h->options = b + PE_EESP_BASE_LEN;
+    return parse_options(h->options, h->opt_len, h);
+}
+
+pe_status pe_eesp_hdr_parse(const uint8_t *b, size_t len, pe_eesp_hdr *h)
+{
+    pe_status st = pe_eesp_base_parse(b, len, h);
+    return st != PE_OK ? st : pe_eesp_options_parse(b, len, h);
+}
