@@ -233,6 +233,122 @@ typedef struct {
 } pe_psp_batch_ctx;
 pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                               size_t *out_len, pe_status *why);
+
+/* eesp.h */
+#define PE_EESP_MAX_OVERHEAD ...
+#define PE_EESP_MAX_OPTIONS ...
+#define PE_EESP_DEFAULT_IPPROTO ...
+#define PE_EESP_UDP_PORT ...
+#define PE_EESP_NO_LIMIT ...
+typedef enum { PE_AEAD_AES_GCM, PE_AEAD_AES_CCM, PE_AEAD_CHACHA20_POLY1305 } pe_aead_alg;
+typedef struct {
+    int encr;
+    pe_aead_alg alg;
+    size_t key_len;
+    size_t salt_len;
+    size_t iv_len;
+    size_t icv_len;
+    int integrity_only;
+} pe_eesp_suite;
+pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
+const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
+typedef enum { PE_SSKDF_NONE, PE_SSKDF_HKDF_SHA2_256, PE_SSKDF_HKDF_SHA2_384, PE_SSKDF_HKDF_SHA2_512,
+               PE_SSKDF_AES256_CMAC } pe_eesp_sskdf;
+size_t pe_eesp_sskdf_root_len(pe_eesp_sskdf sskdf);
+pe_status pe_eesp_derive_sub_sa_key(pe_eesp_sskdf sskdf, const uint8_t *root, size_t root_len,
+                                    uint16_t session_id, uint8_t *out, size_t out_len);
+typedef struct {
+    uint8_t type;
+    uint8_t data_len;
+    uint16_t offset;
+    const uint8_t *data;
+} pe_eesp_option;
+typedef struct {
+    uint8_t esp_compat;
+    uint8_t version;
+    uint8_t reserved;
+    uint8_t opt_len;
+    uint16_t session_id;
+    uint32_t spi;
+    const uint8_t *options;
+    size_t n_options;
+    pe_eesp_option option[...];
+    size_t n_unknown;
+    int has_crypt_offset;
+    uint8_t payload_offset;
+    uint8_t crypt_offset;
+    uint8_t crypt_offset_reserved;
+} pe_eesp_hdr;
+pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
+pe_status pe_eesp_hdr_build(const pe_eesp_hdr *h, uint8_t *buf, size_t cap, size_t *len);
+typedef enum { PE_EESP_TRANSPORT, PE_EESP_TUNNEL } pe_eesp_mode;
+typedef enum { PE_EESP_FORMAT_AUTO, PE_EESP_FORMAT_FULL, PE_EESP_FORMAT_OPTIMIZED } pe_eesp_format;
+typedef enum { PE_EESP_AAD_DRAFT, PE_EESP_AAD_LINUX_XFRM } pe_eesp_aad;
+typedef struct {
+    uint32_t spi;
+    unsigned encr;
+    unsigned key_bits;
+    pe_eesp_sskdf sskdf;
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *root_key;
+    size_t root_key_len;
+    pe_eesp_mode mode;
+    pe_eesp_format format;
+    int seq_present;
+    pe_eesp_aad aad;
+    int anti_replay;
+    uint32_t replay_window;
+    int max_sub_sa_id;
+    int max_crypt_offset;
+    int crypt_offset;
+    int align_options;
+    int strict;
+    const uint8_t *extra_options;
+    size_t extra_options_len;
+    uint8_t ip_protocol;
+    int udp_encap;
+    uint16_t udp_sport, udp_dport;
+    const uint8_t *outer_header;
+    size_t outer_header_len;
+} pe_eesp_sa_config;
+void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);
+typedef struct pe_eesp_tx pe_eesp_tx;
+pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out);
+void pe_eesp_tx_free(pe_eesp_tx *tx);
+uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id);
+pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n);
+pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
+                        size_t cap, size_t *out_len);
+typedef struct {
+    uint8_t ip_protocol;
+    uint16_t udp_port;
+    int check_udp_checksum;
+} pe_eesp_rx_config;
+typedef struct pe_eesp_rx pe_eesp_rx;
+typedef struct {
+    pe_eesp_hdr hdr;
+    int udp_encap;
+    uint64_t seq;
+    const uint8_t *iv;
+    size_t iv_len;
+    int full_format;
+    uint8_t next_header;
+    uint8_t pad_len;
+    int icv_valid;
+} pe_eesp_info;
+void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg);
+pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out);
+void pe_eesp_rx_free(pe_eesp_rx *rx);
+pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg);
+pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                        size_t *out_len, pe_eesp_info *info);
+typedef enum { PE_UDP4500_KEEPALIVE, PE_UDP4500_IKE, PE_UDP4500_EESP, PE_UDP4500_ESP } pe_udp4500_kind;
+pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len);
+pe_verdict pe_eesp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                 size_t *out_len, pe_status *why);
+pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                 size_t *out_len, pe_status *why);
 """
 
 ffibuilder = FFI()
@@ -240,7 +356,7 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "pecore._native",
     "\n".join(
-        f'#include "pe/{h}.h"' for h in ("status", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp")
+        f'#include "pe/{h}.h"' for h in ("status", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp")
     ),
     sources=sorted(glob.glob(os.path.join(CORE, "src", "*.c"))),
     include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src")],

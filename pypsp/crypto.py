@@ -9,31 +9,20 @@ from pecore._native import ffi, lib
 from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
 from pecore.errors import status_message, status_name
+from pecore.util import Key, check_range, key_bytes, pin, run_batch
 
 MAX_IP_LEN = 65535
 _OUT_LEN = MAX_IP_LEN + 256
 _MODES = {"transport": lib.PE_PSP_TRANSPORT, "tunnel": lib.PE_PSP_TUNNEL}
 
-Key = Union[bytes, bytearray, memoryview, str]
 
 
 def _key_bytes(key: Key, what: str = "key") -> bytes:
-    """Keys are bytes or hex strings (with optional 0x, spaces or colons)."""
-    if isinstance(key, str):
-        text = key.strip().lower().removeprefix("0x").replace(":", "").replace(" ", "")
-        try:
-            return bytes.fromhex(text)
-        except ValueError:
-            raise ConfigurationError(f"{what} is not valid hex") from None
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key)
-    raise ConfigurationError(f"{what} must be bytes or a hex string, not {type(key).__name__}")
+    return key_bytes(key, what, ConfigurationError)
 
 
 def _check_range(name: str, value: int, top: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
-        raise ConfigurationError(f"{name} must be an integer in 0..{top}, not {value!r}")
-    return value
+    return check_range(name, value, top, ConfigurationError)
 
 
 def derive_key(master_key: Key, spi: int, version: int, *, label: Optional[int] = None) -> bytes:
@@ -74,44 +63,6 @@ def _master_pair(master_keys: Optional[Sequence[Optional[Key]]]) -> Tuple[Option
         if k is not None and len(k) != 32:
             raise ConfigurationError(f"master key {i} must be 32 octets, not {len(k)}", "bad-key-length")
     return pair  # type: ignore[return-value]
-
-
-def _pin(keep: list, data: Optional[bytes]):
-    """A C pointer to ``data`` (NULL for None), kept alive by ``keep`` while the core copies it."""
-    if data is None:
-        return ffi.NULL
-    buf = ffi.from_buffer(data)
-    keep.append(buf)
-    return buf
-
-
-_alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
-
-
-class _Batch:
-    """Runs a core transform over many packets in one call."""
-
-    @staticmethod
-    def run(fn, ctx, packets: Sequence[bytes], extra: int) -> List[Tuple[int, bytes]]:
-        n = len(packets)
-        if n == 0:
-            return []
-        blob = b"".join(packets)
-        in_off = ffi.new("size_t[]", n)
-        in_len = ffi.new("size_t[]", n)
-        pos = 0
-        for i, p in enumerate(packets):
-            in_off[i] = pos
-            in_len[i] = len(p)
-            pos += len(p)
-        cap = len(blob) + n * extra
-        out = _alloc_uncleared("uint8_t[]", max(cap, 1))  # every octet read back was written first
-        out_off = ffi.new("size_t[]", n)
-        out_len = ffi.new("size_t[]", n)
-        status = ffi.new("pe_status[]", n)
-        lib.pe_batch_transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
-        buf = ffi.buffer(out, cap)
-        return [(status[i], buf[out_off[i] : out_off[i] + out_len[i]]) for i in range(n)]
 
 
 class Encryptor:
@@ -178,12 +129,12 @@ class Encryptor:
             cfg.vc = list(vcb)
         if key is not None:
             k = _key_bytes(key)
-            cfg.key = _pin(keep, k)
+            cfg.key = pin(keep, k)
             cfg.key_len = len(k)
         else:
             mk0, mk1 = _master_pair(master_keys)
-            cfg.master_key0 = _pin(keep, mk0)
-            cfg.master_key1 = _pin(keep, mk1)
+            cfg.master_key0 = pin(keep, mk0)
+            cfg.master_key1 = pin(keep, mk1)
         self._sport_handle = None
         if udp_sport == "xor":
             cfg.sport_policy = lib.PE_PSP_SPORT_XOR
@@ -204,7 +155,7 @@ class Encryptor:
             raise ConfigurationError("udp_sport must be 'xor', a port number or a callable")
         if tunnel_header is not None:
             th = bytes(tunnel_header)
-            cfg.outer_header = _pin(keep, th)
+            cfg.outer_header = pin(keep, th)
             cfg.outer_header_len = len(th)
         tx = ffi.new("pe_psp_tx **")
         st = lib.pe_psp_tx_new(cfg, tx)
@@ -236,7 +187,7 @@ class Encryptor:
         (packets before it have used their IVs; their results are in ``err.results``)."""
         pkts = list(packets)
         with self._lock:
-            results = _Batch.run(lib.pe_psp_capture_encap, self._tx, pkts, lib.PE_PSP_MAX_OVERHEAD)
+            results = run_batch(lib.pe_psp_capture_encap, self._tx, pkts, lib.PE_PSP_MAX_OVERHEAD)
         out: List[bytes] = []
         for i, (st, data) in enumerate(results):
             if st != lib.PE_OK:
@@ -278,8 +229,8 @@ class Decryptor:
         lib.pe_psp_rx_config_init(cfg)
         mk0, mk1 = _master_pair(master_keys)
         keep: list = []
-        cfg.master_key0 = _pin(keep, mk0)
-        cfg.master_key1 = _pin(keep, mk1)
+        cfg.master_key0 = pin(keep, mk0)
+        cfg.master_key1 = pin(keep, mk1)
         mask = 0
         for v in versions:
             mask |= 1 << _check_range("version", v, 3)
@@ -334,7 +285,7 @@ class Decryptor:
         out: List[Union[Decrypted, PspError]] = []
         with self._lock:
             # Headers are read while `pkts` (which their extension pointers may reference) is alive.
-            for i, (st, data) in enumerate(_Batch.run(lib.pe_psp_batch_decap, ctx, pkts, 0)):
+            for i, (st, data) in enumerate(run_batch(lib.pe_psp_batch_decap, ctx, pkts, 0)):
                 if st != lib.PE_OK:
                     out.append(error_class(status_name(st))(status_message(st), status_name(st)))
                     continue

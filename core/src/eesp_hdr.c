@@ -118,9 +118,7 @@ static pe_status parse_options(const uint8_t *opts, size_t opt_len, pe_eesp_hdr 
         } else if (o.type != PE_EESP_OPT_PAD1 && o.type != PE_EESP_OPT_PADN) {
             h->n_unknown++;
         }
-        if (h->n_options < PE_EESP_MAX_OPTIONS)
-            h->option[h->n_options] = o;
-        h->n_options++;
+        h->option[h->n_options++] = o; /* at most 255 one-octet options fit in Opt Len */
         off += total;
     }
     return PE_OK;
@@ -165,4 +163,37 @@ pe_status pe_eesp_hdr_parse(const uint8_t *b, size_t len, pe_eesp_hdr *h)
 {
     pe_status st = pe_eesp_base_parse(b, len, h);
     return st != PE_OK ? st : pe_eesp_options_parse(b, len, h);
+}
+
+pe_status pe_eesp_hdr_build(const pe_eesp_hdr *h, uint8_t *b, size_t cap, size_t *len)
+{
+    if (h->n_options > PE_EESP_MAX_OPTIONS || h->version > 0xf || h->reserved > PE_EESP_R_MASK)
+        return PE_ERR_INVALID_ARGUMENT;
+    size_t opt_len = 0;
+    for (size_t i = 0; i < h->n_options; i++)
+        opt_len += h->option[i].type == PE_EESP_OPT_PAD1 ? 1 : 2 + (size_t)h->option[i].data_len;
+    if (opt_len > 255)
+        return PE_ERR_EESP_OPTIONS;
+    if (cap < PE_EESP_BASE_LEN + opt_len)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    b[0] = (uint8_t)((h->esp_compat ? PE_EESP_ESP_COMPAT : 0) | (h->version << PE_EESP_VERSION_SHIFT) | h->reserved);
+    b[1] = (uint8_t)opt_len;
+    pe_put16(b + 2, h->session_id);
+    pe_put32(b + 4, h->spi);
+    size_t off = PE_EESP_BASE_LEN;
+    for (size_t i = 0; i < h->n_options; i++) {
+        const pe_eesp_option *o = &h->option[i];
+        b[off++] = o->type;
+        if (o->type == PE_EESP_OPT_PAD1)
+            continue;
+        b[off++] = o->data_len;
+        if (o->data_len) {
+            if (!o->data)
+                return PE_ERR_INVALID_ARGUMENT;
+            memcpy(b + off, o->data, o->data_len);
+        }
+        off += o->data_len;
+    }
+    *len = off;
+    return PE_OK;
 }

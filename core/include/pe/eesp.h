@@ -44,7 +44,7 @@ extern "C" {
 #define PE_EESP_CO_FIELD_MASK 0x3fu
 #define PE_EESP_CO_R_MASK 0x0fu
 
-#define PE_EESP_MAX_OPTIONS 16u /* options recorded in pe_eesp_hdr.option[]; n_options counts them all */
+#define PE_EESP_MAX_OPTIONS 255u /* Opt Len <= 255 octets: every option fits in pe_eesp_hdr.option[] */
 
 /* IKEv2 ENCR transform IDs of the AEAD suites EESPv0 can use (§10). */
 typedef enum pe_eesp_encr {
@@ -107,7 +107,7 @@ typedef struct pe_eesp_hdr {
     uint16_t session_id;
     uint32_t spi;
     const uint8_t *options;
-    size_t n_options;   /* options in the packet (each Pad1 counts); the first PE_EESP_MAX_OPTIONS are in option[] */
+    size_t n_options;   /* entries in option[] (each Pad1 counts) */
     pe_eesp_option option[PE_EESP_MAX_OPTIONS];
     size_t n_unknown;   /* options of types other than 0, 1, 2 */
     int has_crypt_offset;
@@ -123,6 +123,12 @@ typedef struct pe_eesp_hdr {
  * most (D13).  Fields are filled as far as the octets allow, also on error.
  */
 pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
+/*
+ * Write the Base Header and h->option[0..n_options) as TLVs (Pad1: type only;
+ * others: type, data_len, data; a Crypt Offset option is written from its
+ * data like any other).  Opt Len is computed; *len gets 8 + Opt Len.
+ */
+pe_status pe_eesp_hdr_build(const pe_eesp_hdr *h, uint8_t *buf, size_t cap, size_t *len);
 
 /* ---- SAs ---- */
 

@@ -1,0 +1,63 @@
+"""Argument handling shared by the protocol packages: keys, ranges, C buffers, batches."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple, Type, Union
+
+from pecore._native import ffi, lib
+
+Key = Union[bytes, bytearray, memoryview, str]
+
+
+def key_bytes(key: Key, what: str, error: Type[Exception]) -> bytes:
+    """Keys are bytes or hex strings (with optional 0x, spaces or colons)."""
+    if isinstance(key, str):
+        text = key.strip().lower().removeprefix("0x").replace(":", "").replace(" ", "")
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            raise error(f"{what} is not valid hex") from None
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise error(f"{what} must be bytes or a hex string, not {type(key).__name__}")
+
+
+def check_range(name: str, value: int, top: int, error: Type[Exception], bottom: int = 0) -> int:
+    """An int (not a bool) within bottom..top, or `error`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not bottom <= value <= top:
+        raise error(f"{name} must be an integer in {bottom}..{top}, not {value!r}")
+    return value
+
+
+def pin(keep: list, data: Optional[bytes]):
+    """A C pointer to ``data`` (NULL for None), kept alive by ``keep`` while the core copies it."""
+    if data is None:
+        return ffi.NULL
+    buf = ffi.from_buffer(data)
+    keep.append(buf)
+    return buf
+
+
+_alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+
+
+def run_batch(fn, ctx, packets: Sequence[bytes], extra: int) -> List[Tuple[int, bytes]]:
+    """Run a core transform over many packets in one call: (status, result) per packet."""
+    n = len(packets)
+    if n == 0:
+        return []
+    blob = b"".join(packets)
+    in_off = ffi.new("size_t[]", n)
+    in_len = ffi.new("size_t[]", n)
+    pos = 0
+    for i, p in enumerate(packets):
+        in_off[i] = pos
+        in_len[i] = len(p)
+        pos += len(p)
+    cap = len(blob) + n * extra
+    out = _alloc_uncleared("uint8_t[]", max(cap, 1))  # every octet read back was written first
+    out_off = ffi.new("size_t[]", n)
+    out_len = ffi.new("size_t[]", n)
+    status = ffi.new("pe_status[]", n)
+    lib.pe_batch_transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
+    buf = ffi.buffer(out, cap)
+    return [(status[i], buf[out_off[i] : out_off[i] + out_len[i]]) for i in range(n)]

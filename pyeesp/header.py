@@ -1,0 +1,149 @@
+"""The EESP Base Header and its Options (eesp.md §3, §4): parse from bytes, build to bytes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from pecore._native import ffi, lib
+from pecore.util import check_range
+from pyeesp.errors import ConfigurationError, raise_eesp
+
+PAD1, PADN, CRYPT_OFFSET = 0, 1, 2
+_NAMES = {PAD1: "Pad1", PADN: "PadN", CRYPT_OFFSET: "CryptOffset"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option TLV.  Pad1 has no length octet and no data."""
+
+    type: int
+    data: bytes = b""
+
+    def __post_init__(self) -> None:
+        check_range("option type", self.type, 255, ConfigurationError)
+        if self.type == PAD1 and self.data:
+            raise ConfigurationError("Pad1 carries no data")
+        if len(self.data) > 253:
+            raise ConfigurationError(f"option data of {len(self.data)} octets does not fit Opt Len")
+
+    @classmethod
+    def pad1(cls) -> "Option":
+        return cls(PAD1)
+
+    @classmethod
+    def padn(cls, total_len: int) -> "Option":
+        """PadN covering ``total_len`` ≥ 2 octets."""
+        check_range("PadN length", total_len, 255, ConfigurationError, bottom=2)
+        return cls(PADN, bytes(total_len - 2))
+
+    @classmethod
+    def crypt_offset(cls, payload_offset: int, crypt_offset: int, reserved: int = 0) -> "Option":
+        """A Crypt Offset option (D3: two data octets, PayloadOffset(6) | CryptOffset(6) | R(4))."""
+        v = (
+            check_range("payload_offset", payload_offset, 63, ConfigurationError) << 10
+            | check_range("crypt_offset", crypt_offset, 63, ConfigurationError) << 4
+            | check_range("reserved", reserved, 15, ConfigurationError)
+        )
+        return cls(CRYPT_OFFSET, v.to_bytes(2, "big"))
+
+    @property
+    def name(self) -> str:
+        return _NAMES.get(self.type, f"Unknown({self.type})")
+
+    @property
+    def wire_len(self) -> int:
+        return 1 if self.type == PAD1 else 2 + len(self.data)
+
+    def _co_value(self) -> Optional[int]:
+        return int.from_bytes(self.data, "big") if self.type == CRYPT_OFFSET and len(self.data) == 2 else None
+
+    @property
+    def payload_offset(self) -> Optional[int]:
+        v = self._co_value()
+        return None if v is None else v >> 10
+
+    @property
+    def crypt_offset_value(self) -> Optional[int]:
+        v = self._co_value()
+        return None if v is None else (v >> 4) & 0x3F
+
+
+@dataclass(frozen=True)
+class Header:
+    """An EESP Base Header with its options."""
+
+    spi: int
+    session_id: int = 0
+    options: Tuple[Option, ...] = field(default_factory=tuple)
+    version: int = 0
+    reserved: int = 0
+    esp_compat: bool = True
+
+    def __post_init__(self) -> None:
+        check_range("spi", self.spi, 0xFFFFFFFF, ConfigurationError)
+        check_range("session_id", self.session_id, 0xFFFF, ConfigurationError)
+        check_range("version", self.version, 15, ConfigurationError)
+        check_range("reserved", self.reserved, 7, ConfigurationError)
+        object.__setattr__(self, "options", tuple(self.options))
+        if self.opt_len > 255:
+            raise ConfigurationError(f"options take {self.opt_len} octets; Opt Len holds at most 255")
+
+    @property
+    def opt_len(self) -> int:
+        return sum(o.wire_len for o in self.options)
+
+    @property
+    def header_len(self) -> int:
+        return 8 + self.opt_len
+
+    @property
+    def crypt_offset_option(self) -> Optional[Option]:
+        return next((o for o in self.options if o.type == CRYPT_OFFSET), None)
+
+    @property
+    def unknown_options(self) -> Tuple[Option, ...]:
+        return tuple(o for o in self.options if o.type not in _NAMES)
+
+    @classmethod
+    def _from_c(cls, h) -> "Header":
+        opts = []
+        for i in range(h.n_options):
+            o = h.option[i]
+            opts.append(Option(o.type, bytes(ffi.buffer(o.data, o.data_len)) if o.data_len else b""))
+        self = object.__new__(cls)  # the core validated it: skip __post_init__
+        self.__dict__.update(spi=h.spi, session_id=h.session_id, options=tuple(opts), version=h.version,
+                             reserved=h.reserved, esp_compat=bool(h.esp_compat))
+        return self
+
+    @classmethod
+    def parse(cls, data: bytes) -> "Header":
+        """Parse the Base Header and options at the start of ``data``; raises on malformed input."""
+        h = ffi.new("pe_eesp_hdr *")
+        st = lib.pe_eesp_hdr_parse(data, len(data), h)
+        if st != lib.PE_OK:
+            raise_eesp(st)
+        return cls._from_c(h)
+
+    def build(self) -> bytes:
+        """Base Header and options as wire octets."""
+        h = ffi.new("pe_eesp_hdr *")
+        h.esp_compat = self.esp_compat
+        h.version = self.version
+        h.reserved = self.reserved
+        h.session_id = self.session_id
+        h.spi = self.spi
+        keep = []
+        for i, o in enumerate(self.options):
+            h.option[i].type = o.type
+            h.option[i].data_len = len(o.data)
+            if o.data:
+                buf = ffi.from_buffer(o.data)
+                keep.append(buf)
+                h.option[i].data = buf
+        h.n_options = len(self.options)
+        out = ffi.new("uint8_t[]", 8 + 255)
+        n = ffi.new("size_t *")
+        st = lib.pe_eesp_hdr_build(h, out, 8 + 255, n)
+        if st != lib.PE_OK:
+            raise_eesp(st)
+        return bytes(ffi.buffer(out, n[0]))

@@ -1,0 +1,314 @@
+"""EESP Security Associations over the core: encrypt and decrypt whole IP packets."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Iterable, List, Optional, Sequence, Union
+
+from pecore._native import ffi, lib
+from pecore.errors import status_message, status_name
+from pecore.util import Key, check_range, key_bytes, pin, run_batch
+from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp
+from pyeesp.header import Header
+
+MAX_IP_LEN = 65535
+_OUT_LEN = MAX_IP_LEN + 512
+
+#: IKEv2 ENCR transform IDs by suite name (eesp.md §10).
+SUITES = {
+    "aes-ccm-8": 14,
+    "aes-ccm-12": 15,
+    "aes-ccm-16": 16,
+    "aes-gcm-8": 18,
+    "aes-gcm-12": 19,
+    "aes-gcm-16": 20,
+    "aes-gmac": 21,
+    "chacha20-poly1305": 28,
+    "aes-ccm-8-iiv": 29,
+    "aes-gcm-16-iiv": 30,
+    "chacha20-poly1305-iiv": 31,
+}
+SSKDFS = {None: 0, "none": 0, "hkdf-sha256": 1, "hkdf-sha384": 2, "hkdf-sha512": 3, "aes256-cmac": 4}
+_MODES = {"transport": lib.PE_EESP_TRANSPORT, "tunnel": lib.PE_EESP_TUNNEL}
+_FORMATS = {"auto": lib.PE_EESP_FORMAT_AUTO, "full": lib.PE_EESP_FORMAT_FULL, "optimized": lib.PE_EESP_FORMAT_OPTIMIZED}
+_AADS = {"draft": lib.PE_EESP_AAD_DRAFT, "linux-xfrm": lib.PE_EESP_AAD_LINUX_XFRM}
+_SSKDF_UNDEFINED = next(i for i in range(lib.PE_STATUS_COUNT) if status_name(i) == "sskdf-undefined")
+
+
+def suite_id(suite: Union[str, int]) -> int:
+    """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
+    if isinstance(suite, int) and not isinstance(suite, bool):
+        if suite in SUITES.values():
+            return suite
+        raise ConfigurationError(f"unknown EESP suite ID {suite}", "eesp-bad-suite")
+    if isinstance(suite, str):
+        name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
+        name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
+        if name in SUITES:
+            return SUITES[name]
+    raise ConfigurationError(f"unknown EESP suite {suite!r}; one of {', '.join(SUITES)}", "eesp-bad-suite")
+
+
+def _sskdf_id(sskdf: Optional[str]) -> int:
+    key = sskdf.lower().replace("_", "-") if isinstance(sskdf, str) else sskdf
+    key = {"sha256": "hkdf-sha256", "sha384": "hkdf-sha384", "sha512": "hkdf-sha512",
+           "sskdf-hkdf-sha2-256": "hkdf-sha256", "sskdf-hkdf-sha2-384": "hkdf-sha384",
+           "sskdf-hkdf-sha2-512": "hkdf-sha512", "sskdf-aes256-cmac": "aes256-cmac"}.get(key, key)
+    if key not in SSKDFS:
+        raise ConfigurationError(f"unknown SSKDF {sskdf!r}; one of hkdf-sha256, hkdf-sha384, hkdf-sha512")
+    if SSKDFS[key] == 4:
+        raise ConfigurationError(status_message(_SSKDF_UNDEFINED), "sskdf-undefined")
+    return SSKDFS[key]
+
+
+def derive_sub_sa_key(root_key: Key, session_id: int, length: int, sskdf: str = "hkdf-sha256") -> bytes:
+    """KEYMAT for one Sub SA (eesp.md §12): HKDF-Expand(root, Session ID as 2 octets big-endian, length).
+
+    ``length`` is key + salt of the suite (20 for AES-128-GCM, 36 for AES-256-GCM or ChaCha20-Poly1305, …).
+    """
+    root = key_bytes(root_key, "root key", ConfigurationError)
+    check_range("session_id", session_id, 0xFFFF, ConfigurationError)
+    check_range("length", length, 255 * 64, ConfigurationError, bottom=1)
+    out = ffi.new("uint8_t[]", length)
+    st = lib.pe_eesp_derive_sub_sa_key(_sskdf_id(sskdf), root, len(root), session_id, out, length)
+    if st != lib.PE_OK:
+        raise_eesp(st)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class Decrypted:
+    """A decrypted packet and what its EESP headers said."""
+
+    header: Header
+    packet: bytes
+    seq: Optional[int]
+    next_header: int
+    pad_len: int
+    full_format: bool
+    iv: Optional[bytes]
+    udp_encap: bool
+
+    @property
+    def sub_sa_id(self) -> int:
+        return self.header.session_id
+
+
+def _make_config(
+    spi, suite, key, root_key, sskdf, key_bits, mode, format, seq, aad, anti_replay, replay_window,
+    max_sub_sa_id, max_crypt_offset, crypt_offset, align_options, strict, options, ip_protocol, udp_encap,
+    udp_sport, udp_dport, tunnel_header,
+):
+    """A pe_eesp_sa_config from SA settings, and the buffers it points to (keep them until the core copied them)."""
+    err = ConfigurationError
+    if (key is None) == (root_key is None):
+        raise err("give exactly one of key= (key || salt) or root_key= (with sskdf=)")
+    if root_key is not None and sskdf is None:
+        sskdf = "hkdf-sha256"
+    if mode not in _MODES or format not in _FORMATS or aad not in _AADS:
+        raise err(f"mode must be one of {list(_MODES)}, format one of {list(_FORMATS)}, aad one of {list(_AADS)}")
+    keep: list = []
+    c = ffi.new("pe_eesp_sa_config *")
+    lib.pe_eesp_sa_config_init(c)
+    c.spi = check_range("spi", spi, 0xFFFFFFFF, err)
+    c.encr = suite_id(suite)
+    c.key_bits = 0 if c.encr in (28, 31) and key_bits in (128, 256) else check_range("key_bits", key_bits, 256, err)
+    c.sskdf = _sskdf_id(sskdf) if key is None else 0
+    if key is not None:
+        k = key_bytes(key, "key", err)
+        c.key, c.key_len = pin(keep, k), len(k)
+    else:
+        r = key_bytes(root_key, "root key", err)
+        c.root_key, c.root_key_len = pin(keep, r), len(r)
+    c.mode, c.format, c.aad = _MODES[mode], _FORMATS[format], _AADS[aad]
+    c.seq_present = bool(seq)
+    c.anti_replay = bool(anti_replay)
+    c.replay_window = check_range("replay_window", replay_window, 1 << 20, err, bottom=64)
+    c.max_sub_sa_id = lib.PE_EESP_NO_LIMIT if max_sub_sa_id is None else check_range("max_sub_sa_id", max_sub_sa_id, 0xFFFF, err)
+    c.max_crypt_offset = (lib.PE_EESP_NO_LIMIT if max_crypt_offset is None
+                          else check_range("max_crypt_offset", max_crypt_offset, 255, err))
+    c.crypt_offset = -1 if crypt_offset is None else check_range("crypt_offset", crypt_offset, 63, err)
+    c.align_options = bool(align_options)
+    c.strict = bool(strict)
+    opts = bytes(options)
+    c.extra_options, c.extra_options_len = (pin(keep, opts) if opts else ffi.NULL), len(opts)
+    c.ip_protocol = check_range("ip_protocol", ip_protocol, 255, err)
+    c.udp_encap = bool(udp_encap)
+    c.udp_sport = check_range("udp_sport", udp_sport, 0xFFFF, err)
+    c.udp_dport = check_range("udp_dport", udp_dport, 0xFFFF, err)
+    if tunnel_header is not None:
+        th = bytes(tunnel_header)
+        c.outer_header, c.outer_header_len = pin(keep, th), len(th)
+    return c, keep
+
+
+class Receiver:
+    """Receives for many SAs at once (looked up by SPI), e.g. everything a key file lists.
+
+    Every SA's receiving state (Sub SA keys, replay windows) lives here.
+    """
+
+    def __init__(self, sas: Iterable["SA"], *, ip_protocol: Optional[int] = None, udp_port: int = 4500,
+                 check_udp_checksum: bool = False) -> None:
+        sas = list(sas)
+        rc = ffi.new("pe_eesp_rx_config *")
+        lib.pe_eesp_rx_config_init(rc)
+        protocol = ip_protocol if ip_protocol is not None else (sas[0]._settings["ip_protocol"] if sas else 49)
+        rc.ip_protocol = check_range("ip_protocol", protocol, 255, ConfigurationError)
+        rc.udp_port = check_range("udp_port", udp_port, 0xFFFF, ConfigurationError)
+        rc.check_udp_checksum = bool(check_udp_checksum)
+        rx = ffi.new("pe_eesp_rx **")
+        st = lib.pe_eesp_rx_new(rc, rx)
+        if st != lib.PE_OK:
+            raise_eesp(st)
+        self._rx = ffi.gc(rx[0], lib.pe_eesp_rx_free)
+        for sa in sas:
+            c, _keep = _make_config(**sa._settings)
+            st = lib.pe_eesp_rx_add_sa(self._rx, c)
+            if st != lib.PE_OK:
+                what = "a second SA with this SPI" if status_name(st) == "invalid-argument" else status_message(st)
+                raise ConfigurationError(f"SA {sa.spi:#010x}: {what}", status_name(st))
+        self._out = ffi.new("uint8_t[]", _OUT_LEN)
+        self._out_len = ffi.new("size_t *")
+        self._info = ffi.new("pe_eesp_info *")
+        self._lock = threading.Lock()
+
+    def _decrypted(self, packet: bytes) -> Decrypted:
+        info = self._info
+        return Decrypted(
+            header=Header._from_c(info.hdr),
+            packet=packet,
+            seq=info.seq if info.seq else None,
+            next_header=info.next_header,
+            pad_len=info.pad_len,
+            full_format=bool(info.full_format),
+            iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL else None,
+            udp_encap=bool(info.udp_encap),
+        )
+
+    def decrypt(self, packet: bytes) -> Decrypted:
+        """Verify, replay-check and decrypt one outer IP packet.
+
+        Raises :class:`~pyeesp.ReplayError` for duplicates and too-old packets
+        (checked before decryption; only a verified packet moves the window).
+        """
+        with self._lock:
+            st = lib.pe_eesp_decap(self._rx, packet, len(packet), self._out, _OUT_LEN, self._out_len, self._info)
+            if st != lib.PE_OK:
+                _raise_decap(st, self._info)
+            return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
+
+    def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, EespError]]:
+        """Decrypt many packets in order; a failed packet's slot holds its exception."""
+        out: List[Union[Decrypted, EespError]] = []
+        for p in packets:
+            try:
+                out.append(self.decrypt(p))
+            except EespError as e:
+                out.append(e)
+        return out
+
+
+class SA:
+    """One EESP SA (one direction), in the shape of scapy's ``SecurityAssociation``.
+
+    ``suite`` names the AEAD ("aes-gcm-16", "aes-ccm-8", "aes-gmac",
+    "chacha20-poly1305", "aes-gcm-16-iiv", …, or the IKEv2 ENCR ID) and
+    ``key_bits`` the AES key size.  Keys: ``key`` is the KEYMAT block
+    key ‖ salt (no Sub SAs), or ``root_key`` with ``sskdf``
+    ("hkdf-sha256/384/512") derives each Sub SA's key ‖ salt on first use.
+    ``mode`` "tunnel" or "transport"; ``format`` "auto" (D2), "full" or
+    "optimized"; ``seq=False`` omits the Sequence Number (and anti-replay);
+    ``aad`` "draft" or "linux-xfrm" (explicit IV left out of the AAD);
+    ``crypt_offset`` (4-octet units) adds a Crypt Offset option on send,
+    ``max_crypt_offset`` allows it on receive; ``options`` are extra option
+    TLVs (bytes) sent after it; ``udp_encap`` sends in UDP 4500, else IP
+    protocol ``ip_protocol`` (49, provisional).  ``tunnel_header`` is an outer
+    IPv4/IPv6 header template (default: a copy of the inner header).
+
+    ``encrypt`` and ``decrypt`` may be called on the same object (the same
+    keys serve both, as in tests); calls are serialised, so threads may share
+    it.  Sequence numbers and IVs never repeat within a Sub SA.
+    """
+
+    def __init__(
+        self,
+        spi: int,
+        suite: Union[str, int] = "aes-gcm-16",
+        *,
+        key: Optional[Key] = None,
+        root_key: Optional[Key] = None,
+        sskdf: Optional[str] = None,
+        key_bits: int = 128,
+        mode: str = "tunnel",
+        format: str = "auto",
+        seq: bool = True,
+        aad: str = "draft",
+        anti_replay: bool = True,
+        replay_window: int = 1024,
+        max_sub_sa_id: Optional[int] = None,
+        max_crypt_offset: Optional[int] = None,
+        crypt_offset: Optional[int] = None,
+        align_options: bool = True,
+        strict: bool = False,
+        options: bytes = b"",
+        ip_protocol: int = 49,
+        udp_encap: bool = False,
+        udp_sport: int = 4500,
+        udp_dport: int = 4500,
+        tunnel_header: Optional[bytes] = None,
+    ) -> None:
+        settings = dict(locals())
+        del settings["self"]
+        c, keep = _make_config(**settings)
+        tx = ffi.new("pe_eesp_tx **")
+        st = lib.pe_eesp_tx_new(c, tx)
+        if st != lib.PE_OK:
+            raise_eesp(st)
+        self._tx = ffi.gc(tx[0], lib.pe_eesp_tx_free)
+        self._settings = settings
+        self._receiver = Receiver([self])
+        self._out = ffi.new("uint8_t[]", _OUT_LEN)
+        self._out_len = ffi.new("size_t *")
+        self._lock = threading.Lock()
+        self.spi, self.mode, self.suite = spi, mode, suite
+
+    def next_seq(self, sub_sa_id: int = 0) -> int:
+        """The sequence number (IV counter without SN) the next packet of a Sub SA carries."""
+        return lib.pe_eesp_tx_next_seq(self._tx, check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError))
+
+    def encrypt(self, ip_packet: bytes, sub_sa_id: int = 0) -> bytes:
+        """Encapsulate one IPv4/IPv6 packet on a Sub SA; returns the outer IP packet."""
+        check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
+        with self._lock:
+            st = lib.pe_eesp_encap(self._tx, ip_packet, len(ip_packet), sub_sa_id, self._out, _OUT_LEN, self._out_len)
+            if st != lib.PE_OK:
+                raise_eesp(st)
+            return ffi.buffer(self._out, self._out_len[0])[:]
+
+    def encrypt_batch(self, packets: Iterable[bytes], sub_sa_id: int = 0) -> List[bytes]:
+        """Encrypt many packets on one Sub SA; raises on the first failure (earlier results in ``err.results``)."""
+        out = []
+        for i, p in enumerate(packets):
+            try:
+                out.append(self.encrypt(p, sub_sa_id))
+            except EespError as e:
+                e.results = out  # type: ignore[attr-defined]
+                raise
+        return out
+
+    def decrypt(self, packet: bytes) -> Decrypted:
+        """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
+        return self._receiver.decrypt(packet)
+
+    def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, EespError]]:
+        """Decrypt many packets in order; a failed packet's slot holds its exception."""
+        return self._receiver.decrypt_batch(packets)
+
+
+def _raise_decap(st: int, info) -> None:
+    code = status_name(st)
+    err = error_class(code)(status_message(st), code)
+    if isinstance(err, PolicyError):
+        err.icv_valid = bool(info.icv_valid)
+    raise err
