@@ -72,6 +72,17 @@ extern "Python" int pe_py_progress(void *, uint64_t, uint64_t, uint64_t);
 
 /* ip.h */
 typedef struct {
+    unsigned version;
+    size_t len;
+    size_t hdr_len;
+    uint8_t protocol;
+    size_t l4_offset;
+    size_t proto_field;
+    int is_fragment;
+    ...;
+} pe_ip_info;
+pe_status pe_ip_parse(const uint8_t *pkt, size_t avail, pe_ip_info *info);
+typedef struct {
     uint16_t sport, dport;
     size_t udp_offset;
     size_t payload_offset;
@@ -123,8 +134,39 @@ typedef struct {
     uint64_t first_iv;
 } pe_psp_sa_entry;
 typedef struct {
+    size_t line;
+    uint32_t spi;
+    unsigned encr;
+    unsigned key_bits;
+    int sskdf;
+    size_t key_len;
+    uint8_t key[36];
+    size_t root_key_len;
+    uint8_t root_key[64];
+    int mode;
+    int format;
+    int seq_present;
+    int aad;
+    int anti_replay;
+    uint32_t replay_window;
+    int max_sub_sa_id;
+    int max_crypt_offset;
+    int crypt_offset;
+    int align_options;
+    int strict;
+    uint8_t ip_protocol;
+    int udp_encap;
+    int has_src, has_dst;
+    int src_family, dst_family;
+    uint8_t src[16], dst[16];
+    unsigned sub_sas;
+    ...;
+} pe_eesp_sa_entry;
+typedef struct {
     size_t n_lines;
     pe_keyfile_line *lines;
+    size_t n_eesp_sas;
+    pe_eesp_sa_entry *eesp_sas;
     size_t n_psp_master;
     pe_psp_master_entry psp_master;
     size_t n_psp_keys;

@@ -32,6 +32,18 @@ class PspSaEntry:
 
 
 @dataclass(frozen=True)
+class EespSaEntry:
+    """An ``eesp-sa`` line.  ``settings`` are keyword arguments for :class:`pyeesp.SA`."""
+
+    spi: int
+    settings: Dict[str, object]
+    src: Optional[str]
+    dst: Optional[str]
+    sub_sas: int
+    line: int
+
+
+@dataclass(frozen=True)
 class KeyLine:
     """Any line, as kind and name=value pairs (kinds of other protocols included)."""
 
@@ -47,6 +59,7 @@ class KeyFile:
     psp_master_keys: Tuple[Optional[bytes], Optional[bytes]] = (None, None)
     psp_keys: Dict[Tuple[int, Optional[int]], bytes] = field(default_factory=dict)
     psp_sas: List[PspSaEntry] = field(default_factory=list)
+    eesp_sas: List[EespSaEntry] = field(default_factory=list)
     lines: List[KeyLine] = field(default_factory=list)
     path: Optional[str] = None
 
@@ -59,6 +72,55 @@ def _fail(st: int, err, source: str) -> None:
 
 def _opt(value: int) -> Optional[int]:
     return None if value < 0 else value
+
+
+_SUITE_NAMES = {14: "aes-ccm-8", 15: "aes-ccm-12", 16: "aes-ccm-16", 18: "aes-gcm-8", 19: "aes-gcm-12",
+                20: "aes-gcm-16", 21: "aes-gmac", 28: "chacha20-poly1305", 29: "aes-ccm-8-iiv",
+                30: "aes-gcm-16-iiv", 31: "chacha20-poly1305-iiv"}
+
+
+def _address(family: int, raw) -> Optional[str]:
+    import ipaddress
+
+    if family == 4:
+        return str(ipaddress.IPv4Address(bytes(raw)[:4]))
+    if family == 6:
+        return str(ipaddress.IPv6Address(bytes(raw)))
+    return None
+
+
+def _eesp_entry(e) -> EespSaEntry:
+    settings: Dict[str, object] = dict(
+        spi=e.spi,
+        suite=_SUITE_NAMES.get(e.encr, e.encr),
+        key_bits=e.key_bits,
+        mode=("transport", "tunnel")[e.mode],
+        format=("auto", "full", "optimized")[e.format],
+        seq=bool(e.seq_present),
+        aad=("draft", "linux-xfrm")[e.aad],
+        anti_replay=bool(e.anti_replay),
+        replay_window=e.replay_window,
+        max_sub_sa_id=_opt(e.max_sub_sa_id),
+        max_crypt_offset=_opt(e.max_crypt_offset),
+        crypt_offset=_opt(e.crypt_offset),
+        align_options=bool(e.align_options),
+        strict=bool(e.strict),
+        ip_protocol=e.ip_protocol,
+        udp_encap=bool(e.udp_encap),
+    )
+    if e.sskdf:
+        settings["root_key"] = bytes(e.root_key[0 : e.root_key_len])
+        settings["sskdf"] = {1: "hkdf-sha256", 2: "hkdf-sha384", 3: "hkdf-sha512"}[e.sskdf]
+    else:
+        settings["key"] = bytes(e.key[0 : e.key_len])
+    return EespSaEntry(
+        spi=e.spi,
+        settings=settings,
+        src=_address(e.src_family, e.src) if e.has_src else None,
+        dst=_address(e.dst_family, e.dst) if e.has_dst else None,
+        sub_sas=e.sub_sas,
+        line=e.line,
+    )
 
 
 def parse_key_file(text: str, source: str = "<key file>") -> KeyFile:
@@ -97,6 +159,8 @@ def parse_key_file(text: str, source: str = "<key file>") -> KeyFile:
                     line=s.line,
                 )
             )
+        for i in range(kf.n_eesp_sas):
+            out.eesp_sas.append(_eesp_entry(kf.eesp_sas[i]))
         for i in range(kf.n_lines):
             ln = kf.lines[i]
             pairs = tuple(

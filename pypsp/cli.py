@@ -8,14 +8,13 @@ from the google/psp reference tools' config files (--ref-config).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.errors import status_name
+from pecore.cli import UsageError, addresses, int_arg, report, run_main, spi_arg
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
@@ -23,27 +22,8 @@ from pypsp.errors import ConfigurationError, PspError
 from pypsp.header import Header
 
 
-class UsageError(Exception):
-    """A problem with the command line itself."""
-
-
-def _int(text: str) -> int:
-    """Decimal, or hex with 0x."""
-    try:
-        return int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-
-
-def _spi(text: str) -> int:
-    """SPIs are hex, with or without 0x (as in the reference configs)."""
-    try:
-        value = int(text.lower().removeprefix("0x"), 16)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a hex SPI: {text!r}") from None
-    if not 0 <= value <= 0xFFFFFFFF:
-        raise argparse.ArgumentTypeError(f"SPI out of range: {text!r}")
-    return value
+_int = int_arg
+_spi = spi_arg
 
 
 # ----------------------------------------------------------------- key sources
@@ -168,10 +148,7 @@ def _sa_settings(args: argparse.Namespace, keys: Keys) -> dict:
     return s
 
 
-def _report(summary, verb: str, quiet: bool) -> int:
-    if not quiet:
-        print(summary.format(verb))
-    return 1 if summary.failed else 0
+_report = report
 
 
 def cmd_encrypt(args: argparse.Namespace) -> int:
@@ -202,10 +179,7 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
     return _report(summary, "decrypted", args.quiet)
 
 
-def _addresses(ip: bytes) -> Tuple[str, str]:
-    if ip[0] >> 4 == 4:
-        return str(ipaddress.IPv4Address(ip[12:16])), str(ipaddress.IPv4Address(ip[16:20]))
-    return str(ipaddress.IPv6Address(ip[8:24])), str(ipaddress.IPv6Address(ip[24:40]))
+_addresses = addresses
 
 
 def _describe_inner(hdr: Header, inner: bytes) -> dict:
@@ -345,25 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (UsageError, ConfigurationError) as e:
-        print(f"pypsp: error: {e}", file=sys.stderr)
-        return 2
-    except PspError as e:
-        print(f"pypsp: error: {e} [{e.code}]", file=sys.stderr)
-        return 2
-    except Exception as e:  # CoreError subclasses from pecore (key files, captures)
-        from pecore.errors import CoreError
-
-        if isinstance(e, CoreError):
-            print(f"pypsp: error: {e} [{e.code}]", file=sys.stderr)
-            return 2
-        raise
-    except KeyboardInterrupt:
-        return 130
+    return run_main(build_parser(), argv)
 
 
 if __name__ == "__main__":

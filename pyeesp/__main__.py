@@ -1,0 +1,5 @@
+import sys
+
+from pyeesp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,249 @@
+"""The ``pyeesp`` command line: derive-key, encrypt, decrypt, show.
+
+Exit status: 0 on success, 1 when some packets failed, 2 for usage, key-file
+or file errors.  SAs come from the key file's ``eesp-sa`` lines
+(docs/keys.md) or from command-line options for a single SA.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional, Sequence
+
+from pecore._native import ffi, lib
+from pecore.capture import ProgressBar, read_capture
+from pecore.cli import UsageError, addresses, int_arg, report, run_main, spi_arg
+from pecore.keys import EespSaEntry, load_key_file
+from pyeesp.capture import decrypt_capture, encrypt_capture
+from pyeesp.errors import EespError
+from pyeesp.header import Header
+from pyeesp.sa import SA, SUITES, Receiver, derive_sub_sa_key, suite_id
+
+_KEYMAT = {"aes-gcm": 4, "aes-gmac": 4, "aes-ccm": 3, "chacha20-poly1305": 4}
+
+
+def _sa_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("SAs")
+    g.add_argument("-k", "--key-file", help="key file with eesp-sa lines (docs/keys.md)")
+    g.add_argument("--spi", type=spi_arg, help="pick this SA from the key file, or define one with the options below")
+    g.add_argument("--suite", default=None, help=f"AEAD suite: {', '.join(SUITES)} (default aes-gcm-16)")
+    g.add_argument("--key-bits", type=int, default=128, choices=(128, 192, 256))
+    g.add_argument("--key", metavar="HEX", help="key || salt (no Sub SAs)")
+    g.add_argument("--root-key", metavar="HEX", help="root key for Sub SA keys (with --sskdf)")
+    g.add_argument("--sskdf", default="hkdf-sha256", choices=("hkdf-sha256", "hkdf-sha384", "hkdf-sha512"))
+    g.add_argument("--mode", default="tunnel", choices=("tunnel", "transport"))
+    g.add_argument("--format", default="auto", choices=("auto", "full", "optimized"))
+    g.add_argument("--aad", default="draft", choices=("draft", "linux-xfrm"))
+    g.add_argument("--no-seq", action="store_true", help="SN = None: no Sequence Number, no anti-replay")
+    g.add_argument("--crypt-offset", type=int, help="send a Crypt Offset option (4-octet units)")
+    g.add_argument("--max-crypt-offset", type=int, help="accept Crypt Offset options up to this value")
+    g.add_argument("--max-sub-sa-id", type=int)
+    g.add_argument("--udp-encap", action="store_true", help="UDP 4500 encapsulation")
+    g.add_argument("--ip-protocol", type=int, default=49, help="EESP's IP protocol number (default 49, provisional)")
+
+
+def _inline_sa(args: argparse.Namespace) -> Optional[EespSaEntry]:
+    if args.key is None and args.root_key is None:
+        return None
+    if args.spi is None:
+        raise UsageError("an SA given on the command line needs --spi")
+    settings = dict(spi=args.spi, suite=args.suite or "aes-gcm-16", key_bits=args.key_bits, mode=args.mode,
+                    format=args.format, aad=args.aad, seq=not args.no_seq, crypt_offset=args.crypt_offset,
+                    max_crypt_offset=args.max_crypt_offset, max_sub_sa_id=args.max_sub_sa_id,
+                    udp_encap=args.udp_encap, ip_protocol=args.ip_protocol)
+    if args.key is not None:
+        settings["key"] = args.key
+    else:
+        settings.update(root_key=args.root_key, sskdf=args.sskdf)
+    return EespSaEntry(spi=args.spi, settings=settings, src=None, dst=None, sub_sas=1, line=0)
+
+
+def _entries(args: argparse.Namespace) -> List[EespSaEntry]:
+    inline = _inline_sa(args)
+    if inline is not None:
+        return [inline]
+    if not args.key_file:
+        raise UsageError("no SA: give --key-file, or --spi with --key or --root-key")
+    entries = load_key_file(args.key_file).eesp_sas
+    if not entries:
+        raise UsageError(f"{args.key_file}: no eesp-sa lines")
+    return entries
+
+
+def _one_entry(args: argparse.Namespace) -> EespSaEntry:
+    entries = _entries(args)
+    chosen = [e for e in entries if args.spi is None or e.spi == args.spi]
+    if len(chosen) != 1:
+        raise UsageError("several eesp-sa lines: pick one with --spi" if chosen
+                         else f"no eesp-sa line for SPI {args.spi:#010x}")
+    return chosen[0]
+
+
+def _receiver(args: argparse.Namespace) -> Receiver:
+    entries = _entries(args)
+    protocols = {e.settings["ip_protocol"] for e in entries}
+    if len(protocols) > 1:
+        raise UsageError("eesp-sa lines disagree on ip-protocol; decrypt them separately")
+    return Receiver([SA(**e.settings) for e in entries], ip_protocol=protocols.pop())
+
+
+def cmd_derive_key(args: argparse.Namespace) -> int:
+    if args.root_key is None:
+        entry = _one_entry(args)
+        if "root_key" not in entry.settings:
+            raise UsageError(f"SA {entry.spi:#010x} has no root key (no SSKDF): nothing to derive")
+        root, sskdf = entry.settings["root_key"], entry.settings["sskdf"]
+        suite, key_bits = entry.settings["suite"], entry.settings["key_bits"]
+    else:
+        root, sskdf, suite, key_bits = args.root_key, args.sskdf, args.suite or "aes-gcm-16", args.key_bits
+    length = args.length
+    if length is None:
+        sid = suite_id(suite)
+        name = next(n for n, v in SUITES.items() if v == sid)
+        family = next(f for f in _KEYMAT if name.startswith(f))
+        length = (32 if family == "chacha20-poly1305" else key_bits // 8) + _KEYMAT[family]
+    keymat = derive_sub_sa_key(root, args.session_id, length, sskdf)
+    salt = 3 if "ccm" in str(suite).lower() else 4
+    print(f"{keymat.hex()}  (key {keymat[:-salt].hex()} salt {keymat[-salt:].hex()})" if args.length is None
+          else keymat.hex())
+    return 0
+
+
+def cmd_encrypt(args: argparse.Namespace) -> int:
+    entry = _one_entry(args)
+    sa = SA(**entry.settings)
+    bar = ProgressBar(label="encrypt ")
+    try:
+        summary = encrypt_capture(sa, args.input, args.output, sub_sas=args.sub_sas or entry.sub_sas,
+                                  drop_failed=args.drop_failed, progress=bar)
+    finally:
+        bar.close()
+    return report(summary, "encrypted", args.quiet)
+
+
+def cmd_decrypt(args: argparse.Namespace) -> int:
+    rx = _receiver(args)
+    bar = ProgressBar(label="decrypt ")
+    try:
+        summary = decrypt_capture(rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar)
+    finally:
+        bar.close()
+    return report(summary, "decrypted", args.quiet)
+
+
+def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:
+    """(EESP octets, UDP-encapsulated?) of an IP packet, or None when it carries no EESP."""
+    info = ffi.new("pe_ip_info *")
+    if lib.pe_ip_parse(ip, len(ip), info) != lib.PE_OK or info.is_fragment:
+        return None
+    if info.protocol == protocol:
+        return ip[info.l4_offset : info.len], False
+    udp = ffi.new("pe_udp_view *")
+    if lib.pe_ip_udp(ip, len(ip), udp) != lib.PE_OK or port not in (udp.dport, udp.sport):
+        return None
+    payload = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
+    if lib.pe_eesp_udp_classify(payload, len(payload)) != lib.PE_UDP4500_EESP:
+        return None
+    return payload, True
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    rx = _receiver(args) if (args.key_file or args.key or args.root_key) else None
+    shown = bad = 0
+    infos = []
+    for index, rec in enumerate(read_capture(args.input), start=1):
+        ip = rec.ip_packet()
+        found = _eesp_part(ip, args.ip_protocol, 4500) if ip else None
+        if found is None:
+            continue
+        eesp, udp = found
+        src, dst = addresses(ip)
+        info: dict = {"frame": index, "time": f"{rec.ts_sec}.{rec.ts_nsec:09d}", "src": src, "dst": dst,
+                      "udp_encap": udp, "eesp_len": len(eesp)}
+        try:
+            h = Header.parse(eesp)
+            info.update(spi=f"{h.spi:#010x}", session_id=h.session_id, version=h.version, opt_len=h.opt_len,
+                        options=[{"type": o.type, "name": o.name, "data": o.data.hex()} for o in h.options],
+                        status="ok")
+        except EespError as e:
+            info["status"] = e.code
+        if rx is not None and info["status"] == "ok":
+            try:
+                d = rx.decrypt(ip)
+                info.update(decrypt="ok", seq=d.seq, next_header=d.next_header, pad_len=d.pad_len,
+                            format="full" if d.full_format else "optimized", inner_len=len(d.packet))
+            except EespError as e:
+                info["decrypt"] = e.code
+        bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
+        shown += 1
+        if args.json:
+            infos.append(info)
+        else:
+            print(_format(info))
+        if args.limit and shown >= args.limit:
+            break
+    if args.json:
+        json.dump(infos, sys.stdout, indent=1)
+        print()
+    return 1 if bad else 0
+
+
+def _format(info: dict) -> str:
+    head = f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}{' udp/4500' if info['udp_encap'] else ''}"
+    if info["status"] != "ok":
+        return f"{head} EESP [{info['status']}] ({info['eesp_len']} octets)"
+    opts = ",".join(o["name"] + (f"({o['data']})" if o["data"] and o["name"] != "PadN" else "") for o in info["options"])
+    text = f"{head} EESP spi={info['spi']} sub_sa={info['session_id']} v{info['version']} optlen={info['opt_len']}"
+    if opts:
+        text += f" options={opts}"
+    if info.get("decrypt") == "ok":
+        text += (f" seq={info['seq']} nh={info['next_header']} pad={info['pad_len']} {info['format']}"
+                 f" [decrypted: {info['inner_len']} octets]")
+    elif "decrypt" in info:
+        text += f" [decrypt failed: {info['decrypt']}]"
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pyeesp", description="IPsec Enhanced ESP: Sub SA keys, capture encryption and decryption.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")
+    _sa_options(d)
+    d.add_argument("--session-id", type=int_arg, required=True, help="the Sub SA ID (0..65535)")
+    d.add_argument("--length", type=int, help="octets to derive (default: key + salt of the suite)")
+    d.set_defaults(func=cmd_derive_key)
+
+    e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
+    e.add_argument("input")
+    e.add_argument("output")
+    _sa_options(e)
+    e.add_argument("--sub-sas", type=int, help="spread flows over Sub SAs 0..N-1 (default: the key file's sub-sas, or 1)")
+    e.add_argument("--drop-failed", action="store_true")
+    e.add_argument("-q", "--quiet", action="store_true")
+    e.set_defaults(func=cmd_encrypt)
+
+    x = sub.add_parser("decrypt", help="decrypt every EESP packet of a pcap/pcapng file")
+    x.add_argument("input")
+    x.add_argument("output")
+    _sa_options(x)
+    x.add_argument("--drop-failed", action="store_true")
+    x.add_argument("-q", "--quiet", action="store_true")
+    x.set_defaults(func=cmd_decrypt)
+
+    s = sub.add_parser("show", help="print the EESP headers of a capture (and decrypt status with keys)")
+    s.add_argument("input")
+    _sa_options(s)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--limit", type=int, default=0)
+    s.set_defaults(func=cmd_show)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return run_main(build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
