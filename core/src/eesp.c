@@ -622,7 +622,7 @@ static pe_status recover_pih(const uint8_t *inner, size_t len, uint8_t *nh, size
         return PE_ERR_EESP_INNER;
     }
     if (n > len || len - n > 255)
-        return PE_ERR_EESP_INNER;
+        return PE_ERR_EESP_PAD_LENGTH;
     *inner_len = n;
     return PE_OK;
 }
@@ -724,14 +724,11 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     size_t aad_end = s->integrity_only ? data_end : enc_off;
     size_t n_aad = aad_for(sa, e, iv_off, aad_end, aad);
     st = pe_aead_open(&slot->aead, nonce, aad, n_aad, e + aad_end, data_end - aad_end, e + data_end, dst + clear);
-    if (st != PE_OK) {
+    info->icv_valid = st == PE_OK;
+    if (st != PE_OK || policy_drop) {
         pe_wipe(dst, region_len); /* never hand out unauthenticated plaintext */
-        return st;
-    }
-    info->icv_valid = 1;
-    if (policy_drop) {
-        pe_wipe(dst, region_len);
-        return PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED; /* dropped by policy; the window is untouched */
+        /* A disallowed Crypt Offset drops the packet either way; icv_valid tells policy whether to delete the SA. */
+        return policy_drop ? PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED : st;
     }
 
     /* Step 10: the window moves only now. */
@@ -758,6 +755,10 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
             return st;
         info->pad_len = (uint8_t)(region_len - inner_len);
     }
+
+    /* D16: the exposed part never reaches into the padding. */
+    if (h->has_crypt_offset && (size_t)h->crypt_offset * 4 > pih_len + inner_len)
+        return PE_ERR_EESP_CRYPT_OFFSET;
 
     /* Step 13: mode processing. */
     if (sa->mode == PE_EESP_TUNNEL) {
