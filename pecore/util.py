@@ -40,12 +40,18 @@ def pin(keep: list, data: Optional[bytes]):
 _alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
 
-def run_batch(fn, ctx, packets: Sequence[bytes], extra: int) -> List[Tuple[int, bytes]]:
-    """Run a core transform over many packets in one call: (status, result) per packet."""
+def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list] = None) -> List[Tuple[int, bytes]]:
+    """Run a core transform over many packets in one call: (status, result) per packet.
+
+    The packets are joined into one input buffer; pass ``keep`` to hold it
+    alive when the transform leaves pointers into it (e.g. header fields).
+    """
     n = len(packets)
     if n == 0:
         return []
     blob = b"".join(packets)
+    if keep is not None:
+        keep.append(blob)
     in_off = ffi.new("size_t[]", n)
     in_len = ffi.new("size_t[]", n)
     pos = 0

@@ -283,9 +283,9 @@ class Decryptor:
         hdrs = ffi.new("pe_psp_hdr[]", max(len(pkts), 1))
         ctx = ffi.new("pe_psp_batch_ctx *", {"rx": self._rx, "hdrs": hdrs})
         out: List[Union[Decrypted, PspError]] = []
+        inputs: list = []  # the joined input, which the headers' extension pointers reference
         with self._lock:
-            # Headers are read while `pkts` (which their extension pointers may reference) is alive.
-            for i, (st, data) in enumerate(run_batch(lib.pe_psp_batch_decap, ctx, pkts, 0)):
+            for i, (st, data) in enumerate(run_batch(lib.pe_psp_batch_decap, ctx, pkts, 0, keep=inputs)):
                 if st != lib.PE_OK:
                     out.append(error_class(status_name(st))(status_message(st), status_name(st)))
                     continue

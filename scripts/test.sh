@@ -39,9 +39,13 @@ ln -s "$ROOT/core" "$ASAN_DIR/core"
 (cd "$ASAN_DIR" && PE_EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g" \
     PE_EXTRA_LDFLAGS="-fsanitize=address,undefined" "$ROOT/.venv/bin/python" pecore/_build.py >/dev/null)
 SAN_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+# pytest captures fd 2, so sanitizer reports go to files that are printed on failure.
+SAN_LOGS="$ROOT/build/sanitizer-logs"
+rm -rf "$SAN_LOGS" && mkdir -p "$SAN_LOGS"
 PE_EXPECT_SANITIZED=1 PE_HYPOTHESIS_EXAMPLES=300 PYTHONPATH="$ROOT/$ASAN_DIR" LD_PRELOAD="$SAN_PRELOAD" \
-    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    .venv/bin/pytest -q -p no:cacheprovider tests
+    ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$SAN_LOGS/asan" \
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$SAN_LOGS/ubsan" \
+    .venv/bin/pytest -q -p no:cacheprovider tests || { cat "$SAN_LOGS"/* 2>/dev/null; false; }
 
 step "packaging: the sdist carries the C sources and headers and builds"
 rm -rf build/sdist && mkdir -p build/sdist
