@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: install, make sample traffic, encrypt it with PSP (transport,
-# tunnel, GMAC), decrypt it with the CLI, check it comes back byte for byte,
-# and print a short report.
+# tunnel, GMAC) and EESP (tunnel over several Sub SAs, transport in UDP 4500),
+# decrypt it with the CLIs, check it comes back byte for byte, and print a
+# short report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh >&2
@@ -18,9 +19,17 @@ for spi in 9a345678 1a345678 1a345679; do
 done
 run pypsp decrypt "$OUT/psp_9a345678.pcapng" "$OUT/psp_wrong_key.pcapng" --master-key1 "$(printf '11%.0s' {1..32})" || true
 
+for spi in 1000 2000; do
+    run pyeesp encrypt "$OUT/sample.pcapng" "$OUT/eesp_$spi.pcapng" --key-file demo/keys.txt --spi "$spi"
+    run pyeesp show "$OUT/eesp_$spi.pcapng" --key-file demo/keys.txt --limit 3
+    run pyeesp decrypt "$OUT/eesp_$spi.pcapng" "$OUT/eesp_${spi}_decrypted.pcapng" --key-file demo/keys.txt
+done
+
 echo
 echo "===== report ====="
 python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_9a345678_decrypted.pcapng" "PSP v0 transport"
 python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_1a345678_decrypted.pcapng" "PSP v1 tunnel + VC"
 python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_1a345679_decrypted.pcapng" "PSP v2 GMAC transport"
+python demo/compare.py "$OUT/sample.pcapng" "$OUT/eesp_1000_decrypted.pcapng" "EESP tunnel, 8 Sub SAs"
+python demo/compare.py "$OUT/sample.pcapng" "$OUT/eesp_2000_decrypted.pcapng" "EESP transport, UDP 4500"
 echo "captures are in $OUT/"
