@@ -95,6 +95,13 @@ pe_status pe_batch_transform(pe_ip_transform_fn fn, void *ctx, size_t n, const u
                              const size_t *in_off, const size_t *in_len, uint8_t *out, size_t out_cap,
                              size_t *out_off, size_t *out_len, pe_status *status);
 
+/* eesp.h enums, used by keyfile.h too */
+typedef enum { PE_SSKDF_NONE, PE_SSKDF_HKDF_SHA2_256, PE_SSKDF_HKDF_SHA2_384, PE_SSKDF_HKDF_SHA2_512,
+               PE_SSKDF_AES256_CMAC } pe_eesp_sskdf;
+typedef enum { PE_EESP_TRANSPORT, PE_EESP_TUNNEL } pe_eesp_mode;
+typedef enum { PE_EESP_FORMAT_AUTO, PE_EESP_FORMAT_FULL, PE_EESP_FORMAT_OPTIMIZED } pe_eesp_format;
+typedef enum { PE_EESP_AAD_DRAFT, PE_EESP_AAD_LINUX_XFRM } pe_eesp_aad;
+
 /* keyfile.h */
 typedef struct {
     size_t line;
@@ -138,15 +145,15 @@ typedef struct {
     uint32_t spi;
     unsigned encr;
     unsigned key_bits;
-    int sskdf;
+    pe_eesp_sskdf sskdf;
     size_t key_len;
     uint8_t key[36];
     size_t root_key_len;
     uint8_t root_key[64];
-    int mode;
-    int format;
+    pe_eesp_mode mode;
+    pe_eesp_format format;
     int seq_present;
-    int aad;
+    pe_eesp_aad aad;
     int anti_replay;
     uint32_t replay_window;
     int max_sub_sa_id;
@@ -294,8 +301,6 @@ typedef struct {
 } pe_eesp_suite;
 pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
 const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
-typedef enum { PE_SSKDF_NONE, PE_SSKDF_HKDF_SHA2_256, PE_SSKDF_HKDF_SHA2_384, PE_SSKDF_HKDF_SHA2_512,
-               PE_SSKDF_AES256_CMAC } pe_eesp_sskdf;
 size_t pe_eesp_sskdf_root_len(pe_eesp_sskdf sskdf);
 pe_status pe_eesp_derive_sub_sa_key(pe_eesp_sskdf sskdf, const uint8_t *root, size_t root_len,
                                     uint16_t session_id, uint8_t *out, size_t out_len);
@@ -323,9 +328,6 @@ typedef struct {
 } pe_eesp_hdr;
 pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
 pe_status pe_eesp_hdr_build(const pe_eesp_hdr *h, uint8_t *buf, size_t cap, size_t *len);
-typedef enum { PE_EESP_TRANSPORT, PE_EESP_TUNNEL } pe_eesp_mode;
-typedef enum { PE_EESP_FORMAT_AUTO, PE_EESP_FORMAT_FULL, PE_EESP_FORMAT_OPTIMIZED } pe_eesp_format;
-typedef enum { PE_EESP_AAD_DRAFT, PE_EESP_AAD_LINUX_XFRM } pe_eesp_aad;
 typedef struct {
     uint32_t spi;
     unsigned encr;

@@ -1,5 +1,7 @@
 /*
  * Key files (docs/keys.md) and the google/psp reference configs (psp.md §10.2).
+ * eesp-sa lines are checked against the EESP code's suite table
+ * (pe_eesp_suite_get), so the two never disagree on key and salt lengths.
  *
  * The key-file parser works on a private NUL-terminated copy and cuts it in
  * place, so that the generic line view can point into it without a second
@@ -18,6 +20,8 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
+
+#include "pe/replay.h"
 
 /* Far above any real key file; stops a wrong path (a capture, /dev/zero) from eating memory. */
 #define KEYFILE_MAX_SIZE ((size_t)16 * 1024 * 1024)
@@ -117,6 +121,10 @@ void pe_keyfile_free(pe_keyfile *kf)
         free(kf->psp_keys);
     }
     free(kf->psp_sas);
+    if (kf->eesp_sas) {
+        OPENSSL_cleanse(kf->eesp_sas, kf->n_eesp_sas * sizeof *kf->eesp_sas);
+        free(kf->eesp_sas);
+    }
     OPENSSL_cleanse(kf, sizeof *kf);
 }
 
@@ -346,8 +354,8 @@ static void spi_index_free(spi_index *ix)
 typedef struct parser {
     pe_keyfile *kf;
     pe_keyfile_error *err;
-    size_t cap_lines, cap_keys, cap_sas;
-    spi_index key_ix, sa_ix;
+    size_t cap_lines, cap_keys, cap_sas, cap_eesp;
+    spi_index key_ix, sa_ix, eesp_ix;
 } parser;
 
 static pe_status nomem(parser *p, size_t line)
@@ -638,6 +646,435 @@ static pe_status parse_psp_sa(parser *p, const pe_keyfile_line *l)
 }
 
 /* ------------------------------------------------------------------------ */
+/* eesp-sa                                                                   */
+
+/*
+ * The project's suite names.  The IKEv2 names and the transform IDs come from
+ * the EESP code (pe_eesp_suite_get / pe_eesp_suite_name), which also says what
+ * each suite needs: salt length, explicit IV or not, integrity only.
+ */
+static const struct {
+    const char *name;
+    pe_eesp_encr encr;
+} eesp_suite_names[] = {
+    {"aes-gcm-8", PE_ENCR_AES_GCM_8},
+    {"aes-gcm-12", PE_ENCR_AES_GCM_12},
+    {"aes-gcm-16", PE_ENCR_AES_GCM_16},
+    {"aes-ccm-8", PE_ENCR_AES_CCM_8},
+    {"aes-ccm-12", PE_ENCR_AES_CCM_12},
+    {"aes-ccm-16", PE_ENCR_AES_CCM_16},
+    {"aes-gmac", PE_ENCR_NULL_AUTH_AES_GMAC},
+    {"chacha20-poly1305", PE_ENCR_CHACHA20_POLY1305},
+    {"aes-gcm-16-iiv", PE_ENCR_AES_GCM_16_IIV},
+    {"aes-ccm-8-iiv", PE_ENCR_AES_CCM_8_IIV},
+    {"chacha20-poly1305-iiv", PE_ENCR_CHACHA20_POLY1305_IIV},
+};
+
+#define N_EESP_SUITES (sizeof eesp_suite_names / sizeof eesp_suite_names[0])
+
+static int ascii_lower(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+static int equals_ignoring_case(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (ascii_lower((unsigned char)*a) != ascii_lower((unsigned char)*b))
+            return 0;
+    return *a == *b;
+}
+
+/*
+ * A suite name (lowercase, exactly as listed), an IKEv2 name (any case) or a
+ * decimal transform ID, into the ENCR ID; 0 on success.  Every suite takes a
+ * 256-bit key, so asking for that size tells whether the EESP code knows it.
+ */
+static int parse_suite(const char *v, unsigned *encr)
+{
+    pe_eesp_suite s;
+    uint64_t id;
+    size_t i;
+
+    for (i = 0; i < N_EESP_SUITES; i++) {
+        if (strcmp(v, eesp_suite_names[i].name) == 0 ||
+            (pe_eesp_suite_get(eesp_suite_names[i].encr, 256, &s) == PE_OK &&
+             equals_ignoring_case(v, pe_eesp_suite_name(&s)))) {
+            *encr = eesp_suite_names[i].encr;
+            return 0;
+        }
+    }
+    if (parse_dec(v, 0xffff, &id) != 0)
+        return -1;
+    for (i = 0; i < N_EESP_SUITES; i++)
+        if (eesp_suite_names[i].encr == id) {
+            *encr = (unsigned)id;
+            return 0;
+        }
+    return -1;
+}
+
+/* A decimal in min..max; *given says whether the field is on the line (the value is kept otherwise). */
+static pe_status range_field(parser *p, const pe_keyfile_line *l, const char *name, uint64_t min, uint64_t max,
+                             uint64_t *out, int *given)
+{
+    const char *v = line_get(l, name);
+    uint64_t x;
+    char what[80];
+
+    if (given)
+        *given = v != NULL;
+    if (!v)
+        return PE_OK;
+    if (parse_dec(v, max, &x) != 0 || x < min) {
+        snprintf(what, sizeof what, "must be a decimal number %llu..%llu", (unsigned long long)min,
+                 (unsigned long long)max);
+        return bad_value(p, l, name, what);
+    }
+    *out = x;
+    return PE_OK;
+}
+
+/* One of a NULL-terminated list of lowercase keywords; *out keeps its default when absent. */
+static pe_status keyword_field(parser *p, const pe_keyfile_line *l, const char *name, const char *const *words,
+                               int *out)
+{
+    const char *v = line_get(l, name);
+    char what[120];
+    size_t k, n = 0, used;
+
+    if (!v)
+        return PE_OK;
+    for (k = 0; words[k]; k++)
+        if (strcmp(v, words[k]) == 0) {
+            *out = (int)k;
+            return PE_OK;
+        }
+    used = (size_t)snprintf(what, sizeof what, "must be");
+    for (n = k, k = 0; k < n && used < sizeof what; k++)
+        used += (size_t)snprintf(what + used, sizeof what - used, "%s'%s'", k == 0 ? " " : k + 1 == n ? " or " : ", ",
+                                 words[k]);
+    return bad_value(p, l, name, what);
+}
+
+/* Dotted quad of exactly n characters: four decimals 0..255, no leading zeros (which some readers take as octal). */
+static int parse_ipv4(const char *s, size_t n, uint8_t out[4])
+{
+    size_t i = 0, digits;
+    unsigned v;
+    int part;
+
+    for (part = 0; part < 4; part++) {
+        if (part) {
+            if (i >= n || s[i] != '.')
+                return -1;
+            i++;
+        }
+        for (v = 0, digits = 0; i < n && s[i] >= '0' && s[i] <= '9' && digits < 4; i++, digits++)
+            v = v * 10 + (unsigned)(s[i] - '0');
+        if (digits == 0 || digits > 3 || v > 255 || (digits > 1 && s[i - digits] == '0'))
+            return -1;
+        out[part] = (uint8_t)v;
+    }
+    return i == n ? 0 : -1;
+}
+
+/*
+ * RFC 4291 §2.2 text: eight groups of 1-4 hex digits, one "::" standing for
+ * one or more zero groups, optionally a dotted quad as the last 32 bits.  No
+ * zone (%eth0), brackets or prefix length.
+ */
+static int parse_ipv6(const char *s, uint8_t out[16])
+{
+    uint8_t w[16];
+    size_t n = 0, gap = 0;
+    int has_gap = 0;
+
+    if (s[0] == ':') {
+        if (s[1] != ':')
+            return -1;
+        has_gap = 1;
+        s += 2;
+    }
+    while (*s) {
+        size_t tok = strcspn(s, ":"), i;
+        unsigned v = 0;
+
+        if (memchr(s, '.', tok)) {
+            if (s[tok] != '\0' || n + 4 > sizeof w || parse_ipv4(s, tok, w + n) != 0)
+                return -1;
+            n += 4;
+            break;
+        }
+        if (tok == 0 || tok > 4 || n + 2 > sizeof w)
+            return -1;
+        for (i = 0; i < tok; i++) {
+            int d = hex_digit((unsigned char)s[i]);
+            if (d < 0)
+                return -1;
+            v = v << 4 | (unsigned)d;
+        }
+        w[n++] = (uint8_t)(v >> 8);
+        w[n++] = (uint8_t)v;
+        s += tok;
+        if (*s == '\0')
+            break;
+        s++; /* the ':' */
+        if (*s == ':') {
+            if (has_gap)
+                return -1;
+            has_gap = 1;
+            gap = n;
+            s++;
+        } else if (*s == '\0') {
+            return -1; /* a single trailing ':' */
+        }
+    }
+    if (!has_gap) {
+        if (n != sizeof w)
+            return -1;
+        memcpy(out, w, sizeof w);
+        return 0;
+    }
+    if (n > sizeof w - 2)
+        return -1; /* "::" must stand for at least one group */
+    memset(out, 0, 16);
+    memcpy(out, w, gap);
+    memcpy(out + 16 - (n - gap), w + gap, n - gap);
+    return 0;
+}
+
+/* src= / dst=: an IPv4 or IPv6 address, or '*' (any, as when absent). */
+static pe_status addr_field(parser *p, const pe_keyfile_line *l, const char *name, int *has, int *family,
+                            uint8_t addr[16])
+{
+    const char *v = line_get(l, name);
+    int ok;
+
+    if (!v || strcmp(v, "*") == 0)
+        return PE_OK;
+    memset(addr, 0, 16);
+    if (strchr(v, ':')) {
+        ok = parse_ipv6(v, addr) == 0;
+        *family = PE_KEYFILE_ADDR_IPV6;
+    } else {
+        ok = parse_ipv4(v, strlen(v), addr) == 0;
+        *family = PE_KEYFILE_ADDR_IPV4;
+    }
+    if (!ok) {
+        memset(addr, 0, 16);
+        *family = PE_KEYFILE_ADDR_ANY;
+        return bad_value(p, l, name, "must be an IPv4 address, an IPv6 address or '*'");
+    }
+    *has = 1;
+    return PE_OK;
+}
+
+/* Exactly one of key= (key || salt, no Sub SAs) and root-key= with sskdf= (eesp.md §12). */
+static pe_status eesp_key_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, const pe_eesp_suite *s)
+{
+    static const char *const sskdfs[] = {"hkdf-sha256", "hkdf-sha384", "hkdf-sha512", NULL};
+    const char *kv = line_get(l, "key"), *rv = line_get(l, "root-key"), *sv = line_get(l, "sskdf");
+    size_t n = 0, want;
+    int rc, which = -1;
+    char what[120];
+    pe_status st;
+
+    if (kv && rv)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: fields 'key' and 'root-key' exclude each other");
+    if (!kv && !rv)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: needs field 'key' or 'root-key'");
+    /* The value first, so that the undefined SSKDF is named whatever else is on the line (D8). */
+    if (sv && strcmp(sv, "aes256-cmac") == 0)
+        return fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
+                    "eesp-sa: field 'sskdf': SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02");
+    if ((st = keyword_field(p, l, "sskdf", sskdfs, &which)) != PE_OK)
+        return st;
+    if (kv) {
+        if (sv)
+            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                        "eesp-sa: field 'sskdf' goes with 'root-key', not with 'key'");
+        want = s->key_len + s->salt_len;
+        rc = decode_hex(kv, e->key, sizeof e->key, &n);
+        if (rc != HEX_OK)
+            return hex_value_error(p, l, "key", rc);
+        if (n != want) {
+            snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits): a %zu-bit key and a %zu-byte salt", want,
+                     2 * want, 8 * s->key_len, s->salt_len);
+            return bad_value(p, l, "key", what);
+        }
+        e->sskdf = PE_SSKDF_NONE;
+        e->key_len = n;
+        return PE_OK;
+    }
+    if (!sv)
+        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: field 'root-key' needs field 'sskdf'");
+    e->sskdf = which == 0 ? PE_SSKDF_HKDF_SHA2_256 : which == 1 ? PE_SSKDF_HKDF_SHA2_384 : PE_SSKDF_HKDF_SHA2_512;
+    want = pe_eesp_sskdf_root_len(e->sskdf);
+    rc = decode_hex(rv, e->root_key, sizeof e->root_key, &n);
+    if (rc != HEX_OK)
+        return hex_value_error(p, l, "root-key", rc);
+    if (n != want) {
+        snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits) for sskdf=%s", want, 2 * want, sv);
+        return bad_value(p, l, "root-key", what);
+    }
+    e->root_key_len = n;
+    return PE_OK;
+}
+
+/* Suite, key size and keys. */
+static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, pe_eesp_suite *s)
+{
+    const char *v, *kb;
+    uint64_t bits = 128;
+    pe_status st;
+
+    if ((st = need(p, l, "suite", &v)) != PE_OK)
+        return st;
+    if (parse_suite(v, &e->encr) != 0)
+        return bad_value(p, l, "suite", "is not a known AEAD suite (e.g. aes-gcm-16, ENCR_AES_GCM_16 or 20)");
+    /* Decimal like every number; anything else ends up as 0, which no suite takes. */
+    if ((kb = line_get(l, "key-bits")) != NULL && parse_dec(kb, 0xffff, &bits) != 0)
+        bits = 0;
+    if (pe_eesp_suite_get(e->encr, 256, s) == PE_OK && s->alg == PE_AEAD_CHACHA20_POLY1305) {
+        if (kb && bits != 256)
+            return bad_value(p, l, "key-bits", "must be 256 (or absent) for ChaCha20-Poly1305");
+        bits = 256;
+    } else if (bits != 128 && bits != 192 && bits != 256) {
+        return bad_value(p, l, "key-bits", "must be 128, 192 or 256");
+    }
+    e->key_bits = (unsigned)bits;
+    if (pe_eesp_suite_get(e->encr, e->key_bits, s) != PE_OK)
+        return bad_value(p, l, "suite", "is not supported by the EESP code"); /* the table above lists only what it knows */
+    return eesp_key_fields(p, l, e, s);
+}
+
+static pe_status eesp_sa_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e)
+{
+    static const char *const modes[] = {"transport", "tunnel", NULL};
+    static const char *const formats[] = {"auto", "full", "optimized", NULL};
+    static const char *const aads[] = {"draft", "linux-xfrm", NULL};
+    pe_eesp_suite s;
+    uint64_t x;
+    int mode = PE_EESP_TUNNEL, format = PE_EESP_FORMAT_AUTO, aad = PE_EESP_AAD_DRAFT, given;
+    pe_status st;
+
+    if ((st = spi_field(p, l, &e->spi)) != PE_OK || (st = eesp_suite_fields(p, l, e, &s)) != PE_OK)
+        return st;
+    /* The keyword lists are in enum order (eesp.h). */
+    if ((st = keyword_field(p, l, "mode", modes, &mode)) != PE_OK ||
+        (st = keyword_field(p, l, "format", formats, &format)) != PE_OK ||
+        (st = keyword_field(p, l, "aad", aads, &aad)) != PE_OK)
+        return st;
+    e->mode = (pe_eesp_mode)mode;
+    e->format = (pe_eesp_format)format;
+    e->aad = (pe_eesp_aad)aad;
+    if ((st = dec_field(p, l, "seq", 1, &e->seq_present)) != PE_OK)
+        return st;
+    if (s.iv_len == 0 && !e->seq_present)
+        return bad_value(p, l, "seq", "must be 1 with an implicit-IV suite: its nonce is the Sequence Number");
+    if (s.integrity_only && e->aad == PE_EESP_AAD_LINUX_XFRM)
+        return fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
+                    "eesp-sa: field 'aad': linux-xfrm is not defined for aes-gmac (the Linux prototype does AES-GCM only)");
+    e->anti_replay = e->seq_present;
+    if ((st = range_field(p, l, "anti-replay", 0, 1, &x, &given)) != PE_OK)
+        return st;
+    if (given) {
+        if (x && !e->seq_present)
+            return bad_value(p, l, "anti-replay", "needs seq=1: without a Sequence Number there is no anti-replay");
+        e->anti_replay = (int)x;
+    }
+    x = PE_REPLAY_DEFAULT_WINDOW;
+    if ((st = range_field(p, l, "replay-window", PE_REPLAY_MIN_WINDOW, PE_REPLAY_MAX_WINDOW, &x, NULL)) != PE_OK)
+        return st;
+    e->replay_window = (uint32_t)x;
+    if ((st = dec_field(p, l, "max-sub-sa-id", 0xffff, &e->max_sub_sa_id)) != PE_OK ||
+        (st = dec_field(p, l, "max-crypt-offset", 0xff, &e->max_crypt_offset)) != PE_OK ||
+        (st = dec_field(p, l, "crypt-offset", PE_EESP_CO_FIELD_MASK, &e->crypt_offset)) != PE_OK ||
+        (st = dec_field(p, l, "align", 1, &e->align_options)) != PE_OK ||
+        (st = dec_field(p, l, "strict", 1, &e->strict)) != PE_OK ||
+        (st = dec_field(p, l, "udp-encap", 1, &e->udp_encap)) != PE_OK)
+        return st;
+    x = PE_EESP_DEFAULT_IPPROTO;
+    if ((st = range_field(p, l, "ip-protocol", 0, 0xff, &x, NULL)) != PE_OK)
+        return st;
+    e->ip_protocol = (uint8_t)x;
+    if ((st = addr_field(p, l, "src", &e->has_src, &e->src_family, e->src)) != PE_OK ||
+        (st = addr_field(p, l, "dst", &e->has_dst, &e->dst_family, e->dst)) != PE_OK)
+        return st;
+    if (e->has_src && e->has_dst && e->src_family != e->dst_family)
+        return bad_value(p, l, "dst", "is not of the same address family as 'src'");
+    x = 1;
+    if ((st = range_field(p, l, "sub-sas", 1, 65536, &x, NULL)) != PE_OK)
+        return st;
+    e->sub_sas = (unsigned)x;
+    /* What pe_eesp_tx_set_capture_sub_sas would refuse (D9, D6). */
+    if (e->sub_sas > 1 && e->sskdf == PE_SSKDF_NONE)
+        return bad_value(p, l, "sub-sas", "above 1 needs Sub SAs: 'root-key' and 'sskdf' instead of 'key'");
+    if (e->max_sub_sa_id != PE_EESP_NO_LIMIT && e->sub_sas > (unsigned)e->max_sub_sa_id + 1)
+        return bad_value(p, l, "sub-sas", "exceeds max-sub-sa-id + 1");
+    return PE_OK;
+}
+
+static int same_dst(const pe_eesp_sa_entry *a, const pe_eesp_sa_entry *b)
+{
+    if (a->has_dst != b->has_dst)
+        return 0;
+    return !a->has_dst || (a->dst_family == b->dst_family && memcmp(a->dst, b->dst, sizeof a->dst) == 0);
+}
+
+static pe_status parse_eesp_sa(parser *p, const pe_keyfile_line *l)
+{
+    static const char *const allowed[] = {"spi",           "suite",        "key-bits",    "key",
+                                          "root-key",      "sskdf",        "mode",        "format",
+                                          "seq",           "aad",          "anti-replay", "replay-window",
+                                          "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align",
+                                          "strict",        "ip-protocol",  "udp-encap",   "src",
+                                          "dst",           "sub-sas",      NULL};
+    pe_eesp_sa_entry *sas, *e;
+    size_t it = 0;
+    pe_status st;
+
+    if ((st = check_fields(p, l, allowed)) != PE_OK)
+        return st;
+    if (!(sas = grow(p->kf->eesp_sas, &p->cap_eesp, p->kf->n_eesp_sas + 1, sizeof *sas)))
+        return nomem(p, l->line);
+    p->kf->eesp_sas = sas;
+    /* Built in the array's free slot, like psp-key: the keys never sit in a stack copy. */
+    e = &p->kf->eesp_sas[p->kf->n_eesp_sas];
+    memset(e, 0, sizeof *e);
+    e->line = l->line;
+    e->mode = PE_EESP_TUNNEL;
+    e->format = PE_EESP_FORMAT_AUTO;
+    e->seq_present = 1;
+    e->aad = PE_EESP_AAD_DRAFT;
+    e->max_sub_sa_id = PE_EESP_NO_LIMIT;
+    e->max_crypt_offset = PE_EESP_NO_LIMIT;
+    e->crypt_offset = -1;
+    e->align_options = 1;
+    if ((st = eesp_sa_fields(p, l, e)) != PE_OK)
+        goto out;
+    while ((it = spi_next(&p->eesp_ix, e->spi, it)) != 0) {
+        const pe_eesp_sa_entry *o = &p->kf->eesp_sas[it - 1];
+        if (same_dst(o, e)) {
+            st = fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line,
+                      "eesp-sa: SPI %08x already defined for %s on line %zu", (unsigned)e->spi,
+                      e->has_dst ? "this destination" : "any destination", o->line);
+            goto out;
+        }
+    }
+    if (spi_add(&p->eesp_ix, e->spi) != 0) {
+        st = nomem(p, l->line);
+        goto out;
+    }
+    p->kf->n_eesp_sas++;
+    return PE_OK;
+out:
+    OPENSSL_cleanse(e, sizeof *e);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Lines                                                                     */
 
 typedef pe_status (*kind_parser)(parser *p, const pe_keyfile_line *l);
@@ -649,6 +1086,7 @@ static const struct {
     {"psp-master", parse_psp_master},
     {"psp-key", parse_psp_key},
     {"psp-sa", parse_psp_sa},
+    {"eesp-sa", parse_eesp_sa},
 };
 
 /* Split on spaces and tabs, cutting the string in place. */
@@ -815,6 +1253,7 @@ pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyf
     st = parse_text(&p, len);
     spi_index_free(&p.key_ix);
     spi_index_free(&p.sa_ix);
+    spi_index_free(&p.eesp_ix);
     if (st != PE_OK)
         pe_keyfile_free(kf);
     return st;

@@ -1,12 +1,14 @@
 /*
  * Tests for the key-file reader and the google/psp reference-config reader
- * (core/src/keyfile.c, docs/keys.md).  Run from the repository root; the
+ * (core/src/keyfile.c, docs/keys.md).  eesp-sa entries are also handed to the
+ * EESP code, so this links the whole core.  Run from the repository root; the
  * reference configs are taken from /work/shared/reference/psp/cfg or from
  * $PE_PSP_REF_CFG_DIR, and skipped when absent.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "pe/keyfile.h"
+#include "pe/replay.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +35,16 @@ static int failures, checks;
 /* Key material in the error cases: no message may ever contain it. */
 #define SECRET16 "c0ffee11c0ffee11c0ffee11c0ffee11"
 #define SECRET32 SECRET16 SECRET16
+#define SECRET19 SECRET16 "c0ffee"         /* AES-128-CCM key || salt */
+#define SECRET20 SECRET16 "c0ffee11"       /* AES-128-GCM key || salt */
+#define SECRET36 SECRET32 "c0ffee11"       /* AES-256-GCM, ChaCha20-Poly1305 key || salt */
+#define SECRET48 SECRET32 SECRET16         /* HKDF-SHA-384 root key */
+#define SECRET64 SECRET32 SECRET32         /* HKDF-SHA-512 root key */
+/* An eesp-sa line up to its optional fields: append " field=value" to test one. */
+#define EESP "eesp-sa spi=1000 suite=aes-gcm-16 key=" SECRET20
+#define EESP_ROOT "eesp-sa spi=1000 suite=aes-gcm-16 sskdf=hkdf-sha256 root-key=" SECRET32
+/* The spec's root key 000102...1f (eesp.md §19) */
+#define ROOT_E1 "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
 #define REFCFG_KEYS                                                                                \
     "34 44 8a 06 42 92 60 1b 11 a0 97 8f 56 a2 d3 4c f3 fc 35 ed e1 a6 bc 04 f8 db 3e 52 43 a2 b0 ca\n" \
@@ -104,7 +116,7 @@ static void test_valid_file(void)
         "psp-sa spi=9a345678 version=1 mode=tunnel crypt-offset=1 crypt-offset-ipv4=6 crypt-offset-ipv6=11 "
         "vc=0011223344556677 sample=1 drop=0 first-iv=0xFFFFFFFFFFFFFFFF\n"
         "psp-sa spi=1 version=0 mode=transport\n"
-        "eesp-sa spi=0x1000 suite=aes-gcm-16 key=0x" K128 " x=a=b\n"
+        "esp-sa spi=0x1000 suite=aes-gcm-16 key=0x" K128 " x=a=b\n"
         "psp-sa spi=0X00000002 version=3 mode=transport crypt-offset=63 first-iv=18446744073709551615 drop=1\n"
         "future-kind-2 a=1";
     pe_keyfile kf;
@@ -157,7 +169,7 @@ static void test_valid_file(void)
     l = find_line(&kf, 7);
     CHECK(l && strcmp(pair(l, "version"), "1") == 0);
     l = find_line(&kf, 10);
-    CHECK(l && strcmp(l->kind, "eesp-sa") == 0 && l->n_pairs == 4);
+    CHECK(l && strcmp(l->kind, "esp-sa") == 0 && l->n_pairs == 4);
     CHECK(strcmp(pair(l, "suite"), "aes-gcm-16") == 0);
     CHECK(strcmp(pair(l, "x"), "a=b") == 0);
     l = find_line(&kf, 12);
@@ -299,6 +311,152 @@ static const error_case error_cases[] = {
      2, "psp-sa: SPI 9a345678 already defined on line 1"},
     /* the first error in file order wins */
     {"psp-sa spi=1 version=0 mode=tunnel\npsp-sa spi=1 version=0 mode=tunnel\npsp-sa spi=2", PE_ERR_KEYFILE_DUPLICATE, 2, NULL},
+
+    /* eesp-sa: line structure */
+    {"eesp-sa suite=aes-gcm-16 key=" SECRET20, PE_ERR_KEYFILE_SYNTAX, 1, "eesp-sa: missing field 'spi'"},
+    {"eesp-sa spi=1 key=" SECRET20, PE_ERR_KEYFILE_SYNTAX, 1, "eesp-sa: missing field 'suite'"},
+    {"eesp-sa spi=1 suite=aes-gcm-16", PE_ERR_KEYFILE_SYNTAX, 1, "eesp-sa: needs field 'key' or 'root-key'"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=hkdf-sha256", PE_ERR_KEYFILE_SYNTAX, 1, "needs field 'key' or 'root-key'"},
+    {EESP " root-key=" SECRET32 " sskdf=hkdf-sha256", PE_ERR_KEYFILE_SYNTAX, 1, "fields 'key' and 'root-key' exclude each other"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 root-key=" SECRET32, PE_ERR_KEYFILE_SYNTAX, 1, "field 'root-key' needs field 'sskdf'"},
+    {EESP " sskdf=hkdf-sha256", PE_ERR_KEYFILE_SYNTAX, 1, "field 'sskdf' goes with 'root-key', not with 'key'"},
+    {EESP " colour=red", PE_ERR_KEYFILE_SYNTAX, 1, "eesp-sa: unknown field 'colour'"},
+    {EESP " note=example", PE_ERR_KEYFILE_SYNTAX, 1, "unknown field 'note'"},
+    {EESP " version=0", PE_ERR_KEYFILE_SYNTAX, 1, "unknown field 'version'"},
+    {EESP " key_bits=128", PE_ERR_KEYFILE_SYNTAX, 1, "field name number 4"},
+    {EESP " " SECRET16 "=1", PE_ERR_KEYFILE_SYNTAX, 1, "unknown field number 4"},
+    {EESP " mode=tunnel mode=tunnel", PE_ERR_KEYFILE_SYNTAX, 1, "field 'mode' given twice"},
+    {EESP " key=" SECRET20, PE_ERR_KEYFILE_SYNTAX, 1, "field 'key' given twice"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 key=" SECRET20 " dst=", PE_ERR_KEYFILE_SYNTAX, 1, "field 'dst' has an empty value"},
+    /* eesp-sa: spi, suite, key-bits */
+    {"eesp-sa spi=123456789 suite=aes-gcm-16 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "field 'spi' must be 1 to 8 hex digits"},
+    {"eesp-sa spi=0x suite=aes-gcm-16 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'spi'"},
+    {"eesp-sa spi=1 suite=aes-gcm-32 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "field 'suite' is not a known AEAD suite"},
+    {"eesp-sa spi=1 suite=AES-GCM-16 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},
+    {"eesp-sa spi=1 suite=ENCR_AES_GCM key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},
+    {"eesp-sa spi=1 suite=ENCR_AES_GCM_16_ key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},
+    {"eesp-sa spi=1 suite=12 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},  /* AES-CBC: not AEAD */
+    {"eesp-sa spi=1 suite=17 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},  /* unassigned */
+    {"eesp-sa spi=1 suite=0x14 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"}, /* IDs are decimal */
+    {"eesp-sa spi=1 suite=65556 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},
+    {"eesp-sa spi=1 suite=-20 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},
+    {"eesp-sa spi=1 suite=" SECRET16 " key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "'suite'"},
+    {EESP " key-bits=512", PE_ERR_KEYFILE_VALUE, 1, "field 'key-bits' must be 128, 192 or 256"},
+    {EESP " key-bits=0", PE_ERR_KEYFILE_VALUE, 1, "'key-bits' must be 128, 192 or 256"},
+    {EESP " key-bits=0x80", PE_ERR_KEYFILE_VALUE, 1, "'key-bits' must be 128, 192 or 256"},
+    {EESP " key-bits=99999999999999999999999", PE_ERR_KEYFILE_VALUE, 1, "'key-bits'"},
+    {"eesp-sa spi=1 suite=chacha20-poly1305 key-bits=128 key=" SECRET36, PE_ERR_KEYFILE_VALUE, 1,
+     "field 'key-bits' must be 256 (or absent) for ChaCha20-Poly1305"},
+    {"eesp-sa spi=1 suite=31 key-bits=192 key=" SECRET36, PE_ERR_KEYFILE_VALUE, 1, "for ChaCha20-Poly1305"},
+    /* eesp-sa: keys */
+    {"eesp-sa spi=1 suite=aes-gcm-16 key=" SECRET16, PE_ERR_KEYFILE_VALUE, 1,
+     "field 'key' must be 20 bytes (40 hex digits): a 128-bit key and a 4-byte salt"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 key=" SECRET36, PE_ERR_KEYFILE_VALUE, 1, "must be 20 bytes"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 key-bits=256 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1,
+     "must be 36 bytes (72 hex digits): a 256-bit key and a 4-byte salt"},
+    {"eesp-sa spi=1 suite=aes-gcm-8 key-bits=192 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "must be 28 bytes"},
+    {"eesp-sa spi=1 suite=aes-ccm-16 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1,
+     "must be 19 bytes (38 hex digits): a 128-bit key and a 3-byte salt"},
+    {"eesp-sa spi=1 suite=aes-ccm-8-iiv key-bits=256 key=" SECRET36, PE_ERR_KEYFILE_VALUE, 1, "must be 35 bytes"},
+    {"eesp-sa spi=1 suite=chacha20-poly1305 key=" SECRET32, PE_ERR_KEYFILE_VALUE, 1, "must be 36 bytes"},
+    {"eesp-sa spi=1 suite=aes-gmac key=" SECRET19, PE_ERR_KEYFILE_VALUE, 1, "must be 20 bytes"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 key=" SECRET20 "1", PE_ERR_KEYFILE_VALUE, 1, "field 'key' has an odd number"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 key=" SECRET16 "c0:ffee11", PE_ERR_KEYFILE_VALUE, 1, "field 'key' is not a hex string"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 key=0x", PE_ERR_KEYFILE_VALUE, 1, "'key' is not a hex string"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 key=" SECRET64 SECRET64, PE_ERR_KEYFILE_VALUE, 1, "must be 20 bytes"},
+    {EESP_ROOT "00", PE_ERR_KEYFILE_VALUE, 1, "field 'root-key' must be 32 bytes (64 hex digits) for sskdf=hkdf-sha256"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=hkdf-sha384 root-key=" SECRET32, PE_ERR_KEYFILE_VALUE, 1,
+     "field 'root-key' must be 48 bytes (96 hex digits) for sskdf=hkdf-sha384"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=hkdf-sha512 root-key=" SECRET48, PE_ERR_KEYFILE_VALUE, 1,
+     "must be 64 bytes (128 hex digits) for sskdf=hkdf-sha512"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=hkdf-sha256 root-key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "must be 32 bytes"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=hkdf-sha256 root-key=x" SECRET32, PE_ERR_KEYFILE_VALUE, 1, "'root-key' is not a hex"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=hkdf-sha256 root-key=" SECRET32 "0", PE_ERR_KEYFILE_VALUE, 1, "'root-key' has an odd"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=aes256-cmac root-key=" SECRET32, PE_ERR_KEYFILE_VALUE, 1,
+     "eesp-sa: field 'sskdf': SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02"},
+    {EESP " sskdf=aes256-cmac", PE_ERR_KEYFILE_VALUE, 1, "SSKDF_AES256_CMAC is not defined"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=HKDF-SHA256 root-key=" SECRET32, PE_ERR_KEYFILE_VALUE, 1,
+     "field 'sskdf' must be 'hkdf-sha256', 'hkdf-sha384' or 'hkdf-sha512'"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=none root-key=" SECRET32, PE_ERR_KEYFILE_VALUE, 1, "'sskdf' must be"},
+    {"eesp-sa spi=1 suite=aes-gcm-16 sskdf=1 root-key=" SECRET32, PE_ERR_KEYFILE_VALUE, 1, "'sskdf' must be"},
+    /* eesp-sa: keywords and numbers */
+    {EESP " mode=Tunnel", PE_ERR_KEYFILE_VALUE, 1, "field 'mode' must be 'transport' or 'tunnel'"},
+    {EESP " mode=beet", PE_ERR_KEYFILE_VALUE, 1, "'mode' must be 'transport' or 'tunnel'"},
+    {EESP " format=compact", PE_ERR_KEYFILE_VALUE, 1, "field 'format' must be 'auto', 'full' or 'optimized'"},
+    {EESP " format=1", PE_ERR_KEYFILE_VALUE, 1, "'format'"},
+    {EESP " aad=xfrm", PE_ERR_KEYFILE_VALUE, 1, "field 'aad' must be 'draft' or 'linux-xfrm'"},
+    {EESP " seq=2", PE_ERR_KEYFILE_VALUE, 1, "field 'seq' must be a decimal number 0..1"},
+    {EESP " seq=none", PE_ERR_KEYFILE_VALUE, 1, "'seq'"},
+    {"eesp-sa spi=1 suite=aes-gcm-16-iiv seq=0 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1,
+     "field 'seq' must be 1 with an implicit-IV suite"},
+    {"eesp-sa spi=1 suite=ENCR_AES_CCM_8_IIV seq=0 key=" SECRET19, PE_ERR_KEYFILE_VALUE, 1, "implicit-IV"},
+    {"eesp-sa spi=1 suite=31 seq=0 key=" SECRET36, PE_ERR_KEYFILE_VALUE, 1, "implicit-IV"},
+    {"eesp-sa spi=1 suite=aes-gmac aad=linux-xfrm key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1,
+     "field 'aad': linux-xfrm is not defined for aes-gmac"},
+    {"eesp-sa spi=1 suite=21 key-bits=256 aad=linux-xfrm key=" SECRET36, PE_ERR_KEYFILE_VALUE, 1, "'aad'"},
+    {EESP " anti-replay=2", PE_ERR_KEYFILE_VALUE, 1, "field 'anti-replay' must be a decimal number 0..1"},
+    {EESP " seq=0 anti-replay=1", PE_ERR_KEYFILE_VALUE, 1, "field 'anti-replay' needs seq=1"},
+    {EESP " replay-window=63", PE_ERR_KEYFILE_VALUE, 1, "field 'replay-window' must be a decimal number 64..1048576"},
+    {EESP " replay-window=0", PE_ERR_KEYFILE_VALUE, 1, "'replay-window'"},
+    {EESP " replay-window=1048577", PE_ERR_KEYFILE_VALUE, 1, "'replay-window'"},
+    {EESP " replay-window=1k", PE_ERR_KEYFILE_VALUE, 1, "'replay-window'"},
+    {EESP " max-sub-sa-id=65536", PE_ERR_KEYFILE_VALUE, 1, "field 'max-sub-sa-id' must be a decimal number 0..65535"},
+    {EESP " max-sub-sa-id=-1", PE_ERR_KEYFILE_VALUE, 1, "'max-sub-sa-id'"},
+    {EESP " max-crypt-offset=256", PE_ERR_KEYFILE_VALUE, 1, "field 'max-crypt-offset' must be a decimal number 0..255"},
+    {EESP " crypt-offset=64", PE_ERR_KEYFILE_VALUE, 1, "field 'crypt-offset' must be a decimal number 0..63"},
+    {EESP " crypt-offset=-1", PE_ERR_KEYFILE_VALUE, 1, "'crypt-offset'"},
+    {EESP " align=2", PE_ERR_KEYFILE_VALUE, 1, "field 'align' must be a decimal number 0..1"},
+    {EESP " strict=yes", PE_ERR_KEYFILE_VALUE, 1, "field 'strict' must be a decimal number 0..1"},
+    {EESP " ip-protocol=256", PE_ERR_KEYFILE_VALUE, 1, "field 'ip-protocol' must be a decimal number 0..255"},
+    {EESP " ip-protocol=esp", PE_ERR_KEYFILE_VALUE, 1, "'ip-protocol'"},
+    {EESP " udp-encap=4500", PE_ERR_KEYFILE_VALUE, 1, "field 'udp-encap' must be a decimal number 0..1"},
+    {EESP " sub-sas=0", PE_ERR_KEYFILE_VALUE, 1, "field 'sub-sas' must be a decimal number 1..65536"},
+    {EESP_ROOT " sub-sas=65537", PE_ERR_KEYFILE_VALUE, 1, "'sub-sas' must be a decimal number 1..65536"},
+    {EESP " sub-sas=2", PE_ERR_KEYFILE_VALUE, 1, "field 'sub-sas' above 1 needs Sub SAs"},
+    {EESP_ROOT " sub-sas=3 max-sub-sa-id=1", PE_ERR_KEYFILE_VALUE, 1, "field 'sub-sas' exceeds max-sub-sa-id + 1"},
+    {EESP_ROOT " sub-sas=2 max-sub-sa-id=0", PE_ERR_KEYFILE_VALUE, 1, "exceeds"},
+    /* eesp-sa: addresses */
+    {EESP " src=192.0.2", PE_ERR_KEYFILE_VALUE, 1, "field 'src' must be an IPv4 address, an IPv6 address or '*'"},
+    {EESP " dst=192.0.2.256", PE_ERR_KEYFILE_VALUE, 1, "field 'dst' must be an IPv4 address"},
+    {EESP " dst=192.0.2.1.", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=.192.0.2.1", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=192.0.2.1.5", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=192..2.1", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=192.0.2.01", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=192.0.2.0001", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=3221225985", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=0xc0.0.2.1", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " src=10.0.0.0/8", PE_ERR_KEYFILE_VALUE, 1, "'src'"},
+    {EESP " src=localhost", PE_ERR_KEYFILE_VALUE, 1, "'src'"},
+    {EESP " dst=**", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=fe80::1%eth0", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=[2001:db8::1]", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=2001:db8::/32", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=1:2:3:4:5:6:7:8:9", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=1:2:3:4:5:6:7", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=1:2:3:4:5:6:7:8::", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=1::2::3", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=:::", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=:1", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=1:", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=:", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=12345::", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=g::1", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=::1.2.3.4:5", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=1.2.3.4::", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=1:2:3:4:5:6:7:1.2.3.4", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " dst=::ffff:1.2.3", PE_ERR_KEYFILE_VALUE, 1, "'dst'"},
+    {EESP " src=192.0.2.1 dst=2001:db8::1", PE_ERR_KEYFILE_VALUE, 1, "field 'dst' is not of the same address family as 'src'"},
+    /* eesp-sa: duplicates are per (SPI, destination) */
+    {EESP "\n" EESP, PE_ERR_KEYFILE_DUPLICATE, 2, "eesp-sa: SPI 00001000 already defined for any destination on line 1"},
+    {EESP " dst=*\n#\neesp-sa spi=0x00001000 suite=aes-ccm-8 key=" SECRET19, PE_ERR_KEYFILE_DUPLICATE, 3,
+     "any destination on line 1"},
+    {EESP " dst=2001:db8::1\n" EESP " dst=2001:DB8:0:0:0:0:0:1", PE_ERR_KEYFILE_DUPLICATE, 2,
+     "SPI 00001000 already defined for this destination on line 1"},
+    {EESP " dst=192.0.2.1 src=192.0.2.2\n" EESP " dst=192.0.2.1 src=192.0.2.3", PE_ERR_KEYFILE_DUPLICATE, 2, "line 1"},
+    {EESP_ROOT " dst=::\n" EESP " dst=0::0", PE_ERR_KEYFILE_DUPLICATE, 2, "line 1"},
+    /* the first error in file order wins, keys of earlier lines included */
+    {EESP "\n" EESP " dst=10.0.0.1\n" EESP " mode=x\n" EESP, PE_ERR_KEYFILE_VALUE, 3, "'mode'"},
 };
 
 static void test_errors(void)
@@ -344,8 +502,8 @@ static void test_non_duplicates(void)
                                "psp-key spi=3 key=" K256 " version=1\n"
                                "psp-key spi=3 key=" K256 " version=3\n"
                                "psp-sa spi=1 version=0 mode=transport\n"
-                               "eesp-sa spi=1 a=b\n"
-                               "eesp-sa spi=1 a=b\n"
+                               "esp-sa spi=1 a=b\n"
+                               "esp-sa spi=1 a=b\n"
                                "psp-master key0=" MK0 "\n";
     pe_keyfile kf;
     pe_keyfile_error err;
@@ -386,6 +544,479 @@ static void test_many_entries(void)
     len += (size_t)snprintf(text + len, cap - len, "psp-key spi=%x key=%s\n", (unsigned)(1234 * 0x10001u), K128);
     CHECK(pe_keyfile_parse(text, len, &kf, &err) == PE_ERR_KEYFILE_DUPLICATE);
     CHECK(err.line == 2 * n + 1 && strstr(err.message, "(line 2469)") != NULL);
+    free(text);
+}
+
+/* ------------------------------------------------------------------------ */
+/* eesp-sa                                                                   */
+
+/* n octets start, start+1, ... as hex into out (2n + 1 chars). */
+static char *hex_run(char *out, size_t n, unsigned start)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", (start + (unsigned)i) & 0xff);
+    out[2 * n] = '\0';
+    return out;
+}
+
+/* The pe_eesp_sa_config an entry stands for: the fields share their names and conventions. */
+static void eesp_config_from_entry(const pe_eesp_sa_entry *e, pe_eesp_sa_config *c)
+{
+    pe_eesp_sa_config_init(c);
+    c->spi = e->spi;
+    c->encr = e->encr;
+    c->key_bits = e->key_bits;
+    c->sskdf = e->sskdf;
+    c->key = e->key_len ? e->key : NULL;
+    c->key_len = e->key_len;
+    c->root_key = e->root_key_len ? e->root_key : NULL;
+    c->root_key_len = e->root_key_len;
+    c->mode = e->mode;
+    c->format = e->format;
+    c->seq_present = e->seq_present;
+    c->aad = e->aad;
+    c->anti_replay = e->anti_replay;
+    c->replay_window = e->replay_window;
+    c->max_sub_sa_id = e->max_sub_sa_id;
+    c->max_crypt_offset = e->max_crypt_offset;
+    c->crypt_offset = e->crypt_offset;
+    c->align_options = e->align_options;
+    c->strict = e->strict;
+    c->ip_protocol = e->ip_protocol;
+    c->udp_encap = e->udp_encap;
+}
+
+/* Whatever the key file accepts, the EESP code accepts too: as sender (with its Sub SA count) and as receiver. */
+static void check_core_accepts(const pe_eesp_sa_entry *e)
+{
+    pe_eesp_sa_config c;
+    pe_eesp_rx_config rc;
+    pe_eesp_tx *tx = NULL;
+    pe_eesp_rx *rx = NULL;
+    pe_status st;
+
+    eesp_config_from_entry(e, &c);
+    st = pe_eesp_tx_new(&c, &tx);
+    CHECK(st == PE_OK);
+    if (st != PE_OK)
+        fprintf(stderr, "  line %zu: pe_eesp_tx_new: %s\n", e->line, pe_status_name(st));
+    if (tx) {
+        CHECK(pe_eesp_tx_set_capture_sub_sas(tx, e->sub_sas) == PE_OK);
+        pe_eesp_tx_free(tx);
+    }
+    pe_eesp_rx_config_init(&rc);
+    rc.ip_protocol = e->ip_protocol;
+    CHECK(pe_eesp_rx_new(&rc, &rx) == PE_OK);
+    if (rx) {
+        CHECK(pe_eesp_rx_add_sa(rx, &c) == PE_OK);
+        pe_eesp_rx_free(rx);
+    }
+}
+
+static void test_eesp_defaults(void)
+{
+    static const char text[] = "eesp-sa spi=1000 suite=aes-gcm-16 key=" K128 "0f62b36f\n";
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    pe_eesp_sa_config init;
+    const pe_eesp_sa_entry *e;
+    pe_status st = parse_str(text, &kf, &err);
+
+    CHECK(st == PE_OK);
+    if (st != PE_OK) {
+        fprintf(stderr, "  line %zu: %s\n", err.line, err.message);
+        return;
+    }
+    CHECK(kf.n_eesp_sas == 1 && kf.n_psp_sas == 0 && kf.n_psp_keys == 0 && kf.n_lines == 1);
+    CHECK(strcmp(kf.lines[0].kind, "eesp-sa") == 0 && kf.lines[0].n_pairs == 3);
+    e = &kf.eesp_sas[0];
+    CHECK(e->line == 1 && e->spi == 0x1000u);
+    CHECK(e->encr == PE_ENCR_AES_GCM_16 && e->key_bits == 128 && e->sskdf == PE_SSKDF_NONE);
+    CHECK(e->key_len == 20 && hex_equals(e->key, 20, K128 "0f62b36f") && all_zero(e->key + 20, sizeof e->key - 20));
+    CHECK(e->root_key_len == 0 && all_zero(e->root_key, sizeof e->root_key));
+    CHECK(e->mode == PE_EESP_TUNNEL && e->format == PE_EESP_FORMAT_AUTO && e->aad == PE_EESP_AAD_DRAFT);
+    CHECK(e->seq_present == 1 && e->anti_replay == 1 && e->replay_window == 1024);
+    CHECK(e->max_sub_sa_id == -1 && e->max_crypt_offset == -1 && e->crypt_offset == -1);
+    CHECK(e->align_options == 1 && e->strict == 0 && e->ip_protocol == 49 && e->udp_encap == 0);
+    CHECK(!e->has_src && !e->has_dst && e->src_family == PE_KEYFILE_ADDR_ANY && e->dst_family == PE_KEYFILE_ADDR_ANY);
+    CHECK(all_zero(e->src, 16) && all_zero(e->dst, 16));
+    CHECK(e->sub_sas == 1);
+    /* The defaults are the core's, apart from the mode (the core's zeroed default is transport). */
+    pe_eesp_sa_config_init(&init);
+    CHECK(e->format == init.format && e->aad == init.aad && e->seq_present == init.seq_present &&
+          e->anti_replay == init.anti_replay && e->max_sub_sa_id == init.max_sub_sa_id &&
+          e->max_crypt_offset == init.max_crypt_offset && e->crypt_offset == init.crypt_offset &&
+          e->align_options == init.align_options && e->strict == init.strict &&
+          e->ip_protocol == init.ip_protocol && e->udp_encap == init.udp_encap && e->key_bits == init.key_bits &&
+          e->replay_window == PE_REPLAY_DEFAULT_WINDOW);
+    check_core_accepts(e);
+    pe_keyfile_free(&kf);
+    CHECK(all_zero(&kf, sizeof kf));
+
+    /* Without a Sequence Number anti-replay defaults to off; saying 0 is fine. */
+    CHECK(parse_str(EESP " seq=0\n" "eesp-sa spi=2 suite=aes-gcm-16 key=" SECRET20 " seq=0 anti-replay=0", &kf, &err) ==
+          PE_OK);
+    CHECK(kf.n_eesp_sas == 2 && kf.eesp_sas[0].seq_present == 0 && kf.eesp_sas[0].anti_replay == 0 &&
+          kf.eesp_sas[1].anti_replay == 0);
+    pe_keyfile_free(&kf);
+}
+
+/* Every field away from its default, on three lines. */
+static void test_eesp_all_fields(void)
+{
+    char root64[129], root48[97], key36[73], text[2048];
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    const pe_eesp_sa_entry *a, *b, *c;
+    pe_status st;
+    size_t i;
+
+    hex_run(root64, 64, 0x40);
+    hex_run(root48, 48, 0x80);
+    hex_run(key36, 36, 0xc0);
+    snprintf(text, sizeof text,
+             "eesp-sa spi=0xDEADBEEF suite=ENCR_AES_CCM_12 key-bits=256 sskdf=hkdf-sha512 root-key=%s mode=transport "
+             "format=full seq=1 aad=linux-xfrm anti-replay=0 replay-window=65536 max-sub-sa-id=7 max-crypt-offset=255 "
+             "crypt-offset=63 align=0 strict=1 ip-protocol=253 udp-encap=1 src=2001:db8::1 dst=2001:db8::2 sub-sas=8\n"
+             "  eesp-sa\tdst=192.0.2.1 src=198.51.100.7 sub-sas=65536 max-crypt-offset=0 crypt-offset=0 format=optimized "
+             "seq=0 anti-replay=0 replay-window=64 max-sub-sa-id=65535 ip-protocol=0 udp-encap=0 align=1 strict=0 "
+             "mode=tunnel aad=draft key-bits=192 suite=aes-gmac sskdf=hkdf-sha384 root-key=0X%s spi=1 # comment\n"
+             "eesp-sa spi=ffffffff suite=chacha20-poly1305 key-bits=256 key=%s replay-window=1048576 src=* dst=* "
+             "sub-sas=1\n",
+             root64, root48, key36);
+    st = parse_str(text, &kf, &err);
+    CHECK(st == PE_OK);
+    if (st != PE_OK) {
+        fprintf(stderr, "  line %zu: %s\n", err.line, err.message);
+        return;
+    }
+    CHECK(kf.n_eesp_sas == 3 && kf.n_lines == 3);
+    if (kf.n_eesp_sas != 3) {
+        pe_keyfile_free(&kf);
+        return;
+    }
+    a = &kf.eesp_sas[0];
+    b = &kf.eesp_sas[1];
+    c = &kf.eesp_sas[2];
+
+    CHECK(a->line == 1 && a->spi == 0xDEADBEEFu && a->encr == PE_ENCR_AES_CCM_12 && a->key_bits == 256);
+    CHECK(a->sskdf == PE_SSKDF_HKDF_SHA2_512 && a->root_key_len == 64 && hex_equals(a->root_key, 64, root64));
+    CHECK(a->key_len == 0 && all_zero(a->key, sizeof a->key));
+    CHECK(a->mode == PE_EESP_TRANSPORT && a->format == PE_EESP_FORMAT_FULL && a->seq_present == 1);
+    CHECK(a->aad == PE_EESP_AAD_LINUX_XFRM && a->anti_replay == 0 && a->replay_window == 65536);
+    CHECK(a->max_sub_sa_id == 7 && a->max_crypt_offset == 255 && a->crypt_offset == 63);
+    CHECK(a->align_options == 0 && a->strict == 1 && a->ip_protocol == 253 && a->udp_encap == 1);
+    CHECK(a->has_src && a->src_family == PE_KEYFILE_ADDR_IPV6 &&
+          hex_equals(a->src, 16, "20010db8000000000000000000000001"));
+    CHECK(a->has_dst && a->dst_family == PE_KEYFILE_ADDR_IPV6 &&
+          hex_equals(a->dst, 16, "20010db8000000000000000000000002"));
+    CHECK(a->sub_sas == 8);
+
+    CHECK(b->line == 2 && b->spi == 1 && b->encr == PE_ENCR_NULL_AUTH_AES_GMAC && b->key_bits == 192);
+    CHECK(b->sskdf == PE_SSKDF_HKDF_SHA2_384 && b->root_key_len == 48 && hex_equals(b->root_key, 48, root48));
+    CHECK(all_zero(b->root_key + 48, 16));
+    CHECK(b->mode == PE_EESP_TUNNEL && b->format == PE_EESP_FORMAT_OPTIMIZED && b->seq_present == 0);
+    CHECK(b->aad == PE_EESP_AAD_DRAFT && b->anti_replay == 0 && b->replay_window == 64);
+    CHECK(b->max_sub_sa_id == 65535 && b->max_crypt_offset == 0 && b->crypt_offset == 0);
+    CHECK(b->align_options == 1 && b->strict == 0 && b->ip_protocol == 0 && b->udp_encap == 0);
+    CHECK(b->has_src && b->src_family == PE_KEYFILE_ADDR_IPV4 && hex_equals(b->src, 16, "c6336407000000000000000000000000"));
+    CHECK(b->has_dst && b->dst_family == PE_KEYFILE_ADDR_IPV4 && hex_equals(b->dst, 16, "c0000201000000000000000000000000"));
+    CHECK(b->sub_sas == 65536);
+
+    CHECK(c->line == 3 && c->spi == 0xffffffffu && c->encr == PE_ENCR_CHACHA20_POLY1305 && c->key_bits == 256);
+    CHECK(c->sskdf == PE_SSKDF_NONE && c->key_len == 36 && hex_equals(c->key, 36, key36) && c->root_key_len == 0);
+    CHECK(c->replay_window == 1048576 && !c->has_src && !c->has_dst && c->sub_sas == 1);
+    CHECK(c->src_family == PE_KEYFILE_ADDR_ANY && all_zero(c->src, 16) && all_zero(c->dst, 16));
+
+    for (i = 0; i < kf.n_eesp_sas; i++)
+        check_core_accepts(&kf.eesp_sas[i]);
+    pe_keyfile_free(&kf);
+}
+
+/* Each suite by its name, its IKEv2 name and its transform ID; the key length follows suite and key-bits. */
+static void test_eesp_suites(void)
+{
+    static const struct {
+        const char *suite;
+        pe_eesp_encr encr;
+        size_t salt;
+        int chacha;
+    } cases[] = {
+        {"aes-gcm-8", PE_ENCR_AES_GCM_8, 4, 0},
+        {"ENCR_AES_GCM_8", PE_ENCR_AES_GCM_8, 4, 0},
+        {"18", PE_ENCR_AES_GCM_8, 4, 0},
+        {"aes-gcm-12", PE_ENCR_AES_GCM_12, 4, 0},
+        {"encr_aes_gcm_12", PE_ENCR_AES_GCM_12, 4, 0},
+        {"19", PE_ENCR_AES_GCM_12, 4, 0},
+        {"aes-gcm-16", PE_ENCR_AES_GCM_16, 4, 0},
+        {"Encr_Aes_Gcm_16", PE_ENCR_AES_GCM_16, 4, 0},
+        {"020", PE_ENCR_AES_GCM_16, 4, 0},
+        {"aes-ccm-8", PE_ENCR_AES_CCM_8, 3, 0},
+        {"ENCR_AES_CCM_8", PE_ENCR_AES_CCM_8, 3, 0},
+        {"14", PE_ENCR_AES_CCM_8, 3, 0},
+        {"aes-ccm-12", PE_ENCR_AES_CCM_12, 3, 0},
+        {"ENCR_AES_CCM_12", PE_ENCR_AES_CCM_12, 3, 0},
+        {"15", PE_ENCR_AES_CCM_12, 3, 0},
+        {"aes-ccm-16", PE_ENCR_AES_CCM_16, 3, 0},
+        {"ENCR_AES_CCM_16", PE_ENCR_AES_CCM_16, 3, 0},
+        {"16", PE_ENCR_AES_CCM_16, 3, 0},
+        {"aes-gmac", PE_ENCR_NULL_AUTH_AES_GMAC, 4, 0},
+        {"ENCR_NULL_AUTH_AES_GMAC", PE_ENCR_NULL_AUTH_AES_GMAC, 4, 0},
+        {"21", PE_ENCR_NULL_AUTH_AES_GMAC, 4, 0},
+        {"chacha20-poly1305", PE_ENCR_CHACHA20_POLY1305, 4, 1},
+        {"ENCR_CHACHA20_POLY1305", PE_ENCR_CHACHA20_POLY1305, 4, 1},
+        {"28", PE_ENCR_CHACHA20_POLY1305, 4, 1},
+        {"aes-gcm-16-iiv", PE_ENCR_AES_GCM_16_IIV, 4, 0},
+        {"ENCR_AES_GCM_16_IIV", PE_ENCR_AES_GCM_16_IIV, 4, 0},
+        {"30", PE_ENCR_AES_GCM_16_IIV, 4, 0},
+        {"aes-ccm-8-iiv", PE_ENCR_AES_CCM_8_IIV, 3, 0},
+        {"encr_aes_ccm_8_iiv", PE_ENCR_AES_CCM_8_IIV, 3, 0},
+        {"29", PE_ENCR_AES_CCM_8_IIV, 3, 0},
+        {"chacha20-poly1305-iiv", PE_ENCR_CHACHA20_POLY1305_IIV, 4, 1},
+        {"ENCR_CHACHA20_POLY1305_IIV", PE_ENCR_CHACHA20_POLY1305_IIV, 4, 1},
+        {"31", PE_ENCR_CHACHA20_POLY1305_IIV, 4, 1},
+    };
+    static const unsigned bits[] = {0 /* absent */, 128, 192, 256};
+    char key[2 * 36 + 1], line[256];
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    size_t i, b;
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (b = 0; b < sizeof bits / sizeof bits[0]; b++) {
+            unsigned want_bits = cases[i].chacha ? 256 : bits[b] ? bits[b] : 128;
+            size_t want_len = want_bits / 8 + cases[i].salt;
+            char kb[24] = "";
+            pe_status st;
+
+            if (cases[i].chacha && bits[b] && bits[b] != 256)
+                continue; /* an error case, in the table */
+            if (bits[b])
+                snprintf(kb, sizeof kb, " key-bits=%u", bits[b]);
+            snprintf(line, sizeof line, "eesp-sa spi=%zx suite=%s%s key=%s", i, cases[i].suite, kb,
+                     hex_run(key, want_len, (unsigned)i));
+            st = parse_str(line, &kf, &err);
+            CHECK(st == PE_OK);
+            if (st != PE_OK) {
+                fprintf(stderr, "  %s: %s\n", line, err.message);
+                continue;
+            }
+            CHECK(kf.n_eesp_sas == 1 && kf.eesp_sas[0].encr == (unsigned)cases[i].encr &&
+                  kf.eesp_sas[0].key_bits == want_bits && kf.eesp_sas[0].key_len == want_len &&
+                  hex_equals(kf.eesp_sas[0].key, want_len, key));
+            check_core_accepts(&kf.eesp_sas[0]);
+            pe_keyfile_free(&kf);
+
+            /* One octet short is refused. */
+            snprintf(line, sizeof line, "eesp-sa spi=%zx suite=%s%s key=%s", i, cases[i].suite, kb,
+                     hex_run(key, want_len - 1, (unsigned)i));
+            CHECK(parse_str(line, &kf, &err) == PE_ERR_KEYFILE_VALUE && strstr(err.message, "'key'"));
+        }
+    }
+}
+
+/* Root keys for the three SSKDFs give the spec's Sub SA keys (eesp.md §19). */
+static void test_eesp_sskdf(void)
+{
+    static const struct {
+        const char *sskdf;
+        pe_eesp_sskdf id;
+        size_t root_len;
+        const char *key_bits;
+        uint16_t session_id;
+        const char *keymat; /* key || salt */
+    } cases[] = {
+        {"hkdf-sha256", PE_SSKDF_HKDF_SHA2_256, 32, "128", 0, "472a557f71f01e8d125da03ec21f6b77" "0f62b36f"},
+        {"hkdf-sha256", PE_SSKDF_HKDF_SHA2_256, 32, "128", 1, "bfb9feca177e0964367d975ca7e41bd6" "4f44224a"},
+        {"hkdf-sha256", PE_SSKDF_HKDF_SHA2_256, 32, "256", 1,
+         "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfd" "aeb0b4a1"},
+        {"hkdf-sha384", PE_SSKDF_HKDF_SHA2_384, 48, "256", 1,
+         "bc435472e3a65f445e39ed5960b0f5c1f3a2e83994592b3a52d3cc860f9e6c42" "58d74111"},
+        {"hkdf-sha512", PE_SSKDF_HKDF_SHA2_512, 64, "256", 1,
+         "988a26eeb4c69dfd7829f454d63e66913bc60577a13f33b91e65886236739c0a" "9134f558"},
+    };
+    char root[129], line[512];
+    uint8_t keymat[36];
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    size_t i;
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const pe_eesp_sa_entry *e;
+        size_t l = strlen(cases[i].keymat) / 2;
+        pe_status st;
+
+        snprintf(line, sizeof line, "eesp-sa spi=1000 suite=aes-gcm-16 key-bits=%s sskdf=%s root-key=%s",
+                 cases[i].key_bits, cases[i].sskdf, hex_run(root, cases[i].root_len, 0));
+        st = parse_str(line, &kf, &err);
+        CHECK(st == PE_OK);
+        if (st != PE_OK) {
+            fprintf(stderr, "  %s: %s\n", line, err.message);
+            continue;
+        }
+        e = &kf.eesp_sas[0];
+        CHECK(e->sskdf == cases[i].id && e->root_key_len == cases[i].root_len && e->key_len == 0);
+        CHECK(hex_equals(e->root_key, e->root_key_len, root));
+        CHECK(l == e->key_bits / 8 + 4);
+        CHECK(pe_eesp_derive_sub_sa_key(e->sskdf, e->root_key, e->root_key_len, cases[i].session_id, keymat, l) == PE_OK);
+        CHECK(hex_equals(keymat, l, cases[i].keymat));
+        check_core_accepts(e);
+        pe_keyfile_free(&kf);
+    }
+}
+
+/* The spec's SA for E1-E5 (eesp.md §19), and E1 itself sent with it. */
+static void test_eesp_e1(void)
+{
+    static const char text[] = "# E1: tunnel, optimized, explicit IV\n"
+                               "eesp-sa spi=0x1000 suite=aes-gcm-16 root-key=" ROOT_E1 " sskdf=hkdf-sha256 mode=tunnel\n";
+    static const char inner_hex[] = "4500002000000000401166cb0a0000010a00000204d2162e000c0000deadbeef";
+    static const char e1_hex[] = "8000000100001000" "0000000000000001" "0000000000000001"
+                                 "f3a49d2ace1a4832df0ff8647572df85a1c6f8b9c69784174c9c329573ba8209"
+                                 "8066790b5676b7b8929158143a11642f";
+    uint8_t inner[32], out[32 + PE_EESP_MAX_OVERHEAD];
+    size_t out_len = 0, i;
+    pe_eesp_sa_config cfg;
+    pe_eesp_tx *tx = NULL;
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    pe_status st = parse_str(text, &kf, &err);
+
+    CHECK(st == PE_OK);
+    if (st != PE_OK) {
+        fprintf(stderr, "  line %zu: %s\n", err.line, err.message);
+        return;
+    }
+    CHECK(kf.n_eesp_sas == 1 && kf.eesp_sas[0].line == 2 && kf.eesp_sas[0].spi == 0x1000u);
+    for (i = 0; i < sizeof inner; i++) {
+        char two[3] = {inner_hex[2 * i], inner_hex[2 * i + 1], 0};
+        inner[i] = (uint8_t)strtoul(two, NULL, 16);
+    }
+    eesp_config_from_entry(&kf.eesp_sas[0], &cfg);
+    CHECK(pe_eesp_tx_new(&cfg, &tx) == PE_OK);
+    if (tx) {
+        st = pe_eesp_encap(tx, inner, sizeof inner, 1, out, sizeof out, &out_len);
+        CHECK(st == PE_OK && out_len >= 72);
+        /* The outer header is a copy of the inner one; the EESP packet follows it. */
+        CHECK(st == PE_OK && out_len >= 72 && hex_equals(out + out_len - 72, 72, e1_hex));
+        pe_eesp_tx_free(tx);
+    }
+    pe_keyfile_free(&kf);
+}
+
+/* src= and dst= in every accepted form. */
+static void test_eesp_addresses(void)
+{
+    static const struct {
+        const char *text;
+        int family;
+        const char *octets;
+    } cases[] = {
+        {"192.0.2.1", PE_KEYFILE_ADDR_IPV4, "c0000201"},
+        {"0.0.0.0", PE_KEYFILE_ADDR_IPV4, "00000000"},
+        {"255.255.255.255", PE_KEYFILE_ADDR_IPV4, "ffffffff"},
+        {"10.0.100.9", PE_KEYFILE_ADDR_IPV4, "0a006409"},
+        {"::", PE_KEYFILE_ADDR_IPV6, "00000000000000000000000000000000"},
+        {"::1", PE_KEYFILE_ADDR_IPV6, "00000000000000000000000000000001"},
+        {"1::", PE_KEYFILE_ADDR_IPV6, "00010000000000000000000000000000"},
+        {"2001:db8::1", PE_KEYFILE_ADDR_IPV6, "20010db8000000000000000000000001"},
+        {"2001:DB8:0:0:0:0:0:1", PE_KEYFILE_ADDR_IPV6, "20010db8000000000000000000000001"},
+        {"2001:0db8:0000:0000:0000:0000:0000:0001", PE_KEYFILE_ADDR_IPV6, "20010db8000000000000000000000001"},
+        {"fe80::abcd:ef01", PE_KEYFILE_ADDR_IPV6, "fe8000000000000000000000abcdef01"},
+        {"1:2:3:4:5:6:7::", PE_KEYFILE_ADDR_IPV6, "00010002000300040005000600070000"},
+        {"::2:3:4:5:6:7:8", PE_KEYFILE_ADDR_IPV6, "00000002000300040005000600070008"},
+        {"1:2:3:4:5:6:7:8", PE_KEYFILE_ADDR_IPV6, "00010002000300040005000600070008"},
+        {"ff02::1:ff00:1", PE_KEYFILE_ADDR_IPV6, "ff0200000000000000000001ff000001"},
+        {"::ffff:192.0.2.1", PE_KEYFILE_ADDR_IPV6, "00000000000000000000ffffc0000201"},
+        {"64:ff9b::192.0.2.33", PE_KEYFILE_ADDR_IPV6, "0064ff9b0000000000000000c0000221"},
+        {"1:2:3:4:5:6:1.2.3.4", PE_KEYFILE_ADDR_IPV6, "00010002000300040005000601020304"},
+        {"::1.2.3.4", PE_KEYFILE_ADDR_IPV6, "00000000000000000000000001020304"},
+    };
+    char line[256], want[33];
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    size_t i;
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pe_status st;
+        snprintf(line, sizeof line, EESP " src=%s dst=%s", cases[i].text, cases[i].text);
+        snprintf(want, sizeof want, "%s%s", cases[i].octets,
+                 cases[i].family == PE_KEYFILE_ADDR_IPV4 ? "000000000000000000000000" : "");
+        st = parse_str(line, &kf, &err);
+        CHECK(st == PE_OK);
+        if (st != PE_OK) {
+            fprintf(stderr, "  %s: %s\n", cases[i].text, err.message);
+            continue;
+        }
+        CHECK(kf.eesp_sas[0].has_src && kf.eesp_sas[0].has_dst);
+        CHECK(kf.eesp_sas[0].src_family == cases[i].family && kf.eesp_sas[0].dst_family == cases[i].family);
+        CHECK(hex_equals(kf.eesp_sas[0].src, 16, want) && hex_equals(kf.eesp_sas[0].dst, 16, want));
+        pe_keyfile_free(&kf);
+    }
+    /* '*' is any, like an absent field; one side may be given alone. */
+    CHECK(parse_str(EESP " src=* dst=2001:db8::9", &kf, &err) == PE_OK);
+    CHECK(!kf.eesp_sas[0].has_src && kf.eesp_sas[0].src_family == PE_KEYFILE_ADDR_ANY && kf.eesp_sas[0].has_dst);
+    pe_keyfile_free(&kf);
+    CHECK(parse_str(EESP " src=192.0.2.9", &kf, &err) == PE_OK);
+    CHECK(kf.eesp_sas[0].has_src && !kf.eesp_sas[0].has_dst && kf.eesp_sas[0].dst_family == PE_KEYFILE_ADDR_ANY);
+    pe_keyfile_free(&kf);
+}
+
+/* One SPI may serve several destinations; EESP SPIs are apart from PSP SPIs. */
+static void test_eesp_non_duplicates(void)
+{
+    static const char text[] = EESP "\n"                               /* any destination */
+                               EESP " dst=192.0.2.1\n"
+                               EESP " dst=192.0.2.2 src=192.0.2.1\n"
+                               EESP " dst=::ffff:192.0.2.1\n"          /* not the same as 192.0.2.1 */
+                               EESP " dst=2001:db8::1\n"
+                               EESP " dst=::\n"                        /* nor is :: the same as any */
+                               "eesp-sa spi=1001 suite=aes-gcm-16 key=" SECRET20 "\n"
+                               "psp-sa spi=1000 version=0 mode=tunnel\n"
+                               "psp-key spi=1000 key=" K128 "\n";
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    pe_status st = parse_str(text, &kf, &err);
+    size_t i;
+
+    CHECK(st == PE_OK);
+    if (st != PE_OK) {
+        fprintf(stderr, "  line %zu: %s\n", err.line, err.message);
+        return;
+    }
+    CHECK(kf.n_eesp_sas == 7 && kf.n_psp_sas == 1 && kf.n_psp_keys == 1 && kf.n_lines == 9);
+    for (i = 0; i < kf.n_eesp_sas; i++)
+        CHECK(kf.eesp_sas[i].line == i + 1);
+    CHECK(kf.eesp_sas[5].has_dst && kf.eesp_sas[5].dst_family == PE_KEYFILE_ADDR_IPV6);
+    pe_keyfile_free(&kf);
+}
+
+/* Enough eesp-sa lines to rehash the index; two destinations per SPI; the duplicate at the end. */
+static void test_eesp_many(void)
+{
+    const size_t n = 4000;
+    size_t cap = n * 200 + 256, len = 0, i;
+    char *text = malloc(cap);
+    pe_keyfile kf;
+    pe_keyfile_error err;
+
+    CHECK(text != NULL);
+    if (!text)
+        return;
+    for (i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "eesp-sa spi=%zx suite=aes-gcm-16 key=" SECRET20 " dst=10.0.%zu.%zu\n",
+                                i / 2 * 0x10001u, (i & 1), i % 200);
+    CHECK(pe_keyfile_parse(text, len, &kf, &err) == PE_OK);
+    CHECK(kf.n_eesp_sas == n && kf.n_lines == n);
+    pe_keyfile_free(&kf);
+
+    /* Line 1235 is spi 617 * 0x10001, dst 10.0.0.34. */
+    len += (size_t)snprintf(text + len, cap - len, "eesp-sa spi=%x suite=aes-gcm-16 key=" SECRET20 " dst=10.0.0.34\n",
+                            617u * 0x10001u);
+    CHECK(pe_keyfile_parse(text, len, &kf, &err) == PE_ERR_KEYFILE_DUPLICATE);
+    CHECK(err.line == n + 1 && strstr(err.message, "on line 1235") != NULL);
     free(text);
 }
 
@@ -612,13 +1243,18 @@ static const char fuzz_seed[] = "psp-master key0=" MK0 " key1=" MK1 "\n"
                                 "psp-key spi=0x9a345678 key=" K256 "\n"
                                 "psp-sa spi=9a345678 version=1 mode=tunnel crypt-offset=1 crypt-offset-ipv4=6 "
                                 "crypt-offset-ipv6=11 vc=0011223344556677 sample=1 drop=0 first-iv=0x10\n"
-                                "eesp-sa spi=1 suite=x key=0x00\n";
+                                "eesp-sa spi=1000 suite=aes-gcm-16 sskdf=hkdf-sha256 root-key=" ROOT_E1 " dst=2001:db8::1 "
+                                "src=192.0.2.1 sub-sas=4 max-sub-sa-id=7 replay-window=64\n"
+                                "eesp-sa spi=1000 suite=aes-ccm-8 key=" SECRET19 " dst=192.0.2.1 seq=0 mode=transport\n";
 
 static const char *const fuzz_tokens[] = {
     "psp-master", "psp-key", "psp-sa", "eesp-sa", "spi=1", "spi=0x9A345678", "spi=", "key=" K128, "key=" K256,
     "key0=" MK0, "key1=" MK1, "version=0", "version=1", "version=3", "mode=tunnel", "mode=transport",
     "crypt-offset=63", "vc=0011223344556677", "first-iv=1", "sample=1", "drop=1", "=", "#", "\n", "\r\n", "\t",
-    " ", "x=y", "\r", "0x", "\xff", "a",
+    " ", "x=y", "\r", "0x", "\xff", "a", "suite=aes-gcm-16", "suite=ENCR_AES_CCM_8_IIV", "suite=28",
+    "key=" SECRET20, "key=" SECRET19, "key=" SECRET36, "root-key=" ROOT_E1, "sskdf=hkdf-sha256", "sskdf=aes256-cmac",
+    "key-bits=256", "seq=0", "aad=linux-xfrm", "dst=::1", "dst=192.0.2.1", "src=*", "sub-sas=2", "max-sub-sa-id=0",
+    "format=optimized", "replay-window=64",
 };
 
 /* Parse an exactly sized heap copy, so ASan sees any read past the given length. */
@@ -635,7 +1271,9 @@ static void fuzz_one(const char *data, size_t len)
     if (len)
         memcpy(buf, data, len);
     if (pe_keyfile_parse(buf, len, &kf, &err) == PE_OK) {
-        CHECK(kf.n_psp_master <= 1 && kf.n_psp_keys + kf.n_psp_sas + kf.n_psp_master <= kf.n_lines);
+        CHECK(kf.n_psp_master <= 1 && kf.n_psp_keys + kf.n_psp_sas + kf.n_psp_master + kf.n_eesp_sas <= kf.n_lines);
+        for (i = 0; i < kf.n_eesp_sas; i++)
+            CHECK((kf.eesp_sas[i].key_len != 0) != (kf.eesp_sas[i].root_key_len != 0));
         for (i = 0; i < kf.n_lines; i++) {
             CHECK(kf.lines[i].n_pairs >= 1 && kf.lines[i].n_pairs <= PE_KEYFILE_MAX_PAIRS);
             for (j = 0; j < kf.lines[i].n_pairs; j++)
@@ -708,6 +1346,14 @@ int main(void)
     test_nul_byte();
     test_non_duplicates();
     test_many_entries();
+    test_eesp_defaults();
+    test_eesp_all_fields();
+    test_eesp_suites();
+    test_eesp_sskdf();
+    test_eesp_e1();
+    test_eesp_addresses();
+    test_eesp_non_duplicates();
+    test_eesp_many();
     test_load();
     test_refcfg_inline();
     test_refcfg_reference();

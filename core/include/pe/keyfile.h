@@ -5,17 +5,26 @@
  *   # comment; blank lines ignored
  *   <kind> <name>=<value> <name>=<value> ...
  *
- * PSP kinds (EESP kinds are added by the EESP code):
+ * PSP kinds:
  *   psp-master  key0=<64 hex> key1=<64 hex>        (either may be omitted)
  *   psp-key     spi=<hex> key=<32|64 hex> [version=0..3]
  *   psp-sa      spi=<hex> version=0..3 mode=transport|tunnel
  *               [crypt-offset=0..63] [crypt-offset-ipv4=0..63] [crypt-offset-ipv6=0..63]
  *               [vc=<16 hex>] [sample=0|1] [drop=0|1] [first-iv=<decimal or 0x hex>]
  *
+ * EESP kind (one line per SA, i.e. per direction):
+ *   eesp-sa     spi=<hex> suite=<name|ENCR_*|id> [key-bits=128|192|256]
+ *               key=<hex key||salt> | root-key=<hex> sskdf=hkdf-sha256|hkdf-sha384|hkdf-sha512
+ *               [mode=transport|tunnel] [format=auto|full|optimized] [seq=1|0]
+ *               [aad=draft|linux-xfrm] [anti-replay=1|0] [replay-window=64..1048576]
+ *               [max-sub-sa-id=0..65535] [max-crypt-offset=0..255] [crypt-offset=0..63]
+ *               [align=1|0] [strict=1|0] [ip-protocol=0..255] [udp-encap=1|0]
+ *               [src=<IPv4|IPv6|*>] [dst=<IPv4|IPv6|*>] [sub-sas=1..65536]
+ *
  * Parsing is strict: unknown names on a known kind, bad hex, out-of-range
  * numbers and duplicates are errors that name the line.  Lines of kinds this
- * reader does not know (e.g. eesp-sa read by a PSP-only consumer) are kept as
- * generic entries so that one file can serve both protocols.
+ * reader does not know (another protocol's, or a newer version's) are kept as
+ * generic entries so that one file can serve several consumers.
  */
 #ifndef PE_KEYFILE_H
 #define PE_KEYFILE_H
@@ -23,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pe/eesp.h"
 #include "pe/status.h"
 
 #ifdef __cplusplus
@@ -76,6 +86,47 @@ typedef struct pe_psp_sa_entry {
     uint64_t first_iv;
 } pe_psp_sa_entry;
 
+/* eesp-sa: key||salt is at most 32 + 4 octets, a root key at most 64 (SSKDF_HKDF_SHA2_512). */
+#define PE_KEYFILE_EESP_KEY_MAX 36
+#define PE_KEYFILE_EESP_ROOT_KEY_MAX 64
+#define PE_KEYFILE_ADDR_ANY 0 /* src_family / dst_family: no address given, or '*' */
+#define PE_KEYFILE_ADDR_IPV4 4
+#define PE_KEYFILE_ADDR_IPV6 6
+
+/*
+ * One eesp-sa line: the fields of pe_eesp_sa_config it sets (same names and
+ * conventions, defaults already applied), plus what a receiver or dissector
+ * needs to pick the SA (src/dst) and what a capture sender needs (sub_sas).
+ */
+typedef struct pe_eesp_sa_entry {
+    size_t line;
+    uint32_t spi;
+    unsigned encr;            /* IKEv2 ENCR transform ID (pe_eesp_encr) */
+    unsigned key_bits;        /* 128, 192 or 256; 256 for ChaCha20-Poly1305 */
+    pe_eesp_sskdf sskdf;      /* NONE: key/key_len hold key || salt; else root_key/root_key_len */
+    size_t key_len;           /* key_bits / 8 + salt (4, or 3 for CCM); 0 with an SSKDF */
+    uint8_t key[PE_KEYFILE_EESP_KEY_MAX];
+    size_t root_key_len;      /* 32 / 48 / 64 for HKDF-SHA-256 / 384 / 512; 0 without an SSKDF */
+    uint8_t root_key[PE_KEYFILE_EESP_ROOT_KEY_MAX];
+    pe_eesp_mode mode;        /* default tunnel */
+    pe_eesp_format format;    /* default auto */
+    int seq_present;          /* default 1 */
+    pe_eesp_aad aad;          /* default draft */
+    int anti_replay;          /* default 1 (0 when seq_present is 0) */
+    uint32_t replay_window;   /* packets, default 1024 */
+    int max_sub_sa_id;        /* PE_EESP_NO_LIMIT (-1) when absent */
+    int max_crypt_offset;     /* 4-octet units; PE_EESP_NO_LIMIT (-1) when absent */
+    int crypt_offset;         /* sender's Crypt Offset option, units; -1 when absent (no option) */
+    int align_options;        /* default 1 */
+    int strict;               /* default 0 */
+    uint8_t ip_protocol;      /* default 49 (PE_EESP_DEFAULT_IPPROTO) */
+    int udp_encap;            /* default 0 */
+    int has_src, has_dst;     /* 0: any (absent or '*'); then the family is _ANY and the octets 0 */
+    int src_family, dst_family; /* PE_KEYFILE_ADDR_ANY, _IPV4 or _IPV6 */
+    uint8_t src[16], dst[16]; /* network order; IPv4 in the first 4 octets, the rest 0 */
+    unsigned sub_sas;         /* Sub SAs 0..n-1 a capture sender spreads flows over, default 1 */
+} pe_eesp_sa_entry;
+
 typedef struct pe_keyfile {
     char *text;      /* parsed copy the generic lines point into */
     size_t text_len; /* octets in text, for wiping on free */
@@ -87,6 +138,8 @@ typedef struct pe_keyfile {
     pe_psp_key_entry *psp_keys;
     size_t n_psp_sas;
     pe_psp_sa_entry *psp_sas;
+    size_t n_eesp_sas;
+    pe_eesp_sa_entry *eesp_sas;
 } pe_keyfile;
 
 /* Parse text (need not be NUL-terminated).  On error *err says where; kf is left empty. */
