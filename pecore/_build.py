@@ -361,6 +361,7 @@ typedef struct pe_eesp_tx pe_eesp_tx;
 pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out);
 void pe_eesp_tx_free(pe_eesp_tx *tx);
 uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id);
+pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t next);
 pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n);
 pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
                         size_t cap, size_t *out_len);

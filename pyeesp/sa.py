@@ -277,6 +277,15 @@ class SA:
         """The sequence number (IV counter without SN) the next packet of a Sub SA carries."""
         return lib.pe_eesp_tx_next_seq(self._tx, check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError))
 
+    def set_next_seq(self, next_seq: int, sub_sa_id: int = 0) -> None:
+        """Let a Sub SA continue at ``next_seq``; only forward, so no sequence number or IV is ever reused."""
+        check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
+        check_range("next_seq", next_seq, 2**64 - 1, ConfigurationError, bottom=1)
+        with self._lock:
+            st = lib.pe_eesp_tx_set_next_seq(self._tx, sub_sa_id, next_seq)
+        if st != lib.PE_OK:
+            raise_eesp(st, "sequence numbers only move forward" if status_name(st) == "invalid-argument" else None)
+
     def encrypt(self, ip_packet: bytes, sub_sa_id: int = 0) -> bytes:
         """Encapsulate one IPv4/IPv6 packet on a Sub SA; returns the outer IP packet."""
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)

@@ -101,8 +101,10 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_eesp_suite *s
         return PE_ERR_INVALID_ARGUMENT;
     if (c->replay_window && (c->replay_window < PE_REPLAY_MIN_WINDOW || c->replay_window > PE_REPLAY_MAX_WINDOW))
         return PE_ERR_INVALID_ARGUMENT;
-    if (c->extra_options_len > 255 || (c->extra_options_len && !c->extra_options))
+    if (c->extra_options_len && !c->extra_options)
         return PE_ERR_INVALID_ARGUMENT;
+    if (c->extra_options_len + (c->crypt_offset >= 0 ? 4u : 0u) > 255)
+        return PE_ERR_EESP_OPTIONS; /* Opt Len is one octet */
     if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
                              (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
         return PE_ERR_INVALID_ARGUMENT;
@@ -238,8 +240,12 @@ pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out)
     if (!tx)
         return PE_ERR_NOMEM;
     pe_status st = sa_init(&tx->sa, cfg, PE_AEAD_SEAL);
+    /* §13, §15 step 4: the option is sent only within the peer's announced maximum. */
+    if (st == PE_OK && cfg->crypt_offset >= 0 &&
+        (cfg->max_crypt_offset == PE_EESP_NO_LIMIT || cfg->crypt_offset > cfg->max_crypt_offset))
+        st = PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED;
     if (st != PE_OK) {
-        pe_wipe(tx, sizeof *tx);
+        sa_free(&tx->sa);
         free(tx);
         return st;
     }
@@ -260,6 +266,21 @@ uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id)
 {
     const pe_key_slot *s = pe_keytable_find(&tx->sa.subs, sub_sa_id);
     return (s ? s->counter : 0) + 1;
+}
+
+pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t next)
+{
+    pe_key_slot *slot;
+    pe_status st = check_sub_sa_id(&tx->sa, sub_sa_id);
+    if (st == PE_OK)
+        st = sub_sa(&tx->sa, sub_sa_id, &slot);
+    if (st != PE_OK)
+        return st;
+    /* Only forward: a number once sent (and its IV) must never come again. */
+    if (next == 0 || next - 1 < slot->counter)
+        return PE_ERR_INVALID_ARGUMENT;
+    slot->counter = next - 1;
+    return PE_OK;
 }
 
 pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n)
@@ -411,6 +432,9 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
         return st;
 
     int full = full_format(sa, sa->crypt_offset >= 0);
+    /* Without a PIH the receiver learns Next Header from an IP version nibble (§8). */
+    if (!full && p.next_header != PE_IPPROTO_IPV4 && p.next_header != PE_IPPROTO_IPV6)
+        return PE_ERR_EESP_CONFIG;
     size_t pih_len = full ? PE_EESP_PIH_LEN : 0;
     size_t seq_len = sa->seq_present ? PE_EESP_SEQ_LEN : 0;
     uint8_t opts[255];
@@ -587,9 +611,11 @@ static pe_status locate(const pe_eesp_rx *rx, const uint8_t *pkt, const pe_ip_in
         *eesp_off = ip->l4_offset;
         return PE_OK;
     }
-    if (ip->protocol != PE_IPPROTO_UDP || ip->is_fragment || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
+    if (ip->protocol != PE_IPPROTO_UDP || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
         return PE_ERR_NOT_EESP;
     const uint8_t *u = pkt + ip->l4_offset;
+    if (ip->is_fragment) /* a first fragment to our port is ours, and dropped (§14) */
+        return pe_ip_first_fragment(pkt, ip) && pe_get16(u + 2) == rx->udp_port ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_EESP;
     if (pe_get16(u + 2) != rx->udp_port)
         return PE_ERR_NOT_EESP;
     size_t udp_len = pe_get16(u + 4);
@@ -681,6 +707,8 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
         if ((size_t)h->payload_offset * 4 != payload_off)
             return PE_ERR_EESP_PAYLOAD_OFFSET;
         enc_off = payload_off + (size_t)h->crypt_offset * 4;
+        if (enc_off + s->icv_len > elen)
+            return PE_ERR_EESP_CRYPT_OFFSET;
     }
     /* Steps 6-7: Sub SA, length. */
     if ((st = check_sub_sa_id(sa, h->session_id)) != PE_OK)
@@ -688,8 +716,6 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     if (payload_off + pih_len + s->icv_len > elen)
         return PE_ERR_EESP_TRUNCATED;
     size_t data_end = elen - s->icv_len;
-    if (enc_off > data_end)
-        return PE_ERR_EESP_CRYPT_OFFSET;
     if (s->iv_len)
         info->iv = e + iv_off;
 

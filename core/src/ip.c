@@ -211,3 +211,11 @@ pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp)
     udp->payload_len = udp_len - PE_UDP_HDR_LEN;
     return PE_OK;
 }
+
+int pe_ip_first_fragment(const uint8_t *pkt, const pe_ip_info *info)
+{
+    if (info->version == 4)
+        return (pe_get16(pkt + 6) & 0x1fff) == 0;
+    /* The walk stops at the (non-atomic) Fragment header, so it is the last one listed. */
+    return (pe_get16(pkt + info->ext[info->n_ext - 1].offset + 2) >> 3) == 0;
+}

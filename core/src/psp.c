@@ -500,15 +500,6 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
     return PE_OK;
 }
 
-/* A first fragment still has the UDP header, so it can be recognised as PSP. */
-static int first_fragment(const uint8_t *pkt, const pe_ip_info *ip)
-{
-    if (ip->version == 4)
-        return (pe_get16(pkt + 6) & 0x1fff) == 0;
-    const pe_ip_ext *frag = &ip->ext[ip->n_ext - 1];
-    return (pe_get16(pkt + frag->offset + 2) >> 3) == 0;
-}
-
 pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len, pe_psp_hdr *hdr)
 {
@@ -519,7 +510,7 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
     if (ip.protocol != PE_IPPROTO_UDP)
         return PE_ERR_NOT_UDP;
     if (ip.is_fragment) {
-        int ours = first_fragment(pkt, &ip) && ip.l4_offset + 4 <= ip.len &&
+        int ours = pe_ip_first_fragment(pkt, &ip) && ip.l4_offset + 4 <= ip.len &&
                    pe_get16(pkt + ip.l4_offset + 2) == rx->udp_dport;
         return ours ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_UDP;
     }

@@ -157,7 +157,8 @@ typedef struct pe_eesp_sa_config {
     uint32_t replay_window;      /* packets; 0: PE_REPLAY_DEFAULT_WINDOW */
     int max_sub_sa_id;           /* EESP_MAX_SUB_SA_ID announced; PE_EESP_NO_LIMIT when absent */
     int max_crypt_offset;        /* EESP_MAX_CRYPT_OFFSET (4-octet units); PE_EESP_NO_LIMIT: none announced, option refused */
-    int crypt_offset;            /* sender: Crypt Offset option value (units), or -1 for no option */
+    int crypt_offset;            /* sender: Crypt Offset option value (units), or -1 for no option;
+                                    only within max_crypt_offset (the peer's announcement) */
     int align_options;           /* sender: Pad1/PadN to align the next-layer header (default on) */
     int strict;                  /* receiver: drop packets with unknown options (D5) */
     const uint8_t *extra_options; /* sender: caller TLVs placed after the Crypt Offset option (D13) */
@@ -178,6 +179,8 @@ pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out);
 void pe_eesp_tx_free(pe_eesp_tx *tx);
 /* The sequence number (or IV counter without SN) the next packet of a Sub SA carries. */
 uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id);
+/* Let a Sub SA's sequence numbers start at `next` (forward only: never below what was sent). */
+pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t next);
 /* Captures: spread flows over Sub SAs 0..n-1 by a flow hash (default 1: all on Sub SA 0). */
 pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n);
 /* Largest growth of a packet: outer IPv6 + UDP + base + options + seq + IV + PIH + padding + ICV. */

@@ -52,6 +52,9 @@ pe_status pe_ip_parse(const uint8_t *pkt, size_t avail, pe_ip_info *info);
 /* Length of the IP packet per its header (for clipping link-layer padding). */
 pe_status pe_ip_wire_length(const uint8_t *pkt, size_t avail, size_t *len);
 
+/* A fragment at offset 0 (which still has its L4 header); only meaningful when info->is_fragment. */
+int pe_ip_first_fragment(const uint8_t *pkt, const pe_ip_info *info);
+
 /* A UDP datagram inside an IP packet: ports and where its payload is (PE_ERR_NOT_UDP otherwise). */
 typedef struct pe_udp_view {
     uint16_t sport, dport;

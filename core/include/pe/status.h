@@ -59,7 +59,7 @@ extern "C" {
     X(PE_ERR_EESP_COMPAT_BIT, "eesp-compat-bit-clear", "EESP ESP-compatibility bit is clear (ESP, not EESP)") \
     X(PE_ERR_EESP_VERSION, "eesp-unsupported-version", "EESP version is not the negotiated version 0") \
     X(PE_ERR_EESP_RESERVED, "eesp-reserved-bits-set", "EESP Base Header reserved bits are not zero") \
-    X(PE_ERR_EESP_OPTIONS, "eesp-options-overrun", "EESP options run past Opt Len or the packet") \
+    X(PE_ERR_EESP_OPTIONS, "eesp-options-overrun", "EESP options run past Opt Len, or would not fit in it") \
     X(PE_ERR_EESP_CRYPT_OFFSET_OPTION, "eesp-bad-crypt-offset-option", "EESP Crypt Offset option has a bad length or appears twice") \
     X(PE_ERR_EESP_PAYLOAD_OFFSET, "eesp-bad-payload-offset", "EESP PayloadOffset disagrees with the header lengths") \
     X(PE_ERR_EESP_CRYPT_OFFSET, "eesp-crypt-offset-past-payload", "EESP crypt offset reaches past the payload") \
