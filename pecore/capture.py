@@ -114,11 +114,16 @@ def run_transform(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    error: type = None,  # type: ignore[assignment]
 ) -> Summary:
-    """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture file."""
+    """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture file.
+
+    Failures raise ``error`` (a protocol package's CaptureError; default
+    :class:`CaptureError`) with the partial summary in ``.summary``.
+    """
     try:
         if os.path.samefile(in_path, out_path):
-            raise CaptureError(f"{os.fspath(in_path)}: input and output are the same file", "invalid-argument")
+            raise (error or CaptureError)(f"{os.fspath(in_path)}: input and output are the same file", "invalid-argument")
     except FileNotFoundError:
         pass
     c = ffi.new("pe_capture_summary *")
@@ -142,7 +147,7 @@ def run_transform(
     summary = _summary_from_c(c)
     summary.seconds = time.perf_counter() - t0
     if st != lib.PE_OK:
-        err = CaptureError(f"{os.fspath(in_path)}: {status_message(st)}", status_name(st))
+        err = (error or CaptureError)(f"{os.fspath(in_path)}: {status_message(st)}", status_name(st))
         err.summary = summary  # type: ignore[attr-defined]
         raise err
     return summary

@@ -18,6 +18,18 @@ class CoreError(Exception):
         self.code = code
 
 
+#: Status names of broken IP/UDP framing, malformed packets for every protocol.
+IP_MALFORMED_CODES = (
+    "ip-bad-version",
+    "ip-bad-header-length",
+    "ip-bad-length",
+    "ip-fragment",
+    "ip-bad-extension-header",
+    "udp-bad-length",
+    "udp-bad-checksum",
+)
+
+
 def status_name(status: int) -> str:
     """The stable name of a core status code."""
     return ffi.string(lib.pe_status_name(status)).decode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Dict, NoReturn, Optional, Type
 
 from pecore.capture import CaptureError as _CaptureError
-from pecore.errors import CoreError, raise_status
+from pecore.errors import IP_MALFORMED_CODES, CoreError, raise_status
 from pecore.keys import KeyFileError as _KeyFileError
 
 
@@ -113,13 +113,7 @@ for _code in (
     "eesp-crypt-offset-past-payload",
     "eesp-bad-pad-length",
     "eesp-bad-inner-packet",
-    "ip-bad-version",
-    "ip-bad-header-length",
-    "ip-bad-length",
-    "ip-fragment",
-    "ip-bad-extension-header",
-    "udp-bad-length",
-    "udp-bad-checksum",
+    *IP_MALFORMED_CODES,
 ):
     _BY_CODE[_code] = MalformedPacketError
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Iterable, List, Optional, Union
 
 from pecore._native import ffi, lib
 from pecore.errors import status_message, status_name
-from pecore.util import Key, check_range, key_bytes, pin, run_batch
+from pecore.util import Key, check_range, key_bytes, pin
 from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp
 from pyeesp.header import Header
 

@@ -1,11 +1,9 @@
 """Encrypt and decrypt whole capture files with PSP, at C speed."""
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 from pecore._native import lib
-from pecore.capture import CaptureError as _CoreCaptureError
 from pecore.capture import ProgressFn, Summary, run_transform
 from pypsp.crypto import Decryptor, Encryptor
 from pypsp.errors import CaptureError
@@ -14,12 +12,7 @@ PathLike = "os.PathLike[str] | str"
 
 
 def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn]) -> Summary:
-    try:
-        return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress)
-    except _CoreCaptureError as e:
-        err = CaptureError(str(e), e.code)
-        err.summary = getattr(e, "summary", None)  # type: ignore[attr-defined]
-        raise err from None
+    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError)
 
 
 def encrypt_capture(

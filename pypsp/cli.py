@@ -18,7 +18,7 @@ from pecore.cli import UsageError, addresses, int_arg, report, run_main, spi_arg
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
-from pypsp.errors import ConfigurationError, PspError
+from pypsp.errors import PspError
 from pypsp.header import Header
 
 

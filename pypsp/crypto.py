@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pecore._native import ffi, lib
+from pecore.capture import Summary
 from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
 from pecore.errors import status_message, status_name
@@ -197,7 +198,7 @@ class Encryptor:
             out.append(data)
         return out
 
-    def encrypt_capture(self, in_path: str, out_path: str, **kwargs) -> "Summary":  # noqa: F821
+    def encrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Encrypt every IP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.encrypt_capture`)."""
         from pypsp.capture import encrypt_capture
 
@@ -299,7 +300,7 @@ class Decryptor:
             for p, r in zip(pkts, out)
         ]
 
-    def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> "Summary":  # noqa: F821
+    def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Decrypt every PSP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.decrypt_capture`)."""
         from pypsp.capture import decrypt_capture
 
