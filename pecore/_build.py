@@ -355,6 +355,8 @@ typedef struct {
     uint16_t udp_sport, udp_dport;
     const uint8_t *outer_header;
     size_t outer_header_len;
+    int dst_family;
+    uint8_t dst[16];
 } pe_eesp_sa_config;
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);
 typedef struct pe_eesp_tx pe_eesp_tx;

@@ -113,6 +113,8 @@ def _eesp_entry(e) -> EespSaEntry:
         settings["sskdf"] = {1: "hkdf-sha256", 2: "hkdf-sha384", 3: "hkdf-sha512"}[e.sskdf]
     else:
         settings["key"] = bytes(e.key[0 : e.key_len])
+    if e.has_dst:
+        settings["dst"] = _address(e.dst_family, e.dst)
     return EespSaEntry(
         spi=e.spi,
         settings=settings,

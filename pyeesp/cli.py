@@ -27,6 +27,7 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("SAs")
     g.add_argument("-k", "--key-file", help="key file with eesp-sa lines (docs/keys.md)")
     g.add_argument("--spi", type=spi_arg, help="pick this SA from the key file, or define one with the options below")
+    g.add_argument("--dst", help="with --spi: pick the key file's SA for this destination")
     g.add_argument("--suite", default=None, help=f"AEAD suite: {', '.join(SUITES)} (default aes-gcm-16)")
     g.add_argument("--key-bits", type=int, default=128, choices=(128, 192, 256))
     g.add_argument("--key", metavar="HEX", help="key || salt (no Sub SAs)")
@@ -73,10 +74,12 @@ def _entries(args: argparse.Namespace) -> List[EespSaEntry]:
 
 def _one_entry(args: argparse.Namespace) -> EespSaEntry:
     entries = _entries(args)
-    chosen = [e for e in entries if args.spi is None or e.spi == args.spi]
+    chosen = [e for e in entries if (args.spi is None or e.spi == args.spi) and (args.dst is None or e.dst == args.dst)]
     if len(chosen) != 1:
-        raise UsageError("several eesp-sa lines: pick one with --spi" if chosen
-                         else f"no eesp-sa line for SPI {args.spi:#010x}")
+        if not chosen:
+            raise UsageError(f"no eesp-sa line for SPI {args.spi:#010x}" + (f" and dst {args.dst}" if args.dst else "")
+                             if args.spi is not None else "no eesp-sa line matches --dst")
+        raise UsageError("several eesp-sa lines match: pick one with --spi" + (" and --dst" if args.spi is not None else ""))
     return chosen[0]
 
 
@@ -85,7 +88,8 @@ def _receiver(args: argparse.Namespace) -> Receiver:
     protocols = {e.settings["ip_protocol"] for e in entries}
     if len(protocols) > 1:
         raise UsageError("eesp-sa lines disagree on ip-protocol; decrypt them separately")
-    return Receiver([SA(**e.settings) for e in entries], ip_protocol=protocols.pop())
+    # A Crypt Offset only shapes what an SA sends; receiving needs none (and sending one needs the peer's maximum).
+    return Receiver([SA(**{**e.settings, "crypt_offset": None}) for e in entries], ip_protocol=protocols.pop())
 
 
 def cmd_derive_key(args: argparse.Namespace) -> int:

@@ -103,6 +103,9 @@ _BY_CODE: Dict[str, Type[EespError]] = {
     "invalid-argument": ConfigurationError,
     "eesp-bad-suite": ConfigurationError,
     "eesp-bad-config": ConfigurationError,
+    "eesp-iiv-needs-seq": ConfigurationError,
+    "eesp-gmac-linux-xfrm": ConfigurationError,
+    "eesp-optimized-needs-ip": ConfigurationError,
     "sskdf-undefined": ConfigurationError,
 }
 for _code in (

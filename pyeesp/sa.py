@@ -1,6 +1,7 @@
 """EESP Security Associations over the core: encrypt and decrypt whole IP packets."""
 from __future__ import annotations
 
+import ipaddress
 import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
@@ -41,6 +42,8 @@ def suite_id(suite: Union[str, int]) -> int:
         if suite in SUITES.values():
             return suite
         raise ConfigurationError(f"unknown EESP suite ID {suite}", "eesp-bad-suite")
+    if isinstance(suite, str) and suite.strip().isdigit():
+        return suite_id(int(suite))
     if isinstance(suite, str):
         name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
         name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
@@ -68,9 +71,13 @@ def derive_sub_sa_key(root_key: Key, session_id: int, length: int, sskdf: str = 
     """
     root = key_bytes(root_key, "root key", ConfigurationError)
     check_range("session_id", session_id, 0xFFFF, ConfigurationError)
-    check_range("length", length, 255 * 64, ConfigurationError, bottom=1)
+    kdf = _sskdf_id(sskdf)
+    if kdf == 0:
+        raise ConfigurationError("derive_sub_sa_key needs an SSKDF: hkdf-sha256, hkdf-sha384 or hkdf-sha512")
+    # HKDF-Expand yields at most 255 hash lengths (RFC 5869).
+    check_range("length", length, 255 * {1: 32, 2: 48, 3: 64}[kdf], ConfigurationError, bottom=1)
     out = ffi.new("uint8_t[]", length)
-    st = lib.pe_eesp_derive_sub_sa_key(_sskdf_id(sskdf), root, len(root), session_id, out, length)
+    st = lib.pe_eesp_derive_sub_sa_key(kdf, root, len(root), session_id, out, length)
     if st != lib.PE_OK:
         raise_eesp(st)
     return bytes(out)
@@ -97,12 +104,14 @@ class Decrypted:
 def _make_config(
     spi, suite, key, root_key, sskdf, key_bits, mode, format, seq, aad, anti_replay, replay_window,
     max_sub_sa_id, max_crypt_offset, crypt_offset, align_options, strict, options, ip_protocol, udp_encap,
-    udp_sport, udp_dport, tunnel_header,
+    udp_sport, udp_dport, tunnel_header, dst,
 ):
     """A pe_eesp_sa_config from SA settings, and the buffers it points to (keep them until the core copied them)."""
     err = ConfigurationError
     if (key is None) == (root_key is None):
         raise err("give exactly one of key= (key || salt) or root_key= (with sskdf=)")
+    if key is not None and sskdf not in (None, "none"):
+        raise err("sskdf= derives Sub SA keys from root_key=; with key= there are no Sub SAs")
     if root_key is not None and sskdf is None:
         sskdf = "hkdf-sha256"
     if mode not in _MODES or format not in _FORMATS or aad not in _AADS:
@@ -139,7 +148,20 @@ def _make_config(
     if tunnel_header is not None:
         th = bytes(tunnel_header)
         c.outer_header, c.outer_header_len = pin(keep, th), len(th)
+    if dst is not None:
+        try:
+            addr = ipaddress.ip_address(dst)
+        except ValueError:
+            raise err(f"dst is not an IPv4 or IPv6 address: {dst!r}") from None
+        c.dst_family = addr.version
+        c.dst[0 : len(addr.packed)] = list(addr.packed)
     return c, keep
+
+
+def _config_error(st: int, context: str = "") -> ConfigurationError:
+    """A refused SA configuration is the caller's setting, whatever layer noticed it."""
+    msg = status_message(st)
+    return ConfigurationError(f"{context}{msg}", status_name(st))
 
 
 class Receiver:
@@ -165,9 +187,12 @@ class Receiver:
         for sa in sas:
             c, _keep = _make_config(**sa._settings)
             st = lib.pe_eesp_rx_add_sa(self._rx, c)
-            if st != lib.PE_OK:
-                what = "a second SA with this SPI" if status_name(st) == "invalid-argument" else status_message(st)
-                raise ConfigurationError(f"SA {sa.spi:#010x}: {what}", status_name(st))
+            if st == lib.PE_OK:
+                continue
+            if status_name(st) == "invalid-argument":
+                raise ConfigurationError(f"SA {sa.spi:#010x}: a second SA with this SPI and destination",
+                                         "invalid-argument")
+            raise _config_error(st, f"SA {sa.spi:#010x}: ")
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._info = ffi.new("pe_eesp_info *")
@@ -226,6 +251,9 @@ class SA:
     protocol ``ip_protocol`` (49, provisional).  ``tunnel_header`` is an outer
     IPv4/IPv6 header template (default: a copy of the inner header).
 
+    ``dst`` binds the SA to a destination address on receive, so one SPI can
+    serve several destinations.
+
     ``encrypt`` and ``decrypt`` may be called on the same object (the same
     keys serve both, as in tests); calls are serialised, so threads may share
     it.  Sequence numbers and IVs never repeat within a Sub SA.
@@ -257,6 +285,7 @@ class SA:
         udp_sport: int = 4500,
         udp_dport: int = 4500,
         tunnel_header: Optional[bytes] = None,
+        dst: Optional[str] = None,
     ) -> None:
         settings = dict(locals())
         del settings["self"]
@@ -264,7 +293,7 @@ class SA:
         tx = ffi.new("pe_eesp_tx **")
         st = lib.pe_eesp_tx_new(c, tx)
         if st != lib.PE_OK:
-            raise_eesp(st)
+            raise _config_error(st)
         self._tx = ffi.gc(tx[0], lib.pe_eesp_tx_free)
         self._settings = settings
         self._receiver = Receiver([self])
@@ -273,9 +302,10 @@ class SA:
         self._lock = threading.Lock()
         self.spi, self.mode, self.suite = spi, mode, suite
 
-    def next_seq(self, sub_sa_id: int = 0) -> int:
-        """The sequence number (IV counter without SN) the next packet of a Sub SA carries."""
-        return lib.pe_eesp_tx_next_seq(self._tx, check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError))
+    def next_seq(self, sub_sa_id: int = 0) -> Optional[int]:
+        """The sequence number (IV counter without SN) the next packet of a Sub SA carries; None once exhausted."""
+        n = lib.pe_eesp_tx_next_seq(self._tx, check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError))
+        return n or None
 
     def set_next_seq(self, next_seq: int, sub_sa_id: int = 0) -> None:
         """Let a Sub SA continue at ``next_seq``; only forward, so no sequence number or IV is ever reused."""
@@ -297,13 +327,14 @@ class SA:
 
     def encrypt_batch(self, packets: Iterable[bytes], sub_sa_id: int = 0) -> List[bytes]:
         """Encrypt many packets on one Sub SA; raises on the first failure (earlier results in ``err.results``)."""
-        out = []
+        out: List[bytes] = []
         for i, p in enumerate(packets):
             try:
                 out.append(self.encrypt(p, sub_sa_id))
             except EespError as e:
-                e.results = out  # type: ignore[attr-defined]
-                raise
+                err = type(e)(f"packet {i}: {e}", e.code)
+                err.results = out  # type: ignore[attr-defined]
+                raise err from None
         return out
 
     def decrypt(self, packet: bytes) -> Decrypted:

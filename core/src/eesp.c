@@ -36,6 +36,8 @@ typedef struct eesp_sa {
     uint16_t udp_sport, udp_dport;
     uint8_t outer[PE_IPV6_HDR_LEN];
     size_t outer_len;
+    int dst_family;   /* receiver: 0 any destination, else 4 or 6 */
+    uint8_t dst[16];
     pe_aead_dir dir;
     pe_keytable subs; /* Sub SA state by Session ID */
 } eesp_sa;
@@ -83,9 +85,11 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_eesp_suite *s
     if (c->aad != PE_EESP_AAD_DRAFT && c->aad != PE_EESP_AAD_LINUX_XFRM)
         return PE_ERR_INVALID_ARGUMENT;
     if (suite->integrity_only && c->aad == PE_EESP_AAD_LINUX_XFRM)
-        return PE_ERR_EESP_CONFIG; /* D12 */
+        return PE_ERR_EESP_GMAC_LINUX_XFRM;
     if (suite->iv_len == 0 && !c->seq_present)
-        return PE_ERR_EESP_CONFIG; /* implicit IV needs the Sequence Number (§10) */
+        return PE_ERR_EESP_IIV_NEEDS_SEQ;
+    if (c->dst_family != 0 && c->dst_family != 4 && c->dst_family != 6)
+        return PE_ERR_INVALID_ARGUMENT;
     if (c->sskdf == PE_SSKDF_AES256_CMAC)
         return PE_ERR_EESP_SSKDF_UNDEFINED; /* D8 */
     if (c->sskdf != PE_SSKDF_NONE && !pe_eesp_sskdf_root_len(c->sskdf))
@@ -145,6 +149,8 @@ static pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir di
         memcpy(sa->outer, c->outer_header, c->outer_header_len);
         sa->outer_len = c->outer_header_len;
     }
+    sa->dst_family = c->dst_family;
+    memcpy(sa->dst, c->dst, sizeof sa->dst);
     sa->dir = dir;
     /* Session IDs are 16 bits: the table never exceeds 65,536 Sub SAs. */
     return PE_OK;
@@ -265,7 +271,7 @@ void pe_eesp_tx_free(pe_eesp_tx *tx)
 uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id)
 {
     const pe_key_slot *s = pe_keytable_find(&tx->sa.subs, sub_sa_id);
-    return (s ? s->counter : 0) + 1;
+    return s && s->counter == UINT64_MAX ? 0 : (s ? s->counter : 0) + 1;
 }
 
 pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t next)
@@ -434,7 +440,7 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
     int full = full_format(sa, sa->crypt_offset >= 0);
     /* Without a PIH the receiver learns Next Header from an IP version nibble (§8). */
     if (!full && p.next_header != PE_IPPROTO_IPV4 && p.next_header != PE_IPPROTO_IPV6)
-        return PE_ERR_EESP_CONFIG;
+        return PE_ERR_EESP_OPTIMIZED_PAYLOAD;
     size_t pih_len = full ? PE_EESP_PIH_LEN : 0;
     size_t seq_len = sa->seq_present ? PE_EESP_SEQ_LEN : 0;
     uint8_t opts[255];
@@ -555,18 +561,33 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
     free(rx);
 }
 
-static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi)
+static int same_dst(const eesp_sa *a, int family, const uint8_t *dst)
 {
-    for (size_t i = 0; i < rx->n_sas; i++)
-        if (rx->sas[i]->spi == spi)
-            return rx->sas[i];
-    return NULL;
+    return a->dst_family == family && memcmp(a->dst, dst, family == 4 ? 4 : 16) == 0;
+}
+
+/* §16 step 3: by SPI and destination; an SA bound to the packet's destination beats one for any. */
+static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
+{
+    eesp_sa *any = NULL;
+    for (size_t i = 0; i < rx->n_sas; i++) {
+        eesp_sa *sa = rx->sas[i];
+        if (sa->spi != spi)
+            continue;
+        if (sa->dst_family == 0)
+            any = sa;
+        else if (dst && same_dst(sa, family, dst))
+            return sa;
+    }
+    return any;
 }
 
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
 {
-    if (find_sa(rx, cfg->spi))
-        return PE_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < rx->n_sas; i++)
+        if (rx->sas[i]->spi == cfg->spi && rx->sas[i]->dst_family == cfg->dst_family &&
+            (cfg->dst_family == 0 || same_dst(rx->sas[i], cfg->dst_family, cfg->dst)))
+            return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
     if (rx->n_sas == rx->cap_sas) {
         size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
         eesp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
@@ -682,7 +703,7 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     /* §16 steps 2-4: Base Header, SA, options. */
     if ((st = pe_eesp_base_parse(e, elen, h)) != PE_OK)
         return st;
-    eesp_sa *sa = find_sa(rx, h->spi);
+    eesp_sa *sa = find_sa(rx, h->spi, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24));
     if (!sa)
         return PE_ERR_EESP_NO_SA;
     if ((st = pe_eesp_options_parse(e, elen, h)) != PE_OK)

@@ -1122,9 +1122,11 @@ static void test_round_trips(void)
                                 int refused = (is_iiv(c.encr) && !seq) ||
                                               (c.encr == PE_ENCR_NULL_AUTH_AES_GMAC && aad);
                                 if (refused) { /* §10: IIV needs SN; D12: GMAC + linux-xfrm */
-                                    CHECK_ST(pe_eesp_tx_new(&c, &tx), PE_ERR_EESP_CONFIG);
+                                    pe_status want = is_iiv(c.encr) && !seq ? PE_ERR_EESP_IIV_NEEDS_SEQ
+                                                                             : PE_ERR_EESP_GMAC_LINUX_XFRM;
+                                    CHECK_ST(pe_eesp_tx_new(&c, &tx), want);
                                     CHECK(tx == NULL);
-                                    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_EESP_CONFIG);
+                                    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), want);
                                     pe_eesp_rx_free(rx);
                                     continue;
                                 }
@@ -2307,11 +2309,11 @@ static void test_tx_config(void)
         CHECK(tx == NULL);                                                                         \
         CHECK_ST(pe_eesp_rx_add_sa(rx, &c), want);                                                 \
     } while (0)
-    REFUSE(c.encr = PE_ENCR_AES_GCM_16_IIV; c.seq_present = 0, PE_ERR_EESP_CONFIG);
-    REFUSE(c.encr = PE_ENCR_AES_CCM_8_IIV; c.key_len = 19; c.seq_present = 0, PE_ERR_EESP_CONFIG);
+    REFUSE(c.encr = PE_ENCR_AES_GCM_16_IIV; c.seq_present = 0, PE_ERR_EESP_IIV_NEEDS_SEQ);
+    REFUSE(c.encr = PE_ENCR_AES_CCM_8_IIV; c.key_len = 19; c.seq_present = 0, PE_ERR_EESP_IIV_NEEDS_SEQ);
     REFUSE(c.encr = PE_ENCR_CHACHA20_POLY1305_IIV; c.key_bits = 0; c.key_len = 36; c.seq_present = 0,
-           PE_ERR_EESP_CONFIG);
-    REFUSE(c.encr = PE_ENCR_NULL_AUTH_AES_GMAC; c.aad = PE_EESP_AAD_LINUX_XFRM, PE_ERR_EESP_CONFIG);
+           PE_ERR_EESP_IIV_NEEDS_SEQ);
+    REFUSE(c.encr = PE_ENCR_NULL_AUTH_AES_GMAC; c.aad = PE_EESP_AAD_LINUX_XFRM, PE_ERR_EESP_GMAC_LINUX_XFRM);
     REFUSE(c.sskdf = PE_SSKDF_AES256_CMAC; c.root_key = ROOT; c.root_key_len = 32, PE_ERR_EESP_SSKDF_UNDEFINED);
     REFUSE(c.sskdf = (pe_eesp_sskdf)5; c.root_key = ROOT; c.root_key_len = 32, PE_ERR_INVALID_ARGUMENT);
     REFUSE(c.key_len = 19, PE_ERR_KEY_LENGTH);

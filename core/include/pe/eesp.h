@@ -168,6 +168,8 @@ typedef struct pe_eesp_sa_config {
     uint16_t udp_sport, udp_dport; /* defaults 4500 */
     const uint8_t *outer_header; /* tunnel: IPv4 (20, IHL 5) or IPv6 (40) template; NULL: copy of the inner */
     size_t outer_header_len;
+    int dst_family;              /* receiver: 0 any destination, or 4 / 6 with dst (network order) */
+    uint8_t dst[16];
 } pe_eesp_sa_config;
 
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);
@@ -177,7 +179,7 @@ void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);
 typedef struct pe_eesp_tx pe_eesp_tx;
 pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out);
 void pe_eesp_tx_free(pe_eesp_tx *tx);
-/* The sequence number (or IV counter without SN) the next packet of a Sub SA carries. */
+/* The sequence number (or IV counter without SN) the next packet of a Sub SA carries; 0 once exhausted. */
 uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id);
 /* Let a Sub SA's sequence numbers start at `next` (forward only: never below what was sent). */
 pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t next);
@@ -214,7 +216,7 @@ typedef struct pe_eesp_info {
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg);
 pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out);
 void pe_eesp_rx_free(pe_eesp_rx *rx);
-/* Add a receiving SA (looked up by SPI). */
+/* Add a receiving SA, looked up by SPI and, when cfg->dst_family is set, destination address. */
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg);
 
 /*

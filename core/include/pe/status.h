@@ -77,6 +77,9 @@ extern "C" {
     X(PE_ERR_EESP_SSKDF_UNDEFINED, "sskdf-undefined", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02") \
     X(PE_ERR_EESP_SUITE, "eesp-bad-suite", "unknown EESP AEAD suite or key size")                  \
     X(PE_ERR_EESP_CONFIG, "eesp-bad-config", "EESP SA settings contradict each other")             \
+    X(PE_ERR_EESP_IIV_NEEDS_SEQ, "eesp-iiv-needs-seq", "implicit-IV suites need the Sequence Number (SN = None is refused)") \
+    X(PE_ERR_EESP_GMAC_LINUX_XFRM, "eesp-gmac-linux-xfrm", "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)") \
+    X(PE_ERR_EESP_OPTIMIZED_PAYLOAD, "eesp-optimized-needs-ip", "the optimized format can only carry an IPv4/IPv6 packet") \
     /* captures */                                                                                 \
     X(PE_ERR_CAP_IO, "capture-io", "capture file could not be read or written")                   \
     X(PE_ERR_CAP_FORMAT, "capture-bad-format", "not a pcap or pcapng file, or a corrupt block")   \
