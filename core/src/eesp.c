@@ -795,8 +795,6 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
         if (PE_EESP_PIH_LEN + (size_t)info->pad_len > region_len)
             return PE_ERR_EESP_PAD_LENGTH;
         inner_len = region_len - PE_EESP_PIH_LEN - info->pad_len;
-        if (info->next_header == NH_NO_NEXT)
-            return PE_ERR_EESP_DUMMY;
     } else {
         if ((st = recover_pih(inner, region_len, &info->next_header, &inner_len)) != PE_OK)
             return st;
@@ -806,6 +804,8 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     /* D16: the exposed part never reaches into the padding. */
     if (h->has_crypt_offset && (size_t)h->crypt_offset * 4 > pih_len + inner_len)
         return PE_ERR_EESP_CRYPT_OFFSET;
+    if (full && info->next_header == NH_NO_NEXT)
+        return PE_ERR_EESP_DUMMY; /* a well-formed dummy: authenticated, then discarded */
 
     /* Step 13: mode processing. */
     if (sa->mode == PE_EESP_TUNNEL) {

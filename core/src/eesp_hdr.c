@@ -91,20 +91,35 @@ pe_status pe_eesp_derive_sub_sa_key(pe_eesp_sskdf sskdf, const uint8_t *root, si
     return pe_hkdf_expand(h, root, root_len, info, sizeof info, out, out_len);
 }
 
-/* Walk the TLVs of the options area (§16 step 4). */
+/* Every TLV must end within Opt Len; checked over the whole area before any option's content (§16 step 4). */
+static pe_status check_tlvs(const uint8_t *opts, size_t opt_len)
+{
+    size_t off = 0;
+    while (off < opt_len) {
+        if (opts[off] == PE_EESP_OPT_PAD1) {
+            off++;
+            continue;
+        }
+        if (off + 2 > opt_len || off + 2 + (size_t)opts[off + 1] > opt_len)
+            return PE_ERR_EESP_OPTIONS;
+        off += 2 + (size_t)opts[off + 1];
+    }
+    return PE_OK;
+}
+
+/* Walk the TLVs of the options area (§16 step 4): first their framing, then D3 and D13. */
 static pe_status parse_options(const uint8_t *opts, size_t opt_len, pe_eesp_hdr *h)
 {
+    pe_status st = check_tlvs(opts, opt_len);
+    if (st != PE_OK)
+        return st;
     size_t off = 0;
     while (off < opt_len) {
         pe_eesp_option o = {.type = opts[off], .offset = (uint16_t)(PE_EESP_BASE_LEN + off)};
         size_t total = 1;
         if (o.type != PE_EESP_OPT_PAD1) {
-            if (off + 2 > opt_len)
-                return PE_ERR_EESP_OPTIONS;
             o.data_len = opts[off + 1];
             total = 2 + (size_t)o.data_len;
-            if (off + total > opt_len)
-                return PE_ERR_EESP_OPTIONS;
             o.data = opts + off + 2;
         }
         if (o.type == PE_EESP_OPT_CRYPT_OFFSET) {

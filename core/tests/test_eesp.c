@@ -2465,13 +2465,14 @@ static pe_status ref_hdr_parse(const uint8_t *b, size_t len, size_t *n_opt, size
     if (8 + ol > len)
         return PE_ERR_EESP_TRUNCATED;
     const uint8_t *o = b + 8;
+    /* §16 step 4: all Opt Len octets are framed as TLVs first, then D3/D13 apply. */
     for (size_t i = 0; i < ol;) {
-        size_t sz = 1;
-        if (o[i] != 0) {
-            if (i + 2 > ol || i + 2 + o[i + 1] > ol)
-                return PE_ERR_EESP_OPTIONS;
-            sz = 2 + (size_t)o[i + 1];
-        }
+        if (o[i] != 0 && (i + 2 > ol || i + 2 + o[i + 1] > ol))
+            return PE_ERR_EESP_OPTIONS;
+        i += o[i] ? 2 + (size_t)o[i + 1] : 1;
+    }
+    for (size_t i = 0; i < ol;) {
+        size_t sz = o[i] ? 2 + (size_t)o[i + 1] : 1;
         if (o[i] == 2) {
             if (o[i + 1] != 2 || *has_co)
                 return PE_ERR_EESP_CRYPT_OFFSET_OPTION;
