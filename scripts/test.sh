@@ -50,8 +50,11 @@ PE_EXPECT_SANITIZED=1 PE_HYPOTHESIS_EXAMPLES=300 PYTHONPATH="$ROOT/$ASAN_DIR" LD
 step "packaging: the sdist carries the C sources and headers and builds"
 rm -rf build/sdist && mkdir -p build/sdist
 .venv/bin/python -m build --sdist --no-isolation --outdir build/sdist . >/dev/null
-tar tzf build/sdist/*.tar.gz | grep -q 'core/include/pe/psp.h'
-tar tzf build/sdist/*.tar.gz | grep -q 'core/src/psp.c'
+# (a listing file, not a pipe: grep -q closing early would make tar die of SIGPIPE under pipefail)
+tar tzf build/sdist/*.tar.gz > build/sdist/contents.txt
+for f in core/include/pe/psp.h core/include/pe/eesp.h core/src/psp.c core/src/eesp.c core/src/keytable.h; do
+    grep -q "/$f\$" build/sdist/contents.txt || { echo "sdist lacks $f" >&2; false; }
+done
 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w build/sdist build/sdist/*.tar.gz
 
 step "benchmark smoke run"
