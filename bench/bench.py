@@ -1,10 +1,11 @@
-"""PSP performance bench: C core vs raw EVP, pypsp vs scapy, capture path.
+"""PSP and EESP performance bench: C core vs raw EVP, pypsp vs scapy, capture path, EESP threads, pyeesp.
 
 Run through ``bench/run`` (it picks the project venv).  Everything is measured
 in one process run and printed as Markdown; see docs/performance.md for what
-each row means.  Every figure is packets per second on ONE thread; Gbit/s is
-packets/s x the inner IP packet size x 8, so rows of one size compare
-directly whatever the encapsulation overhead.
+each row means.  Every figure is packets per second on ONE thread, except the
+EESP threads table (total over all threads); Gbit/s is packets/s x the inner
+IP packet size x 8, so rows of one size compare directly whatever the
+encapsulation overhead.
 
 Timing method, for every row: a contender runs until at least --min-time
 seconds have passed, and that is repeated --repeats times, the contenders of a
@@ -52,8 +53,22 @@ PY_ROWS = (  # (contender, operation, how the table shows it)
     ("scapy PSP layer decrypt", "decrypt", "scapy: PSP layer only (info)"),
 )
 
+# EESP (bench/eesp_bench.c): suites by the bench's tags, in table order.
+EESP_SUITES = ("gcm128", "gcm256", "chacha")
+EESP_SIZES = C_SIZES
+EESP_COLD_SIZES = (64, 1500)  # every packet on a new Sub SA: key derivation + key set-up each
+EESP_MT_THREADS = (1, 2)
+EESP_MT_SIZE = 1500
+EESP_MT_SUITE = "gcm128"
+EESP_PY_SIZE = 1500
+EESP_PY_RING = 1024  # pre-encrypted packets per receiver pass (anti-replay stays on)
+EESP_SPI = 0x4545
+EESP_ROOT_KEY = bytes(range(0x40, 0x60))  # the C bench's root key
+
 # The targets (docs/performance.md).
-CORE_VS_RAW_MIN = 0.85  # at 1500 octets, versions 0 and 1, encrypt and decrypt
+CORE_VS_RAW_MIN = 0.85  # at 1500 octets, versions 0 and 1, encrypt and decrypt; EESP: every suite, warm keys
+EESP_MT_SCALING_MIN = 1.8  # 2 threads vs 1 thread, encrypt and decrypt
+EESP_QUIET = 0.05  # a threads run is "quiet" when other jobs used under 5% of the CPUs meanwhile
 PYPSP_VS_SCAPY_MIN = 100.0  # per-packet API, same size and version
 CAPTURE_VS_CORE_MIN = 0.50  # decrypt_capture vs the core's in-memory decap, 1500 octets
 
@@ -119,7 +134,7 @@ def key_for(version: int) -> bytes:
 
 
 def build_c(jobs: int) -> Path:
-    """Configure (once) and build build/bench; returns the bench binary."""
+    """Configure (once) and build build/bench (pe_bench and eesp_bench); returns the PSP bench binary."""
     exe = BUILD_DIR / "pe_bench"
     steps = []
     if not (BUILD_DIR / "CMakeCache.txt").exists():
@@ -160,6 +175,69 @@ def run_c(exe: Path, min_time: float, repeats: int) -> List[dict]:
                     row["pass"] = row["ratio"] >= CORE_VS_RAW_MIN
                 rows.append(row)
     return rows
+
+
+def run_eesp(exe: Path, min_time: float, repeats: int, mt_duration: float, mt_repeats: int, mt_wait: float) -> dict:
+    """Run eesp_bench: raw EVP vs core rows per (suite, keys, op, size), and the threads rows."""
+    cmd = [str(exe), "--min-time", str(min_time), "--repeats", str(repeats),
+           "--sizes", ",".join(map(str, EESP_SIZES)), "--cold-sizes", ",".join(map(str, EESP_COLD_SIZES)),
+           "--suites", ",".join(EESP_SUITES),
+           "--mt-duration", str(mt_duration), "--mt-repeats", str(mt_repeats), "--mt-wait", str(mt_wait),
+           "--mt-threads", ",".join(map(str, EESP_MT_THREADS)), "--mt-size", str(EESP_MT_SIZE),
+           "--mt-suite", EESP_MT_SUITE]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        raise SystemExit("bench: eesp_bench failed")
+    raw = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    aead = {(r["suite"], r["keys"], r["op"], r["size"], r["impl"]): r for r in raw if r["kind"] == "aead"}
+    suites = list(dict.fromkeys(r["suite"] for r in raw if r["kind"] == "aead"))
+    rows = []
+    for suite in suites:
+        for keys, sizes in (("warm", EESP_SIZES), ("cold", EESP_COLD_SIZES)):
+            for op in ("encrypt", "decrypt"):
+                for size in sizes:
+                    rr, cr = aead[(suite, keys, op, size, "raw")], aead[(suite, keys, op, size, "core")]
+                    raw_pps, core_pps = best(rr["pps"]), best(cr["pps"])
+                    row = {
+                        "suite": suite, "keys": keys, "op": op, "size": size, "aead_len": cr["aead_len"],
+                        "wire_len": cr["wire_len"], "ring": cr["ring"],
+                        "raw_pps": raw_pps, "core_pps": core_pps, "ratio": core_pps / raw_pps,
+                        "raw_runs": rr["pps"], "core_runs": cr["pps"],
+                        "raw_median": statistics.median(rr["pps"]), "core_median": statistics.median(cr["pps"]),
+                    }
+                    if keys == "warm" and size == 1500:
+                        row["target"] = f">= {CORE_VS_RAW_MIN:.0%}"
+                        row["pass"] = row["ratio"] >= CORE_VS_RAW_MIN
+                    rows.append(row)
+    mt_raw = {(r["impl"], r["op"], r["threads"]): r for r in raw if r["kind"] == "mt"}
+    mt = []
+    for impl in ("core", "raw"):
+        for op in ("encrypt", "decrypt"):
+            base = mt_raw.get((impl, op, 1))
+            for n in EESP_MT_THREADS:
+                r = mt_raw.get((impl, op, n))
+                if r is None:
+                    continue
+                quiet = sum(1 for o in r["others"] if 0 <= o < EESP_QUIET)
+                row = {"impl": impl, "suite": r["suite"], "op": op, "threads": n, "size": r["size"],
+                       "duration": r["duration"], "pps": best(r["pps"]), "median": statistics.median(r["pps"]),
+                       "runs": r["pps"], "cpu_runs": r["cpu_pps"], "cpu_median": statistics.median(r["cpu_pps"]),
+                       "others": r["others"], "others_median": statistics.median(r["others"]), "quiet_runs": quiet}
+                if base and n > 1:
+                    row["scaling"] = row["pps"] / best(base["pps"])
+                    row["scaling_median"] = row["median"] / statistics.median(base["pps"])
+                    row["scaling_cpu"] = row["cpu_median"] / statistics.median(base["cpu_pps"])
+                    if n == 2 and impl == "core":
+                        row["target"] = f">= {EESP_MT_SCALING_MIN}x 1 thread"
+                        row["pass"] = row["scaling"] >= EESP_MT_SCALING_MIN
+                        base_quiet = sum(1 for o in base["others"] if 0 <= o < EESP_QUIET)
+                        if not row["pass"] and (quiet == 0 or base_quiet == 0):
+                            # Every run of one side shared the CPUs with other jobs: no verdict.
+                            row["pass"] = None
+                            row["why"] = "other jobs were running"
+                mt.append(row)
+    return {"rows": rows, "mt": mt}
 
 
 # ----------------------------------------------------------- Python section
@@ -288,6 +366,77 @@ def run_python(min_time: float, repeats: int) -> dict:
     return {"scapy": scapy_version, "rows": rows, "equivalence": checks}
 
 
+def run_eesp_python(min_time: float, repeats: int, eesp_c: Optional[dict]) -> dict:
+    """pyeesp per-packet calls at 1500 octets, AES-GCM-128, the C bench's SA (informational)."""
+    import pyeesp
+
+    settings = dict(spi=EESP_SPI, suite="aes-gcm-16", root_key=EESP_ROOT_KEY, sskdf="hkdf-sha256", key_bits=128,
+                    mode="tunnel", format="optimized")  # anti-replay on (the default), window 1024
+    size = EESP_PY_SIZE
+    pkt = make_ipv4_udp(size)
+    sender = pyeesp.SA(**settings)
+    sender.encrypt(pkt)  # Sub SA 0's key derived before timing
+    # Decrypt: a ring of packets with sequence numbers 1..N, each pass on a fresh SA whose
+    # first decrypt (packet 1: key derivation, window set-up) is outside the timer.
+    ring_tx = pyeesp.SA(**settings)
+    ring = [ring_tx.encrypt(pkt) for _ in range(EESP_PY_RING)]
+    probe = pyeesp.SA(**settings)
+    if probe.decrypt(ring[0]).packet != pkt:
+        raise SystemExit("bench: pyeesp decrypt does not round-trip")
+    try:
+        probe.decrypt(ring[0])
+        raise SystemExit("bench: pyeesp accepted a replayed packet: anti-replay is not on")
+    except pyeesp.ReplayError:
+        pass
+    loop = range(64)
+    state: dict = {}
+
+    def py_encrypt(encrypt=sender.encrypt):
+        for _ in loop:
+            encrypt(pkt)
+        return len(loop)
+
+    def prep_decrypt():
+        sa = pyeesp.SA(**settings)
+        sa.decrypt(ring[0])
+        state["decrypt"] = sa.decrypt
+
+    def py_decrypt(rest=ring[1:]):
+        decrypt = state["decrypt"]
+        for w in rest:
+            decrypt(w)
+        return len(rest)
+
+    contenders = {"SA.encrypt": (None, py_encrypt), "SA.decrypt": (prep_decrypt, py_decrypt)}
+
+    def timed(prep, run, limit):
+        n, t = 0, 0.0
+        while t < limit:
+            if prep:
+                prep()
+            t0 = time.perf_counter()
+            n += run()
+            t += time.perf_counter() - t0
+        return n / t
+
+    for prep, run in contenders.values():
+        timed(prep, run, min_time / 10)
+    runs: Dict[str, List[float]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, (prep, run) in contenders.items():
+            runs[name].append(timed(prep, run, min_time))
+    core = {(r["op"], r["size"]): r["core_pps"] for r in (eesp_c or {}).get("rows", [])
+            if r["suite"] == "AES-GCM-128" and r["keys"] == "warm"}
+    rows = []
+    for name, op in (("SA.encrypt", "encrypt"), ("SA.decrypt", "decrypt")):
+        pps = best(runs[name])
+        core_pps = core.get((op, size))
+        rows.append({"api": name, "op": op, "suite": "AES-GCM-128", "size": size, "pps": pps,
+                     "median": statistics.median(runs[name]), "runs": runs[name], "core_pps": core_pps,
+                     "vs_core": pps / core_pps if core_pps else None})
+    return {"rows": rows, "ring": EESP_PY_RING}
+
+
 # ---------------------------------------------------------- capture section
 
 
@@ -379,7 +528,7 @@ def fmt_target(row: dict) -> str:
     if "target" not in row:
         return ""
     if row.get("pass") is None:
-        return f"{row['target']}: not measured"
+        return f"{row['target']}: not measured" + (f" ({row['why']})" if row.get("why") else "")
     return f"{row['target']}: **{verdict(row['pass'])}**"
 
 
@@ -405,13 +554,13 @@ def machine_info(openssl: str) -> dict:
 def markdown(result: dict) -> str:
     m, cfg = result["machine"], result["config"]
     out = [
-        "# PSP performance",
+        "# PSP and EESP performance",
         "",
         f"`{cfg['command']}` on {m['cpu']}, {m['cores']} cores "
         f"(load average at start {', '.join(f'{x:.2f}' for x in m['load_average_at_start'] or [])}), "
         f"{m['openssl']}, Python {m['python']}"
         + (f", scapy {result['python']['scapy']}" if result.get("python", {}).get("scapy") else "")
-        + f". One thread; best of {cfg['repeats']} runs of >= {cfg['min_time']} s each. "
+        + f". One thread (except the EESP threads table); best of {cfg['repeats']} runs of >= {cfg['min_time']} s each. "
         "Gbit/s = packets/s x inner IP packet size x 8.",
         "",
     ]
@@ -467,6 +616,60 @@ def markdown(result: dict) -> str:
                 f"{fmt_pps(r['core_pps'])} | {fmt_ratio(r['ratio'], True)} ({fmt_ratio(med_ratio, True)}) | {fmt_target(r)} |"
             )
         out.append("")
+    if "eesp" in result:
+        e = result["eesp"]
+        out += [
+            "## EESP: C core vs raw OpenSSL EVP (tunnel mode, optimized format, inner IPv4/UDP)",
+            "",
+            "Anti-replay on (window 1024); SSKDF HKDF-SHA-256. warm: Sub SA keys cached; "
+            "cold: every packet on a new Sub SA (HKDF-Expand + key set-up each). "
+            "AAD: the 24-octet EESP header; ICV 16.",
+            "",
+            "| suite | keys | op | inner size | AEAD octets | raw EVP pkt/s | raw Gbit/s | core pkt/s | core Gbit/s | core/raw | target |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in e["rows"]:
+            out.append(
+                f"| {r['suite']} | {r['keys']} | {r['op']} | {r['size']} | {r['aead_len']} + 24 | {fmt_pps(r['raw_pps'])} | "
+                f"{gbps(r['raw_pps'], r['size']):.2f} | {fmt_pps(r['core_pps'])} | {gbps(r['core_pps'], r['size']):.2f} | "
+                f"{fmt_ratio(r['ratio'], True)} | {fmt_target(r)} |"
+            )
+        out.append("")
+        if e["mt"]:
+            m0 = e["mt"][0]
+            out += [
+                f"## EESP: threads ({m0['suite']}, {m0['size']} octets, thread i on Sub SA i, total over threads)",
+                "",
+                f"Each run {m0['duration']} s; best and median of {cfg['mt_repeats']} runs. Scaling: n threads / 1 thread. "
+                "CPU-time scaling: the same from packets per second of each thread's own CPU time (medians). "
+                f"Quiet runs: other jobs used under {EESP_QUIET:.0%} of the CPUs meanwhile. "
+                "raw EVP: the same AEAD work, for comparison.",
+                "",
+                "| impl | op | threads | best pkt/s | best Gbit/s | median pkt/s | scaling (best) | scaling (median) | CPU-time scaling | quiet runs | target |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            ]
+            for r in e["mt"]:
+                sc = {k: f"{r[k]:.2f}x" if k in r else "" for k in ("scaling", "scaling_median", "scaling_cpu")}
+                out.append(
+                    f"| {'core' if r['impl'] == 'core' else 'raw EVP'} | {r['op']} | {r['threads']} | {fmt_pps(r['pps'])} | "
+                    f"{gbps(r['pps'], r['size']):.2f} | {fmt_pps(r['median'])} | {sc['scaling']} | {sc['scaling_median']} | "
+                    f"{sc['scaling_cpu']} | {r['quiet_runs']}/{len(r['runs'])} | {fmt_target(r)} |"
+                )
+            out.append("")
+    if "eesp_python" in result:
+        ep = result["eesp_python"]
+        out += [
+            "## EESP: Python (pyeesp, AES-GCM-128, 1500 octets, per-packet calls; information)",
+            "",
+            "| API | pkt/s | Gbit/s | µs/packet | median pkt/s | vs core C (warm) |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in ep["rows"]:
+            out.append(
+                f"| `{r['api']}` | {fmt_pps(r['pps'])} | {gbps(r['pps'], r['size']):.2f} | {1e6 / r['pps']:.2f} | "
+                f"{fmt_pps(r['median'])} | {fmt_ratio(r['vs_core'], True)} |"
+            )
+        out.append("")
     targets = result["targets"]
     out += ["## Targets", "", "| target | measured | result |", "|---|---:|---|"]
     for t in targets:
@@ -491,6 +694,16 @@ def collect_targets(result: dict) -> List[dict]:
         if "target" in r:
             targets.append({"name": f"`{r['api']}` {r['size']} B {r['target']} in-memory decap",
                             "measured": fmt_ratio(r["ratio"], True), "result": verdict(r["pass"]), "pass": r["pass"]})
+    for r in result.get("eesp", {}).get("rows", []):
+        if "target" in r:
+            targets.append({"name": f"EESP core {r['op']} {r['suite']} {r['size']} B {r['target']} of raw EVP",
+                            "measured": fmt_ratio(r["ratio"], True), "result": verdict(r["pass"]), "pass": r["pass"]})
+    for r in result.get("eesp", {}).get("mt", []):
+        if "target" in r:
+            targets.append({"name": f"EESP {r['op']} {r['suite']} {r['size']} B, {r['threads']} threads {r['target']}",
+                            "measured": f"{r['scaling']:.2f}x (median {r['scaling_median']:.2f}x, CPU time {r['scaling_cpu']:.2f}x)",
+                            "result": verdict(r["pass"]) if r["pass"] is not None else f"not measured ({r['why']})",
+                            "pass": r["pass"]})
     return targets
 
 
@@ -516,7 +729,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--min-time", type=float, help="seconds per measurement (default 0.5; --quick 0.05)")
     ap.add_argument("--repeats", type=int, help="runs per measurement, best taken (default 5; --quick 2)")
     ap.add_argument("--capture-packets", type=int, help="packets in the generated capture (default 100000; --quick 10000)")
-    ap.add_argument("--only", action="append", choices=("c", "python", "capture"),
+    ap.add_argument("--mt-duration", type=float, help="seconds per EESP threads run (default 0.5; --quick 0.05)")
+    ap.add_argument("--mt-repeats", type=int, help="EESP threads runs per figure, best and median (default 9; --quick 2)")
+    ap.add_argument("--mt-wait", type=float,
+                    help="before each EESP threads repeat, wait up to S seconds for other jobs to go quiet (default 5; --quick 0)")
+    ap.add_argument("--only", action="append", choices=("c", "python", "capture", "eesp", "eesp-python"),
                     help="run only these sections (repeatable; capture needs c for its comparison)")
     ap.add_argument("--tmpdir", help="where the capture files go (default: the system temp dir)")
     args = ap.parse_args(argv)
@@ -524,12 +741,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     min_time = args.min_time or (0.05 if args.quick else 0.5)
     repeats = args.repeats or (2 if args.quick else 5)
     n_capture = args.capture_packets or (10_000 if args.quick else 100_000)
-    sections = set(args.only or ("c", "python", "capture"))
+    mt_duration = args.mt_duration or (0.05 if args.quick else 0.5)
+    mt_repeats = args.mt_repeats or (2 if args.quick else 9)
+    mt_wait = args.mt_wait if args.mt_wait is not None else (0.0 if args.quick else 5.0)
+    sections = set(args.only or ("c", "python", "capture", "eesp", "eesp-python"))
     if "capture" in sections:
         sections.add("c")
     started = time.perf_counter()
 
-    if "c" in sections:
+    if sections & {"c", "eesp"}:
         log("bench: building the C bench (build/bench) ...")
         exe = build_c(os.cpu_count() or 2)
     try:  # the CLI names the library it links, the system one the bench links too
@@ -539,26 +759,39 @@ def main(argv: Optional[List[str]] = None) -> int:
     result: dict = {
         "machine": machine_info(openssl or "OpenSSL (version unknown)"),
         "config": {"command": "bench/run " + " ".join(sys.argv[1:] if argv is None else argv),
-                   "min_time": min_time, "repeats": repeats},
+                   "min_time": min_time, "repeats": repeats, "mt_duration": mt_duration, "mt_repeats": mt_repeats,
+                   "mt_wait": mt_wait},
     }
-    if "python" in sections or "capture" in sections:
+    if sections & {"python", "capture", "eesp-python"}:
         warn_if_extension_stale()
+    timings = result["section_seconds"] = {}
+
+    def section(name: str, what: str, fn: Callable[[], object]) -> None:
+        log(f"bench: {what} ...")
+        t = time.perf_counter()
+        result[name] = fn()
+        timings[name] = round(time.perf_counter() - t, 1)
+
     if "c" in sections:
-        log("bench: C core vs raw EVP ...")
-        result["c"] = run_c(exe, min_time, repeats)
+        section("c", "C core vs raw EVP", lambda: run_c(exe, min_time, repeats))
     if "python" in sections:
-        log("bench: pypsp vs scapy ...")
-        result["python"] = run_python(min_time, repeats)
+        section("python", "pypsp vs scapy", lambda: run_python(min_time, repeats))
     if "capture" in sections:
-        log(f"bench: capture path ({n_capture:,} packets) ...")
-        result["capture"] = run_capture(n_capture, repeats, result["c"], args.tmpdir)
+        section("capture", f"capture path ({n_capture:,} packets)",
+                lambda: run_capture(n_capture, repeats, result["c"], args.tmpdir))
+    if "eesp" in sections:
+        section("eesp", "EESP core vs raw EVP, and threads",
+                lambda: run_eesp(exe.parent / "eesp_bench", min_time, repeats, mt_duration, mt_repeats, mt_wait))
+    if "eesp-python" in sections:
+        section("eesp_python", "pyeesp", lambda: run_eesp_python(min_time, repeats, result.get("eesp")))
     result["targets"] = collect_targets(result)
     result["seconds"] = time.perf_counter() - started
 
     sys.stdout.write(markdown(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    log(f"bench: done in {result['seconds']:.0f} s")
+    log(f"bench: done in {result['seconds']:.0f} s ("
+        + ", ".join(f"{k} {v:.0f} s" for k, v in result["section_seconds"].items()) + ")")
     missed = [t for t in result["targets"] if t["pass"] is False]
     return 1 if args.strict and missed else 0
 

@@ -30,53 +30,14 @@
 #include "pe/ip.h"
 #include "pe/psp.h"
 
+#define BENCH_NAME "pe_bench"
+#include "bench_common.h"
+
 #define SPI 0x00001234u
 #define BUF_CAP (PE_IP_MAX_LEN + 256u)
 /* Packets between clock reads: small enough for 9000-octet packets, large enough to hide the clock. */
 #define CHUNK 64u
 #define MAX_REPEATS 64
-
-static void die(const char *what)
-{
-    fprintf(stderr, "pe_bench: %s\n", what);
-    exit(2);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- packets --------------------------------------------------------------- */
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-/* IPv4/UDP packet of `size` octets in total, valid header checksum (UDP checksum 0). */
-static void make_packet(uint8_t *p, size_t size)
-{
-    static const uint8_t hdr[20] = {0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, PE_IPPROTO_UDP, 0, 0,
-                                    192, 0, 2, 1, 192, 0, 2, 2};
-    memcpy(p, hdr, sizeof hdr);
-    put16(p + 2, (uint16_t)size);
-    uint32_t sum = 0;
-    for (size_t i = 0; i < 20; i += 2)
-        sum += (uint32_t)(p[i] << 8 | p[i + 1]);
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    put16(p + 10, (uint16_t)~sum);
-    put16(p + 20, 40000);
-    put16(p + 22, 5001);
-    put16(p + 24, (uint16_t)(size - 20));
-    put16(p + 26, 0);
-    for (size_t i = 28; i < size; i++)
-        p[i] = (uint8_t)(i * 7 + 3);
-}
 
 /* ---- the four contenders ------------------------------------------------------ */
 
@@ -309,20 +270,6 @@ static void run_case(unsigned version, size_t size, double min_time, int repeats
     }
     fflush(stdout);
     ctx_free(&c);
-}
-
-/* Comma-separated unsigned list into `out`; returns the count. */
-static size_t parse_list(const char *s, unsigned long *out, size_t max)
-{
-    size_t n = 0;
-    char *end;
-    while (*s && n < max) {
-        out[n++] = strtoul(s, &end, 10);
-        if (end == s)
-            die("bad number list");
-        s = *end == ',' ? end + 1 : end;
-    }
-    return n;
 }
 
 int main(int argc, char **argv)
