@@ -27,40 +27,7 @@
 #include "pe/psp.h"
 #include "pe/status.h"
 
-static int failures;
-static long checks;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);             \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_ST(expr, want)                                                                       \
-    do {                                                                                           \
-        pe_status got_ = (expr), want_ = (want);                                                   \
-        checks++;                                                                                  \
-        if (got_ != want_) {                                                                       \
-            fprintf(stderr, "%s:%d: %s -> %s, want %s\n", __FILE__, __LINE__, #expr,              \
-                    pe_status_name(got_), pe_status_name(want_));                                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-/* CHECK_ST with a context number (loop index) in the message. */
-#define CHECK_STN(expr, want, n)                                                                   \
-    do {                                                                                           \
-        pe_status got_ = (expr), want_ = (want);                                                   \
-        checks++;                                                                                  \
-        if (got_ != want_) {                                                                       \
-            fprintf(stderr, "%s:%d: [%s=%ld] %s -> %s, want %s\n", __FILE__, __LINE__, #n,        \
-                    (long)(n), #expr, pe_status_name(got_), pe_status_name(want_));                \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 /* ------------------------------------------------------------------ helpers */
 
