@@ -1,10 +1,11 @@
 /*
- * The C tests' checks: each counts, and a failure prints where and why
+ * The C tests' checks and test-data helper.  Checks: each counts, and a failure prints where and why
  * and is counted, so a test program reports every failure, not the first.
  */
 #ifndef PE_TEST_CHECK_H
 #define PE_TEST_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "pe/status.h"
@@ -43,5 +44,30 @@ static long checks;
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
+
+/* Hex test data to octets; spaces and other separators are skipped. */
+static inline size_t unhex(const char *s, uint8_t *out)
+{
+    size_t n = 0;
+    int hi = -1;
+    for (; *s; s++) {
+        int v;
+        if (*s >= '0' && *s <= '9')
+            v = *s - '0';
+        else if (*s >= 'a' && *s <= 'f')
+            v = *s - 'a' + 10;
+        else if (*s >= 'A' && *s <= 'F')
+            v = *s - 'A' + 10;
+        else
+            continue; /* spaces */
+        if (hi < 0) {
+            hi = v;
+        } else {
+            out[n++] = (uint8_t)(hi << 4 | v);
+            hi = -1;
+        }
+    }
+    return n;
+}
 
 #endif

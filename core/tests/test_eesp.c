@@ -56,30 +56,6 @@
 
 /* ------------------------------------------------------------------ helpers */
 
-static size_t unhex(const char *s, uint8_t *out)
-{
-    size_t n = 0;
-    int hi = -1;
-    for (; *s; s++) {
-        int v;
-        if (*s >= '0' && *s <= '9')
-            v = *s - '0';
-        else if (*s >= 'a' && *s <= 'f')
-            v = *s - 'a' + 10;
-        else if (*s >= 'A' && *s <= 'F')
-            v = *s - 'A' + 10;
-        else
-            continue; /* spaces */
-        if (hi < 0) {
-            hi = v;
-        } else {
-            out[n++] = (uint8_t)(hi << 4 | v);
-            hi = -1;
-        }
-    }
-    return n;
-}
-
 static void print_hex(const uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
