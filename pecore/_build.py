@@ -383,7 +383,16 @@ typedef struct {
     uint8_t next_header;
     uint8_t pad_len;
     int icv_valid;
+    int sa_found;
+    pe_eesp_suite suite;
+    pe_eesp_mode mode;
+    int seq_present;
+    size_t payload_offset;
+    size_t icv_len;
 } pe_eesp_info;
+#define PE_EESP_OPEN_NO_REPLAY ...
+pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_version, const uint8_t *dst,
+                       unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_eesp_info *info);
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg);
 pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out);
 void pe_eesp_rx_free(pe_eesp_rx *rx);

@@ -674,38 +674,35 @@ static pe_status recover_pih(const uint8_t *inner, size_t len, uint8_t *nh, size
     return PE_OK;
 }
 
-pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
-                        size_t *out_len, pe_eesp_info *info)
+static void info_reset(pe_eesp_info *info)
 {
-    pe_eesp_info local;
-    if (!info)
-        info = &local;
-    info->udp_encap = 0;
-    info->seq = 0;
-    info->iv = NULL;
-    info->iv_len = 0;
-    info->full_format = 0;
-    info->next_header = info->pad_len = 0;
-    info->icv_valid = 0;
-    info->hdr.n_options = 0;
+    memset(info, 0, sizeof *info);
+}
 
-    pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
-    if (st != PE_OK)
-        return st;
-    size_t eesp_off, keep;
-    if ((st = locate(rx, pkt, &ip, &eesp_off, &keep, &info->udp_encap)) != PE_OK)
-        return st;
-    const uint8_t *e = pkt + eesp_off;
-    size_t elen = ip.len - eesp_off;
+/*
+ * §16 steps 2-13 on the EESP octets `e`.  The inner part (tunnel: the IP
+ * packet; transport: the upper-layer segment) lands at out, or in transport
+ * mode at out + transport_lead, so that a caller can put the IP header back
+ * in front without moving the segment.
+ */
+static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int family, const uint8_t *daddr,
+                           unsigned flags, uint8_t *out, size_t cap, size_t transport_lead, size_t *inner_len,
+                           pe_eesp_info *info)
+{
     pe_eesp_hdr *h = &info->hdr;
+    pe_status st;
 
-    /* §16 steps 2-4: Base Header, SA, options. */
+    /* Steps 2-4: Base Header, SA, options. */
     if ((st = pe_eesp_base_parse(e, elen, h)) != PE_OK)
         return st;
-    eesp_sa *sa = find_sa(rx, h->spi, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24));
+    eesp_sa *sa = find_sa(rx, h->spi, family, daddr);
     if (!sa)
         return PE_ERR_EESP_NO_SA;
+    info->sa_found = 1;
+    info->suite = sa->suite;
+    info->mode = sa->mode;
+    info->seq_present = sa->seq_present;
+    info->icv_len = sa->suite.icv_len;
     if ((st = pe_eesp_options_parse(e, elen, h)) != PE_OK)
         return st;
     if (sa->strict && h->n_unknown)
@@ -719,6 +716,7 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     size_t pih_len = full ? PE_EESP_PIH_LEN : 0;
     info->full_format = full;
     info->iv_len = s->iv_len;
+    info->payload_offset = payload_off;
 
     /* Step 5: a Crypt Offset option. */
     size_t enc_off = payload_off;
@@ -745,22 +743,23 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     pe_key_slot *slot;
     if ((st = sub_sa(sa, h->session_id, &slot)) != PE_OK)
         return st;
+    int replay = sa->anti_replay && !(flags & PE_EESP_OPEN_NO_REPLAY);
     if (sa->seq_present) {
         seq = pe_get64(e + PE_EESP_BASE_LEN + h->opt_len);
         info->seq = seq;
         if (seq == 0)
             return PE_ERR_EESP_SEQ_ZERO; /* D10 */
-        if (sa->anti_replay && slot->replay.bits && (st = pe_replay_check(&slot->replay, seq)) != PE_OK)
+        if (replay && slot->replay.bits && (st = pe_replay_check(&slot->replay, seq)) != PE_OK)
             return st;
     }
 
-    /* Step 9: open.  The region [payload_off, data_end) lands at dst so that its PIH
-     * ends where the kept IP header ends: no move is needed to strip it. */
+    /* Step 9: open.  The region [payload_off, data_end) is placed so that its
+     * PIH ends at out + lead: stripping it then needs no move. */
     size_t region_len = data_end - payload_off;
-    size_t keep_out = sa->mode == PE_EESP_TRANSPORT ? keep : 0;
-    int shift = keep_out < pih_len; /* tunnel + full format: strip the PIH by a move */
-    size_t dst_off = shift ? 0 : keep_out - pih_len;
-    if (cap < dst_off + region_len || cap < keep_out)
+    size_t lead = sa->mode == PE_EESP_TRANSPORT ? transport_lead : 0;
+    int shift = lead < pih_len;
+    size_t dst_off = shift ? 0 : lead - pih_len;
+    if (cap < dst_off + region_len || cap < lead)
         return PE_ERR_BUFFER_TOO_SMALL;
     uint8_t *dst = out + dst_off;
     size_t clear = s->integrity_only ? region_len : enc_off - payload_off;
@@ -779,7 +778,7 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     }
 
     /* Step 10: the window moves only now. */
-    if (sa->anti_replay) {
+    if (replay) {
         if (!slot->replay.bits && (st = pe_replay_init(&slot->replay, sa->replay_window)) != PE_OK)
             return st;
         if ((st = pe_replay_update(&slot->replay, seq)) != PE_OK)
@@ -787,39 +786,74 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     }
 
     /* Steps 11-12: Payload Info. */
-    size_t inner_len;
     const uint8_t *inner = dst + pih_len;
     if (full) {
         info->next_header = dst[2];
         info->pad_len = dst[3];
         if (PE_EESP_PIH_LEN + (size_t)info->pad_len > region_len)
             return PE_ERR_EESP_PAD_LENGTH;
-        inner_len = region_len - PE_EESP_PIH_LEN - info->pad_len;
+        *inner_len = region_len - PE_EESP_PIH_LEN - info->pad_len;
     } else {
-        if ((st = recover_pih(inner, region_len, &info->next_header, &inner_len)) != PE_OK)
+        if ((st = recover_pih(inner, region_len, &info->next_header, inner_len)) != PE_OK)
             return st;
-        info->pad_len = (uint8_t)(region_len - inner_len);
+        info->pad_len = (uint8_t)(region_len - *inner_len);
     }
 
     /* D16: the exposed part never reaches into the padding. */
-    if (h->has_crypt_offset && (size_t)h->crypt_offset * 4 > pih_len + inner_len)
+    if (h->has_crypt_offset && (size_t)h->crypt_offset * 4 > pih_len + *inner_len)
         return PE_ERR_EESP_CRYPT_OFFSET;
     if (full && info->next_header == NH_NO_NEXT)
         return PE_ERR_EESP_DUMMY; /* a well-formed dummy: authenticated, then discarded */
 
-    /* Step 13: mode processing. */
+    /* Step 13, the part that needs no outer header: a tunnel carries an IP packet. */
     if (sa->mode == PE_EESP_TUNNEL) {
         if (info->next_header != PE_IPPROTO_IPV4 && info->next_header != PE_IPPROTO_IPV6)
             return PE_ERR_EESP_INNER;
         unsigned want = info->next_header == PE_IPPROTO_IPV4 ? 4 : 6;
-        if (inner_len == 0 || (inner[0] >> 4) != want)
+        if (*inner_len == 0 || (inner[0] >> 4) != want)
             return PE_ERR_EESP_INNER;
-        if (shift)
-            memmove(out, inner, inner_len);
+    }
+    if (shift)
+        memmove(out + lead, inner, *inner_len);
+    return PE_OK;
+}
+
+pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_version, const uint8_t *dst,
+                       unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_eesp_info *info)
+{
+    pe_eesp_info local;
+    if (!info)
+        info = &local;
+    info_reset(info);
+    return open_eesp(rx, eesp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
+}
+
+pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                        size_t *out_len, pe_eesp_info *info)
+{
+    pe_eesp_info local;
+    if (!info)
+        info = &local;
+    info_reset(info);
+
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    if (st != PE_OK)
+        return st;
+    size_t eesp_off, keep;
+    if ((st = locate(rx, pkt, &ip, &eesp_off, &keep, &info->udp_encap)) != PE_OK)
+        return st;
+    /* Tunnel mode hands out the inner packet alone; transport mode keeps the IP header in front. */
+    size_t inner_len;
+    st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), 0,
+                   out, cap, keep, &inner_len, info);
+    if (st != PE_OK)
+        return st;
+    if (info->mode == PE_EESP_TUNNEL) {
         *out_len = inner_len;
         return PE_OK;
     }
-    memcpy(out, pkt, keep); /* overwrites the PIH octets, which were read above */
+    memcpy(out, pkt, keep); /* overwrites the PIH octets, which were read already */
     out[ip.proto_field] = info->next_header; /* with UDP encapsulation the UDP header goes too */
     pe_ip_set_length(out, keep + inner_len);
     if (ip.version == 4)

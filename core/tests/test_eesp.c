@@ -1023,6 +1023,17 @@ static void rt_one(const pe_eesp_sa_config *c, pe_eesp_tx *tx, pe_eesp_rx *rx, c
         CHECKF(info.next_header == nh && info.full_format == cfg_full(c) && info.udp_encap == !!c->udp_encap &&
                    info.seq == (c->seq_present ? counter : 0) && info.hdr.session_id == sid && info.icv_valid,
                "%s: info", ctx);
+        /* The dissector's form: the EESP octets alone, after decap accepted the
+         * same sequence number (NO_REPLAY must not call it a replay). */
+        size_t ol = 0;
+        pe_eesp_info oi;
+        st = pe_eesp_open(rx, out + eo, n - eo, carrier_v6 ? 6 : 4, out + (carrier_v6 ? 24 : 16),
+                          PE_EESP_OPEN_NO_REPLAY, res, n - eo, &ol, &oi);
+        CHECKF(st == PE_OK && ol == plen && memcmp(res, payload, plen) == 0, "%s: open %s", ctx,
+               pe_status_name(st));
+        CHECKF(oi.sa_found && oi.mode == c->mode && oi.seq_present == !!c->seq_present &&
+                   oi.icv_len == oi.suite.icv_len && oi.next_header == nh && oi.payload_offset + plen <= n - eo,
+               "%s: open info", ctx);
     }
     rt_packets++;
 }

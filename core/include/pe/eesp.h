@@ -211,6 +211,13 @@ typedef struct pe_eesp_info {
     uint8_t next_header;   /* from the PIH, or recovered (optimized) */
     uint8_t pad_len;
     int icv_valid;         /* also set when the packet is dropped for policy after the ICV check */
+    /* Known once an SA matched (sa_found), for tools that show the packet's layout: */
+    int sa_found;
+    pe_eesp_suite suite;
+    pe_eesp_mode mode;
+    int seq_present;
+    size_t payload_offset; /* from the Base Header start: the PIH (full format) or the inner packet */
+    size_t icv_len;
 } pe_eesp_info;
 
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg);
@@ -226,6 +233,20 @@ pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg);
  */
 pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                         size_t *out_len, pe_eesp_info *info);
+
+/*
+ * Open the EESP octets alone (the IP payload, or the UDP payload after
+ * port 4500), for dissectors that have parsed the outer headers themselves.
+ * ip_version (4 or 6) and dst (the outer destination, network order, or
+ * NULL) pick the SA as pe_eesp_decap does.  `out` (len octets) receives the
+ * tunnelled IP packet, or in transport mode the upper-layer segment whose
+ * protocol is info->next_header.  With PE_EESP_OPEN_NO_REPLAY the replay
+ * window is neither checked nor moved: a dissector revisits packets and
+ * keeps its own per-Sub SA sequence analysis.
+ */
+#define PE_EESP_OPEN_NO_REPLAY 1u
+pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_version, const uint8_t *dst,
+                       unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_eesp_info *info);
 
 /* UDP 4500 demultiplexing (§14): which of the four a UDP payload is. */
 typedef enum pe_udp4500_kind {
