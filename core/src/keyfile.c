@@ -1300,6 +1300,57 @@ static pe_status read_all(FILE *f, char **out, size_t *out_len, pe_keyfile_error
     return PE_OK;
 }
 
+void pe_keyfile_eesp_sa_config(const pe_eesp_sa_entry *e, int for_receiver, pe_eesp_sa_config *cfg)
+{
+    pe_eesp_sa_config_init(cfg);
+    cfg->spi = e->spi;
+    cfg->encr = e->encr;
+    cfg->key_bits = e->key_bits;
+    cfg->sskdf = e->sskdf;
+    if (e->sskdf == PE_SSKDF_NONE) {
+        cfg->key = e->key;
+        cfg->key_len = e->key_len;
+    } else {
+        cfg->root_key = e->root_key;
+        cfg->root_key_len = e->root_key_len;
+    }
+    cfg->mode = e->mode;
+    cfg->format = e->format;
+    cfg->seq_present = e->seq_present;
+    cfg->aad = e->aad;
+    cfg->anti_replay = e->anti_replay;
+    cfg->replay_window = e->replay_window;
+    cfg->max_sub_sa_id = e->max_sub_sa_id;
+    cfg->max_crypt_offset = e->max_crypt_offset;
+    cfg->crypt_offset = for_receiver ? -1 : e->crypt_offset; /* it only shapes sending */
+    cfg->align_options = e->align_options;
+    cfg->strict = e->strict;
+    cfg->ip_protocol = e->ip_protocol;
+    cfg->udp_encap = e->udp_encap;
+    cfg->dst_family = e->has_dst ? e->dst_family : 0;
+    memcpy(cfg->dst, e->dst, sizeof cfg->dst);
+}
+
+pe_status pe_keyfile_psp_rx_new(const pe_keyfile *kf, pe_psp_rx **out)
+{
+    pe_psp_rx_config cfg;
+    pe_psp_rx_config_init(&cfg);
+    if (kf->n_psp_master) {
+        cfg.master_key0 = kf->psp_master.has_key0 ? kf->psp_master.key0 : NULL;
+        cfg.master_key1 = kf->psp_master.has_key1 ? kf->psp_master.key1 : NULL;
+    }
+    pe_status st = pe_psp_rx_new(&cfg, out);
+    for (size_t i = 0; st == PE_OK && i < kf->n_psp_keys; i++) {
+        const pe_psp_key_entry *k = &kf->psp_keys[i];
+        st = pe_psp_rx_add_key(*out, k->spi, k->version, k->key, k->key_len);
+    }
+    if (st != PE_OK && *out) {
+        pe_psp_rx_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *err)
 {
     FILE *f;

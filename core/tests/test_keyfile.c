@@ -561,31 +561,21 @@ static char *hex_run(char *out, size_t n, unsigned start)
     return out;
 }
 
-/* The pe_eesp_sa_config an entry stands for: the fields share their names and conventions. */
+/* The pe_eesp_sa_config an entry stands for (the core's helper), checked field by field. */
 static void eesp_config_from_entry(const pe_eesp_sa_entry *e, pe_eesp_sa_config *c)
 {
-    pe_eesp_sa_config_init(c);
-    c->spi = e->spi;
-    c->encr = e->encr;
-    c->key_bits = e->key_bits;
-    c->sskdf = e->sskdf;
-    c->key = e->key_len ? e->key : NULL;
-    c->key_len = e->key_len;
-    c->root_key = e->root_key_len ? e->root_key : NULL;
-    c->root_key_len = e->root_key_len;
-    c->mode = e->mode;
-    c->format = e->format;
-    c->seq_present = e->seq_present;
-    c->aad = e->aad;
-    c->anti_replay = e->anti_replay;
-    c->replay_window = e->replay_window;
-    c->max_sub_sa_id = e->max_sub_sa_id;
-    c->max_crypt_offset = e->max_crypt_offset;
-    c->crypt_offset = e->crypt_offset;
-    c->align_options = e->align_options;
-    c->strict = e->strict;
-    c->ip_protocol = e->ip_protocol;
-    c->udp_encap = e->udp_encap;
+    pe_keyfile_eesp_sa_config(e, 0, c);
+    CHECK(c->spi == e->spi && c->encr == e->encr && c->key_bits == e->key_bits && c->sskdf == e->sskdf);
+    CHECK(c->key_len == e->key_len && c->root_key_len == e->root_key_len);
+    CHECK(c->mode == e->mode && c->format == e->format && c->seq_present == e->seq_present && c->aad == e->aad);
+    CHECK(c->anti_replay == e->anti_replay && c->replay_window == e->replay_window);
+    CHECK(c->max_sub_sa_id == e->max_sub_sa_id && c->max_crypt_offset == e->max_crypt_offset);
+    CHECK(c->crypt_offset == e->crypt_offset && c->align_options == e->align_options && c->strict == e->strict);
+    CHECK(c->ip_protocol == e->ip_protocol && c->udp_encap == e->udp_encap);
+    CHECK(c->dst_family == (e->has_dst ? e->dst_family : 0));
+    pe_eesp_sa_config r;
+    pe_keyfile_eesp_sa_config(e, 1, &r);
+    CHECK(r.crypt_offset == -1); /* sender-only */
 }
 
 /* Whatever the key file accepts, the EESP code accepts too: as sender (with its Sub SA count) and as receiver. */
@@ -598,6 +588,7 @@ static void check_core_accepts(const pe_eesp_sa_entry *e)
     pe_status st;
 
     eesp_config_from_entry(e, &c);
+    c.dst_family = 0; /* a sender does not bind to a destination */
     st = pe_eesp_tx_new(&c, &tx);
     CHECK(st == PE_OK);
     if (st != PE_OK)
@@ -610,9 +601,52 @@ static void check_core_accepts(const pe_eesp_sa_entry *e)
     rc.ip_protocol = e->ip_protocol;
     CHECK(pe_eesp_rx_new(&rc, &rx) == PE_OK);
     if (rx) {
+        pe_keyfile_eesp_sa_config(e, 1, &c);
         CHECK(pe_eesp_rx_add_sa(rx, &c) == PE_OK);
         pe_eesp_rx_free(rx);
     }
+}
+
+/* A PSP receiver from a file opens what a sender with the same keys sealed: master pair and psp-key alike. */
+static void test_psp_rx_from_file(void)
+{
+    static const char text[] =
+        "psp-master key0=" "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+        " key1=" "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f\n"
+        "psp-key spi=12345678 key=" "00112233445566778899aabbccddeeff\n";
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    CHECK(pe_keyfile_parse(text, sizeof text - 1, &kf, &err) == PE_OK);
+    pe_psp_rx *rx = NULL;
+    CHECK(pe_keyfile_psp_rx_new(&kf, &rx) == PE_OK);
+    static const uint8_t inner[] = {0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+                                    0x30, 0x39, 0x00, 0x35, 0, 8, 0, 0};
+    const struct { uint32_t spi; unsigned version; int master; } cases[] = {
+        {0x00000001, 0, 1}, {0x80000001, 1, 1}, {0x00000002, 2, 1}, {0x80000002, 3, 1}, {0x12345678, 0, 0}};
+    for (size_t i = 0; rx && i < sizeof cases / sizeof cases[0]; i++) {
+        pe_psp_tx_config tc;
+        pe_psp_tx_config_init(&tc);
+        tc.spi = cases[i].spi;
+        tc.version = cases[i].version;
+        tc.mode = PE_PSP_TUNNEL;
+        if (cases[i].master) {
+            tc.master_key0 = kf.psp_master.key0;
+            tc.master_key1 = kf.psp_master.key1;
+        } else {
+            tc.key = kf.psp_keys[0].key;
+            tc.key_len = kf.psp_keys[0].key_len;
+        }
+        pe_psp_tx *tx = NULL;
+        CHECK(pe_psp_tx_new(&tc, &tx) == PE_OK);
+        uint8_t wire[sizeof inner + PE_PSP_MAX_OVERHEAD], back[sizeof wire];
+        size_t n = 0, m = 0;
+        CHECK(pe_psp_encap(tx, inner, sizeof inner, wire, sizeof wire, &n) == PE_OK);
+        CHECK(pe_psp_decap(rx, wire, n, back, sizeof back, &m, NULL) == PE_OK);
+        CHECK(m == sizeof inner && memcmp(back, inner, m) == 0);
+        pe_psp_tx_free(tx);
+    }
+    pe_psp_rx_free(rx);
+    pe_keyfile_free(&kf);
 }
 
 static void test_eesp_defaults(void)
@@ -1352,6 +1386,7 @@ int main(void)
     test_eesp_sskdf();
     test_eesp_e1();
     test_eesp_addresses();
+    test_psp_rx_from_file();
     test_eesp_non_duplicates();
     test_eesp_many();
     test_load();

@@ -149,6 +149,17 @@ pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *er
 void pe_keyfile_free(pe_keyfile *kf);
 
 /*
+ * Receivers from a parsed file, for tools that take the file as it is (the
+ * Wireshark plugin, the Lua module).  pe_keyfile_eesp_sa_config fills cfg
+ * from one eesp-sa line (key pointers into e); for a receiver the sender-only
+ * crypt-offset is left out.  pe_keyfile_psp_rx_new makes a PSP receiver with
+ * the file's psp-master pair and every psp-key.
+ */
+#include "pe/psp.h"
+void pe_keyfile_eesp_sa_config(const pe_eesp_sa_entry *e, int for_receiver, pe_eesp_sa_config *cfg);
+pe_status pe_keyfile_psp_rx_new(const pe_keyfile *kf, pe_psp_rx **out);
+
+/*
  * The google/psp reference tools' config files, read unchanged (psp.md §10.2):
  * whitespace-separated tokens; decrypt configs hold the two master keys only.
  */
