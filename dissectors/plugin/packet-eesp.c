@@ -1,0 +1,517 @@
+/*
+ * IPsec Enhanced ESP (../shared/spec/eesp.md): directly on an IP protocol
+ * number (a preference, default the provisional 49), and in UDP 4500 beside
+ * Wireshark's own ESP-in-UDP handling: a dispatcher claims only payloads
+ * whose first bit is set and hands keepalives, IKE (non-ESP marker) and ESP
+ * to the dissector that had the port before.
+ *
+ * Without an SA only the Base Header and the options can be read: where the
+ * Sequence Number, IV and ICV sit depends on the SA.  With one, the core
+ * opens the packet and reports the layout; sequence numbers are analysed per
+ * Sub SA on the first pass (like Wireshark's ESP sequence analysis) and kept
+ * per frame, because a dissector sees packets again in any order.
+ */
+#define WS_BUILD_DLL
+#include <wireshark.h>
+
+#include <epan/address.h>
+#include <epan/expert.h>
+#include <epan/ipproto.h>
+#include <epan/packet.h>
+#include <epan/prefs.h>
+#include <epan/proto_data.h>
+
+#include "dissectors.h"
+#include "keys.h"
+#include "pe/replay.h"
+
+static int proto_eesp = -1;
+
+static int hf_eesp_compat = -1;
+static int hf_eesp_version = -1;
+static int hf_eesp_reserved = -1;
+static int hf_eesp_opt_len = -1;
+static int hf_eesp_session_id = -1;
+static int hf_eesp_spi = -1;
+static int hf_eesp_option = -1;
+static int hf_eesp_option_type = -1;
+static int hf_eesp_option_len = -1;
+static int hf_eesp_option_data = -1;
+static int hf_eesp_option_payload_offset = -1;
+static int hf_eesp_option_crypt_offset = -1;
+static int hf_eesp_option_co_reserved = -1;
+static int hf_eesp_seq = -1;
+static int hf_eesp_iv = -1;
+static int hf_eesp_payload = -1;
+static int hf_eesp_icv = -1;
+static int hf_eesp_data = -1;
+static int hf_eesp_next_header = -1;
+static int hf_eesp_pad_len = -1;
+static int hf_eesp_format = -1;
+static int hf_eesp_suite = -1;
+static int hf_eesp_status = -1;
+static int hf_eesp_icv_good = -1;
+static int hf_eesp_icv_bad = -1;
+static int hf_eesp_seq_expected = -1;
+static int hf_eesp_seq_previous_frame = -1;
+static int hf_eesp_replay = -1;
+
+static gint ett_eesp = -1;
+static gint ett_eesp_options = -1;
+static gint ett_eesp_option = -1;
+
+static expert_field ei_eesp_no_sa = EI_INIT;
+static expert_field ei_eesp_icv_bad = EI_INIT;
+static expert_field ei_eesp_malformed = EI_INIT;
+static expert_field ei_eesp_version_unknown = EI_INIT;
+static expert_field ei_eesp_replay = EI_INIT;
+static expert_field ei_eesp_seq_wrong = EI_INIT;
+static expert_field ei_eesp_dummy = EI_INIT;
+static expert_field ei_eesp_policy = EI_INIT;
+static expert_field ei_eesp_cut = EI_INIT;
+
+static dissector_handle_t eesp_handle, eesp_udp_handle, udp4500_fallback;
+static dissector_table_t ip_proto_table;
+
+static guint pref_ip_protocol = PE_EESP_DEFAULT_IPPROTO;
+static guint registered_ip_protocol;
+static guint pref_udp_port = PE_EESP_UDP_PORT;
+static guint registered_udp_port;
+static gboolean pref_udp_dispatch = TRUE;
+static gboolean pref_seq_analysis = TRUE;
+
+static const value_string eesp_option_types[] = {
+    {PE_EESP_OPT_PAD1, "Pad1"},
+    {PE_EESP_OPT_PADN, "PadN"},
+    {PE_EESP_OPT_CRYPT_OFFSET, "Crypt Offset"},
+    {0, NULL},
+};
+
+/* ------------------------------------------------- sequence analysis */
+
+/* Per Sub SA: an SA is SPI + destination; its Sub SAs are told apart by Session ID. */
+typedef struct sub_sa_key {
+    guint32 spi;
+    guint16 session_id;
+    guint8 dst_len;
+    guint8 dst[16];
+} sub_sa_key;
+
+typedef struct sub_sa_state {
+    pe_replay_window window;
+    guint64 last_seq;
+    guint32 last_frame;
+} sub_sa_state;
+
+/* What the first pass found for one frame. */
+typedef struct frame_seq {
+    guint32 previous_frame; /* 0: the first packet of its Sub SA */
+    guint64 expected;
+    pe_status replay;       /* PE_OK, PE_ERR_REPLAY_DUPLICATE or PE_ERR_REPLAY_TOO_OLD */
+} frame_seq;
+
+static GHashTable *sub_sas;
+
+static guint sub_sa_hash(gconstpointer k)
+{
+    const sub_sa_key *s = k;
+    guint h = s->spi * 2654435761u ^ s->session_id;
+    for (guint i = 0; i < s->dst_len; i++)
+        h = h * 31 + s->dst[i];
+    return h;
+}
+
+static gboolean sub_sa_equal(gconstpointer a, gconstpointer b)
+{
+    const sub_sa_key *x = a, *y = b;
+    return x->spi == y->spi && x->session_id == y->session_id && x->dst_len == y->dst_len &&
+           memcmp(x->dst, y->dst, x->dst_len) == 0;
+}
+
+static void sub_sa_state_free(gpointer p)
+{
+    sub_sa_state *s = p;
+    pe_replay_free(&s->window);
+    g_free(s);
+}
+
+static void eesp_init(void)
+{
+    sub_sas = g_hash_table_new_full(sub_sa_hash, sub_sa_equal, g_free, sub_sa_state_free);
+}
+
+static void eesp_cleanup(void)
+{
+    g_hash_table_destroy(sub_sas);
+    sub_sas = NULL;
+}
+
+static frame_seq *analyse_seq(packet_info *pinfo, const pe_eesp_info *info, const address *dst)
+{
+    frame_seq *fs = p_get_proto_data(wmem_file_scope(), pinfo, proto_eesp, pinfo->curr_layer_num);
+    if (fs || PINFO_FD_VISITED(pinfo))
+        return fs;
+    sub_sa_key key;
+    memset(&key, 0, sizeof key);
+    key.spi = info->hdr.spi;
+    key.session_id = info->hdr.session_id;
+    if ((dst->type == AT_IPv4 || dst->type == AT_IPv6) && dst->len <= 16) {
+        key.dst_len = (guint8)dst->len;
+        memcpy(key.dst, dst->data, dst->len);
+    }
+    sub_sa_state *st = g_hash_table_lookup(sub_sas, &key);
+    fs = wmem_new0(wmem_file_scope(), frame_seq);
+    if (!st) {
+        st = g_new0(sub_sa_state, 1);
+        if (pe_replay_init(&st->window, 0) != PE_OK) {
+            g_free(st);
+            return NULL;
+        }
+        g_hash_table_insert(sub_sas, g_memdup2(&key, sizeof key), st);
+        fs->expected = info->seq;
+    } else {
+        fs->previous_frame = st->last_frame;
+        fs->expected = st->last_seq + 1;
+    }
+    fs->replay = pe_replay_update(&st->window, info->seq);
+    st->last_seq = info->seq;
+    st->last_frame = pinfo->num;
+    p_add_proto_data(wmem_file_scope(), pinfo, proto_eesp, pinfo->curr_layer_num, fs);
+    return fs;
+}
+
+static void show_seq_analysis(proto_tree *tree, packet_info *pinfo, tvbuff_t *tvb, proto_item *seq_item,
+                              const frame_seq *fs, guint64 seq)
+{
+    proto_item *ti;
+    if (fs->previous_frame) {
+        ti = proto_tree_add_uint(tree, hf_eesp_seq_previous_frame, tvb, 0, 0, fs->previous_frame);
+        proto_item_set_generated(ti);
+    }
+    ti = proto_tree_add_uint64(tree, hf_eesp_seq_expected, tvb, 0, 0, fs->expected);
+    proto_item_set_generated(ti);
+    if (seq != fs->expected)
+        expert_add_info_format(pinfo, seq_item, &ei_eesp_seq_wrong,
+                               "Wrong sequence number for this Sub SA: %" PRIu64 ", expected %" PRIu64, seq,
+                               fs->expected);
+    if (fs->replay != PE_OK) {
+        ti = proto_tree_add_boolean(tree, hf_eesp_replay, tvb, 0, 0, TRUE);
+        proto_item_set_generated(ti);
+        expert_add_info_format(pinfo, seq_item, &ei_eesp_replay, "Replayed packet: %s (%s)",
+                               pe_status_message(fs->replay), pe_status_name(fs->replay));
+        col_append_str(pinfo->cinfo, COL_INFO, " [replay]");
+    }
+}
+
+/* ------------------------------------------------------------ fields */
+
+static void add_options(proto_tree *tree, tvbuff_t *tvb, const pe_eesp_hdr *h, guint len)
+{
+    if (!h->opt_len || PE_EESP_BASE_LEN + (guint)h->opt_len > len)
+        return;
+    proto_tree *ot = proto_tree_add_subtree_format(tree, tvb, PE_EESP_BASE_LEN, h->opt_len, ett_eesp_options,
+                                                   NULL, "Options (%u octets)", h->opt_len);
+    for (size_t i = 0; i < h->n_options; i++) {
+        const pe_eesp_option *o = &h->option[i];
+        guint olen = o->type == PE_EESP_OPT_PAD1 ? 1 : 2u + o->data_len;
+        proto_item *oi = proto_tree_add_item(ot, hf_eesp_option, tvb, o->offset, olen, ENC_NA);
+        proto_item_set_text(oi, "Option: %s", val_to_str(o->type, eesp_option_types, "Unknown (%u)"));
+        proto_tree *t = proto_item_add_subtree(oi, ett_eesp_option);
+        proto_tree_add_item(t, hf_eesp_option_type, tvb, o->offset, 1, ENC_BIG_ENDIAN);
+        if (o->type == PE_EESP_OPT_PAD1)
+            continue;
+        proto_tree_add_item(t, hf_eesp_option_len, tvb, o->offset + 1, 1, ENC_BIG_ENDIAN);
+        if (o->type == PE_EESP_OPT_CRYPT_OFFSET && o->data_len == PE_EESP_CRYPT_OFFSET_DATA_LEN) {
+            proto_tree_add_item(t, hf_eesp_option_payload_offset, tvb, o->offset + 2, 2, ENC_BIG_ENDIAN);
+            proto_tree_add_item(t, hf_eesp_option_crypt_offset, tvb, o->offset + 2, 2, ENC_BIG_ENDIAN);
+            proto_tree_add_item(t, hf_eesp_option_co_reserved, tvb, o->offset + 2, 2, ENC_BIG_ENDIAN);
+        } else if (o->data_len) {
+            proto_tree_add_item(t, hf_eesp_option_data, tvb, o->offset + 2, o->data_len, ENC_NA);
+        }
+    }
+}
+
+static proto_item *add_status(proto_tree *tree, packet_info *pinfo, tvbuff_t *tvb, pe_status st,
+                              const pe_eesp_info *info, proto_item *icv_item)
+{
+    proto_item *ti = proto_tree_add_string(tree, hf_eesp_status, tvb, 0, 0, pe_status_name(st));
+    proto_item_set_generated(ti);
+    /* The ICV was checked when it came out valid, or failed with a verification error. */
+    gboolean checked = info->icv_valid || st == PE_ERR_AUTH;
+    if (checked) {
+        proto_item *b = proto_tree_add_boolean(tree, hf_eesp_icv_good, tvb, 0, 0, info->icv_valid);
+        proto_item_set_generated(b);
+        b = proto_tree_add_boolean(tree, hf_eesp_icv_bad, tvb, 0, 0, !info->icv_valid);
+        proto_item_set_generated(b);
+    }
+    switch (st) {
+    case PE_OK:
+        break;
+    case PE_ERR_AUTH:
+        expert_add_info(pinfo, icv_item ? icv_item : ti, &ei_eesp_icv_bad);
+        col_append_str(pinfo->cinfo, COL_INFO, " [ICV bad]");
+        break;
+    case PE_ERR_EESP_NO_SA:
+        expert_add_info(pinfo, ti, &ei_eesp_no_sa);
+        break;
+    case PE_ERR_EESP_VERSION:
+        expert_add_info(pinfo, ti, &ei_eesp_version_unknown);
+        break;
+    case PE_ERR_EESP_DUMMY:
+        expert_add_info(pinfo, ti, &ei_eesp_dummy);
+        col_append_str(pinfo->cinfo, COL_INFO, " [dummy]");
+        break;
+    case PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED:
+    case PE_ERR_EESP_UNKNOWN_OPTION:
+    case PE_ERR_EESP_SUB_SA:
+        expert_add_info_format(pinfo, ti, &ei_eesp_policy, "Dropped by the SA's policy: %s (%s)",
+                               pe_status_message(st), pe_status_name(st));
+        break;
+    default:
+        expert_add_info_format(pinfo, ti, &ei_eesp_malformed, "Malformed EESP packet: %s (%s)",
+                               pe_status_message(st), pe_status_name(st));
+        break;
+    }
+    return ti;
+}
+
+static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree)
+{
+    guint len = tvb_captured_length(tvb);
+    const guint8 *buf = tvb_get_ptr(tvb, 0, len);
+
+    col_set_str(pinfo->cinfo, COL_PROTOCOL, "EESP");
+    col_clear(pinfo->cinfo, COL_INFO);
+    proto_item *ti = proto_tree_add_item(tree, proto_eesp, tvb, 0, -1, ENC_NA);
+    proto_tree *et = proto_item_add_subtree(ti, ett_eesp);
+
+    /* The SA is found by SPI and the (outer) destination: the address of the IP layer below. */
+    int ip_version = pinfo->dst.type == AT_IPv4 ? 4 : pinfo->dst.type == AT_IPv6 ? 6 : 0;
+    const guint8 *dst = ip_version ? pinfo->dst.data : NULL;
+
+    pe_eesp_info info;
+    memset(&info, 0, sizeof info);
+    pe_status st;
+    guint8 *out = wmem_alloc(pinfo->pool, len ? len : 1);
+    size_t out_len = 0;
+    gboolean cut = tvb_reported_length(tvb) > len;
+    if (cut)
+        st = pe_eesp_hdr_parse(buf, len, &info.hdr);
+    else
+        st = pe_ws_eesp_open(buf, len, ip_version, dst, out, len, &out_len, &info);
+    const pe_eesp_hdr *h = &info.hdr;
+
+    if (len >= 1) {
+        proto_tree_add_item(et, hf_eesp_compat, tvb, 0, 1, ENC_BIG_ENDIAN);
+        proto_tree_add_item(et, hf_eesp_version, tvb, 0, 1, ENC_BIG_ENDIAN);
+        proto_tree_add_item(et, hf_eesp_reserved, tvb, 0, 1, ENC_BIG_ENDIAN);
+    }
+    if (len >= 2)
+        proto_tree_add_item(et, hf_eesp_opt_len, tvb, 1, 1, ENC_BIG_ENDIAN);
+    if (len >= 4)
+        proto_tree_add_item(et, hf_eesp_session_id, tvb, 2, 2, ENC_BIG_ENDIAN);
+    if (len >= 8) {
+        proto_tree_add_item(et, hf_eesp_spi, tvb, 4, 4, ENC_BIG_ENDIAN);
+        col_add_fstr(pinfo->cinfo, COL_INFO, "SPI=0x%08x Session ID=%u", h->spi, h->session_id);
+    } else {
+        col_set_str(pinfo->cinfo, COL_INFO, "EESP (truncated)");
+    }
+    add_options(et, tvb, h, len);
+
+    proto_item *icv_item = NULL, *seq_item = NULL;
+    guint after_opts = PE_EESP_BASE_LEN + h->opt_len;
+    if (info.sa_found && info.payload_offset + info.icv_len <= len && after_opts <= info.payload_offset) {
+        /* The layout the SA gives: [Seq] [IV] payload ICV. */
+        guint off = after_opts;
+        if (info.seq_present) {
+            seq_item = proto_tree_add_item(et, hf_eesp_seq, tvb, off, 8, ENC_BIG_ENDIAN);
+            col_append_fstr(pinfo->cinfo, COL_INFO, " Seq=%" PRIu64, tvb_get_ntoh64(tvb, off));
+            off += 8;
+        }
+        if (info.iv_len)
+            proto_tree_add_item(et, hf_eesp_iv, tvb, off, (gint)info.iv_len, ENC_NA);
+        guint icv_off = len - (guint)info.icv_len;
+        if (icv_off > info.payload_offset)
+            proto_tree_add_item(et, hf_eesp_payload, tvb, (gint)info.payload_offset,
+                                icv_off - (guint)info.payload_offset, ENC_NA);
+        if (info.icv_len)
+            icv_item = proto_tree_add_item(et, hf_eesp_icv, tvb, icv_off, (gint)info.icv_len, ENC_NA);
+        proto_item *si = proto_tree_add_string(et, hf_eesp_suite, tvb, 0, 0, pe_eesp_suite_name(&info.suite));
+        proto_item_set_generated(si);
+        si = proto_tree_add_string(et, hf_eesp_format, tvb, 0, 0, info.full_format ? "full" : "optimized");
+        proto_item_set_generated(si);
+    } else if (after_opts < len) {
+        proto_tree_add_item(et, hf_eesp_data, tvb, after_opts, len - after_opts, ENC_NA);
+    }
+
+    if (cut) {
+        proto_item *it = proto_tree_add_string(et, hf_eesp_status, tvb, 0, 0, "capture-packet-cut");
+        proto_item_set_generated(it);
+        expert_add_info(pinfo, it, &ei_eesp_cut);
+        return len;
+    }
+    add_status(et, pinfo, tvb, st, &info, icv_item);
+
+    gboolean opened = st == PE_OK || st == PE_ERR_EESP_DUMMY;
+    if (opened) {
+        proto_item *g = proto_tree_add_uint(et, hf_eesp_next_header, tvb, 0, 0, info.next_header);
+        proto_item_set_generated(g);
+        g = proto_tree_add_uint(et, hf_eesp_pad_len, tvb, 0, 0, info.pad_len);
+        proto_item_set_generated(g);
+        if (info.seq_present && pref_seq_analysis && seq_item) {
+            const frame_seq *fs = analyse_seq(pinfo, &info, &pinfo->dst);
+            if (fs)
+                show_seq_analysis(et, pinfo, tvb, seq_item, fs, info.seq);
+        }
+    }
+    if (st == PE_OK) {
+        col_append_str(pinfo->cinfo, COL_INFO, " [decrypted]");
+        tvbuff_t *inner = tvb_new_child_real_data(tvb, out, (guint)out_len, (gint)out_len);
+        add_new_data_source(pinfo, inner, "Decrypted EESP");
+        if (!dissector_try_uint(ip_proto_table, info.next_header, inner, pinfo, tree))
+            call_data_dissector(inner, pinfo, tree);
+    }
+    return len;
+}
+
+static int dissect_eesp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data _U_)
+{
+    return dissect_eesp_common(tvb, pinfo, tree);
+}
+
+/* UDP 4500 (RFC 3948 + eesp.md §14): EESP when the first bit is set, else what the port had before. */
+static int dissect_eesp_udp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data)
+{
+    guint len = tvb_captured_length(tvb);
+    pe_udp4500_kind kind = pe_eesp_udp_classify(tvb_get_ptr(tvb, 0, len), len);
+    if (kind == PE_UDP4500_EESP && pref_udp_dispatch)
+        return dissect_eesp_common(tvb, pinfo, tree);
+    if (udp4500_fallback)
+        return call_dissector_with_data(udp4500_fallback, tvb, pinfo, tree, data);
+    return call_data_dissector(tvb, pinfo, tree);
+}
+
+static void eesp_register_ports(void)
+{
+    if (registered_ip_protocol != pref_ip_protocol) {
+        if (registered_ip_protocol)
+            dissector_delete_uint("ip.proto", registered_ip_protocol, eesp_handle);
+        dissector_add_uint("ip.proto", pref_ip_protocol, eesp_handle);
+        registered_ip_protocol = pref_ip_protocol;
+    }
+    if (registered_udp_port != pref_udp_port) {
+        dissector_table_t udp = find_dissector_table("udp.port");
+        if (registered_udp_port) {
+            dissector_delete_uint("udp.port", registered_udp_port, eesp_udp_handle);
+            if (udp4500_fallback)
+                dissector_add_uint("udp.port", registered_udp_port, udp4500_fallback);
+        }
+        dissector_handle_t before = dissector_get_uint_handle(udp, pref_udp_port);
+        udp4500_fallback = before && before != eesp_udp_handle ? before : find_dissector("udpencap");
+        dissector_add_uint("udp.port", pref_udp_port, eesp_udp_handle);
+        registered_udp_port = pref_udp_port;
+    }
+}
+
+static void eesp_prefs_applied(void)
+{
+    pe_ws_eesp_keys_changed();
+    if (eesp_udp_handle) /* after the handoff */
+        eesp_register_ports();
+}
+
+void proto_register_eesp(void)
+{
+    static hf_register_info hf[] = {
+        {&hf_eesp_compat, {"ESP compatibility bit", "eesp.compat", FT_BOOLEAN, 8, NULL, PE_EESP_ESP_COMPAT,
+                           "Always 1 in EESP: tells EESP from ESP", HFILL}},
+        {&hf_eesp_version, {"Version", "eesp.version", FT_UINT8, BASE_DEC, NULL, PE_EESP_VERSION_MASK, NULL, HFILL}},
+        {&hf_eesp_reserved, {"Reserved", "eesp.reserved", FT_UINT8, BASE_HEX, NULL, PE_EESP_R_MASK, NULL, HFILL}},
+        {&hf_eesp_opt_len, {"Options length", "eesp.opt_len", FT_UINT8, BASE_DEC, NULL, 0,
+                            "Octets of options after the Base Header", HFILL}},
+        {&hf_eesp_session_id, {"Session ID", "eesp.session_id", FT_UINT16, BASE_DEC, NULL, 0,
+                               "Sub SA ID", HFILL}},
+        {&hf_eesp_spi, {"SPI", "eesp.spi", FT_UINT32, BASE_HEX_DEC, NULL, 0, "Security Parameters Index", HFILL}},
+        {&hf_eesp_option, {"Option", "eesp.option", FT_BYTES, BASE_NONE, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_option_type, {"Type", "eesp.option.type", FT_UINT8, BASE_DEC, VALS(eesp_option_types), 0, NULL,
+                                HFILL}},
+        {&hf_eesp_option_len, {"Opt Data Len", "eesp.option.len", FT_UINT8, BASE_DEC, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_option_data, {"Option Data", "eesp.option.data", FT_BYTES, BASE_NONE, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_option_payload_offset, {"PayloadOffset", "eesp.option.payload_offset", FT_UINT16, BASE_DEC, NULL,
+                                          0xfc00, "4-octet units from the Base Header to the payload", HFILL}},
+        {&hf_eesp_option_crypt_offset, {"CryptOffset", "eesp.option.crypt_offset", FT_UINT16, BASE_DEC, NULL,
+                                        0x03f0, "4-octet units of the payload left in clear", HFILL}},
+        {&hf_eesp_option_co_reserved, {"Reserved", "eesp.option.co_reserved", FT_UINT16, BASE_HEX, NULL, 0x000f,
+                                       NULL, HFILL}},
+        {&hf_eesp_seq, {"Sequence Number", "eesp.seq", FT_UINT64, BASE_DEC, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_iv, {"IV", "eesp.iv", FT_BYTES, BASE_NONE, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_payload, {"Payload", "eesp.payload", FT_BYTES, BASE_NONE, NULL, 0,
+                            "From the Payload Info Header (or inner packet) to the ICV, as sent", HFILL}},
+        {&hf_eesp_icv, {"ICV", "eesp.icv", FT_BYTES, BASE_NONE, NULL, 0, "Integrity Check Value", HFILL}},
+        {&hf_eesp_data, {"Data", "eesp.data", FT_BYTES, BASE_NONE, NULL, 0,
+                         "After the options: its layout needs the SA", HFILL}},
+        {&hf_eesp_next_header, {"Next Header", "eesp.next_header", FT_UINT8, BASE_DEC | BASE_EXT_STRING,
+                                &ipproto_val_ext, 0, "From the Payload Info Header or the inner packet", HFILL}},
+        {&hf_eesp_pad_len, {"Pad Length", "eesp.pad_len", FT_UINT8, BASE_DEC, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_format, {"Format", "eesp.format", FT_STRING, BASE_NONE, NULL, 0,
+                           "full (with a Payload Info Header) or optimized", HFILL}},
+        {&hf_eesp_suite, {"Suite", "eesp.suite", FT_STRING, BASE_NONE, NULL, 0, "The SA's AEAD suite", HFILL}},
+        {&hf_eesp_status, {"Decryption status", "eesp.status", FT_STRING, BASE_NONE, NULL, 0,
+                           "ok, or why the packet was not decrypted (the core's status name)", HFILL}},
+        {&hf_eesp_icv_good, {"ICV good", "eesp.icv_good", FT_BOOLEAN, BASE_NONE, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_icv_bad, {"ICV bad", "eesp.icv_bad", FT_BOOLEAN, BASE_NONE, NULL, 0, NULL, HFILL}},
+        {&hf_eesp_seq_expected, {"Expected Sequence Number", "eesp.sequence_analysis_expected_sn", FT_UINT64,
+                                 BASE_DEC, NULL, 0, "The previous packet's number + 1 on this Sub SA", HFILL}},
+        {&hf_eesp_seq_previous_frame, {"Previous Frame", "eesp.sequence_analysis_previous_frame", FT_FRAMENUM,
+                                       BASE_NONE, NULL, 0, "The previous packet of this Sub SA", HFILL}},
+        {&hf_eesp_replay, {"Replay", "eesp.replay", FT_BOOLEAN, BASE_NONE, NULL, 0,
+                           "A receiver's anti-replay window would drop this packet", HFILL}},
+    };
+    static gint *ett[] = {&ett_eesp, &ett_eesp_options, &ett_eesp_option};
+    static ei_register_info ei[] = {
+        {&ei_eesp_no_sa, {"eesp.expert.no_sa", PI_DECRYPTION, PI_NOTE,
+                          "No EESP SA for this SPI and destination: not decrypted", EXPFILL}},
+        {&ei_eesp_icv_bad, {"eesp.expert.icv_bad", PI_CHECKSUM, PI_ERROR,
+                            "ICV verification failed (wrong key or SA settings, or the packet was altered)", EXPFILL}},
+        {&ei_eesp_malformed, {"eesp.expert.malformed", PI_MALFORMED, PI_ERROR, "Malformed EESP packet", EXPFILL}},
+        {&ei_eesp_version_unknown, {"eesp.expert.version_unknown", PI_PROTOCOL, PI_WARN,
+                                    "Unknown EESP version (only 0 is defined)", EXPFILL}},
+        {&ei_eesp_replay, {"eesp.expert.replay", PI_SEQUENCE, PI_WARN, "Replayed packet", EXPFILL}},
+        {&ei_eesp_seq_wrong, {"eesp.expert.seq_wrong", PI_SEQUENCE, PI_WARN, "Wrong sequence number", EXPFILL}},
+        {&ei_eesp_dummy, {"eesp.expert.dummy", PI_PROTOCOL, PI_CHAT,
+                          "Dummy packet (Next Header 59): authenticated and discarded", EXPFILL}},
+        {&ei_eesp_policy, {"eesp.expert.policy", PI_SECURITY, PI_WARN, "Dropped by the SA's policy", EXPFILL}},
+        {&ei_eesp_cut, {"eesp.expert.cut", PI_UNDECODED, PI_NOTE,
+                        "Packet cut by the capture's snap length: cannot be verified", EXPFILL}},
+    };
+
+    proto_eesp = proto_register_protocol("Enhanced Encapsulating Security Payload", "EESP", "eesp");
+    proto_register_field_array(proto_eesp, hf, array_length(hf));
+    proto_register_subtree_array(ett, array_length(ett));
+    expert_module_t *em = expert_register_protocol(proto_eesp);
+    expert_register_field_array(em, ei, array_length(ei));
+
+    module_t *module = prefs_register_protocol(proto_eesp, eesp_prefs_applied);
+    prefs_register_uint_preference(module, "ip_protocol", "IP protocol number",
+                                   "IP protocol number EESP is carried in (none assigned yet; 49 is provisional)", 10,
+                                   &pref_ip_protocol);
+    prefs_register_uint_preference(module, "udp_port", "UDP encapsulation port",
+                                   "UDP port of RFC 3948 encapsulation (ESP, IKE and keepalives still go to their "
+                                   "dissectors)", 10, &pref_udp_port);
+    prefs_register_bool_preference(module, "udp_dispatch", "Dissect EESP in UDP",
+                                   "Claim UDP payloads on the port whose first bit is set as EESP", &pref_udp_dispatch);
+    prefs_register_bool_preference(module, "do_sequence_analysis", "Sequence number analysis",
+                                   "Check each Sub SA's sequence numbers for gaps and replays", &pref_seq_analysis);
+    pe_ws_eesp_keys_register(module);
+
+    eesp_handle = register_dissector("eesp", dissect_eesp, proto_eesp);
+    eesp_udp_handle = register_dissector("eesp.udp", dissect_eesp_udp, proto_eesp);
+    register_init_routine(eesp_init);
+    register_cleanup_routine(eesp_cleanup);
+}
+
+void proto_reg_handoff_eesp(void)
+{
+    ip_proto_table = find_dissector_table("ip.proto");
+    eesp_register_ports();
+}

@@ -1,0 +1,274 @@
+/*
+ * PSP Security Protocol (../shared/spec/psp.md) on UDP port 1000.  Field
+ * names follow google/psp's wireshark/psp.lua (psp.nexthdr, psp.spi, ...)
+ * so that filters written for it keep working; the S and D bits and the
+ * master-key selector are added.  Decryption goes through the core with the
+ * keys of keys.c; the decrypted inner part becomes a data source of its own
+ * and goes to the ip.proto table (tunnel: IPv4/IPv6, transport: TCP/UDP/...).
+ */
+#define WS_BUILD_DLL
+#include <wireshark.h>
+
+#include <epan/expert.h>
+#include <epan/ipproto.h>
+#include <epan/packet.h>
+#include <epan/prefs.h>
+
+#include "dissectors.h"
+#include "keys.h"
+
+static int proto_psp = -1;
+
+static int hf_psp_nexthdr = -1;
+static int hf_psp_hdrextlen = -1;
+static int hf_psp_reserved0 = -1;
+static int hf_psp_cryptoffset = -1;
+static int hf_psp_sample = -1;
+static int hf_psp_drop = -1;
+static int hf_psp_version = -1;
+static int hf_psp_is_virt = -1;
+static int hf_psp_one_bit = -1;
+static int hf_psp_spi = -1;
+static int hf_psp_master_key = -1;
+static int hf_psp_iv = -1;
+static int hf_psp_vc = -1;
+static int hf_psp_sectoken = -1;
+static int hf_psp_virtkey = -1;
+static int hf_psp_ext = -1;
+static int hf_psp_payload = -1;
+static int hf_psp_icv = -1;
+static int hf_psp_status = -1;
+static int hf_psp_icv_good = -1;
+static int hf_psp_icv_bad = -1;
+
+static gint ett_psp = -1;
+static gint ett_psp_vc = -1;
+
+static expert_field ei_psp_no_key = EI_INIT;
+static expert_field ei_psp_icv_bad = EI_INIT;
+static expert_field ei_psp_malformed = EI_INIT;
+static expert_field ei_psp_version_unknown = EI_INIT;
+static expert_field ei_psp_cut = EI_INIT;
+static expert_field ei_psp_gmac_clear = EI_INIT;
+
+static dissector_handle_t psp_handle;
+static dissector_table_t ip_proto_table;
+
+static const value_string psp_versions[] = {
+    {PE_PSP_AES_GCM_128, "AES-GCM-128"},
+    {PE_PSP_AES_GCM_256, "AES-GCM-256"},
+    {PE_PSP_AES_GMAC_128, "AES-GMAC-128"},
+    {PE_PSP_AES_GMAC_256, "AES-GMAC-256"},
+    {0, NULL},
+};
+
+static void add_status(proto_tree *tree, packet_info *pinfo, tvbuff_t *tvb, pe_status st, proto_item *icv_item)
+{
+    proto_item *ti = proto_tree_add_string(tree, hf_psp_status, tvb, 0, 0, pe_status_name(st));
+    proto_item_set_generated(ti);
+    gboolean checked = st == PE_OK || st == PE_ERR_AUTH;
+    if (checked) {
+        ti = proto_tree_add_boolean(tree, hf_psp_icv_good, tvb, 0, 0, st == PE_OK);
+        proto_item_set_generated(ti);
+        ti = proto_tree_add_boolean(tree, hf_psp_icv_bad, tvb, 0, 0, st == PE_ERR_AUTH);
+        proto_item_set_generated(ti);
+    }
+    switch (st) {
+    case PE_OK:
+        break;
+    case PE_ERR_AUTH:
+        expert_add_info(pinfo, icv_item ? icv_item : ti, &ei_psp_icv_bad);
+        break;
+    case PE_ERR_NO_KEY:
+    case PE_ERR_PSP_VERSION_DISABLED:
+        expert_add_info(pinfo, ti, &ei_psp_no_key);
+        break;
+    case PE_ERR_PSP_VERSION:
+        expert_add_info(pinfo, ti, &ei_psp_version_unknown);
+        break;
+    default:
+        expert_add_info_format(pinfo, ti, &ei_psp_malformed, "Malformed PSP packet: %s (%s)",
+                               pe_status_message(st), pe_status_name(st));
+        break;
+    }
+}
+
+static void call_inner(tvbuff_t *inner, packet_info *pinfo, proto_tree *tree, guint8 next_header)
+{
+    if (!dissector_try_uint(ip_proto_table, next_header, inner, pinfo, tree))
+        call_data_dissector(inner, pinfo, tree);
+}
+
+static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data _U_)
+{
+    guint len = tvb_captured_length(tvb);
+    const guint8 *buf = tvb_get_ptr(tvb, 0, len);
+    pe_psp_hdr h;
+    memset(&h, 0, sizeof h);
+    pe_status hst = pe_psp_hdr_parse(buf, len, &h);
+
+    col_set_str(pinfo->cinfo, COL_PROTOCOL, "PSP");
+    col_clear(pinfo->cinfo, COL_INFO);
+
+    proto_item *ti = proto_tree_add_item(tree, proto_psp, tvb, 0, -1, ENC_NA);
+    proto_tree *pt = proto_item_add_subtree(ti, ett_psp);
+
+    /* The fixed part, as far as it was captured. */
+    if (len >= 1)
+        proto_tree_add_item(pt, hf_psp_nexthdr, tvb, 0, 1, ENC_BIG_ENDIAN);
+    if (len >= 2) {
+        proto_item *it = proto_tree_add_item(pt, hf_psp_hdrextlen, tvb, 1, 1, ENC_BIG_ENDIAN);
+        proto_item_append_text(it, " (%u octets)", ((guint)h.hdr_ext_len + 1) * 8);
+    }
+    if (len >= 3) {
+        proto_tree_add_item(pt, hf_psp_reserved0, tvb, 2, 1, ENC_BIG_ENDIAN);
+        proto_item *it = proto_tree_add_item(pt, hf_psp_cryptoffset, tvb, 2, 1, ENC_BIG_ENDIAN);
+        proto_item_append_text(it, " (%u octets)", (guint)h.crypt_offset * 4);
+    }
+    if (len >= 4) {
+        proto_tree_add_item(pt, hf_psp_sample, tvb, 3, 1, ENC_BIG_ENDIAN);
+        proto_tree_add_item(pt, hf_psp_drop, tvb, 3, 1, ENC_BIG_ENDIAN);
+        proto_tree_add_item(pt, hf_psp_version, tvb, 3, 1, ENC_BIG_ENDIAN);
+        proto_tree_add_item(pt, hf_psp_is_virt, tvb, 3, 1, ENC_BIG_ENDIAN);
+        proto_tree_add_item(pt, hf_psp_one_bit, tvb, 3, 1, ENC_BIG_ENDIAN);
+    }
+    if (len >= 8) {
+        proto_tree_add_item(pt, hf_psp_spi, tvb, 4, 4, ENC_BIG_ENDIAN);
+        proto_tree_add_item(pt, hf_psp_master_key, tvb, 4, 4, ENC_BIG_ENDIAN);
+    }
+    if (len >= 16)
+        proto_tree_add_item(pt, hf_psp_iv, tvb, 8, 8, ENC_BIG_ENDIAN);
+
+    if (len >= 16)
+        col_add_fstr(pinfo->cinfo, COL_INFO, "SPI=0x%08x IV=0x%016" PRIx64 " %s", h.spi, h.iv,
+                     val_to_str_const(h.version, psp_versions, "unknown version"));
+    else
+        col_set_str(pinfo->cinfo, COL_INFO, "PSP (truncated)");
+    if (h.virt && len >= 24)
+        col_append_fstr(pinfo->cinfo, COL_INFO, " VC=0x%016" PRIx64, tvb_get_ntoh64(tvb, 16));
+
+    /* Where the header's length is credible, show the extension area, payload and ICV. */
+    gboolean layout = len >= PE_PSP_HDR_LEN + PE_PSP_ICV_LEN && hst != PE_ERR_PSP_HDR_EXT_LEN &&
+                      pe_psp_hdr_len(&h) + PE_PSP_ICV_LEN <= len;
+    proto_item *icv_item = NULL;
+    guint hlen = (guint)pe_psp_hdr_len(&h);
+    if (layout) {
+        guint ext_off = PE_PSP_HDR_LEN;
+        if (h.virt && hlen >= PE_PSP_HDR_LEN + PE_PSP_VC_LEN) {
+            proto_item *vi = proto_tree_add_item(pt, hf_psp_vc, tvb, 16, 8, ENC_BIG_ENDIAN);
+            proto_tree *vt = proto_item_add_subtree(vi, ett_psp_vc);
+            proto_tree_add_item(vt, hf_psp_sectoken, tvb, 16, 4, ENC_BIG_ENDIAN);
+            proto_tree_add_item(vt, hf_psp_virtkey, tvb, 20, 4, ENC_BIG_ENDIAN);
+            ext_off += PE_PSP_VC_LEN;
+        }
+        if (hlen > ext_off)
+            proto_tree_add_item(pt, hf_psp_ext, tvb, ext_off, hlen - ext_off, ENC_NA);
+        if (len - PE_PSP_ICV_LEN > hlen)
+            proto_tree_add_item(pt, hf_psp_payload, tvb, hlen, len - PE_PSP_ICV_LEN - hlen, ENC_NA);
+        icv_item = proto_tree_add_item(pt, hf_psp_icv, tvb, len - PE_PSP_ICV_LEN, PE_PSP_ICV_LEN, ENC_NA);
+    }
+
+    if (tvb_reported_length(tvb) > len) {
+        proto_item *it = proto_tree_add_string(pt, hf_psp_status, tvb, 0, 0, "capture-packet-cut");
+        proto_item_set_generated(it);
+        expert_add_info(pinfo, it, &ei_psp_cut);
+        return len;
+    }
+
+    guint8 *out = wmem_alloc(pinfo->pool, len ? len : 1);
+    size_t out_len = 0;
+    pe_psp_hdr oh;
+    pe_status st = pe_ws_psp_open(buf, len, out, len, &out_len, &oh);
+    add_status(pt, pinfo, tvb, st, icv_item);
+
+    if (st == PE_OK) {
+        col_append_str(pinfo->cinfo, COL_INFO, " [decrypted]");
+        tvbuff_t *inner = tvb_new_child_real_data(tvb, out, (guint)out_len, (gint)out_len);
+        add_new_data_source(pinfo, inner, "Decrypted PSP");
+        call_inner(inner, pinfo, tree, h.next_header);
+    } else if (st == PE_ERR_AUTH) {
+        col_append_str(pinfo->cinfo, COL_INFO, " [ICV bad]");
+    } else if ((st == PE_ERR_NO_KEY || st == PE_ERR_PSP_VERSION_DISABLED) && layout &&
+               (h.version == PE_PSP_AES_GMAC_128 || h.version == PE_PSP_AES_GMAC_256)) {
+        /* GMAC leaves the payload in clear: show it, marked as not verified. */
+        expert_add_info(pinfo, icv_item, &ei_psp_gmac_clear);
+        tvbuff_t *inner = tvb_new_subset_length(tvb, hlen, len - PE_PSP_ICV_LEN - hlen);
+        call_inner(inner, pinfo, tree, h.next_header);
+    }
+    return len;
+}
+
+static void psp_prefs_applied(void)
+{
+    pe_ws_psp_keys_changed();
+}
+
+void proto_register_psp(void)
+{
+    static hf_register_info hf[] = {
+        {&hf_psp_nexthdr, {"Next Header", "psp.nexthdr", FT_UINT8, BASE_DEC | BASE_EXT_STRING, &ipproto_val_ext,
+                           0, "IP protocol of what follows the PSP header", HFILL}},
+        {&hf_psp_hdrextlen, {"Header Extension Length", "psp.hdrextlen", FT_UINT8, BASE_DEC, NULL, 0,
+                             "Header length in 8-octet units, not counting the first 8 octets", HFILL}},
+        {&hf_psp_reserved0, {"Reserved", "psp.reserved0", FT_UINT8, BASE_DEC, NULL, PE_PSP_R_MASK, NULL, HFILL}},
+        {&hf_psp_cryptoffset, {"Crypt Offset", "psp.cryptoffset", FT_UINT8, BASE_DEC, NULL,
+                               PE_PSP_CRYPT_OFFSET_MASK, "4-octet words after the IV left in clear", HFILL}},
+        {&hf_psp_sample, {"Sample (S)", "psp.sample", FT_BOOLEAN, 8, NULL, PE_PSP_VERFL_SAMPLE,
+                          "Sample this packet at the receiver", HFILL}},
+        {&hf_psp_drop, {"Drop after sampling (D)", "psp.drop", FT_BOOLEAN, 8, NULL, PE_PSP_VERFL_DROP, NULL,
+                        HFILL}},
+        {&hf_psp_version, {"Version", "psp.version", FT_UINT8, BASE_DEC, VALS(psp_versions),
+                           PE_PSP_VERFL_VERSION_MASK, "PSP crypto version", HFILL}},
+        {&hf_psp_is_virt, {"V bit", "psp.is_virt", FT_BOOLEAN, 8, NULL, PE_PSP_VERFL_VIRT,
+                           "A virtualization cookie is present", HFILL}},
+        {&hf_psp_one_bit, {"One bit", "psp.one_bit", FT_BOOLEAN, 8, NULL, PE_PSP_VERFL_ONE, NULL, HFILL}},
+        {&hf_psp_spi, {"Security Parameters Index", "psp.spi", FT_UINT32, BASE_HEX_DEC, NULL, 0, NULL, HFILL}},
+        {&hf_psp_master_key, {"Master key", "psp.master_key", FT_UINT32, BASE_DEC, NULL, PE_PSP_SPI_KEY_PHASE,
+                              "Which master key the SA key is derived from (the SPI's MSB)", HFILL}},
+        {&hf_psp_iv, {"Initialization Vector", "psp.iv", FT_UINT64, BASE_HEX_DEC, NULL, 0, NULL, HFILL}},
+        {&hf_psp_vc, {"Virtualization Cookie", "psp.vc", FT_UINT64, BASE_HEX_DEC, NULL, 0, NULL, HFILL}},
+        {&hf_psp_sectoken, {"Security Token", "psp.sectoken", FT_UINT32, BASE_HEX_DEC, NULL, 0,
+                            "VC octets 0-3", HFILL}},
+        {&hf_psp_virtkey, {"Virtualization Key", "psp.virtkey", FT_UINT32, BASE_HEX_DEC, NULL, 0,
+                           "VC octets 4-7", HFILL}},
+        {&hf_psp_ext, {"Extension", "psp.ext", FT_BYTES, BASE_NONE, NULL, 0,
+                       "Extension area after the VC", HFILL}},
+        {&hf_psp_payload, {"Payload", "psp.payload", FT_BYTES, BASE_NONE, NULL, 0,
+                           "Everything after the header up to the ICV, as sent", HFILL}},
+        {&hf_psp_icv, {"Integrity Checksum Value", "psp.icv", FT_BYTES, BASE_NONE, NULL, 0, NULL, HFILL}},
+        {&hf_psp_status, {"Decryption status", "psp.status", FT_STRING, BASE_NONE, NULL, 0,
+                          "ok, or why the packet was not decrypted (the core's status name)", HFILL}},
+        {&hf_psp_icv_good, {"ICV good", "psp.icv_good", FT_BOOLEAN, BASE_NONE, NULL, 0, NULL, HFILL}},
+        {&hf_psp_icv_bad, {"ICV bad", "psp.icv_bad", FT_BOOLEAN, BASE_NONE, NULL, 0, NULL, HFILL}},
+    };
+    static gint *ett[] = {&ett_psp, &ett_psp_vc};
+    static ei_register_info ei[] = {
+        {&ei_psp_no_key, {"psp.expert.no_key", PI_DECRYPTION, PI_NOTE,
+                          "No key for this SPI and version: not decrypted", EXPFILL}},
+        {&ei_psp_icv_bad, {"psp.expert.icv_bad", PI_CHECKSUM, PI_ERROR,
+                           "ICV verification failed (wrong key, or the packet was altered)", EXPFILL}},
+        {&ei_psp_malformed, {"psp.expert.malformed", PI_MALFORMED, PI_ERROR, "Malformed PSP packet", EXPFILL}},
+        {&ei_psp_version_unknown, {"psp.expert.version_unknown", PI_PROTOCOL, PI_WARN,
+                                   "Unknown PSP version (only 0-3 are defined)", EXPFILL}},
+        {&ei_psp_cut, {"psp.expert.cut", PI_UNDECODED, PI_NOTE,
+                       "Packet cut by the capture's snap length: cannot be verified", EXPFILL}},
+        {&ei_psp_gmac_clear, {"psp.expert.gmac_unverified", PI_SECURITY, PI_NOTE,
+                              "GMAC payload shown in clear without verifying its ICV (no key)", EXPFILL}},
+    };
+
+    proto_psp = proto_register_protocol("PSP Security Protocol", "PSP", "psp");
+    proto_register_field_array(proto_psp, hf, array_length(hf));
+    proto_register_subtree_array(ett, array_length(ett));
+    expert_module_t *em = expert_register_protocol(proto_psp);
+    expert_register_field_array(em, ei, array_length(ei));
+
+    module_t *module = prefs_register_protocol(proto_psp, psp_prefs_applied);
+    pe_ws_psp_keys_register(module);
+    psp_handle = register_dissector("psp", dissect_psp, proto_psp);
+}
+
+void proto_reg_handoff_psp(void)
+{
+    ip_proto_table = find_dissector_table("ip.proto");
+    dissector_add_uint_with_preference("udp.port", PE_PSP_UDP_PORT, psp_handle);
+}
