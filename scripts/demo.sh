@@ -32,4 +32,22 @@ python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_1a345678_decrypted.pcapng"
 python demo/compare.py "$OUT/sample.pcapng" "$OUT/psp_1a345679_decrypted.pcapng" "PSP v2 GMAC transport"
 python demo/compare.py "$OUT/sample.pcapng" "$OUT/eesp_1000_decrypted.pcapng" "EESP tunnel, 8 Sub SAs"
 python demo/compare.py "$OUT/sample.pcapng" "$OUT/eesp_2000_decrypted.pcapng" "EESP transport, UDP 4500"
+
+echo
+echo "===== the same captures in tshark, decrypted by the psp_eesp plugin ====="
+KEYS="$PWD/demo/keys.txt"
+TS=(tshark -n -o "psp.keyfile:$KEYS" -o "eesp.keyfile:$KEYS")
+run "${TS[@]}" -r "$OUT/psp_1a345678.pcapng" -c 4
+run "${TS[@]}" -r "$OUT/psp_1a345678.pcapng" -c 1 -O psp -V
+# A filter on the decrypted inner traffic (udp.* shows the outer datagram to port 1000, then the inner one):
+run "${TS[@]}" -r "$OUT/psp_9a345678.pcapng" -Y 'psp.status == "ok" && udp.dstport == 40001' -c 5 -T fields -e frame.number -e psp.spi -e psp.version -e udp.srcport -e udp.dstport
+run "${TS[@]}" -r "$OUT/eesp_1000.pcapng" -c 4 -T fields -e frame.number -e eesp.spi -e eesp.session_id -e eesp.seq -e eesp.status -e ip.dst -e ipv6.dst -e tcp.dstport -e udp.dstport
+run "${TS[@]}" -r "$OUT/eesp_2000.pcapng" -c 1 -O eesp -V
+echo
+echo "decryption status per capture (count, status; an empty status is a packet that is neither PSP nor EESP):"
+for f in psp_9a345678 psp_1a345678 psp_1a345679 eesp_1000 eesp_2000; do
+    printf '  %-14s ' "$f"; "${TS[@]}" -r "$OUT/$f.pcapng" -T fields -e psp.status -e eesp.status | sort | uniq -c | tr -s ' \t\n' ' '; echo
+done
+printf 'psp-master key0=%s key1=%s\n' "$(printf '11%.0s' {1..32})" "$(printf '22%.0s' {1..32})" > "$OUT/wrong_keys.txt"
+printf '  %-14s ' "wrong keys"; tshark -n -o "psp.keyfile:$PWD/$OUT/wrong_keys.txt" -r "$OUT/psp_9a345678.pcapng" -T fields -e psp.status | sort | uniq -c | tr -s ' \t\n' ' '; echo
 echo "captures are in $OUT/"

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cmake)
+APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cmake
+              # the Wireshark plugin and Lua module (conventions.md §1: wireshark-dev does not pull libgcrypt20-dev)
+              tshark wireshark-dev libgcrypt20-dev liblua5.2-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -13,7 +15,7 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 if ((${#missing[@]})); then
     echo "==> apt-get install ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
+    export DEBIAN_FRONTEND=noninteractive # wireshark-common asks about non-root capture: keep the default
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}"
 fi
@@ -29,3 +31,11 @@ echo "==> pip install -e .[test,bench]"
 # --no-build-isolation: build with the venv's cffi/setuptools just installed, no second download.
 .venv/bin/python -m pip install -q --no-build-isolation -e ".[test,bench]"
 .venv/bin/python -c "import pypsp, pecore._native; print('==> pypsp', pypsp.__version__, 'core at', pecore._native.__file__)"
+
+# The Wireshark plugin, built against the installed wireshark-dev and put into the
+# global plugin folder (tshark run as root reads no other); docs/wireshark.md.
+echo "==> Wireshark plugin"
+cmake -S dissectors/plugin -B build/plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/plugin -j "$(nproc)" >/dev/null
+cmake --install build/plugin >/dev/null
+tshark -G plugins 2>/dev/null | grep -q '^psp_eesp.so' || { echo "tshark does not list psp_eesp.so" >&2; exit 1; }
