@@ -53,7 +53,9 @@ def shared_dir(prefix: str = "pe-tshark-") -> Path:
 
 
 def _as_user() -> List[str]:
-    return ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+    # An absolute path: tshark runs with an empty environment, whose PATH lacks /usr/sbin.
+    runuser = shutil.which("runuser", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/runuser"
+    return [runuser, "-u", "nobody", "--"] if os.geteuid() == 0 else []
 
 
 def run(
@@ -71,6 +73,14 @@ def run(
     ``profile``: a directory used as WIRESHARK_CONFIG_DIR (UAT files go there) and HOME.
     """
     home = profile or shared_dir("pe-home-")
+    try:
+        return _run(args, home, plugin, lua_scripts, env, check, timeout)
+    finally:
+        if profile is None:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _run(args, home, plugin, lua_scripts, env, check, timeout) -> subprocess.CompletedProcess:
     plugin_dir = PLUGIN_DIRS[plugin] if plugin else EMPTY_PLUGIN_DIR
     if plugin is None:
         (EMPTY_PLUGIN_DIR / "4.0" / "epan").mkdir(parents=True, exist_ok=True)

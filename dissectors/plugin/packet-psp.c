@@ -23,6 +23,7 @@ static int hf_psp_nexthdr = -1;
 static int hf_psp_hdrextlen = -1;
 static int hf_psp_reserved0 = -1;
 static int hf_psp_cryptoffset = -1;
+static int hf_psp_reserved1 = -1;
 static int hf_psp_sample = -1;
 static int hf_psp_drop = -1;
 static int hf_psp_version = -1;
@@ -52,6 +53,7 @@ static expert_field ei_psp_cut = EI_INIT;
 static expert_field ei_psp_gmac_clear = EI_INIT;
 
 static dissector_handle_t psp_handle;
+static gboolean pref_encrypted_payload = TRUE;
 static dissector_table_t ip_proto_table;
 
 static const value_string psp_versions[] = {
@@ -126,6 +128,7 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
         proto_item_append_text(it, " (%u octets)", (guint)h.crypt_offset * 4);
     }
     if (len >= 4) {
+        proto_tree_add_item(pt, hf_psp_reserved1, tvb, 3, 1, ENC_BIG_ENDIAN);
         proto_tree_add_item(pt, hf_psp_sample, tvb, 3, 1, ENC_BIG_ENDIAN);
         proto_tree_add_item(pt, hf_psp_drop, tvb, 3, 1, ENC_BIG_ENDIAN);
         proto_tree_add_item(pt, hf_psp_version, tvb, 3, 1, ENC_BIG_ENDIAN);
@@ -148,10 +151,10 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
         col_append_fstr(pinfo->cinfo, COL_INFO, " VC=0x%016" PRIx64, tvb_get_ntoh64(tvb, 16));
 
     /* Where the header's length is credible, show the extension area, payload and ICV. */
-    gboolean layout = len >= PE_PSP_HDR_LEN + PE_PSP_ICV_LEN && hst != PE_ERR_PSP_HDR_EXT_LEN &&
-                      pe_psp_hdr_len(&h) + PE_PSP_ICV_LEN <= len;
-    proto_item *icv_item = NULL;
+    guint icv_len = pref_encrypted_payload ? PE_PSP_ICV_LEN : 0;
     guint hlen = (guint)pe_psp_hdr_len(&h);
+    gboolean layout = len >= PE_PSP_HDR_LEN + icv_len && hst != PE_ERR_PSP_HDR_EXT_LEN && hlen + icv_len <= len;
+    proto_item *icv_item = NULL;
     if (layout) {
         guint ext_off = PE_PSP_HDR_LEN;
         if (h.virt && hlen >= PE_PSP_HDR_LEN + PE_PSP_VC_LEN) {
@@ -163,11 +166,18 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
         }
         if (hlen > ext_off)
             proto_tree_add_item(pt, hf_psp_ext, tvb, ext_off, hlen - ext_off, ENC_NA);
-        if (len - PE_PSP_ICV_LEN > hlen)
-            proto_tree_add_item(pt, hf_psp_payload, tvb, hlen, len - PE_PSP_ICV_LEN - hlen, ENC_NA);
-        icv_item = proto_tree_add_item(pt, hf_psp_icv, tvb, len - PE_PSP_ICV_LEN, PE_PSP_ICV_LEN, ENC_NA);
+        if (len - icv_len > hlen)
+            proto_tree_add_item(pt, hf_psp_payload, tvb, hlen, len - icv_len - hlen, ENC_NA);
+        if (icv_len)
+            icv_item = proto_tree_add_item(pt, hf_psp_icv, tvb, len - icv_len, icv_len, ENC_NA);
     }
 
+    if (!pref_encrypted_payload) {
+        /* google/psp's psp.lua setting, for captures taken before encryption: no ICV, payload in clear. */
+        if (layout && hst == PE_OK)
+            call_inner(tvb_new_subset_remaining(tvb, hlen), pinfo, tree, h.next_header);
+        return len;
+    }
     if (tvb_reported_length(tvb) > len) {
         proto_item *it = proto_tree_add_string(pt, hf_psp_status, tvb, 0, 0, "capture-packet-cut");
         proto_item_set_generated(it);
@@ -213,6 +223,9 @@ void proto_register_psp(void)
         {&hf_psp_reserved0, {"Reserved", "psp.reserved0", FT_UINT8, BASE_DEC, NULL, PE_PSP_R_MASK, NULL, HFILL}},
         {&hf_psp_cryptoffset, {"Crypt Offset", "psp.cryptoffset", FT_UINT8, BASE_DEC, NULL,
                                PE_PSP_CRYPT_OFFSET_MASK, "4-octet words after the IV left in clear", HFILL}},
+        {&hf_psp_reserved1, {"S/D bits (google/psp: Reserved)", "psp.reserved1", FT_UINT8, BASE_DEC, NULL,
+                             PE_PSP_VERFL_SAMPLE | PE_PSP_VERFL_DROP,
+                             "google/psp's name for octet 3's top bits, which the spec defines as S and D", HFILL}},
         {&hf_psp_sample, {"Sample (S)", "psp.sample", FT_BOOLEAN, 8, NULL, PE_PSP_VERFL_SAMPLE,
                           "Sample this packet at the receiver", HFILL}},
         {&hf_psp_drop, {"Drop after sampling (D)", "psp.drop", FT_BOOLEAN, 8, NULL, PE_PSP_VERFL_DROP, NULL,
@@ -264,6 +277,10 @@ void proto_register_psp(void)
 
     module_t *module = prefs_register_protocol(proto_psp, psp_prefs_applied);
     pe_ws_psp_keys_register(module);
+    prefs_register_bool_preference(module, "encrypted_payload", "Encrypted PSP packet",
+                                   "As in google/psp's psp.lua: when off, packets are taken as captured before "
+                                   "encryption (no ICV) and the payload is dissected in clear",
+                                   &pref_encrypted_payload);
     psp_handle = register_dissector("psp", dissect_psp, proto_psp);
 }
 

@@ -1,0 +1,353 @@
+/*
+ * pelua: the project's C core as a Lua 5.2 C module, so that the Lua
+ * dissectors (psp.lua, eesp.lua) can decrypt inside Wireshark 4.0, whose Lua
+ * has no crypto API (../../../shared/spec/conventions.md §3.3).
+ *
+ * Build with -I/usr/include/lua5.2 and do NOT link liblua: the lua_* symbols
+ * resolve from the host's liblua5.2.so.0 (libwireshark links it).
+ *
+ *   local pelua = require "pelua"
+ *   pelua.version                               -> "0.1.0"
+ *   pelua.load_keyfile(path)                    -> keys | nil, message
+ *   keys:psp_open(udp_payload)                  -> status, inner | nil, info
+ *   keys:eesp_open(eesp, ip_version, dst | nil) -> status, inner | nil, info
+ *   keys:summary()                              -> {psp_master0=, psp_master1=, psp_keys=, eesp_sas=}
+ *   keys:close()                                   frees and wipes now (also done by __gc)
+ *
+ * load_keyfile reads the project's key file (docs/keys.md): a PSP receiver
+ * with the psp-master pair and every psp-key (pe_keyfile_psp_rx_new), and an
+ * EESP receiver with one SA per eesp-sa line (ip_protocol from the first
+ * line, default 49).  The parsed file is wiped right away; the receivers keep
+ * their own copies until close/__gc.  message (from pe_keyfile_error) names
+ * the file, line and field, never a value.
+ *
+ * status is pe_status_name() ("ok", "authentication-failed", "no-key", ...).
+ * inner is the decrypted part (pe_psp_open / pe_eesp_open): the L4 segment in
+ * transport mode, the inner IP packet in tunnel mode; nil unless status is "ok".
+ *
+ * psp info: next_header, hdr_ext_len, crypt_offset, version, version_name,
+ *   virt, spi, iv (number, exact below 2^53), iv_hex (16 hex digits), tunnel,
+ *   icv_valid (status == "ok"), status, message (pe_status_message), and with
+ *   status "ok" ext (the extension area as sent, VC decrypted when the crypt
+ *   offset left it encrypted).
+ * eesp info: spi, session_id, opt_len, seq (number), seq_hex, seq_present,
+ *   iv_len, icv_len, payload_offset (0 until the SA and options are known),
+ *   full_format, format ("full" / "optimized"; "" until the layout is known), next_header,
+ *   pad_len, sa_found, icv_valid, status, message; with sa_found also suite
+ *   (pe_eesp_suite_name, e.g. "ENCR_AES_GCM_16"), key_bits and mode
+ *   ("tunnel" / "transport").  eesp_open uses PE_EESP_OPEN_NO_REPLAY: a
+ *   dissector revisits packets.  ip_version is 4 or 6; dst is the outer
+ *   destination as 4 / 16 raw octets (network order), or nil to match only
+ *   SAs without dst.
+ *
+ * Wrong argument types raise the usual Lua argument errors; any octets of any
+ * length are fine as packet input (output buffers are sized from the input).
+ * Nothing here ever returns or prints key material.
+ */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "pe/eesp.h"
+#include "pe/keyfile.h"
+#include "pe/psp.h"
+#include "pe/status.h"
+
+#define PELUA_VERSION "0.1.0"
+#define KEYS_MT "pelua.keys"
+
+typedef struct pelua_keys {
+    pe_psp_rx *psp;
+    pe_eesp_rx *eesp;
+    int psp_master0, psp_master1;
+    size_t n_psp_keys, n_eesp_sas;
+} pelua_keys;
+
+static void keys_release(pelua_keys *k)
+{
+    pe_psp_rx_free(k->psp);
+    k->psp = NULL;
+    pe_eesp_rx_free(k->eesp);
+    k->eesp = NULL;
+}
+
+static pelua_keys *check_keys(lua_State *L)
+{
+    pelua_keys *k = luaL_checkudata(L, 1, KEYS_MT);
+    if (!k->psp || !k->eesp)
+        luaL_argerror(L, 1, "the keys were closed");
+    return k;
+}
+
+static int keys_gc(lua_State *L)
+{
+    pelua_keys *k = luaL_checkudata(L, 1, KEYS_MT);
+    keys_release(k);
+    return 0;
+}
+
+static int keys_close(lua_State *L)
+{
+    pelua_keys *k = luaL_checkudata(L, 1, KEYS_MT);
+    keys_release(k);
+    return 0;
+}
+
+static int keys_tostring(lua_State *L)
+{
+    pelua_keys *k = luaL_checkudata(L, 1, KEYS_MT);
+    if (!k->psp)
+        lua_pushstring(L, "pelua.keys (closed)");
+    else
+        lua_pushfstring(L, "pelua.keys (PSP master keys: %s%s, PSP derived keys: %d, EESP SAs: %d)",
+                        k->psp_master0 ? "0" : "", k->psp_master1 ? (k->psp_master0 ? "+1" : "1") : "",
+                        (int)k->n_psp_keys, (int)k->n_eesp_sas);
+    return 1;
+}
+
+static int keys_summary(lua_State *L)
+{
+    pelua_keys *k = check_keys(L);
+    lua_createtable(L, 0, 4);
+    lua_pushboolean(L, k->psp_master0);
+    lua_setfield(L, -2, "psp_master0");
+    lua_pushboolean(L, k->psp_master1);
+    lua_setfield(L, -2, "psp_master1");
+    lua_pushnumber(L, (lua_Number)k->n_psp_keys);
+    lua_setfield(L, -2, "psp_keys");
+    lua_pushnumber(L, (lua_Number)k->n_eesp_sas);
+    lua_setfield(L, -2, "eesp_sas");
+    return 1;
+}
+
+/* Scratch memory owned by Lua: freed by the collector even when a later API call raises. */
+static uint8_t *scratch(lua_State *L, size_t len)
+{
+    return lua_newuserdata(L, len ? len : 1);
+}
+
+static void set_int(lua_State *L, const char *name, uint64_t v)
+{
+    lua_pushnumber(L, (lua_Number)v); /* exact up to 2^53; 64-bit values also get a _hex twin */
+    lua_setfield(L, -2, name);
+}
+
+static void set_bool(lua_State *L, const char *name, int v)
+{
+    lua_pushboolean(L, v != 0);
+    lua_setfield(L, -2, name);
+}
+
+static void set_str(lua_State *L, const char *name, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, name);
+}
+
+static void set_hex64(lua_State *L, const char *name, uint64_t v)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, v);
+    set_str(L, name, hex);
+}
+
+/* pelua.load_keyfile(path) -> keys | nil, message */
+static int l_load_keyfile(lua_State *L)
+{
+    size_t path_len;
+    const char *path = luaL_checklstring(L, 1, &path_len);
+    if (path_len == 0 || strlen(path) != path_len)
+        return luaL_argerror(L, 1, "a file name, without NUL octets");
+    pelua_keys *k = lua_newuserdata(L, sizeof *k);
+    memset(k, 0, sizeof *k);
+    luaL_setmetatable(L, KEYS_MT);
+
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    memset(&err, 0, sizeof err);
+    pe_status st = pe_keyfile_load(path, &kf, &err);
+    if (st != PE_OK) {
+        lua_pushnil(L);
+        if (err.line)
+            lua_pushfstring(L, "%s, line %d: %s", path, (int)err.line, err.message);
+        else
+            lua_pushfstring(L, "%s: %s", path, err.message[0] ? err.message : pe_status_message(st));
+        return 2;
+    }
+
+    /* Everything from here may fail with a message naming a line, never a value. */
+    char msg[256];
+    msg[0] = 0;
+    st = pe_keyfile_psp_rx_new(&kf, &k->psp);
+    if (st != PE_OK)
+        snprintf(msg, sizeof msg, "%s: PSP keys: %s", path, pe_status_message(st));
+    if (st == PE_OK) {
+        pe_eesp_rx_config rc;
+        pe_eesp_rx_config_init(&rc);
+        if (kf.n_eesp_sas)
+            rc.ip_protocol = kf.eesp_sas[0].ip_protocol;
+        st = pe_eesp_rx_new(&rc, &k->eesp);
+        if (st != PE_OK)
+            snprintf(msg, sizeof msg, "%s: EESP receiver: %s", path, pe_status_message(st));
+    }
+    for (size_t i = 0; st == PE_OK && i < kf.n_eesp_sas; i++) {
+        pe_eesp_sa_config cfg;
+        pe_keyfile_eesp_sa_config(&kf.eesp_sas[i], 1, &cfg);
+        st = pe_eesp_rx_add_sa(k->eesp, &cfg);
+        if (st != PE_OK)
+            snprintf(msg, sizeof msg, "%s, line %zu: eesp-sa: %s", path, kf.eesp_sas[i].line,
+                     st == PE_ERR_INVALID_ARGUMENT ? "a second SA with this SPI and destination"
+                                                   : pe_status_message(st));
+    }
+    k->psp_master0 = kf.n_psp_master && kf.psp_master.has_key0;
+    k->psp_master1 = kf.n_psp_master && kf.psp_master.has_key1;
+    k->n_psp_keys = kf.n_psp_keys;
+    k->n_eesp_sas = kf.n_eesp_sas;
+    pe_keyfile_free(&kf); /* the receivers hold their own copies: wipe the file's now */
+    if (st != PE_OK) {
+        keys_release(k);
+        lua_pushnil(L);
+        lua_pushstring(L, msg);
+        return 2;
+    }
+    return 1;
+}
+
+/* keys:psp_open(payload) -> status, inner | nil, info */
+static int l_psp_open(lua_State *L)
+{
+    pelua_keys *k = check_keys(L);
+    size_t len;
+    const char *in = luaL_checklstring(L, 2, &len);
+    uint8_t *out = scratch(L, len);
+    size_t out_len = 0;
+    pe_psp_hdr hdr;
+    memset(&hdr, 0, sizeof hdr);
+    pe_status st = pe_psp_open(k->psp, (const uint8_t *)in, len, out, len, &out_len, &hdr);
+
+    lua_pushstring(L, pe_status_name(st));
+    if (st == PE_OK && out_len <= len)
+        lua_pushlstring(L, (const char *)out, out_len);
+    else
+        lua_pushnil(L);
+    lua_createtable(L, 0, 16);
+    set_int(L, "next_header", hdr.next_header);
+    set_int(L, "hdr_ext_len", hdr.hdr_ext_len);
+    set_int(L, "crypt_offset", hdr.crypt_offset);
+    set_int(L, "version", hdr.version);
+    set_str(L, "version_name", pe_psp_version_name(hdr.version));
+    set_bool(L, "virt", hdr.virt);
+    set_int(L, "spi", hdr.spi);
+    set_int(L, "iv", hdr.iv);
+    set_hex64(L, "iv_hex", hdr.iv);
+    set_bool(L, "tunnel", hdr.next_header == 4 || hdr.next_header == 41);
+    set_bool(L, "icv_valid", st == PE_OK);
+    set_str(L, "status", pe_status_name(st));
+    set_str(L, "message", pe_status_message(st));
+    /* The extension area as sent; decrypted when the crypt offset left part of the VC encrypted. */
+    if (st == PE_OK && hdr.ext && hdr.ext_len <= len) {
+        lua_pushlstring(L, (const char *)hdr.ext, hdr.ext_len);
+        lua_setfield(L, -2, "ext");
+    }
+    return 3;
+}
+
+static const uint8_t *check_dst(lua_State *L, int arg, int ip_version)
+{
+    if (lua_isnoneornil(L, arg))
+        return NULL;
+    size_t len;
+    const char *dst = luaL_checklstring(L, arg, &len);
+    if (len != (ip_version == 4 ? 4u : 16u))
+        luaL_argerror(L, arg, ip_version == 4 ? "an IPv4 destination is 4 octets (network order)"
+                                              : "an IPv6 destination is 16 octets (network order)");
+    return (const uint8_t *)dst;
+}
+
+/* keys:eesp_open(eesp, ip_version, dst | nil) -> status, inner | nil, info */
+static int l_eesp_open(lua_State *L)
+{
+    pelua_keys *k = check_keys(L);
+    size_t len;
+    const char *in = luaL_checklstring(L, 2, &len);
+    lua_Integer ipv = luaL_checkinteger(L, 3);
+    if (ipv != 4 && ipv != 6)
+        return luaL_argerror(L, 3, "IP version must be 4 or 6");
+    const uint8_t *dst = check_dst(L, 4, (int)ipv);
+    uint8_t *out = scratch(L, len);
+    pe_eesp_info *info = (pe_eesp_info *)scratch(L, sizeof *info);
+    memset(info, 0, sizeof *info);
+    size_t out_len = 0;
+    pe_status st = pe_eesp_open(k->eesp, (const uint8_t *)in, len, (int)ipv, dst, PE_EESP_OPEN_NO_REPLAY, out, len,
+                                &out_len, info);
+
+    lua_pushstring(L, pe_status_name(st));
+    if (st == PE_OK && out_len <= len)
+        lua_pushlstring(L, (const char *)out, out_len);
+    else
+        lua_pushnil(L);
+    lua_createtable(L, 0, 24);
+    set_int(L, "spi", info->hdr.spi);
+    set_int(L, "session_id", info->hdr.session_id);
+    set_int(L, "opt_len", info->hdr.opt_len);
+    set_int(L, "seq", info->seq);
+    set_hex64(L, "seq_hex", info->seq);
+    set_bool(L, "seq_present", info->seq_present);
+    set_int(L, "iv_len", info->iv_len);
+    set_int(L, "icv_len", info->icv_len);
+    set_int(L, "payload_offset", info->payload_offset);
+    set_bool(L, "full_format", info->full_format);
+    set_str(L, "format", info->payload_offset ? (info->full_format ? "full" : "optimized") : "");
+    set_int(L, "next_header", info->next_header);
+    set_int(L, "pad_len", info->pad_len);
+    if (info->sa_found) {
+        set_str(L, "suite", pe_eesp_suite_name(&info->suite));
+        set_int(L, "key_bits", info->suite.key_len * 8);
+        set_str(L, "mode", info->mode == PE_EESP_TUNNEL ? "tunnel" : "transport");
+    }
+    set_bool(L, "sa_found", info->sa_found);
+    set_bool(L, "icv_valid", info->icv_valid);
+    set_str(L, "status", pe_status_name(st));
+    set_str(L, "message", pe_status_message(st));
+    return 3;
+}
+
+static const luaL_Reg keys_methods[] = {
+    {"psp_open", l_psp_open},
+    {"eesp_open", l_eesp_open},
+    {"summary", keys_summary},
+    {"close", keys_close},
+    {NULL, NULL},
+};
+
+static const luaL_Reg module_functions[] = {
+    {"load_keyfile", l_load_keyfile},
+    {NULL, NULL},
+};
+
+#ifndef PELUA_API
+#define PELUA_API
+#endif
+PELUA_API int luaopen_pelua(lua_State *L);
+PELUA_API int luaopen_pelua(lua_State *L)
+{
+    if (luaL_newmetatable(L, KEYS_MT)) {
+        luaL_newlib(L, keys_methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, keys_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, keys_tostring);
+        lua_setfield(L, -2, "__tostring");
+        lua_pushliteral(L, "pelua.keys");
+        lua_setfield(L, -2, "__metatable"); /* getmetatable() cannot reach or replace it */
+    }
+    lua_pop(L, 1);
+    luaL_newlib(L, module_functions);
+    lua_pushliteral(L, PELUA_VERSION);
+    lua_setfield(L, -2, "version");
+    return 1;
+}

@@ -1,0 +1,584 @@
+"""The Lua dissectors (dissectors/lua/psp.lua, eesp.lua) and their C module pelua, inside tshark.
+
+Captures come from the Python packages (pypsp / pyeesp encrypt_capture); what each packet holds
+is computed again with the libraries (pypsp.Header / Decryptor, pyeesp.Receiver) and compared
+with tshark's fields.  tshark runs without the C plugin (plugin=None): the plugin registers the
+same field names.  One tshark run per capture, with many fields, keeps the file fast.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import ipaddress
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+
+import wireshark as ws
+from conftest import REPO_ROOT, SHARED_DIR
+
+pypsp = pytest.importorskip("pypsp")
+pyeesp = pytest.importorskip("pyeesp")
+from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter, read_capture  # noqa: E402
+from pecore.keys import load_psp_ref_config  # noqa: E402
+
+if not Path(ws.TSHARK).exists():
+    pytest.skip("tshark is not installed (bash scripts/install.sh installs it)", allow_module_level=True)
+
+PSP_LUA = ws.LUA_DIR / "psp.lua"
+EESP_LUA = ws.LUA_DIR / "eesp.lua"
+SCRIPTS = [PSP_LUA, EESP_LUA]
+PELUA = ws.LUA_MODULE_DIR / "pelua.so"
+REF = SHARED_DIR / "reference" / "psp"
+
+# The public master keys of the PSP spec vectors and the reference configs (docs/keys.md).
+MK0 = bytes.fromhex("34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca")
+MK1 = bytes.fromhex("563952565d3a78ae773ec1b779f2f2d99f4a7f53a6fbb9b07d5b71f39364d739")
+EESP_ROOT = bytes(range(32))
+EESP_KEY_2000 = bytes(range(0x40, 0x64))  # chacha20-poly1305 key || salt (36 octets)
+KEYS = f"""# test keys (public test values only)
+psp-master key0={MK0.hex()} key1={MK1.hex()}
+eesp-sa spi=0x1000 suite=aes-gcm-16 root-key={EESP_ROOT.hex()} sskdf=hkdf-sha256 mode=tunnel max-sub-sa-id=7
+eesp-sa spi=0x2000 suite=chacha20-poly1305 key={EESP_KEY_2000.hex()} mode=transport udp-encap=1
+eesp-sa spi=0x3000 suite=aes-gcm-16 key={bytes(range(20)).hex()} mode=tunnel ip-protocol=253
+eesp-sa spi=0x4000 suite=aes-gcm-16 key={bytes(range(1, 21)).hex()} mode=transport max-crypt-offset=8
+eesp-sa spi=0x5000 suite=aes-gcm-16 key={bytes(range(2, 22)).hex()} mode=transport
+"""
+WRONG_KEYS = f"psp-master key0={bytes(32).hex()} key1={(bytes([0x11]) * 32).hex()}\n"
+
+PSP_FIELDS = [
+    "frame.number", "psp.spi", "psp.iv", "psp.version", "psp.nexthdr", "psp.hdrextlen", "psp.cryptoffset",
+    "psp.is_virt", "psp.one_bit", "psp.master_key", "psp.vc", "psp.sectoken", "psp.virtkey", "psp.status",
+    "psp.icv_good", "psp.icv_bad", "psp.icv", "ip.dst", "ipv6.dst", "udp.dstport", "tcp.dstport", "_ws.expert",
+    "_ws.expert.message", "_ws.malformed", "frame.protocols",
+]
+EESP_FIELDS = [
+    "frame.number", "eesp.spi", "eesp.session_id", "eesp.seq", "eesp.compat", "eesp.version", "eesp.opt_len",
+    "eesp.option.type", "eesp.option.len", "eesp.option.payload_offset", "eesp.option.crypt_offset", "eesp.iv", "eesp.icv", "eesp.next_header", "eesp.pad_len", "eesp.format", "eesp.suite",
+    "eesp.status", "eesp.icv_good", "eesp.icv_bad", "eesp.data", "ip.dst", "ipv6.dst", "udp.dstport",
+    "tcp.dstport", "esp.spi", "isakmp.ispi", "_ws.expert.message", "_ws.malformed", "frame.protocols",
+]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def _sample_traffic():
+    spec = importlib.util.spec_from_file_location("sample_traffic", REPO_ROOT / "demo" / "sample_traffic.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def write_frames(path: Path, ip_packets: Sequence[bytes], ts0: int = 1_700_000_000) -> Path:
+    st = _sample_traffic()
+    with CaptureWriter(path, LINKTYPE_ETHERNET, "pcap") as w:
+        for i, pkt in enumerate(ip_packets):
+            etype = b"\x08\x00" if pkt[0] >> 4 == 4 else b"\x86\xdd"
+            w.write(st.MAC_B + st.MAC_A + etype + pkt, (ts0 + i, 1000 * i))
+    path.chmod(0o644)
+    return path
+
+
+def clear_packets(n: int = 8, seed: int = 0) -> List[bytes]:
+    """Small IPv4/IPv6, TCP/UDP packets with distinct destination ports."""
+    st = _sample_traffic()
+    v6a = bytes.fromhex("20010db8000000000000000000000001")
+    v6b = bytes.fromhex("20010db8000000000000000000000002")
+    out = []
+    for i in range(n):
+        proto = (17, 6)[i % 2]
+        dport = 5000 + 10 * seed + i
+        size = (0, 3, 40, 100)[i % 4]
+        payload = bytes((i * 7 + j) & 0xFF for j in range(size))
+        if (i // 2) % 2 == 0:
+            out.append(st.ipv4("10.1.0.1", f"10.1.{seed}.{i + 2}", proto, 40000 + i, dport, payload, i))
+        else:
+            dst = v6b[:-1] + bytes([i + 2 + seed])
+            out.append(st.ipv6(v6a, dst, proto, 40000 + i, dport, payload, i))
+    return out
+
+
+def ip_payload(ip: bytes) -> Tuple[int, bytes, int, bytes]:
+    """(version, destination octets, protocol, payload) of an IPv4/IPv6 packet without extension headers."""
+    if ip[0] >> 4 == 4:
+        ihl = (ip[0] & 0xF) * 4
+        total = struct.unpack("!H", ip[2:4])[0]
+        return 4, ip[16:20], ip[9], ip[ihl:total]
+    plen = struct.unpack("!H", ip[4:6])[0]
+    return 6, ip[24:40], ip[6], ip[40 : 40 + plen]
+
+
+def udp_payload(ip: bytes) -> bytes:
+    _, _, proto, l4 = ip_payload(ip)
+    assert proto == 17
+    return l4[8:]
+
+
+def addr_text(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
+
+
+def l4_dport(proto: int, seg: bytes) -> Optional[str]:
+    if proto in (6, 17) and len(seg) >= 4:
+        return str(struct.unpack("!H", seg[2:4])[0])
+    return None
+
+
+def frames_of(path: Path) -> List[bytes]:
+    return [rec.ip_packet() for rec in read_capture(path)]
+
+
+def merge(out: Path, parts: Sequence[Path]) -> Path:
+    subprocess.run(["mergecap", "-a", "-F", "pcap", "-w", str(out), *map(str, parts)], check=True)
+    out.chmod(0o644)
+    return out
+
+
+_HOME: Optional[Path] = None  # one throwaway HOME / WIRESHARK_CONFIG_DIR for every run of this file
+
+
+def run(args: Sequence[str], **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("profile", _HOME)
+    return ws.run(args, **kw)
+
+
+def rows(capture: Path, names: Sequence[str], *, extra: Sequence[str] = (), scripts=SCRIPTS, **kw) -> List[Dict[str, str]]:
+    kw.setdefault("profile", _HOME)
+    out = ws.fields(capture, names, extra=extra, plugin=None, lua_scripts=scripts, **kw)
+    return [dict(zip(names, line)) for line in out]
+
+
+def occurrences(value: str) -> List[str]:
+    return [v for v in value.split(",") if v] if value else []
+
+
+def no_lua_error(proc: subprocess.CompletedProcess) -> None:
+    assert "Lua Error" not in proc.stdout and "Lua Error" not in proc.stderr, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "[string" not in proc.stderr, proc.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="session")
+def pelua_built() -> Path:
+    """build/lua/pelua.so: configured and built when missing, else brought up to date (a no-op when fresh)."""
+    if PELUA.exists() and not (ws.LUA_MODULE_DIR / "CMakeCache.txt").exists():
+        return PELUA  # built some other way: use it as it is
+    if shutil.which("cmake") is None:
+        if PELUA.exists():
+            return PELUA
+        pytest.skip("cmake is needed to build pelua (cmake -S dissectors/lua -B build/lua)")
+    cmds = [["cmake", "--build", str(ws.LUA_MODULE_DIR)]]
+    if not (ws.LUA_MODULE_DIR / "CMakeCache.txt").exists():
+        cmds.insert(0, ["cmake", "-S", str(ws.LUA_DIR), "-B", str(ws.LUA_MODULE_DIR)])
+    for cmd in cmds:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
+        if proc.returncode != 0:
+            if "Lua 5.2 headers not found" in proc.stdout + proc.stderr:
+                pytest.skip("liblua5.2-dev is not installed: pelua cannot be built")
+            pytest.fail(f"building pelua failed: {' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    assert PELUA.exists()
+    return PELUA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tshark_home():
+    global _HOME
+    _HOME = ws.shared_dir("pe-lua-home-")
+    yield _HOME
+    shutil.rmtree(_HOME, ignore_errors=True)
+    _HOME = None
+
+
+@pytest.fixture(scope="session")
+def work() -> Path:
+    d = ws.shared_dir("pe-lua-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def keyfile(work: Path) -> Path:
+    p = work / "keys.txt"
+    p.write_text(KEYS)
+    p.chmod(0o644)  # tshark runs as nobody; these are public test keys
+    return p
+
+
+# The PSP SAs: every version, transport and tunnel, a VC in clear and a VC the crypt offset encrypts.
+PSP_SAS = [
+    dict(spi=0x9A345678, version=0, mode="transport", crypt_offset=1),
+    dict(spi=0x1A345678, version=1, mode="tunnel", crypt_offset_ipv4=8, crypt_offset_ipv6=13,
+         vc=bytes.fromhex("00000000deadbeef")),
+    dict(spi=0x1A345679, version=2, mode="transport"),
+    dict(spi=0x9A34567A, version=3, mode="tunnel", vc=bytes.fromhex("0102030405060708")),
+    dict(spi=0x1A34567B, version=0, mode="transport", crypt_offset=0, vc=bytes.fromhex("a1a2a3a4b1b2b3b4")),
+]
+
+
+@pytest.fixture(scope="session")
+def psp_capture(work: Path) -> Tuple[Path, List[dict]]:
+    """One capture holding packets of every PSP SA, and per packet what the libraries say it holds."""
+    parts, sas = [], []
+    for i, sa in enumerate(PSP_SAS):
+        clear = write_frames(work / f"psp_clear_{i}.pcap", clear_packets(4, seed=i))
+        enc = pypsp.Encryptor(master_keys=(MK0, MK1), **sa)
+        out = work / f"psp_{i}.pcap"
+        pypsp.encrypt_capture(enc, clear, out)
+        parts.append(out)
+        sas += [sa] * 4
+    cap = merge(work / "psp.pcap", parts)
+    dec = pypsp.Decryptor(master_keys=(MK0, MK1))
+    expected = []
+    for ip, sa in zip(frames_of(cap), sas):
+        hdr = pypsp.Header.parse(udp_payload(ip))
+        inner = dec.decrypt(ip).packet  # transport: the original packet; tunnel: the inner packet
+        version, dst, proto, seg = ip_payload(inner)
+        expected.append(dict(sa=sa, hdr=hdr, inner_version=version, inner_dst=addr_text(dst), proto=proto,
+                             dport=l4_dport(proto, seg)))
+    return cap, expected
+
+
+@pytest.fixture(scope="session")
+def eesp_capture(work: Path) -> Tuple[Path, List[Optional[dict]]]:
+    """EESP tunnel over 8 Sub SAs (IP protocol 49), EESP transport in UDP 4500, and ESP / IKE / a
+    keepalive on UDP 4500 that must go to Wireshark's own dissectors."""
+    st = _sample_traffic()
+    tunnel = pyeesp.SA(0x1000, "aes-gcm-16", root_key=EESP_ROOT, sskdf="hkdf-sha256", mode="tunnel", max_sub_sa_id=7)
+    transport = pyeesp.SA(0x2000, "chacha20-poly1305", key=EESP_KEY_2000, key_bits=256, mode="transport",
+                          udp_encap=True)
+    parts = []
+    clear = write_frames(work / "eesp_clear_t.pcap", clear_packets(8, seed=1))
+    pyeesp.encrypt_capture(tunnel, clear, work / "eesp_tunnel.pcap", sub_sas=8)
+    parts.append(work / "eesp_tunnel.pcap")
+    clear = write_frames(work / "eesp_clear_u.pcap", clear_packets(4, seed=2))
+    pyeesp.encrypt_capture(transport, clear, work / "eesp_udp.pcap")
+    parts.append(work / "eesp_udp.pcap")
+    # A Crypt Offset option (PIH and ports in clear) with Pad options for alignment (IPv6 outer);
+    # SA 0x5000 sends one too, but the key file's receiver allows none: a receiver drops those.
+    exposed = pyeesp.SA(0x4000, "aes-gcm-16", key=bytes(range(1, 21)), mode="transport", crypt_offset=2,
+                        max_crypt_offset=8)
+    refused = pyeesp.SA(0x5000, "aes-gcm-16", key=bytes(range(2, 22)), mode="transport", crypt_offset=2,
+                        max_crypt_offset=8)
+    v6 = [p for p in clear_packets(8, seed=3) if p[0] >> 4 == 6]
+    parts.append(write_frames(work / "eesp_co.pcap", [exposed.encrypt(v6[0]), exposed.encrypt(v6[1]),
+                                                      refused.encrypt(v6[2])]))
+
+    def udp4500(payload: bytes) -> bytes:
+        return st.ipv4("192.0.2.1", "192.0.2.2", 17, 4500, 4500, payload, 7)
+
+    esp = struct.pack("!II", 0x01020304, 1) + bytes(range(48))  # ESP SPI MSB 0
+    # Non-ESP marker, then an IKEv2 header alone (IKE_SA_INIT, no payload, 28 octets).
+    ike = bytes(4) + bytes.fromhex("1122334455667788") + bytes(8) + bytes([0, 0x20, 34, 0x08]) + bytes(4) + \
+        struct.pack("!I", 28)
+    others = write_frames(work / "eesp_others.pcap", [udp4500(esp), udp4500(ike), udp4500(b"\xff")])
+    parts.append(others)
+    cap = merge(work / "eesp.pcap", parts)
+
+    rx = pyeesp.Receiver([tunnel, transport, exposed, refused])
+    expected: List[Optional[dict]] = []
+    frames = frames_of(cap)
+    for i, ip in enumerate(frames):
+        if i >= len(frames) - 3:
+            expected.append(None)  # ESP, IKE, keepalive: not EESP
+            continue
+        _, _, proto, _ = ip_payload(ip)
+        d = rx.decrypt(ip)
+        inner = d.packet
+        version, dst, iproto, iseg = ip_payload(inner)
+        expected.append(dict(d=d, inner_dst=addr_text(dst), inner_version=version, proto=iproto,
+                             dport=l4_dport(iproto, iseg), udp=proto == 17, refused=d.header.spi == 0x5000))
+    return cap, expected
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+def test_pelua_builds_without_liblua(pelua_built: Path) -> None:
+    """The module exports luaopen_pelua and leaves the Lua API to the host (no liblua linked)."""
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(pelua_built)], capture_output=True, text=True, check=True)
+    assert "luaopen_pelua" in nm.stdout
+    assert not any(line.split()[-1].startswith("pe_") for line in nm.stdout.splitlines() if line.strip())
+    ldd = subprocess.run(["ldd", str(pelua_built)], capture_output=True, text=True)
+    assert "liblua" not in ldd.stdout
+
+
+def test_fields_registered(pelua_built: Path) -> None:
+    # -G must come first, before the -X lua_script options wireshark.run() would put there.
+    proc = run(["-G", "fields", *[a for s in SCRIPTS for a in ("-X", f"lua_script:{s}")]], plugin=None)
+    assert "Lua" not in proc.stderr and "lua" not in proc.stderr, proc.stderr  # (-G fields lists _ws.lua.error)
+    have = {}
+    for line in proc.stdout.splitlines():
+        cols = line.split("\t")
+        if cols[0] == "F" and (cols[2].startswith("psp.") or cols[2].startswith("eesp.")):
+            have[cols[2]] = cols[3]
+    want = {
+        "psp.nexthdr": "FT_UINT8", "psp.hdrextlen": "FT_UINT8", "psp.reserved0": "FT_UINT8",
+        "psp.cryptoffset": "FT_UINT8", "psp.sample": "FT_BOOLEAN", "psp.drop": "FT_BOOLEAN",
+        "psp.version": "FT_UINT8", "psp.is_virt": "FT_BOOLEAN", "psp.one_bit": "FT_BOOLEAN",
+        "psp.spi": "FT_UINT32", "psp.master_key": "FT_UINT32", "psp.iv": "FT_UINT64", "psp.vc": "FT_UINT64",
+        "psp.sectoken": "FT_UINT32", "psp.virtkey": "FT_UINT32", "psp.ext": "FT_BYTES", "psp.payload": "FT_BYTES",
+        "psp.icv": "FT_BYTES", "psp.status": "FT_STRING", "psp.icv_good": "FT_BOOLEAN", "psp.icv_bad": "FT_BOOLEAN",
+        "eesp.compat": "FT_BOOLEAN", "eesp.version": "FT_UINT8", "eesp.reserved": "FT_UINT8",
+        "eesp.opt_len": "FT_UINT8", "eesp.session_id": "FT_UINT16", "eesp.spi": "FT_UINT32",
+        "eesp.option": "FT_BYTES", "eesp.option.type": "FT_UINT8", "eesp.option.len": "FT_UINT8",
+        "eesp.option.data": "FT_BYTES", "eesp.option.payload_offset": "FT_UINT16",
+        "eesp.option.crypt_offset": "FT_UINT16", "eesp.option.co_reserved": "FT_UINT16", "eesp.seq": "FT_UINT64",
+        "eesp.iv": "FT_BYTES", "eesp.payload": "FT_BYTES", "eesp.icv": "FT_BYTES", "eesp.next_header": "FT_UINT8",
+        "eesp.pad_len": "FT_UINT8", "eesp.format": "FT_STRING", "eesp.suite": "FT_STRING",
+        "eesp.status": "FT_STRING", "eesp.icv_good": "FT_BOOLEAN", "eesp.icv_bad": "FT_BOOLEAN",
+        "eesp.data": "FT_BYTES",
+    }
+    missing = {k: v for k, v in want.items() if have.get(k) != v}
+    assert not missing, f"missing or wrongly typed: {missing}"
+    experts = ["psp.expert.no_key", "psp.expert.icv_bad", "psp.expert.malformed", "psp.expert.version_unknown",
+               "psp.expert.no_module", "eesp.expert.no_sa", "eesp.expert.icv_bad", "eesp.expert.malformed",
+               "eesp.expert.version_unknown", "eesp.expert.no_module", "eesp.expert.dummy"]
+    for name in experts:
+        assert f"\t{name}\t" in proc.stdout, name
+
+
+def test_psp_all_versions_decrypt(pelua_built: Path, psp_capture, keyfile: Path) -> None:
+    cap, expected = psp_capture
+    got = rows(cap, PSP_FIELDS, extra=["-o", f"psp.keyfile:{keyfile}"])
+    assert len(got) == len(expected) == 4 * len(PSP_SAS)
+    for r, x in zip(got, expected):
+        hdr, sa = x["hdr"], x["sa"]
+        where = f"packet {r['frame.number']} (SPI {sa['spi']:#x})"
+        assert r["psp.spi"] == f"{hdr.spi:#010x}", where
+        assert int(r["psp.iv"], 16) == hdr.iv, where
+        assert r["psp.version"] == str(hdr.version) == str(sa["version"]), where
+        assert r["psp.nexthdr"] == str(hdr.next_header), where
+        assert r["psp.hdrextlen"] == str(hdr.hdr_ext_len), where
+        assert r["psp.cryptoffset"] == str(hdr.crypt_offset), where
+        assert r["psp.one_bit"] == "1", where
+        assert r["psp.master_key"] == str(hdr.spi >> 31), where
+        assert r["psp.status"] == "ok", (where, r["_ws.expert.message"])
+        assert r["psp.icv_good"] == "1" and r["psp.icv_bad"] == "0", where
+        assert "Lua Error" not in r["_ws.expert.message"], where
+        if "vc" in sa:
+            vc = int.from_bytes(sa["vc"], "big")
+            assert r["psp.is_virt"] == "1" and int(r["psp.vc"], 16) == vc, where  # decrypted when the offset hid it
+            assert int(r["psp.sectoken"], 16) == vc >> 32 and int(r["psp.virtkey"], 16) == vc & 0xFFFFFFFF, where
+        else:
+            assert r["psp.is_virt"] == "0" and r["psp.vc"] == "", where
+        # The decrypted inner packet went through Wireshark's own dissectors.
+        assert "udp:psp" in r["frame.protocols"], where
+        if sa["mode"] == "tunnel":
+            field = "ip.dst" if x["inner_version"] == 4 else "ipv6.dst"
+            assert occurrences(r[field])[-1] == x["inner_dst"], where
+            assert hdr.next_header in (4, 41)
+        else:
+            assert hdr.next_header == x["proto"]
+        port_field = "udp.dstport" if x["proto"] == 17 else "tcp.dstport"
+        assert occurrences(r[port_field])[-1] == x["dport"], where
+        assert occurrences(r["udp.dstport"])[0] == "1000", where
+
+
+def test_psp_wrong_key(pelua_built: Path, psp_capture, work: Path) -> None:
+    cap, expected = psp_capture
+    wrong = work / "wrong_keys.txt"
+    wrong.write_text(WRONG_KEYS)
+    wrong.chmod(0o644)
+    got = rows(cap, PSP_FIELDS, extra=["-o", f"psp.keyfile:{wrong}"])
+    assert len(got) == len(expected)
+    for r in got:
+        assert r["psp.status"] == "authentication-failed", r
+        assert r["psp.icv_good"] == "0" and r["psp.icv_bad"] == "1"
+        assert "ICV verification failed" in r["_ws.expert.message"]
+        assert occurrences(r["udp.dstport"]) == ["1000"]  # nothing decrypted, nothing dissected inside
+
+
+def test_psp_without_pelua(pelua_built: Path, psp_capture, keyfile: Path) -> None:
+    """LUA_CPATH_5_2 without pelua: headers still dissected, a note says decryption needs the module."""
+    cap, expected = psp_capture
+    empty = ws.shared_dir("pe-no-pelua-")
+    try:
+        got = rows(cap, PSP_FIELDS, extra=["-o", f"psp.keyfile:{keyfile}"],
+                   env={"LUA_CPATH_5_2": f"{empty}/?.so"})
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
+    assert len(got) == len(expected)
+    for r, x in zip(got, expected):
+        assert r["psp.spi"] == f"{x['hdr'].spi:#010x}"
+        assert int(r["psp.iv"], 16) == x["hdr"].iv
+        assert r["psp.version"] == str(x["hdr"].version)
+        assert r["psp.status"] == ""
+        assert "decryption needs the pelua module" in r["_ws.expert.message"]
+        assert occurrences(r["udp.dstport"]) == ["1000"]
+
+
+def test_psp_loaded_twice(pelua_built: Path, psp_capture, keyfile: Path) -> None:
+    """A second psp.lua (as beside the C plugin) says so and registers nothing: no Lua error."""
+    cap, expected = psp_capture
+    args = ["-n", "-r", str(cap), "-T", "fields", "-e", "psp.spi", "-e", "psp.status", "-o", f"psp.keyfile:{keyfile}"]
+    proc = run(args, plugin=None, lua_scripts=[PSP_LUA, PSP_LUA, EESP_LUA, EESP_LUA])
+    no_lua_error(proc)
+    assert "already registered" in proc.stderr and "not registering the Lua PSP dissector" in proc.stderr
+    assert "not registering the Lua EESP dissector" in proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(expected) and all(line.endswith("\tok") for line in lines)
+
+
+@pytest.mark.skipif(not ws.plugin_path().exists(), reason="the C plugin is not built (build/plugin)")
+def test_beside_c_plugin(pelua_built: Path, psp_capture, keyfile: Path) -> None:
+    cap, _ = psp_capture
+    proc = run(["-n", "-r", str(cap), "-T", "fields", "-e", "psp.spi"], plugin="plain", lua_scripts=SCRIPTS)
+    no_lua_error(proc)
+    assert "not registering the Lua PSP dissector" in proc.stderr
+    assert "not registering the Lua EESP dissector" in proc.stderr
+
+
+def test_eesp_tunnel_and_udp(pelua_built: Path, eesp_capture, keyfile: Path) -> None:
+    cap, expected = eesp_capture
+    got = rows(cap, EESP_FIELDS, extra=["-o", f"eesp.keyfile:{keyfile}"])
+    assert len(got) == len(expected)
+    sessions = set()
+    for r, x in zip(got, expected):
+        where = f"packet {r['frame.number']}"
+        assert "Lua Error" not in r["_ws.expert.message"], where
+        if x is None:
+            assert r["eesp.spi"] == "", where  # ESP, IKE, keepalive: Wireshark's own dissectors
+            continue
+        d = x["d"]
+        sessions.add(d.header.session_id)
+        assert r["eesp.spi"] == f"{d.header.spi:#010x}", where
+        assert r["eesp.session_id"] == str(d.header.session_id), where
+        assert r["eesp.compat"] == "1" and r["eesp.version"] == "0", where
+        assert r["eesp.opt_len"] == str(d.header.opt_len), where
+        assert occurrences(r["eesp.option.type"]) == [str(o.type) for o in d.header.options], where
+        co = d.header.crypt_offset_option
+        if co is not None:
+            assert r["eesp.option.payload_offset"] == str(co.payload_offset), where
+            assert r["eesp.option.crypt_offset"] == str(co.crypt_offset_value), where
+        assert r["eesp.seq"] == str(d.seq), where
+        if x["refused"]:
+            assert r["eesp.status"] == "eesp-crypt-offset-not-allowed", where
+            assert r["eesp.icv_good"] == "1", where
+            assert "Crypt Offset option not allowed" in r["_ws.expert.message"], where
+            continue
+        assert r["eesp.status"] == "ok", (where, r["_ws.expert.message"])
+        assert r["eesp.icv_good"] == "1" and r["eesp.icv_bad"] == "0", where
+        assert r["eesp.next_header"] == str(d.next_header), where
+        assert r["eesp.pad_len"] == str(d.pad_len), where
+        assert r["eesp.format"] == ("full" if d.full_format else "optimized"), where
+        assert r["eesp.iv"] == (d.iv.hex() if d.iv else ""), where
+        assert r["eesp.data"] == "", where
+        if x["udp"]:
+            assert r["eesp.suite"] == "ENCR_CHACHA20_POLY1305", where
+            assert occurrences(r["udp.dstport"])[0] == "4500", where
+            assert "udp:eesp_udp:eesp" in r["frame.protocols"], where
+            assert d.next_header == x["proto"]
+        elif d.header.spi == 0x1000:
+            assert r["eesp.suite"] == "ENCR_AES_GCM_16", where
+            field = "ip.dst" if x["inner_version"] == 4 else "ipv6.dst"
+            assert occurrences(r[field])[-1] == x["inner_dst"], where
+        else:
+            assert d.header.crypt_offset_option is not None and r["eesp.format"] == "full", where
+        port_field = "udp.dstport" if x["proto"] == 17 else "tcp.dstport"
+        assert occurrences(r[port_field])[-1] == x["dport"], where
+    assert len(sessions) > 1, "the tunnel SA should spread flows over several Sub SAs"
+    assert any(x and x["d"].header.crypt_offset_option for x in expected)
+    assert any(x and x["refused"] for x in expected)
+    others = [r for r, x in zip(got, expected) if x is None]
+    assert len(others) == 3
+    esp, ike, keepalive = others
+    assert esp["esp.spi"] == "0x01020304" and "udpencap:esp" in esp["frame.protocols"]
+    assert ike["isakmp.ispi"] == "1122334455667788" and "isakmp" in ike["frame.protocols"]
+    assert "udpencap" in keepalive["frame.protocols"] and "esp" not in keepalive["frame.protocols"].split(":")
+
+
+def test_eesp_without_key_or_module(pelua_built: Path, eesp_capture, keyfile: Path, work: Path) -> None:
+    """Without an SA the octets after the options are eesp.data; without pelua a note says why."""
+    cap, expected = eesp_capture
+    empty = ws.shared_dir("pe-no-pelua-")
+    only_psp = work / "only_psp.txt"
+    only_psp.write_text(f"psp-master key0={MK0.hex()}\n")
+    only_psp.chmod(0o644)
+    try:
+        no_module = rows(cap, EESP_FIELDS, extra=["-o", f"eesp.keyfile:{keyfile}"],
+                         env={"LUA_CPATH_5_2": f"{empty}/?.so"})
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
+    no_sa = rows(cap, EESP_FIELDS, extra=["-o", f"eesp.keyfile:{only_psp}"])
+    for label, got in (("no module", no_module), ("no SA", no_sa)):
+        assert len(got) == len(expected)
+        for r, x in zip(got, expected):
+            if x is None:
+                continue
+            assert r["eesp.spi"] == f"{x['d'].header.spi:#010x}", label
+            assert r["eesp.session_id"] == str(x["d"].header.session_id), label
+            assert r["eesp.seq"] == "" and r["eesp.data"] != "", label
+            if label == "no module":
+                assert r["eesp.status"] == "" and "decryption needs the pelua module" in r["_ws.expert.message"]
+            else:
+                assert r["eesp.status"] == "eesp-no-sa" and "no SA for SPI" in r["_ws.expert.message"]
+
+
+def test_preferences_move_registrations(pelua_built: Path, work: Path, keyfile: Path) -> None:
+    """psp.udp_port and eesp.ip_protocol re-register the dissectors."""
+    enc = pypsp.Encryptor(master_keys=(MK0, MK1), spi=0x1A345678, version=0, udp_dport=2000)
+    sa = pyeesp.SA(0x3000, "aes-gcm-16", key=bytes(range(20)), mode="tunnel", ip_protocol=253)
+    pkts = clear_packets(2, seed=5)
+    cap = write_frames(work / "prefs.pcap", [enc.encrypt(pkts[0]), sa.encrypt(pkts[1])])
+    names = ["psp.spi", "psp.status", "eesp.spi", "eesp.status", "udp.dstport", "tcp.dstport"]
+    got = rows(cap, names, extra=["-o", f"psp.keyfile:{keyfile}", "-o", f"eesp.keyfile:{keyfile}",
+                                  "-o", "psp.udp_port:2000", "-o", "eesp.ip_protocol:253"])
+    assert got[0]["psp.spi"] == "0x1a345678" and got[0]["psp.status"] == "ok"
+    assert got[1]["eesp.spi"] == "0x00003000" and got[1]["eesp.status"] == "ok"
+    default = rows(cap, names, extra=["-o", f"psp.keyfile:{keyfile}"])
+    assert default[0]["psp.spi"] == "" and default[1]["eesp.spi"] == ""
+
+
+@pytest.mark.needs_shared
+@pytest.mark.skipif(not (REF / "manifest.csv").exists(), reason="reference captures absent")
+def test_reference_captures(pelua_built: Path, work: Path) -> None:
+    """google/psp's outputs decrypt with the reference master keys; the `_err` cases do not."""
+    cfg = load_psp_ref_config(REF / "cfg" / "decrypt.cfg")
+    kf = work / "ref_keys.txt"
+    kf.write_text(f"psp-master key0={cfg.master_keys[0].hex()} key1={cfg.master_keys[1].hex()}\n")
+    kf.chmod(0o644)
+    with open(REF / "manifest.csv", newline="") as f:
+        cases = list(csv.DictReader(f))
+    files = [REF / "encrypted" / f"{c['case']}.enc.pcap" for c in cases]
+    cap = merge(work / "reference.pcap", files)
+    names = ["psp.spi", "psp.version", "psp.status", "psp.icv_good", "udp.dstport", "_ws.expert.message"]
+    got = rows(cap, names, extra=["-o", f"psp.keyfile:{kf}"])
+    assert len(got) == len(cases)
+    for case, r in zip(cases, got):
+        enc_cfg = load_psp_ref_config(REF / "cfg" / case["encrypt_cfg"])
+        assert r["psp.spi"] == f"{enc_cfg.spi:#010x}", case["case"]
+        assert r["psp.version"] == str(enc_cfg.version), case["case"]
+        if case["kind"] == "normal":
+            assert r["psp.status"] == "ok", (case["case"], r)
+            clear_ip = frames_of(REF / "clear" / case["cleartext"])[0]
+            _, _, proto, seg = ip_payload(clear_ip)
+            assert occurrences(r["udp.dstport"])[-1] == l4_dport(proto, seg), case["case"]
+        else:
+            assert r["psp.status"] not in ("", "ok"), (case["case"], r)
+            assert r["psp.icv_good"] == "0"
+
+
+def test_fuzzed_and_truncated_captures(pelua_built: Path, psp_capture, eesp_capture, keyfile: Path,
+                                       work: Path) -> None:
+    """Corrupted octets (editcap -E) and cut packets (editcap -s): no Lua error, exit status 0."""
+    variants = []
+    for name, (cap, _) in (("psp", psp_capture), ("eesp", eesp_capture)):
+        for seed in (1, 2, 3, 4):
+            out = work / f"fuzz_{name}_{seed}.pcap"
+            subprocess.run(["editcap", "--seed", str(seed), "-E", "0.05", str(cap), str(out)], check=True,
+                           capture_output=True)
+            variants.append(out)
+        for snap in (15, 43, 50, 60, 70, 90):
+            out = work / f"cut_{name}_{snap}.pcap"
+            subprocess.run(["editcap", "-s", str(snap), str(cap), str(out)], check=True, capture_output=True)
+            variants.append(out)
+    cap = merge(work / "fuzz.pcap", variants)
+    proc = run(["-n", "-r", str(cap), "-V", "-o", f"psp.keyfile:{keyfile}", "-o", f"eesp.keyfile:{keyfile}"],
+                  plugin=None, lua_scripts=SCRIPTS, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    no_lua_error(proc)
+    assert proc.stdout.count("Frame ") >= len(variants)
