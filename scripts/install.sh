@@ -39,3 +39,9 @@ cmake -S dissectors/plugin -B build/plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >/d
 cmake --build build/plugin -j "$(nproc)" >/dev/null
 cmake --install build/plugin >/dev/null
 tshark -G plugins 2>/dev/null | grep -q '^psp_eesp.so' || { echo "tshark does not list psp_eesp.so" >&2; exit 1; }
+
+# The Lua dissectors' decryption module (docs/wireshark.md#lua-dissectors), into the Lua 5.2 cpath.
+echo "==> Lua module pelua"
+cmake -S dissectors/lua -B build/lua -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/lua -j "$(nproc)" >/dev/null
+cmake --install build/lua >/dev/null

@@ -23,6 +23,11 @@ cmake -S core -B build/core-asan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=ON >/dev
 cmake --build build/core-asan -j "$JOBS" >/dev/null
 ctest --test-dir build/core-asan --output-on-failure
 
+step "Wireshark plugin: build with ASan + UBSan for the robustness tests"
+# (install.sh built and installed the plain one; the tests load both from build/, see tests/wireshark.py)
+cmake -S dissectors/plugin -B build/plugin-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_SANITIZE=ON >/dev/null
+cmake --build build/plugin-asan -j "$JOBS" >/dev/null
+
 # Derandomized property tests with thousands of examples (tests/conftest.py).
 export HYPOTHESIS_PROFILE=ci PE_HYPOTHESIS_EXAMPLES=${PE_HYPOTHESIS_EXAMPLES:-2000}
 step "Python tests"
