@@ -56,6 +56,18 @@ except ImportError:  # hypothesis is only needed by the property tests
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_shared: needs the ../shared spec/reference directory")
+    config.addinivalue_line("markers", "tshark: drives tshark with the project's dissectors (tests/wireshark.py)")
+
+
+# Modules that drive tshark: their Python side only makes captures, so the run
+# against the sanitizer-built extension leaves them out (-m "not tshark").
+TSHARK_MODULES = {"test_wireshark_plugin", "test_lua_dissectors"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rpartition(".")[2] in TSHARK_MODULES:
+            item.add_marker(pytest.mark.tshark)
 
 
 def pytest_runtest_setup(item):
