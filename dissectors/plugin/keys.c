@@ -26,6 +26,16 @@ static gboolean is_any(const char *s)
     return !s || !*s || strcmp(s, "*") == 0;
 }
 
+/* ", line N" for an error tied to a line (the message itself never holds key material). */
+static const char *line_note(const pe_keyfile_error *ke)
+{
+    static char note[32];
+    if (ke->line == 0)
+        return "";
+    snprintf(note, sizeof note, ", line %zu", ke->line);
+    return note;
+}
+
 /* Parse one generated key-file line; on failure *err gets a message naming the column values' problem. */
 static gboolean parse_line(const GString *text, pe_keyfile *kf, char **err)
 {
@@ -222,7 +232,8 @@ static void psp_keys_build(void)
             pe_keyfile_error ke;
             pe_status st = pe_keyfile_load(psp_keyfile_path, &kf, &ke);
             if (st != PE_OK) {
-                report_failure("PSP key file %s: %s", psp_keyfile_path, ke.message[0] ? ke.message : pe_status_message(st));
+                report_failure("PSP key file %s%s: %s", psp_keyfile_path, line_note(&ke),
+                               ke.message[0] ? ke.message : pe_status_message(st));
             } else {
                 pe_psp_rx *rx = NULL;
                 if ((st = pe_keyfile_psp_rx_new(&kf, &rx)) == PE_OK)
@@ -455,7 +466,8 @@ static void eesp_keys_build(void)
         pe_keyfile_error ke;
         pe_status st = pe_keyfile_load(eesp_keyfile_path, &kf, &ke);
         if (st != PE_OK) {
-            report_failure("EESP key file %s: %s", eesp_keyfile_path, ke.message[0] ? ke.message : pe_status_message(st));
+            report_failure("EESP key file %s%s: %s", eesp_keyfile_path, line_note(&ke),
+                           ke.message[0] ? ke.message : pe_status_message(st));
             return;
         }
         char *where = g_strdup_printf("EESP key file %s, line", eesp_keyfile_path);

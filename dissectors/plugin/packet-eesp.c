@@ -299,6 +299,12 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
         st = pe_eesp_hdr_parse(buf, len, &info.hdr);
     else
         st = pe_ws_eesp_open(buf, len, ip_version, dst, out, len, &out_len, &info);
+    if (st == PE_ERR_EESP_NO_SA) {
+        /* No SA: the core stopped after the Base Header; the options can still be read for display. */
+        pe_eesp_hdr full;
+        if (pe_eesp_hdr_parse(buf, len, &full) == PE_OK)
+            info.hdr = full;
+    }
     const pe_eesp_hdr *h = &info.hdr;
 
     if (len >= 1) {
@@ -358,7 +364,7 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
         proto_item_set_generated(g);
         g = proto_tree_add_uint(et, hf_eesp_pad_len, tvb, 0, 0, info.pad_len);
         proto_item_set_generated(g);
-        if (info.seq_present && pref_seq_analysis && seq_item) {
+        if (info.seq_present && pref_seq_analysis) {
             const frame_seq *fs = analyse_seq(pinfo, &info, &pinfo->dst);
             if (fs)
                 show_seq_analysis(et, pinfo, tvb, seq_item, fs, info.seq);
@@ -385,7 +391,7 @@ static int dissect_eesp_udp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree,
     guint len = tvb_captured_length(tvb);
     pe_udp4500_kind kind = pe_eesp_udp_classify(tvb_get_ptr(tvb, 0, len), len);
     if (kind == PE_UDP4500_EESP && pref_udp_dispatch)
-        return dissect_eesp_common(tvb, pinfo, tree);
+        return call_dissector_only(eesp_handle, tvb, pinfo, tree, data);
     if (udp4500_fallback)
         return call_dissector_with_data(udp4500_fallback, tvb, pinfo, tree, data);
     return call_data_dissector(tvb, pinfo, tree);
@@ -505,7 +511,10 @@ void proto_register_eesp(void)
     pe_ws_eesp_keys_register(module);
 
     eesp_handle = register_dissector("eesp", dissect_eesp, proto_eesp);
-    eesp_udp_handle = register_dissector("eesp.udp", dissect_eesp_udp, proto_eesp);
+    /* A protocol in name only adds no layer: only what it hands to eesp_handle is an EESP layer. */
+    int proto_eesp_udp = proto_register_protocol_in_name_only("EESP in UDP (port dispatcher)", "EESP/UDP",
+                                                              "eesp.udp", proto_eesp, FT_PROTOCOL);
+    eesp_udp_handle = register_dissector("eesp.udp", dissect_eesp_udp, proto_eesp_udp);
     register_init_routine(eesp_init);
     register_cleanup_routine(eesp_cleanup);
 }

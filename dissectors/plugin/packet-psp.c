@@ -13,6 +13,7 @@
 #include <epan/ipproto.h>
 #include <epan/packet.h>
 #include <epan/prefs.h>
+#include <wsutil/pint.h>
 
 #include "dissectors.h"
 #include "keys.h"
@@ -147,8 +148,17 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
                      val_to_str_const(h.version, psp_versions, "unknown version"));
     else
         col_set_str(pinfo->cinfo, COL_INFO, "PSP (truncated)");
-    if (h.virt && len >= 24)
-        col_append_fstr(pinfo->cinfo, COL_INFO, " VC=0x%016" PRIx64, tvb_get_ntoh64(tvb, 16));
+
+    /* A packet cut by the snap length lacks its end: its ICV (and where the payload stops) is unknown. */
+    gboolean cut = tvb_reported_length(tvb) > len;
+    /* Decrypt first: a crypt offset below 2 words encrypts (part of) the VC, shown decrypted then. */
+    guint8 *out = wmem_alloc(pinfo->pool, len ? len : 1);
+    size_t out_len = 0;
+    pe_psp_hdr oh;
+    memset(&oh, 0, sizeof oh);
+    pe_status st = PE_ERR_UNSUPPORTED;
+    if (pref_encrypted_payload && !cut)
+        st = pe_ws_psp_open(buf, len, out, len, &out_len, &oh);
 
     /* Where the header's length is credible, show the extension area, payload and ICV. */
     guint icv_len = pref_encrypted_payload ? PE_PSP_ICV_LEN : 0;
@@ -158,17 +168,28 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
     if (layout) {
         guint ext_off = PE_PSP_HDR_LEN;
         if (h.virt && hlen >= PE_PSP_HDR_LEN + PE_PSP_VC_LEN) {
-            proto_item *vi = proto_tree_add_item(pt, hf_psp_vc, tvb, 16, 8, ENC_BIG_ENDIAN);
-            proto_tree *vt = proto_item_add_subtree(vi, ett_psp_vc);
-            proto_tree_add_item(vt, hf_psp_sectoken, tvb, 16, 4, ENC_BIG_ENDIAN);
-            proto_tree_add_item(vt, hf_psp_virtkey, tvb, 20, 4, ENC_BIG_ENDIAN);
+            proto_item *vi;
+            proto_tree *vt;
+            if (st == PE_OK && oh.ext && oh.ext != buf + PE_PSP_HDR_LEN) {
+                const guint8 *vc = oh.ext;
+                vi = proto_tree_add_uint64(pt, hf_psp_vc, tvb, 16, 8, pntoh64(vc));
+                proto_item_append_text(vi, " (decrypted)");
+                vt = proto_item_add_subtree(vi, ett_psp_vc);
+                proto_tree_add_uint(vt, hf_psp_sectoken, tvb, 16, 4, pntoh32(vc));
+                proto_tree_add_uint(vt, hf_psp_virtkey, tvb, 20, 4, pntoh32(vc + 4));
+            } else {
+                vi = proto_tree_add_item(pt, hf_psp_vc, tvb, 16, 8, ENC_BIG_ENDIAN);
+                vt = proto_item_add_subtree(vi, ett_psp_vc);
+                proto_tree_add_item(vt, hf_psp_sectoken, tvb, 16, 4, ENC_BIG_ENDIAN);
+                proto_tree_add_item(vt, hf_psp_virtkey, tvb, 20, 4, ENC_BIG_ENDIAN);
+            }
             ext_off += PE_PSP_VC_LEN;
         }
         if (hlen > ext_off)
             proto_tree_add_item(pt, hf_psp_ext, tvb, ext_off, hlen - ext_off, ENC_NA);
-        if (len - icv_len > hlen)
+        if (!cut && len - icv_len > hlen)
             proto_tree_add_item(pt, hf_psp_payload, tvb, hlen, len - icv_len - hlen, ENC_NA);
-        if (icv_len)
+        if (icv_len && !cut)
             icv_item = proto_tree_add_item(pt, hf_psp_icv, tvb, len - icv_len, icv_len, ENC_NA);
     }
 
@@ -178,17 +199,12 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
             call_inner(tvb_new_subset_remaining(tvb, hlen), pinfo, tree, h.next_header);
         return len;
     }
-    if (tvb_reported_length(tvb) > len) {
+    if (cut) {
         proto_item *it = proto_tree_add_string(pt, hf_psp_status, tvb, 0, 0, "capture-packet-cut");
         proto_item_set_generated(it);
         expert_add_info(pinfo, it, &ei_psp_cut);
         return len;
     }
-
-    guint8 *out = wmem_alloc(pinfo->pool, len ? len : 1);
-    size_t out_len = 0;
-    pe_psp_hdr oh;
-    pe_status st = pe_ws_psp_open(buf, len, out, len, &out_len, &oh);
     add_status(pt, pinfo, tvb, st, icv_item);
 
     if (st == PE_OK) {
