@@ -290,6 +290,16 @@ pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t 
 #define PE_EESP_UDP_PORT ...
 #define PE_EESP_NO_LIMIT ...
 typedef enum { PE_AEAD_AES_GCM, PE_AEAD_AES_CCM, PE_AEAD_CHACHA20_POLY1305 } pe_aead_alg;
+typedef enum { PE_AEAD_SEAL = 1, PE_AEAD_OPEN = 0 } pe_aead_dir;
+typedef struct { const uint8_t *base; size_t len; } pe_iov;
+typedef struct { ...; } pe_aead;
+pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
+                       size_t key_len, size_t tag_len);
+void pe_aead_free(pe_aead *a);
+pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                       const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag);
+pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                       const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt);
 typedef struct {
     int encr;
     pe_aead_alg alg;

@@ -1,0 +1,83 @@
+"""The core's cryptographic primitives, one call each, for tools that must
+compute what a *mistaken* implementation would have sent (the interop
+checker, vector generators).  Protocol code uses pypsp / pyeesp instead;
+these functions know nothing about headers, and do key setup per call."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from pecore._native import ffi, lib
+from pecore.errors import CoreError, status_message, status_name
+
+AES_GCM = "aes-gcm"
+AES_CCM = "aes-ccm"
+CHACHA20_POLY1305 = "chacha20-poly1305"
+_ALGS = {AES_GCM: lib.PE_AEAD_AES_GCM, AES_CCM: lib.PE_AEAD_AES_CCM, CHACHA20_POLY1305: lib.PE_AEAD_CHACHA20_POLY1305}
+_HASHES = {"sha256": lib.PE_HASH_SHA256, "sha384": lib.PE_HASH_SHA384, "sha512": lib.PE_HASH_SHA512}
+
+
+class PrimitiveError(CoreError, ValueError):
+    """Bad parameters for a primitive (key or nonce length, algorithm)."""
+
+
+def _check(st: int, what: str) -> None:
+    if st != lib.PE_OK:
+        raise PrimitiveError(f"{what}: {status_message(st)}", status_name(st))
+
+
+def _aead(alg: str, direction: int, key: bytes, tag_len: int):
+    if alg not in _ALGS:
+        raise PrimitiveError(f"unknown AEAD {alg!r} (one of {', '.join(_ALGS)})", "invalid-argument")
+    a = ffi.new("pe_aead *")
+    _check(lib.pe_aead_init(a, _ALGS[alg], direction, key, len(key), tag_len), alg)
+    return ffi.gc(a, lib.pe_aead_free)
+
+
+def _iovs(aad: Sequence[bytes]):
+    parts = [bytes(p) for p in aad]
+    iov = ffi.new("pe_iov[]", max(1, len(parts)))
+    keep = []
+    for i, p in enumerate(parts):
+        buf = ffi.from_buffer(p)
+        keep.append(buf)
+        iov[i].base = buf
+        iov[i].len = len(p)
+    return iov, len(parts), keep
+
+
+def aead_seal(alg: str, key: bytes, nonce: bytes, aad: Sequence[bytes], plaintext: bytes, tag_len: int = 16):
+    """(ciphertext, tag).  ``aad`` is a list of parts, authenticated in order."""
+    a = _aead(alg, lib.PE_AEAD_SEAL, bytes(key), tag_len)
+    iov, n, _keep = _iovs(aad)
+    ct = ffi.new("uint8_t[]", max(1, len(plaintext)))
+    tag = ffi.new("uint8_t[]", tag_len)
+    _check(lib.pe_aead_seal(a, bytes(nonce), iov, n, bytes(plaintext), len(plaintext), ct, tag), "seal")
+    return bytes(ffi.buffer(ct, len(plaintext))), bytes(ffi.buffer(tag, tag_len))
+
+
+def aead_open(alg: str, key: bytes, nonce: bytes, aad: Sequence[bytes], ciphertext: bytes, tag: bytes):
+    """The plaintext, or None when the tag does not verify."""
+    a = _aead(alg, lib.PE_AEAD_OPEN, bytes(key), len(tag))
+    iov, n, _keep = _iovs(aad)
+    pt = ffi.new("uint8_t[]", max(1, len(ciphertext)))
+    st = lib.pe_aead_open(a, bytes(nonce), iov, n, bytes(ciphertext), len(ciphertext), bytes(tag), pt)
+    if st != lib.PE_OK and status_name(st) == "authentication-failed":
+        return None
+    _check(st, "open")
+    return bytes(ffi.buffer(pt, len(ciphertext)))
+
+
+def kdf_ctr_cmac_aes256(key: bytes, label: int, context: int, out_len: int) -> bytes:
+    """SP 800-108 counter-mode KDF over AES-256-CMAC as PSP uses it (psp.md §5)."""
+    out = ffi.new("uint8_t[]", out_len)
+    _check(lib.pe_kdf_ctr_cmac_aes256(bytes(key), label, context, out, out_len), "kdf")
+    return bytes(ffi.buffer(out, out_len))
+
+
+def hkdf_expand(hash_name: str, prk: bytes, info: bytes, out_len: int) -> bytes:
+    """RFC 5869 HKDF-Expand."""
+    if hash_name not in _HASHES:
+        raise PrimitiveError(f"unknown hash {hash_name!r} (one of {', '.join(_HASHES)})", "invalid-argument")
+    out = ffi.new("uint8_t[]", out_len)
+    _check(lib.pe_hkdf_expand(_HASHES[hash_name], bytes(prk), len(prk), bytes(info), len(info), out, out_len), "hkdf")
+    return bytes(ffi.buffer(out, out_len))
