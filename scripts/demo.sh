@@ -46,8 +46,8 @@ run "${TS[@]}" -r "$OUT/eesp_2000.pcapng" -c 1 -O eesp -V
 echo
 echo "decryption status per capture (count, status; an empty status is a packet that is neither PSP nor EESP):"
 for f in psp_9a345678 psp_1a345678 psp_1a345679 eesp_1000 eesp_2000; do
-    printf '  %-14s ' "$f"; "${TS[@]}" -r "$OUT/$f.pcapng" -T fields -e psp.status -e eesp.status | sort | uniq -c | tr -s ' \t\n' ' '; echo
+    printf '  %-14s ' "$f"; "${TS[@]}" -r "$OUT/$f.pcapng" -T fields -e psp.status -e eesp.status 2>/dev/null | sort | uniq -c | tr -s ' \t\n' ' '; echo
 done
 printf 'psp-master key0=%s key1=%s\n' "$(printf '11%.0s' {1..32})" "$(printf '22%.0s' {1..32})" > "$OUT/wrong_keys.txt"
-printf '  %-14s ' "wrong keys"; tshark -n -o "psp.keyfile:$PWD/$OUT/wrong_keys.txt" -r "$OUT/psp_9a345678.pcapng" -T fields -e psp.status | sort | uniq -c | tr -s ' \t\n' ' '; echo
+printf '  %-14s ' "wrong keys"; tshark -n -o "psp.keyfile:$PWD/$OUT/wrong_keys.txt" -r "$OUT/psp_9a345678.pcapng" -T fields -e psp.status 2>/dev/null | sort | uniq -c | tr -s ' \t\n' ' '; echo
 echo "captures are in $OUT/"
