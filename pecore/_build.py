@@ -24,6 +24,7 @@ const char *pe_status_message(pe_status s);
 /* kdf.h */
 pe_status pe_kdf_ctr_cmac_aes256(const uint8_t key[32], uint32_t label, uint32_t context,
                                  uint8_t *out, size_t out_len);
+pe_status pe_cmac_aes256(const uint8_t key[32], const uint8_t *data, size_t len, uint8_t out[16]);
 typedef enum { PE_HASH_SHA256, PE_HASH_SHA384, PE_HASH_SHA512 } pe_hash;
 pe_status pe_hkdf_expand(pe_hash hash, const uint8_t *prk, size_t prk_len, const uint8_t *info,
                          size_t info_len, uint8_t *out, size_t out_len);
@@ -252,6 +253,7 @@ void pe_psp_tx_config_init(pe_psp_tx_config *cfg);
 pe_status pe_psp_tx_new(const pe_psp_tx_config *cfg, pe_psp_tx **out);
 void pe_psp_tx_free(pe_psp_tx *tx);
 uint64_t pe_psp_tx_next_iv(const pe_psp_tx *tx, int *exhausted);
+pe_status pe_psp_tx_set_next_iv(pe_psp_tx *tx, uint64_t next);
 pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len);
 typedef struct {

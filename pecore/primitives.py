@@ -74,6 +74,16 @@ def kdf_ctr_cmac_aes256(key: bytes, label: int, context: int, out_len: int) -> b
     return bytes(ffi.buffer(out, out_len))
 
 
+def cmac_aes256(key: bytes, data: bytes) -> bytes:
+    """AES-256-CMAC (SP 800-38B), the PRF under the PSP KDF, for KDF layouts the core does not build."""
+    key = bytes(key)
+    if len(key) != 32:
+        raise PrimitiveError(f"AES-256-CMAC takes a 32-octet key, not {len(key)}", "bad-key-length")
+    out = ffi.new("uint8_t[]", 16)
+    _check(lib.pe_cmac_aes256(key, bytes(data), len(data), out), "cmac")
+    return bytes(ffi.buffer(out, 16))
+
+
 def hkdf_expand(hash_name: str, prk: bytes, info: bytes, out_len: int) -> bytes:
     """RFC 5869 HKDF-Expand."""
     if hash_name not in _HASHES:

@@ -175,6 +175,16 @@ class Encryptor:
         """The IV the next packet will carry."""
         return lib.pe_psp_tx_next_iv(self._tx, ffi.NULL)
 
+    def set_next_iv(self, next_iv: int) -> None:
+        """Let the IVs continue at ``next_iv``; only forward, so no IV is ever reused under this key."""
+        _check_range("next_iv", next_iv, 0xFFFFFFFFFFFFFFFF)
+        with self._lock:
+            st = lib.pe_psp_tx_set_next_iv(self._tx, next_iv)
+        if st != lib.PE_OK:
+            raise ConfigurationError(
+                f"next_iv {next_iv:#x} is below the next unused IV {self.next_iv:#x}: IVs only move forward",
+                status_name(st))
+
     def encrypt(self, ip_packet: bytes) -> bytes:
         """Encapsulate one IPv4/IPv6 packet; returns the outer IP packet."""
         with self._lock:

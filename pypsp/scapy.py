@@ -358,10 +358,7 @@ class PSPSecurityAssociation:
         if iv is not None:
             if isinstance(iv, (bytes, bytearray)):
                 iv = int.from_bytes(iv, "big")
-            if iv < self._enc.next_iv:
-                raise ConfigurationError(f"IV {iv:#x} is below the next IV {self._enc.next_iv:#x}: it would repeat")
-            if iv != self._enc.next_iv:
-                self._enc = Encryptor(first_iv=iv, **self._settings)
+            self._enc.set_next_iv(iv)  # forward only: raises ConfigurationError below next_iv
         return ip_packet(self._enc.encrypt(data))
 
     def decrypt(self, pkt, verify: bool = True):  # type: ignore[no-untyped-def]

@@ -456,6 +456,25 @@ def test_next_iv_and_first_iv():
     assert ivs == list(range(123456789, 123456794)) and enc.next_iv == 123456794
 
 
+def test_set_next_iv_moves_forward_only():
+    enc = Encryptor(spi=SPI, key=KEY16)
+    enc.encrypt(udp4())
+    enc.set_next_iv(2)  # the next unused IV itself: no change
+    enc.set_next_iv(1000)
+    assert Header.parse(enc.encrypt(udp4())[28:]).iv == 1000 and enc.next_iv == 1001
+    for back in (1000, 1, 0):
+        with pytest.raises(ConfigurationError) as ei:
+            enc.set_next_iv(back)
+        assert ei.value.code == "invalid-argument"
+    assert enc.next_iv == 1001
+    enc.set_next_iv(2**64 - 1)
+    assert Header.parse(enc.encrypt(udp4())[28:]).iv == 2**64 - 1
+    with pytest.raises(ConfigurationError):
+        enc.set_next_iv(2**64 - 1)  # exhausted: nothing is left to move to
+    with pytest.raises(ConfigurationError):
+        enc.set_next_iv(2**64)
+
+
 def test_iv_exhaustion_never_repeats_the_last_iv():
     enc = Encryptor(spi=SPI, key=KEY16, first_iv=2**64 - 2)
     ivs = [Header.parse(enc.encrypt(udp4())[28:]).iv for _ in range(2)]

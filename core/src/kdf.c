@@ -50,6 +50,28 @@ done:
     return st;
 }
 
+pe_status pe_cmac_aes256(const uint8_t key[32], const uint8_t *data, size_t len, uint8_t out[16])
+{
+    if (!key || (!data && len) || !out)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_status st = PE_ERR_CRYPTO_BACKEND;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "CMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_CIPHER, "AES-256-CBC", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    size_t n = 0;
+    if (ctx && EVP_MAC_init(ctx, key, 32, params) == 1 && EVP_MAC_update(ctx, data, len) == 1 &&
+        EVP_MAC_final(ctx, out, &n, 16) == 1 && n == 16)
+        st = PE_OK;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    if (st != PE_OK)
+        pe_wipe(out, 16);
+    return st;
+}
+
 static const char *hash_name(pe_hash h)
 {
     switch (h) {

@@ -148,6 +148,15 @@ uint64_t pe_psp_tx_next_iv(const pe_psp_tx *tx, int *exhausted)
     return tx->next_iv;
 }
 
+pe_status pe_psp_tx_set_next_iv(pe_psp_tx *tx, uint64_t next)
+{
+    /* Forward only: an IV already used (or skipped) under this key never comes back. */
+    if (tx->exhausted || next < tx->next_iv)
+        return PE_ERR_INVALID_ARGUMENT;
+    tx->next_iv = next;
+    return PE_OK;
+}
+
 /* §8: a flow hash for ECMP/RSS; the reference XORs the inner L4 ports. */
 static uint16_t udp_sport(const pe_psp_tx *tx, const uint8_t *pkt, const pe_ip_info *ip)
 {

@@ -1161,6 +1161,13 @@ static void test_tx_config(void)
     CHECK(pe_psp_tx_next_iv(tx, NULL) == 1); /* nothing sent, no IV spent */
     CHECK_ST(pe_psp_encap(tx, pkt, len, out, len + 40, &n), PE_OK);
     CHECK(n == len + 40);
+    /* The IV counter moves forward only. */
+    CHECK_ST(pe_psp_tx_set_next_iv(tx, 1), PE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(pe_psp_tx_set_next_iv(tx, 2), PE_OK);
+    CHECK_ST(pe_psp_tx_set_next_iv(tx, 1000), PE_OK);
+    CHECK(pe_psp_tx_next_iv(tx, NULL) == 1000);
+    CHECK_ST(pe_psp_tx_set_next_iv(tx, 999), PE_ERR_INVALID_ARGUMENT);
+    CHECK(pe_psp_tx_next_iv(tx, NULL) == 1000);
     CHECK_ST(pe_psp_encap(tx, pkt, 19, out, sizeof out, &n), PE_ERR_IP_TRUNCATED);
     CHECK_ST(pe_psp_encap(tx, pkt, 0, out, sizeof out, &n), PE_ERR_IP_TRUNCATED);
     CHECK_ST(pe_psp_encap(tx, pkt, len - 1, out, sizeof out, &n), PE_ERR_IP_LENGTH);

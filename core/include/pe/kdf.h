@@ -23,6 +23,12 @@ extern "C" {
 pe_status pe_kdf_ctr_cmac_aes256(const uint8_t key[32], uint32_t label, uint32_t context,
                                  uint8_t *out, size_t out_len);
 
+/*
+ * AES-256-CMAC (SP 800-38B) of `len` octets, the PRF of the PSP KDF on its own:
+ * tools that recompute a mistaken KDF (another counter or field layout) use it.
+ */
+pe_status pe_cmac_aes256(const uint8_t key[32], const uint8_t *data, size_t len, uint8_t out[16]);
+
 typedef enum pe_hash { PE_HASH_SHA256 = 0, PE_HASH_SHA384, PE_HASH_SHA512 } pe_hash;
 
 /* RFC 5869 HKDF-Expand: the first out_len octets of T(1) || T(2) || ... (out_len <= 255 * hash). */

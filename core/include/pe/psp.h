@@ -129,6 +129,8 @@ pe_status pe_psp_tx_new(const pe_psp_tx_config *cfg, pe_psp_tx **out);
 void pe_psp_tx_free(pe_psp_tx *tx);
 /* The IV the next packet will carry; *exhausted set once the last IV (2^64-1) was used. */
 uint64_t pe_psp_tx_next_iv(const pe_psp_tx *tx, int *exhausted);
+/* Let the IVs continue at `next`: forward only (INVALID_ARGUMENT below what was sent), so none repeats. */
+pe_status pe_psp_tx_set_next_iv(pe_psp_tx *tx, uint64_t next);
 
 /* Encapsulate one IP packet (IPv4/IPv6) into `out` (needs len + PE_PSP_MAX_OVERHEAD). */
 pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
