@@ -242,6 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--limit", type=int, default=0)
     s.set_defaults(func=cmd_show)
+
+    from pyeesp.diagnose import register as register_diagnose  # imported here: it imports this module
+
+    register_diagnose(sub)
+
+    from pyeesp.vectors import register as register_vectors  # vectors generate|check
+
+    register_vectors(sub)
     return p
 
 

@@ -315,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="JSON output")
     s.add_argument("--limit", type=int, default=0, help="stop after N PSP packets (0: all)")
     s.set_defaults(func=cmd_show)
+
+    from pypsp.diagnose import register as register_diagnose  # imported here: it imports this module
+
+    register_diagnose(sub)
+
+    from pypsp.vectors import register as register_vectors  # vectors generate|check
+
+    register_vectors(sub)
     return p
 
 

@@ -24,6 +24,7 @@
 
 #include "pe/aead.h"
 #include "pe/ip.h"
+#include "pe/kdf.h"
 #include "pe/psp.h"
 #include "pe/status.h"
 
@@ -384,6 +385,19 @@ static void test_kdf(void)
     CHECK(memcmp(a, b, 16) == 0);
     CHECK_ST(pe_psp_derive_key(mk[0], 0x12345678, 0, 0, b, 16), PE_OK);
     CHECK(memcmp(a, b, 16) != 0);
+    /* The PRF on its own (SP 800-38B D.3 examples), and as the KDF's first block. */
+    uint8_t ck[32], msg[16], want_mac[16], mac[16];
+    CHECK(unhex("603deb1015ca71be2b73aef0857d77811f352c073b6108d72d9810a30914dff4", ck) == 32);
+    CHECK(unhex("6bc1bee22e409f96e93d7e117393172a", msg) == 16);
+    CHECK_ST(pe_cmac_aes256(ck, NULL, 0, mac), PE_OK);
+    CHECK(unhex("028962f61b7bf89efc6b551f4667d983", want_mac) == 16 && memcmp(mac, want_mac, 16) == 0);
+    CHECK_ST(pe_cmac_aes256(ck, msg, 16, mac), PE_OK);
+    CHECK(unhex("28a7023f452e8f82bd4bf28d8c37c35c", want_mac) == 16 && memcmp(mac, want_mac, 16) == 0);
+    static const uint8_t block[16] = {0, 0, 0, 1, 0x50, 0x76, 0x30, 0, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0x80};
+    CHECK_ST(pe_cmac_aes256(mk[0], block, sizeof block, mac), PE_OK);
+    CHECK_ST(pe_psp_derive_key(mk[0], 0x12345678, 0, 0, a, 16), PE_OK);
+    CHECK(memcmp(mac, a, 16) == 0);
+    CHECK_ST(pe_cmac_aes256(mk[0], NULL, 1, mac), PE_ERR_INVALID_ARGUMENT);
     CHECK(pe_psp_key_len(0) == 16 && pe_psp_key_len(1) == 32 && pe_psp_key_len(2) == 16 &&
           pe_psp_key_len(3) == 32 && pe_psp_key_len(4) == 0);
     CHECK(strcmp(pe_psp_version_name(0), "AES-GCM-128") == 0);

@@ -72,7 +72,7 @@ extern "C" {
     X(PE_ERR_REPLAY_TOO_OLD, "replay-too-old", "sequence number is left of the replay window")       \
     X(PE_ERR_SEQ_EXHAUSTED, "sequence-exhausted", "sequence number would wrap: rekey the SA")       \
     X(PE_ERR_EESP_PAD_LENGTH, "eesp-bad-pad-length", "EESP Pad Length does not fit the packet")      \
-    X(PE_ERR_EESP_INNER, "eesp-bad-inner-packet", "EESP optimized format: inner packet is not IPv4/IPv6 of a fitting length") \
+    X(PE_ERR_EESP_INNER, "eesp-bad-inner-packet", "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)") \
     X(PE_ERR_EESP_DUMMY, "eesp-dummy-packet", "EESP dummy packet (Next Header 59): authenticated and discarded") \
     X(PE_ERR_EESP_SSKDF_UNDEFINED, "sskdf-undefined", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02") \
     X(PE_ERR_EESP_SUITE, "eesp-bad-suite", "unknown EESP AEAD suite or key size")                  \
