@@ -296,7 +296,7 @@ class SA:
             raise _config_error(st)
         self._tx = ffi.gc(tx[0], lib.pe_eesp_tx_free)
         self._settings = settings
-        self._receiver = Receiver([self])
+        self._receiver = Receiver([self], udp_port=udp_dport)  # its own packets arrive on udp_dport
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._lock = threading.Lock()

@@ -1385,3 +1385,10 @@ def test_errors_raised_by_decrypt():
     with pytest.raises(MalformedPacketError) as ei:
         sa.decrypt(b"\x55" + out[1:])
     assert ei.value.code == "ip-bad-version"
+
+
+def test_sa_decrypts_its_own_packets_on_another_udp_port():
+    # The SA's own receiver listens where its packets go: udp_dport, not always 4500.
+    sa = pyeesp.SA(0x10, "aes-gcm-16", key=bytes(20), mode="transport", udp_encap=True, udp_dport=5000)
+    p = udp4()
+    assert sa.decrypt(sa.encrypt(p)).packet[20:] == p[20:]
