@@ -450,10 +450,13 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
     /* Bounds the work buffers below; no UDP datagram carries more. */
     if (len > PE_IP_MAX_LEN - PE_UDP_HDR_LEN)
         return PE_ERR_PSP_TOO_LONG;
-    if (st != PE_OK)
+    /* psp.md §7: a disabled version (step 4) is refused before the length checks of step 5. */
+    if (st != PE_OK && st != PE_ERR_PSP_HDR_EXT_LEN && st != PE_ERR_PSP_VC_LENGTH)
         return st;
     if (!(rx->versions & (1u << h.version)))
         return PE_ERR_PSP_VERSION_DISABLED;
+    if (st != PE_OK)
+        return st;
     size_t hlen = pe_psp_hdr_len(&h);
     if (hlen + PE_PSP_ICV_LEN > len)
         return PE_ERR_PSP_HDR_EXT_LEN;
