@@ -23,6 +23,12 @@ cmake -S core -B build/core-asan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=ON >/dev
 cmake --build build/core-asan -j "$JOBS" >/dev/null
 ctest --test-dir build/core-asan --output-on-failure
 
+step "fuzz: corpus replay (gcc + ASan/UBSan)"
+fuzz/run --replay
+
+step "fuzz: bounded libFuzzer run (clang-14, about 2 minutes)"
+fuzz/run --ci
+
 step "Wireshark plugin: build with ASan + UBSan for the robustness tests"
 # (install.sh built and installed the plain one; the tests load both from build/, see tests/wireshark.py)
 cmake -S dissectors/plugin -B build/plugin-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_SANITIZE=ON >/dev/null
