@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 import sys
 from typing import Optional, Sequence, Tuple
 
@@ -21,14 +22,21 @@ def int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+def shown(text: str) -> str:
+    """An argument as quoted in an error message, unless it could hold key material (8 hex digits in a row)."""
+    if len(text) > 24 or re.search(r"[0-9a-fA-F]{8}", text):
+        return f"(a value of {len(text)} characters, not repeated here)"
+    return repr(text)
+
+
 def spi_arg(text: str) -> int:
     """SPIs are hex, with or without 0x (as in the reference configs and key files)."""
     try:
         value = int(text.lower().removeprefix("0x"), 16)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a hex SPI: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a hex SPI: {shown(text)}") from None
     if not 0 <= value <= 0xFFFFFFFF:
-        raise argparse.ArgumentTypeError(f"SPI out of range: {text!r}")
+        raise argparse.ArgumentTypeError(f"SPI out of range (at most 8 hex digits): {shown(text)}")
     return value
 
 

@@ -31,6 +31,10 @@ class PspSaEntry:
     line: int
 
 
+#: Settings of an eesp-sa line that hold key material: never shown by a repr (docs/security.md).
+SECRET_SETTINGS = ("key", "root_key")
+
+
 @dataclass(frozen=True)
 class EespSaEntry:
     """An ``eesp-sa`` line.  ``settings`` are keyword arguments for :class:`pyeesp.SA`."""
@@ -42,6 +46,11 @@ class EespSaEntry:
     sub_sas: int
     line: int
 
+    def __repr__(self) -> str:  # the keys stay out of logs and tracebacks
+        shown = {k: ("<secret>" if k in SECRET_SETTINGS else v) for k, v in self.settings.items()}
+        return (f"EespSaEntry(spi={self.spi!r}, settings={shown!r}, src={self.src!r}, dst={self.dst!r}, "
+                f"sub_sas={self.sub_sas!r}, line={self.line!r})")
+
 
 @dataclass(frozen=True)
 class KeyLine:
@@ -51,13 +60,17 @@ class KeyLine:
     pairs: Tuple[Tuple[str, str], ...]
     line: int
 
+    def __repr__(self) -> str:  # values may be keys: show the names only
+        names = tuple(name for name, _value in self.pairs)
+        return f"KeyLine(kind={self.kind!r}, names={names!r}, line={self.line!r})"
+
 
 @dataclass
 class KeyFile:
     """Everything a key file holds."""
 
-    psp_master_keys: Tuple[Optional[bytes], Optional[bytes]] = (None, None)
-    psp_keys: Dict[Tuple[int, Optional[int]], bytes] = field(default_factory=dict)
+    psp_master_keys: Tuple[Optional[bytes], Optional[bytes]] = field(default=(None, None), repr=False)
+    psp_keys: Dict[Tuple[int, Optional[int]], bytes] = field(default_factory=dict, repr=False)
     psp_sas: List[PspSaEntry] = field(default_factory=list)
     eesp_sas: List[EespSaEntry] = field(default_factory=list)
     lines: List[KeyLine] = field(default_factory=list)
@@ -190,7 +203,7 @@ def load_key_file(path: "os.PathLike[str] | str") -> KeyFile:
 class PspRefConfig:
     """A google/psp reference-tool config (psp_encrypt / psp_decrypt)."""
 
-    master_keys: Tuple[bytes, bytes]
+    master_keys: Tuple[bytes, bytes] = field(repr=False)
     spi: Optional[int] = None
     mode: Optional[str] = None
     version: Optional[int] = None

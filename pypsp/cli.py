@@ -56,11 +56,16 @@ class Keys:
                 _key_bytes(mk0, "master key 0") if mk0 else keys.master[0],
                 _key_bytes(mk1, "master key 1") if mk1 else keys.master[1],
             )
-        for spec in getattr(args, "key", None) or []:
+        for n, spec in enumerate(getattr(args, "key", None) or [], start=1):
+            # Never echo the argument: it is (or holds) a key.
             spi_text, _, hex_key = spec.partition(":")
             if not hex_key:
-                raise UsageError(f"--key takes SPI:HEXKEY, not {spec!r}")
-            keys.derived[(_spi(spi_text), None)] = _key_bytes(hex_key)
+                raise UsageError(f"--key number {n} is not SPI:HEXKEY (no ':' after the SPI)")
+            try:
+                spi = _spi(spi_text)
+            except argparse.ArgumentTypeError:
+                raise UsageError(f"--key number {n}: the part before ':' is not a hex SPI (up to 8 digits)") from None
+            keys.derived[(spi, None)] = _key_bytes(hex_key)
         return keys
 
     def has_master(self) -> bool:

@@ -28,10 +28,10 @@ if [[ ! -x .venv/bin/python ]]; then
     echo "==> creating .venv"
     "$PY" -m venv .venv
 fi
-echo "==> pip install -e .[test,bench]"
+echo "==> pip install -e .[test,bench,fuzz]"
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi build
 # --no-build-isolation: build with the venv's cffi/setuptools just installed, no second download.
-.venv/bin/python -m pip install -q --no-build-isolation -e ".[test,bench]"
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[test,bench,fuzz]"
 .venv/bin/python -c "import pypsp, pecore._native; print('==> pypsp', pypsp.__version__, 'core at', pecore._native.__file__)"
 
 # The Wireshark plugin, built against the installed wireshark-dev and put into the

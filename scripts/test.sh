@@ -29,6 +29,9 @@ fuzz/run --replay
 step "fuzz: bounded libFuzzer run (clang-14, about 2 minutes)"
 fuzz/run --ci
 
+step "fuzz: atheris corpora replay (Python entry points)"
+.venv/bin/python fuzz/atheris/run.py --replay
+
 step "Wireshark plugin: build with ASan + UBSan for the robustness tests"
 # (install.sh built and installed the plain one; the tests load both from build/, see tests/wireshark.py)
 cmake -S dissectors/plugin -B build/plugin-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_SANITIZE=ON >/dev/null

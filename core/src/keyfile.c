@@ -229,19 +229,27 @@ static int is_name(const char *s)
 
 /*
  * Names and kinds from the file appear in messages only when they cannot be
- * key material: a word made of hex digits alone may be a key pasted in the
- * wrong place.
+ * key material: a word made of hex digits alone, or holding a run of 8 of
+ * them, may be (part of) a key pasted in the wrong place.
  */
 static int shows_safely(const char *name)
 {
     const char *c;
+    size_t run = 0;
+    int other = 0;
 
     if (strlen(name) > 40)
         return 0;
-    for (c = name; *c; c++)
-        if (hex_digit((unsigned char)*c) < 0 && *c != '-')
-            return 1;
-    return 0;
+    for (c = name; *c; c++) {
+        if (hex_digit((unsigned char)*c) >= 0) {
+            if (++run >= 8)
+                return 0; /* 8 hex digits in a row may be part of a key glued to a word */
+        } else {
+            run = 0;
+            other |= *c != '-';
+        }
+    }
+    return other;
 }
 
 static const char *field_label(char *buf, size_t size, const char *name, size_t index)

@@ -41,6 +41,8 @@ static pe_status grow(pe_keytable *t)
     for (size_t i = 0; i < t->cap; i++)
         if (t->slots[i].used)
             *probe_free(slots, cap, t->slots[i].id) = t->slots[i];
+    if (t->cap)
+        pe_wipe(t->slots, t->cap * sizeof *t->slots); /* the old copy holds salts too */
     free(t->slots);
     t->slots = slots;
     t->cap = cap;
