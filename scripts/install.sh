@@ -9,7 +9,9 @@ APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cma
               # the Wireshark plugin and Lua module (conventions.md §1: wireshark-dev does not pull libgcrypt20-dev)
               tshark wireshark-dev libgcrypt20-dev liblua5.2-dev
               # fuzzing (conventions.md §1: without libclang-rt-14-dev, -fsanitize=fuzzer does not link)
-              clang-14 libclang-rt-14-dev llvm-14)
+              clang-14 libclang-rt-14-dev llvm-14
+              # scripts/valgrind.sh (docs/security.md)
+              valgrind)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

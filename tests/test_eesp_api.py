@@ -745,12 +745,13 @@ def test_udp_encapsulation():
     out = sa.encrypt(udp4())
     assert struct.unpack("!HH", out[20:24]) == (12345, 4500)
     assert sa.decrypt(out).packet == udp4()
-    # a receiver on another port does not see EESP there
+    # a receiver on another port does not see EESP there; the SA's own receiver listens on its udp_dport
     other = SA(0x2000, key=bytes(20), udp_encap=True, udp_dport=4501)
     with pytest.raises(NotEespError) as ei:
-        other.decrypt(other.encrypt(udp4()))
+        Receiver([other], udp_port=4500).decrypt(other.encrypt(udp4()))
     assert ei.value.code == "not-eesp"
     assert Receiver([other], udp_port=4501).decrypt(other.encrypt(udp4())).packet == udp4()
+    assert other.decrypt(other.encrypt(udp4())).packet == udp4()
 
 
 def test_ip_protocol_is_a_setting():
