@@ -71,6 +71,8 @@ EESP_MT_SCALING_MIN = 1.8  # 2 threads vs 1 thread, encrypt and decrypt
 EESP_QUIET = 0.05  # a threads run is "quiet" when other jobs used under 5% of the CPUs meanwhile
 PYPSP_VS_SCAPY_MIN = 100.0  # per-packet API, same size and version
 CAPTURE_VS_CORE_MIN = 0.50  # decrypt_capture vs the core's in-memory decap, 1500 octets
+FLOOD_RSS_MAX_KIB = 1024  # receiver memory growth over 65,536 forged keys (was 87 MB before staging)
+FLOOD_KEPT_MAX = 8.0  # the first cached packet after the flood vs a warm one (a flushed key costs ~90x: a KDF run)
 
 SPI = 0x1234
 ETH_HDR = bytes.fromhex("020000000002" "020000000001" "0800")
@@ -175,6 +177,31 @@ def run_c(exe: Path, min_time: float, repeats: int) -> List[dict]:
                     row["pass"] = row["ratio"] >= CORE_VS_RAW_MIN
                 rows.append(row)
     return rows
+
+
+def run_flood(exe: Path, n_forged: int, repeats: int) -> dict:
+    """flood_bench: forged packets for fresh SPIs / Session IDs against a cached packet, and memory growth."""
+    runs: Dict[str, List[dict]] = {}
+    for _ in range(repeats):
+        p = subprocess.run([str(exe), str(n_forged)], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"bench: flood_bench failed: {p.stderr.strip()}")
+        for line in p.stdout.splitlines():
+            row = json.loads(line)
+            runs.setdefault(row["protocol"], []).append(row)
+    rows = []
+    for proto, rs in runs.items():
+        pick = min(rs, key=lambda r: r["forged_ns"])
+        row = {**pick, "forged_ns_runs": [r["forged_ns"] for r in rs],
+               "cached_ns": min(r["cached_ns"] for r in rs),
+               "cached_ns_after": min(r["cached_ns_after"] for r in rs),
+               "first_cached_after_ns": min(r["first_cached_after_ns"] for r in rs),
+               "rss_growth_kib": max(r["rss_growth_kib"] for r in rs)}
+        row["kept_ratio"] = row["first_cached_after_ns"] / row["cached_ns"]
+        row["target"] = f"<= {FLOOD_RSS_MAX_KIB} KiB growth, first cached packet after <= {FLOOD_KEPT_MAX:.0f}x warm"
+        row["pass"] = row["rss_growth_kib"] <= FLOOD_RSS_MAX_KIB and row["kept_ratio"] <= FLOOD_KEPT_MAX
+        rows.append(row)
+    return {"forged_packets": n_forged, "rows": rows}
 
 
 def run_eesp(exe: Path, min_time: float, repeats: int, mt_duration: float, mt_repeats: int, mt_wait: float) -> dict:
@@ -670,6 +697,22 @@ def markdown(result: dict) -> str:
                 f"{fmt_pps(r['median'])} | {fmt_ratio(r['vs_core'], True)} |"
             )
         out.append("")
+    if "flood" in result:
+        fl = result["flood"]
+        out += [
+            f"## Forged floods ({fl['forged_packets']:,} packets, each for a key the receiver has not seen, ICV wrong)",
+            "",
+            "| protocol | forged key by | cached packet ns | forged packet ns | cached packet ns after | "
+            "first cached packet after, ns | receiver RSS growth | target |",
+            "|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in fl["rows"]:
+            out.append(
+                f"| {r['protocol']} | {r['forged']} | {r['cached_ns']:.0f} | {r['forged_ns']:.0f} | "
+                f"{r['cached_ns_after']:.0f} | {r['first_cached_after_ns']:.0f} | {r['rss_growth_kib']:,} KiB | "
+                f"{fmt_target(r)} |"
+            )
+        out.append("")
     targets = result["targets"]
     out += ["## Targets", "", "| target | measured | result |", "|---|---:|---|"]
     for t in targets:
@@ -704,6 +747,10 @@ def collect_targets(result: dict) -> List[dict]:
                             "measured": f"{r['scaling']:.2f}x (median {r['scaling_median']:.2f}x, CPU time {r['scaling_cpu']:.2f}x)",
                             "result": verdict(r["pass"]) if r["pass"] is not None else f"not measured ({r['why']})",
                             "pass": r["pass"]})
+    for r in result.get("flood", {}).get("rows", []):
+        targets.append({"name": f"{r['protocol']} forged flood: {r['target']}",
+                        "measured": f"{r['rss_growth_kib']:,} KiB, {r['kept_ratio']:.2f}x",
+                        "result": verdict(r["pass"]), "pass": r["pass"]})
     return targets
 
 
@@ -733,7 +780,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--mt-repeats", type=int, help="EESP threads runs per figure, best and median (default 9; --quick 2)")
     ap.add_argument("--mt-wait", type=float,
                     help="before each EESP threads repeat, wait up to S seconds for other jobs to go quiet (default 5; --quick 0)")
-    ap.add_argument("--only", action="append", choices=("c", "python", "capture", "eesp", "eesp-python"),
+    ap.add_argument("--only", action="append", choices=("c", "python", "capture", "eesp", "eesp-python", "flood"),
                     help="run only these sections (repeatable; capture needs c for its comparison)")
     ap.add_argument("--tmpdir", help="where the capture files go (default: the system temp dir)")
     args = ap.parse_args(argv)
@@ -744,12 +791,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     mt_duration = args.mt_duration or (0.05 if args.quick else 0.5)
     mt_repeats = args.mt_repeats or (2 if args.quick else 9)
     mt_wait = args.mt_wait if args.mt_wait is not None else (0.0 if args.quick else 5.0)
-    sections = set(args.only or ("c", "python", "capture", "eesp", "eesp-python"))
+    sections = set(args.only or ("c", "python", "capture", "eesp", "eesp-python", "flood"))
     if "capture" in sections:
         sections.add("c")
     started = time.perf_counter()
 
-    if sections & {"c", "eesp"}:
+    if sections & {"c", "eesp", "flood"}:
         log("bench: building the C bench (build/bench) ...")
         exe = build_c(os.cpu_count() or 2)
     try:  # the CLI names the library it links, the system one the bench links too
@@ -782,6 +829,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "eesp" in sections:
         section("eesp", "EESP core vs raw EVP, and threads",
                 lambda: run_eesp(exe.parent / "eesp_bench", min_time, repeats, mt_duration, mt_repeats, mt_wait))
+    if "flood" in sections:
+        section("flood", "forged floods", lambda: run_flood(exe.parent / "flood_bench", 65536, 2 if args.quick else 3))
     if "eesp-python" in sections:
         section("eesp_python", "pyeesp", lambda: run_eesp_python(min_time, repeats, result.get("eesp")))
     result["targets"] = collect_targets(result)

@@ -29,6 +29,16 @@ static int tag_len_ok(pe_aead_alg alg, size_t tag_len)
     return tag_len == 8 || tag_len == 12 || tag_len == 16;
 }
 
+/* Nonce length, CCM tag length, then the key: the order OpenSSL's CCM needs, for a first key or a new one. */
+static int set_key(EVP_CIPHER_CTX *ctx, const pe_aead *a, const uint8_t *key)
+{
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)a->nonce_len, NULL) != 1)
+        return 0;
+    if (a->alg == PE_AEAD_AES_CCM && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, NULL) != 1)
+        return 0;
+    return EVP_CipherInit_ex2(ctx, NULL, key, NULL, (int)a->dir, NULL) == 1;
+}
+
 pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
                        size_t key_len, size_t tag_len)
 {
@@ -51,12 +61,7 @@ pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8
 
     if (EVP_CipherInit_ex2(ctx, cipher, NULL, NULL, (int)dir, NULL) != 1)
         goto fail;
-    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)a->nonce_len, NULL) != 1)
-        goto fail;
-    if (alg == PE_AEAD_AES_CCM &&
-        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)tag_len, NULL) != 1)
-        goto fail;
-    if (EVP_CipherInit_ex2(ctx, NULL, key, NULL, (int)dir, NULL) != 1)
+    if (!set_key(ctx, a, key))
         goto fail;
     EVP_CIPHER_free(cipher);
     a->ctx = ctx;
@@ -66,6 +71,13 @@ fail:
     EVP_CIPHER_CTX_free(ctx);
     memset(a, 0, sizeof *a);
     return PE_ERR_CRYPTO_BACKEND;
+}
+
+pe_status pe_aead_rekey(pe_aead *a, const uint8_t *key, size_t key_len)
+{
+    if (!a->ctx || key_len != a->key_len)
+        return PE_ERR_INVALID_ARGUMENT;
+    return set_key(a->ctx, a, key) ? PE_OK : PE_ERR_CRYPTO_BACKEND;
 }
 
 void pe_aead_free(pe_aead *a)

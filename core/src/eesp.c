@@ -172,19 +172,25 @@ static pe_status check_sub_sa_id(const eesp_sa *sa, uint32_t sid)
     return PE_OK;
 }
 
-/* The Sub SA's state, deriving its key on first use (§12). */
+/* The Sub SA's KEYMAT (key || salt): the SA's own without an SSKDF, else derived for the Session ID (§12). */
+static pe_status sub_sa_keymat(const eesp_sa *sa, uint16_t sid, uint8_t keymat[KEYMAT_MAX])
+{
+    size_t keymat_len = sa->suite.key_len + sa->suite.salt_len;
+    if (sa->sskdf == PE_SSKDF_NONE) {
+        memcpy(keymat, sa->key, keymat_len);
+        return PE_OK;
+    }
+    return pe_eesp_derive_sub_sa_key(sa->sskdf, sa->key, sa->key_len, sid, keymat, keymat_len);
+}
+
+/* Sending: the Sub SA's state, deriving its key on first use. */
 static pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
 {
     if ((*out = pe_keytable_find(&sa->subs, sid)))
         return PE_OK;
     const pe_eesp_suite *s = &sa->suite;
-    size_t keymat_len = s->key_len + s->salt_len;
     uint8_t keymat[KEYMAT_MAX];
-    pe_status st = PE_OK;
-    if (sa->sskdf == PE_SSKDF_NONE)
-        memcpy(keymat, sa->key, keymat_len);
-    else
-        st = pe_eesp_derive_sub_sa_key(sa->sskdf, sa->key, sa->key_len, sid, keymat, keymat_len);
+    pe_status st = sub_sa_keymat(sa, sid, keymat);
     pe_aead a;
     if (st == PE_OK)
         st = pe_aead_init(&a, s->alg, sa->dir, keymat, s->key_len, s->icv_len);
@@ -194,6 +200,29 @@ static pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
             pe_aead_free(&a);
         else
             memcpy((*out)->salt, keymat + s->key_len, s->salt_len);
+    }
+    pe_wipe(keymat, sizeof keymat);
+    return st;
+}
+
+/*
+ * Receiving: the Sub SA's state, or for a Session ID not seen yet a staged
+ * key (*staged set) that pe_keytable_commit keeps once a packet verified:
+ * forged Session IDs build no state (keytable.h).
+ */
+static pe_status rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged)
+{
+    *staged = 0;
+    if ((*out = pe_keytable_find(&sa->subs, sid)))
+        return PE_OK;
+    const pe_eesp_suite *s = &sa->suite;
+    uint8_t keymat[KEYMAT_MAX];
+    pe_status st = sub_sa_keymat(sa, sid, keymat);
+    if (st == PE_OK)
+        st = pe_keytable_stage(&sa->subs, sid, s->alg, sa->dir, keymat, s->key_len, s->icv_len, out);
+    if (st == PE_OK) {
+        memcpy((*out)->salt, keymat + s->key_len, s->salt_len);
+        *staged = 1;
     }
     pe_wipe(keymat, sizeof keymat);
     return st;
@@ -659,10 +688,12 @@ static pe_status locate(const pe_eesp_rx *rx, const uint8_t *pkt, const pe_ip_in
 static pe_status recover_pih(const uint8_t *inner, size_t len, uint8_t *nh, size_t *inner_len)
 {
     size_t n;
-    if (len >= 1 && (inner[0] >> 4) == 4 && len >= PE_IPV4_HDR_LEN) {
+    if (len >= PE_IPV4_HDR_LEN && (inner[0] >> 4) == 4) {
         *nh = PE_IPPROTO_IPV4;
         n = pe_get16(inner + 2);
-    } else if (len >= 1 && (inner[0] >> 4) == 6 && len >= PE_IPV6_HDR_LEN) {
+        if ((inner[0] & 0x0f) < 5 || n < (size_t)(inner[0] & 0x0f) * 4)
+            return PE_ERR_EESP_INNER; /* no header could end where the Total Length says */
+    } else if (len >= PE_IPV6_HDR_LEN && (inner[0] >> 4) == 6) {
         *nh = PE_IPPROTO_IPV6;
         n = PE_IPV6_HDR_LEN + pe_get16(inner + 4);
     } else {
@@ -671,6 +702,47 @@ static pe_status recover_pih(const uint8_t *inner, size_t len, uint8_t *nh, size
     if (n > len || len - n > 255)
         return PE_ERR_EESP_PAD_LENGTH;
     *inner_len = n;
+    return PE_OK;
+}
+
+/*
+ * §16 steps 11-13 on the verified region `dst` (PIH, then the inner part):
+ * Payload Info, the Crypt Offset's reach, dummy packets, and in tunnel mode
+ * a whole IPv4/IPv6 packet of the announced version.
+ */
+static pe_status after_icv(const eesp_sa *sa, const pe_eesp_hdr *h, const uint8_t *dst, size_t region_len, int full,
+                           pe_eesp_info *info, size_t *inner_len)
+{
+    size_t pih_len = full ? PE_EESP_PIH_LEN : 0;
+    const uint8_t *inner = dst + pih_len;
+    pe_status st;
+
+    /* Steps 11-12: Payload Info. */
+    if (full) {
+        info->next_header = dst[2];
+        info->pad_len = dst[3];
+        if (PE_EESP_PIH_LEN + (size_t)info->pad_len > region_len)
+            return PE_ERR_EESP_PAD_LENGTH;
+        *inner_len = region_len - PE_EESP_PIH_LEN - info->pad_len;
+    } else {
+        if ((st = recover_pih(inner, region_len, &info->next_header, inner_len)) != PE_OK)
+            return st;
+        info->pad_len = (uint8_t)(region_len - *inner_len);
+    }
+
+    /* D16: the exposed part never reaches into the padding. */
+    if (h->has_crypt_offset && (size_t)h->crypt_offset * 4 > pih_len + *inner_len)
+        return PE_ERR_EESP_CRYPT_OFFSET;
+    if (full && info->next_header == NH_NO_NEXT)
+        return PE_ERR_EESP_DUMMY; /* a well-formed dummy: authenticated, then discarded */
+
+    /* Step 13, the part that needs no outer header: a tunnel carries one whole IP packet. */
+    if (sa->mode == PE_EESP_TUNNEL) {
+        if (info->next_header != PE_IPPROTO_IPV4 && info->next_header != PE_IPPROTO_IPV6)
+            return PE_ERR_EESP_INNER;
+        if (!pe_ip_is_whole_packet(inner, *inner_len, info->next_header == PE_IPPROTO_IPV4 ? 4 : 6))
+            return PE_ERR_EESP_INNER;
+    }
     return PE_OK;
 }
 
@@ -741,7 +813,8 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     /* Step 8: sequence number and the replay pre-check. */
     uint64_t seq = 0;
     pe_key_slot *slot;
-    if ((st = sub_sa(sa, h->session_id, &slot)) != PE_OK)
+    int staged;
+    if ((st = rx_sub_sa(sa, h->session_id, &slot, &staged)) != PE_OK)
         return st;
     int replay = sa->anti_replay && !(flags & PE_EESP_OPEN_NO_REPLAY);
     if (sa->seq_present) {
@@ -777,44 +850,23 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
         return policy_drop ? PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED : st;
     }
 
-    /* Step 10: the window moves only now. */
-    if (replay) {
-        if (!slot->replay.bits && (st = pe_replay_init(&slot->replay, sa->replay_window)) != PE_OK)
-            return st;
-        if ((st = pe_replay_update(&slot->replay, seq)) != PE_OK)
-            return st;
+    /* Step 10: the window moves only now; a Sub SA's first verified packet makes it state worth keeping. */
+    if (staged)
+        st = pe_keytable_commit(&sa->subs, &slot);
+    if (replay && st == PE_OK) {
+        if (!slot->replay.bits)
+            st = pe_replay_init(&slot->replay, sa->replay_window);
+        if (st == PE_OK)
+            st = pe_replay_update(&slot->replay, seq);
     }
-
-    /* Steps 11-12: Payload Info. */
-    const uint8_t *inner = dst + pih_len;
-    if (full) {
-        info->next_header = dst[2];
-        info->pad_len = dst[3];
-        if (PE_EESP_PIH_LEN + (size_t)info->pad_len > region_len)
-            return PE_ERR_EESP_PAD_LENGTH;
-        *inner_len = region_len - PE_EESP_PIH_LEN - info->pad_len;
-    } else {
-        if ((st = recover_pih(inner, region_len, &info->next_header, inner_len)) != PE_OK)
-            return st;
-        info->pad_len = (uint8_t)(region_len - *inner_len);
-    }
-
-    /* D16: the exposed part never reaches into the padding. */
-    if (h->has_crypt_offset && (size_t)h->crypt_offset * 4 > pih_len + *inner_len)
-        return PE_ERR_EESP_CRYPT_OFFSET;
-    if (full && info->next_header == NH_NO_NEXT)
-        return PE_ERR_EESP_DUMMY; /* a well-formed dummy: authenticated, then discarded */
-
-    /* Step 13, the part that needs no outer header: a tunnel carries an IP packet. */
-    if (sa->mode == PE_EESP_TUNNEL) {
-        if (info->next_header != PE_IPPROTO_IPV4 && info->next_header != PE_IPPROTO_IPV6)
-            return PE_ERR_EESP_INNER;
-        unsigned want = info->next_header == PE_IPPROTO_IPV4 ? 4 : 6;
-        if (*inner_len == 0 || (inner[0] >> 4) != want)
-            return PE_ERR_EESP_INNER;
+    if (st == PE_OK)
+        st = after_icv(sa, h, dst, region_len, full, info, inner_len);
+    if (st != PE_OK) {
+        pe_wipe(dst, region_len); /* authenticated, but not delivered: nothing of it stays behind */
+        return st;
     }
     if (shift)
-        memmove(out + lead, inner, *inner_len);
+        memmove(out + lead, dst + pih_len, *inner_len);
     return PE_OK;
 }
 

@@ -72,6 +72,48 @@ pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_key_
     return PE_OK;
 }
 
+pe_status pe_keytable_stage(pe_keytable *t, uint64_t id, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
+                            size_t key_len, size_t tag_len, pe_key_slot **pending)
+{
+    pe_key_slot *p = &t->pending;
+    pe_aead a = p->aead;
+    pe_status st;
+    if (a.ctx && a.alg == alg && a.dir == dir && a.key_len == key_len && a.tag_len == tag_len) {
+        st = pe_aead_rekey(&a, key, key_len);
+    } else {
+        pe_aead_free(&a);
+        st = pe_aead_init(&a, alg, dir, key, key_len, tag_len);
+    }
+    pe_replay_free(&p->replay);
+    pe_wipe(p, sizeof *p);
+    if (st != PE_OK) {
+        pe_aead_free(&a);
+        return st;
+    }
+    p->aead = a;
+    p->id = id;
+    p->used = 1;
+    *pending = p;
+    return PE_OK;
+}
+
+pe_status pe_keytable_commit(pe_keytable *t, pe_key_slot **stored)
+{
+    pe_key_slot *p = &t->pending;
+    if (!p->used)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_key_slot *s;
+    pe_status st = pe_keytable_insert(t, p->id, &p->aead, &s);
+    if (st != PE_OK)
+        return st;
+    memcpy(s->salt, p->salt, sizeof s->salt);
+    s->counter = p->counter;
+    s->replay = p->replay; /* moved, like the AEAD context */
+    pe_wipe(p, sizeof *p);
+    *stored = s;
+    return PE_OK;
+}
+
 void pe_keytable_clear(pe_keytable *t)
 {
     for (size_t i = 0; i < t->cap; i++) {
@@ -88,6 +130,9 @@ void pe_keytable_clear(pe_keytable *t)
 void pe_keytable_free(pe_keytable *t)
 {
     pe_keytable_clear(t);
+    pe_aead_free(&t->pending.aead);
+    pe_replay_free(&t->pending.replay);
+    pe_wipe(&t->pending, sizeof t->pending);
     free(t->slots);
     memset(t, 0, sizeof *t);
 }

@@ -23,11 +23,19 @@ typedef struct pe_key_slot {
     pe_replay_window replay;  /* receiver: created after the first verified packet */
 } pe_key_slot;
 
+/*
+ * Receivers derive a key for an id they have not seen into `pending`, outside
+ * the table, and keep it (pe_keytable_commit) only once a packet under it
+ * verified.  Forged packets for fresh ids therefore cost a derivation and a
+ * re-key of one reused context: they allocate nothing, and neither grow the
+ * table nor evict (flush) the keys that verified traffic uses.
+ */
 typedef struct pe_keytable {
     pe_key_slot *slots;
     size_t cap;   /* power of two, or 0 */
     size_t count;
     size_t limit; /* at most this many entries; 0 = unbounded */
+    pe_key_slot pending; /* used: a staged key for pending.id */
 } pe_keytable;
 
 pe_key_slot *pe_keytable_find(const pe_keytable *t, uint64_t id);
@@ -36,6 +44,15 @@ pe_key_slot *pe_keytable_find(const pe_keytable *t, uint64_t id);
  * state starts zeroed.  When full at `limit`, the table is flushed first.
  */
 pe_status pe_keytable_insert(pe_keytable *t, uint64_t id, pe_aead *aead, pe_key_slot **stored);
+/*
+ * Stage `key` for `id` in t->pending (re-keying its context when the
+ * algorithm, direction, key and tag lengths match, else making a new one).
+ * The slot's other state starts zeroed.  Not in the table until committed.
+ */
+pe_status pe_keytable_stage(pe_keytable *t, uint64_t id, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
+                            size_t key_len, size_t tag_len, pe_key_slot **pending);
+/* Move the staged key into the table; *stored points at it there. */
+pe_status pe_keytable_commit(pe_keytable *t, pe_key_slot **stored);
 void pe_keytable_clear(pe_keytable *t);
 void pe_keytable_free(pe_keytable *t);
 

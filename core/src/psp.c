@@ -407,12 +407,18 @@ pe_status pe_psp_rx_add_key(pe_psp_rx *rx, uint32_t spi, int version, const uint
     return st == PE_OK ? add_user_key(rx, spi, gmac, key, key_len) : st;
 }
 
-static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead **out)
+/*
+ * The key for (spi, version): a configured or cached one, or else one derived
+ * from the master key and only staged (*staged set), to be cached by
+ * pe_keytable_commit once a packet verified under it.
+ */
+static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead **out, int *staged)
 {
     uint64_t id = key_id(spi, version);
     pe_key_slot *slot = pe_keytable_find(&rx->user_keys, id);
     if (!slot)
         slot = pe_keytable_find(&rx->cache, id);
+    *staged = 0;
     if (slot) {
         *out = &slot->aead;
         return PE_OK;
@@ -423,18 +429,13 @@ static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead *
     uint8_t key[32];
     size_t key_len = pe_psp_key_len(version);
     pe_status st = pe_psp_derive_key(rx->master_key[phase], spi, version, rx->kdf_labels[version], key, key_len);
-    pe_aead a;
     if (st == PE_OK)
-        st = pe_aead_init(&a, PE_AEAD_AES_GCM, PE_AEAD_OPEN, key, key_len, PE_PSP_ICV_LEN);
+        st = pe_keytable_stage(&rx->cache, id, PE_AEAD_AES_GCM, PE_AEAD_OPEN, key, key_len, PE_PSP_ICV_LEN, &slot);
     pe_wipe(key, sizeof key);
     if (st != PE_OK)
         return st;
-    st = pe_keytable_insert(&rx->cache, id, &a, &slot);
-    if (st != PE_OK) {
-        pe_aead_free(&a);
-        return st;
-    }
     *out = &slot->aead;
+    *staged = 1;
     return PE_OK;
 }
 
@@ -471,7 +472,8 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
         return PE_ERR_BUFFER_TOO_SMALL;
 
     pe_aead *aead;
-    st = rx_key(rx, h.spi, h.version, &aead);
+    int staged;
+    st = rx_key(rx, h.spi, h.version, &aead, &staged);
     if (st != PE_OK)
         return st;
 
@@ -502,6 +504,9 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
             }
         }
     }
+    pe_key_slot *kept;
+    if (st == PE_OK && staged) /* verified: worth keeping (if that fails, the next packet derives again) */
+        (void)pe_keytable_commit(&rx->cache, &kept);
     if (st != PE_OK) {
         pe_wipe(out, inner_len); /* never hand out unauthenticated plaintext */
         return st;
@@ -552,10 +557,14 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
         return st;
 
     if (tunnel) {
+        /* Verified, but delivered only as one whole IP packet of the version Next Header names. */
         unsigned want = h.next_header == PE_IPPROTO_IPV4 ? 4 : 6;
-        if (inner_len == 0 || (out[0] >> 4) != want) {
+        st = inner_len == 0 || (out[0] >> 4) != want    ? PE_ERR_PSP_MODE
+             : !pe_ip_is_whole_packet(out, inner_len, want) ? PE_ERR_PSP_INNER
+                                                            : PE_OK;
+        if (st != PE_OK) {
             pe_wipe(out, inner_len);
-            return PE_ERR_PSP_MODE;
+            return st;
         }
         *out_len = inner_len;
         return PE_OK;

@@ -43,6 +43,11 @@ typedef struct pe_aead {
 
 pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
                        size_t key_len, size_t tag_len);
+/*
+ * A new key of the same length for an initialised context: no allocation and
+ * no cipher fetch, for receivers that try keys they may not keep.
+ */
+pe_status pe_aead_rekey(pe_aead *a, const uint8_t *key, size_t key_len);
 /* Releases the context; OpenSSL wipes the key schedule. Safe on a zeroed or freed pe_aead. */
 void pe_aead_free(pe_aead *a);
 
