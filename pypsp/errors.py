@@ -81,6 +81,7 @@ for _code in (
     "psp-vc-without-room",
     "psp-crypt-offset-past-payload",
     "psp-bad-mode",
+    "psp-bad-inner-packet",
     *IP_MALFORMED_CODES,
 ):
     _BY_CODE[_code] = MalformedPacketError

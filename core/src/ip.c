@@ -126,6 +126,17 @@ pe_status pe_ip_wire_length(const uint8_t *pkt, size_t avail, size_t *len)
     return PE_OK;
 }
 
+int pe_ip_is_whole_packet(const uint8_t *pkt, size_t len, unsigned version)
+{
+    if (len < 1 || (unsigned)(pkt[0] >> 4) != version)
+        return 0;
+    if (version == 4) {
+        size_t ihl_len = (size_t)(pkt[0] & 0x0f) * 4;
+        return len >= PE_IPV4_HDR_LEN && ihl_len >= PE_IPV4_HDR_LEN && pe_get16(pkt + 2) == len && len >= ihl_len;
+    }
+    return version == 6 && len >= PE_IPV6_HDR_LEN && PE_IPV6_HDR_LEN + (size_t)pe_get16(pkt + 4) == len;
+}
+
 uint32_t pe_csum_add(uint32_t sum, const uint8_t *p, size_t n)
 {
     uint64_t s = sum;

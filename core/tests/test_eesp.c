@@ -303,7 +303,15 @@ static pe_status dec(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *re
     pe_eesp_info local;
     if (!info)
         info = &local;
+    memset(o, 0xa5, len ? len : 1);
     pe_status st = pe_eesp_decap(rx, p, len, o, len, &ol, info);
+    /* A refused packet leaves nothing of itself in out: untouched (0xa5) or wiped (0), also after its ICV verified. */
+    if (st != PE_OK) {
+        size_t stray = 0;
+        for (size_t i = 0; i < len; i++)
+            stray += o[i] != 0xa5 && o[i] != 0;
+        CHECK(stray == 0);
+    }
     if (st == PE_OK) {
         CHECK(ol <= len);
         if (res)
@@ -1949,6 +1957,8 @@ static void test_rejections(void)
             {0, PE_OK},          {1, PE_ERR_EESP_INNER}, {2, PE_ERR_EESP_PAD_LENGTH}, {3, PE_ERR_EESP_PAD_LENGTH},
             {4, PE_OK},          {5, PE_ERR_EESP_INNER}, {6, PE_ERR_EESP_INNER},      {7, PE_OK},
             {8, PE_ERR_EESP_PAD_LENGTH}, {9, PE_ERR_EESP_INNER},
+            /* the header must be whole: IHL >= 5, Total Length >= IHL*4 */
+            {10, PE_ERR_EESP_INNER}, {11, PE_ERR_EESP_INNER}, {12, PE_ERR_EESP_INNER}, {13, PE_OK},
         };
         static uint8_t ob[1024];
         for (size_t i = 0; i < sizeof ov / sizeof ov[0]; i++) {
@@ -1970,6 +1980,10 @@ static void test_rejections(void)
                 put16(ob + 4, 100);
                 break;
             case 9: ob[0] = 0x05; break;                  /* nibble 0: a PIH where none belongs */
+            case 10: put16(ob + 2, 4); break;             /* Total Length 4: a "packet" of 4 octets */
+            case 11: ob[0] = 0x44; break;                 /* IHL 4 */
+            case 12: ob[0] = 0x4f; break;                 /* IHL 15: 60 octets of header in a 32-octet packet */
+            case 13: put16(ob + 2, 20); memset(ob + 20, 0, 12); break; /* a bare header, 12 octets of padding */
             }
             craft k = {.c = &t, .seq = sq, .iv = sq, .body = ob, .body_len = bl};
             sq++;
@@ -1987,10 +2001,16 @@ static void test_rejections(void)
             int v6;
             pe_status want;
         } fv[] = {{4, 0, PE_OK}, {41, 1, PE_OK}, {17, 0, PE_ERR_EESP_INNER}, {4, 1, PE_ERR_EESP_INNER},
-                  {41, 0, PE_ERR_EESP_INNER}, {59, 0, PE_ERR_EESP_DUMMY}};
+                  {41, 0, PE_ERR_EESP_INNER}, {59, 0, PE_ERR_EESP_DUMMY},
+                  /* the inner length fields must match what the Pad Length leaves (kinds 6, 7 below) */
+                  {4, 0, PE_ERR_EESP_INNER}, {41, 1, PE_ERR_EESP_INNER}};
         sq = 1;
         for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++) {
             size_t il = fv[i].v6 ? inner_packet(ob + 4, 1, 0, 8, 2) : (memcpy(ob + 4, inner, 32), 32);
+            if (i == 6)
+                put16(ob + 4 + 2, 30); /* IPv4 Total Length 30 of 32 octets */
+            if (i == 7)
+                put16(ob + 4 + 4, (unsigned)(il - 40 + 1)); /* IPv6 Payload Length one too many */
             ob[0] = ob[1] = 0;
             ob[2] = fv[i].nh;
             ob[3] = 0;

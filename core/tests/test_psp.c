@@ -261,7 +261,15 @@ static pe_status decap_exact(pe_psp_rx *rx, const uint8_t *pkt, size_t len, size
     uint8_t *in = dup_exact(pkt, len);
     uint8_t *out = malloc(cap ? cap : 1);
     size_t n = 0;
+    memset(out, 0xa5, cap ? cap : 1);
     pe_status st = pe_psp_decap(rx, in, len, out, cap, &n, h);
+    /* A refused packet leaves nothing of itself in out: untouched (0xa5) or wiped (0). */
+    if (st != PE_OK) {
+        size_t stray = 0;
+        for (size_t i = 0; i < cap; i++)
+            stray += out[i] != 0xa5 && out[i] != 0;
+        CHECK(stray == 0);
+    }
     if (st == PE_OK) {
         CHECK(n <= cap);
         if (result)
@@ -927,6 +935,26 @@ static void test_rejections(void)
         el = encap_one(&st, outer, olen, e, 7);
         CHECK_ST(decap_exact(rx, e, el, el, dec, &dlen, NULL), PE_OK);
         CHECK(dlen == fourlen && memcmp(dec, four, fourlen) == 0);
+        /* ... but only a whole one: a 1-octet "IPv4 packet", IHL < 5, Total Length or Payload Length off. */
+        uint8_t one[1] = {0x45};
+        olen = mk_ipv4(outer, 4, one, 1);
+        el = encap_one(&st, outer, olen, e, 8);
+        CHECK_ST(decap_exact(rx, e, el, el, NULL, NULL, NULL), PE_ERR_PSP_INNER);
+        for (int k = 0; k < 4; k++) {
+            uint8_t bad[256];
+            size_t badlen = k < 3 ? v4_udp(bad, 12, 3) : v6_udp(bad, 12, 3);
+            if (k == 0)
+                bad[0] = 0x44; /* IHL 4 */
+            else if (k == 1)
+                put16(bad + 2, (unsigned)badlen - 1); /* Total Length one short */
+            else if (k == 2)
+                put16(bad + 2, 4); /* Total Length 4 */
+            else
+                put16(bad + 4, (unsigned)badlen - 40 + 2); /* Payload Length two too many */
+            olen = mk_ipv4(outer, k < 3 ? 4 : 41, bad, badlen);
+            el = encap_one(&st, outer, olen, e, 9 + (uint64_t)k);
+            CHECK_STN(decap_exact(rx, e, el, el, NULL, NULL, NULL), PE_ERR_PSP_INNER, k);
+        }
     }
 
     /* Receiver key table rules. */
@@ -1932,7 +1960,7 @@ static void test_robustness(void)
             pe_status ds = pe_psp_decap(rx, out, n, dec, n, &dn, &dh);
             /* transport mode of IP protocol 4/41 reads back as tunnel mode (§1), so may not fit */
             int nh_tunnel = (iter & 1) && (dh.next_header == 4 || dh.next_header == 41);
-            CHECK(ds == PE_OK || (nh_tunnel && ds == PE_ERR_PSP_MODE));
+            CHECK(ds == PE_OK || (nh_tunnel && (ds == PE_ERR_PSP_MODE || ds == PE_ERR_PSP_INNER)));
             if (ds == PE_OK && !nh_tunnel) {
                 /* byte for byte, except an IPv4 header checksum the input got wrong (it is recomputed) */
                 CHECK(dn <= len);

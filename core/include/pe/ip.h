@@ -52,6 +52,13 @@ pe_status pe_ip_parse(const uint8_t *pkt, size_t avail, pe_ip_info *info);
 /* Length of the IP packet per its header (for clipping link-layer padding). */
 pe_status pe_ip_wire_length(const uint8_t *pkt, size_t avail, size_t *len);
 
+/*
+ * Are these `len` octets exactly one IP packet of `version` (4 or 6)?  IPv4:
+ * IHL >= 5 and Total Length = len >= IHL*4; IPv6: 40 + Payload Length = len.
+ * For tunnelled packets, whose length the tunnel already fixed.
+ */
+int pe_ip_is_whole_packet(const uint8_t *pkt, size_t len, unsigned version);
+
 /* A fragment at offset 0 (which still has its L4 header); only meaningful when info->is_fragment. */
 int pe_ip_first_fragment(const uint8_t *pkt, const pe_ip_info *info);
 

@@ -25,6 +25,7 @@ extern "C" {
     X(PE_ERR_NO_KEY, "no-key", "no key configured for this SPI")                                   \
     X(PE_ERR_IV_EXHAUSTED, "iv-exhausted", "IV counter exhausted: refusing to wrap and reuse an IV") \
     X(PE_ERR_UNSUPPORTED, "unsupported", "operation not supported")                                \
+    X(PE_ERR_BATCH_STOPPED, "batch-stopped", "not processed: the batch stopped at an earlier packet that failed") \
     /* IP / UDP framing */                                                                         \
     X(PE_ERR_IP_TRUNCATED, "ip-truncated", "IP packet truncated")                                  \
     X(PE_ERR_IP_VERSION, "ip-bad-version", "not an IPv4 or IPv6 packet")                           \
@@ -50,6 +51,7 @@ extern "C" {
     X(PE_ERR_PSP_GMAC_CRYPT_OFFSET, "psp-gmac-crypt-offset", "PSP GMAC versions (2, 3) send crypt offset 0") \
     X(PE_ERR_PSP_TOO_LONG, "psp-too-long", "PSP packet longer than any UDP payload can be")       \
     X(PE_ERR_PSP_MODE, "psp-bad-mode", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)") \
+    X(PE_ERR_PSP_INNER, "psp-bad-inner-packet", "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)") \
     /* EESP */                                                                                     \
     X(PE_ERR_NOT_EESP, "not-eesp", "not an EESP packet (other IP protocol or UDP port)")          \
     X(PE_ERR_NAT_KEEPALIVE, "nat-keepalive", "UDP 4500 NAT keepalive, not EESP")                     \
