@@ -5,7 +5,7 @@
  * draft-ietf-opsawg-pcapng ("PCAP Next Generation (pcapng) Capture File
  * Format").  Field and block names below follow those drafts.
  *
- * The reader works on one buffer holding the whole file (mmap'd, read, or the
+ * The reader works on one buffer holding the whole file (read, or the
  * caller's), so a record is a pointer into that buffer and nothing is copied
  * per packet.  Every length read from the file is checked against what is
  * left in the buffer before it is used: the input is untrusted and fuzzed.
@@ -18,6 +18,7 @@
 #include "pe/capture.h"
 #include "pe/ip.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,6 @@
 #if defined(__unix__) || defined(__APPLE__)
 #define PE_CAPTURE_POSIX 1
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #endif
@@ -203,7 +203,6 @@ struct pe_capture_reader {
     size_t n_ifs, cap_ifs;
     void *owned;    /* file contents when opened by path */
     size_t owned_len;
-    int mapped;
 };
 
 /* One record or block as stored, and the packet it holds if it holds one. */
@@ -477,25 +476,47 @@ static pe_status next_block(pe_capture_reader *r, cap_block *b, int *eof)
 }
 
 #ifdef PE_CAPTURE_POSIX
-/* Map regular files: captures run to gigabytes and are read once, front to back. */
-static int load_mapped(int fd, pe_capture_reader *r)
+/*
+ * Regular files are read whole, with pread, into one buffer of their size.
+ * Not mapped: a file that another process truncates while it is read would
+ * raise SIGBUS at the first access past the new end, in the caller's
+ * process.  Read, a file cut meanwhile only comes out short, and the parser
+ * reports capture-truncated at the record that lost its end.  The cost is
+ * memory the size of the file (the streaming reader of a later release
+ * removes it).  Returns 0 to fall back to the stream reader (not a regular
+ * file), 1 on success, -1 on a read error.
+ */
+static int load_regular(int fd, pe_capture_reader *r, pe_status *st)
 {
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 ||
-        (uint64_t)sb.st_size > SIZE_MAX)
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX)
         return 0;
-    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED)
-        return 0;
-    (void)posix_madvise(m, (size_t)sb.st_size, POSIX_MADV_SEQUENTIAL);
-    r->owned = m;
-    r->owned_len = (size_t)sb.st_size;
-    r->mapped = 1;
+    size_t size = (size_t)sb.st_size, got = 0;
+    uint8_t *buf = malloc(size);
+    if (!buf) {
+        *st = PE_ERR_NOMEM;
+        return -1;
+    }
+    while (got < size) {
+        ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            free(buf);
+            *st = PE_ERR_CAP_IO;
+            return -1;
+        }
+        if (n == 0)
+            break; /* cut since fstat: what is there is the file */
+        got += (size_t)n;
+    }
+    r->owned = buf;
+    r->owned_len = got;
     return 1;
 }
 #endif
 
-/* Fallback for pipes and systems without mmap. */
+/* Pipes, devices and systems without POSIX I/O. */
 static pe_status load_stream(FILE *f, pe_capture_reader *r)
 {
     size_t cap = 0, len = 0;
@@ -532,9 +553,11 @@ static pe_status load_file(const char *path, pe_capture_reader *r)
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return PE_ERR_CAP_IO;
-    if (load_mapped(fd, r)) {
+    st = PE_OK;
+    int loaded = load_regular(fd, r, &st);
+    if (loaded != 0) {
         close(fd);
-        return PE_OK;
+        return st;
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
@@ -626,12 +649,7 @@ void pe_capture_close(pe_capture_reader *r)
 {
     if (!r)
         return;
-#ifdef PE_CAPTURE_POSIX
-    if (r->mapped)
-        munmap(r->owned, r->owned_len);
-    else
-#endif
-        free(r->owned);
+    free(r->owned);
     free(r->ifs);
     free(r);
 }
@@ -1171,7 +1189,7 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
     return PE_OK;
 }
 
-/* Writing over the input while it is mapped would truncate it under the reader. */
+/* Writing over the input would destroy it before (or while) it is read. */
 static int same_file(const char *a, const char *b)
 {
 #ifdef PE_CAPTURE_POSIX

@@ -86,8 +86,12 @@ pe_status pe_hkdf_expand(pe_hash hash, const uint8_t *prk, size_t prk_len, const
                          size_t info_len, uint8_t *out, size_t out_len)
 {
     const char *name = hash_name(hash);
-    if (!name || out_len == 0)
+    if (!out || out_len == 0)
         return PE_ERR_INVALID_ARGUMENT;
+    if (!name) {
+        pe_wipe(out, out_len);
+        return PE_ERR_INVALID_ARGUMENT;
+    }
     pe_status st = PE_ERR_CRYPTO_BACKEND;
     EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
     EVP_KDF_CTX *ctx = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
@@ -103,5 +107,8 @@ pe_status pe_hkdf_expand(pe_hash hash, const uint8_t *prk, size_t prk_len, const
         st = PE_OK;
     EVP_KDF_CTX_free(ctx);
     EVP_KDF_free(kdf);
-    return st == PE_OK ? PE_OK : (out_len > 255 * 64 ? PE_ERR_INVALID_ARGUMENT : st);
+    if (st == PE_OK)
+        return PE_OK;
+    pe_wipe(out, out_len); /* whatever OpenSSL wrote before failing is never handed out as a key */
+    return out_len > 255 * 64 ? PE_ERR_INVALID_ARGUMENT : st;
 }
