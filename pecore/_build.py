@@ -95,6 +95,9 @@ pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp);
 pe_status pe_batch_transform(pe_ip_transform_fn fn, void *ctx, size_t n, const uint8_t *in,
                              const size_t *in_off, const size_t *in_len, uint8_t *out, size_t out_cap,
                              size_t *out_off, size_t *out_len, pe_status *status);
+pe_status pe_batch_transform_until_failure(pe_ip_transform_fn fn, void *ctx, size_t n, const uint8_t *in,
+                                           const size_t *in_off, const size_t *in_len, uint8_t *out,
+                                           size_t out_cap, size_t *out_off, size_t *out_len, pe_status *status);
 
 /* eesp.h enums, used by keyfile.h too */
 typedef enum { PE_SSKDF_NONE, PE_SSKDF_HKDF_SHA2_256, PE_SSKDF_HKDF_SHA2_384, PE_SSKDF_HKDF_SHA2_512,

@@ -40,11 +40,14 @@ def pin(keep: list, data: Optional[bytes]):
 _alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
 
-def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list] = None) -> List[Tuple[int, bytes]]:
+def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list] = None,
+              stop_at_failure: bool = False) -> List[Tuple[int, bytes]]:
     """Run a core transform over many packets in one call: (status, result) per packet.
 
     The packets are joined into one input buffer; pass ``keep`` to hold it
     alive when the transform leaves pointers into it (e.g. header fields).
+    With ``stop_at_failure`` the packets after the first failure are not
+    processed at all (status ``batch-stopped``): senders spend no IV on them.
     """
     n = len(packets)
     if n == 0:
@@ -64,6 +67,7 @@ def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list
     out_off = ffi.new("size_t[]", n)
     out_len = ffi.new("size_t[]", n)
     status = ffi.new("pe_status[]", n)
-    lib.pe_batch_transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
+    transform = lib.pe_batch_transform_until_failure if stop_at_failure else lib.pe_batch_transform
+    transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
     buf = ffi.buffer(out, cap)
     return [(status[i], buf[out_off[i] : out_off[i] + out_len[i]]) for i in range(n)]

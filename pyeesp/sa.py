@@ -304,7 +304,9 @@ class SA:
 
     def next_seq(self, sub_sa_id: int = 0) -> Optional[int]:
         """The sequence number (IV counter without SN) the next packet of a Sub SA carries; None once exhausted."""
-        n = lib.pe_eesp_tx_next_seq(self._tx, check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError))
+        check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
+        with self._lock:  # cffi releases the GIL: an encrypt() in another thread may grow the Sub SA table
+            n = lib.pe_eesp_tx_next_seq(self._tx, sub_sa_id)
         return n or None
 
     def set_next_seq(self, next_seq: int, sub_sa_id: int = 0) -> None:
@@ -326,7 +328,9 @@ class SA:
             return ffi.buffer(self._out, self._out_len[0])[:]
 
     def encrypt_batch(self, packets: Iterable[bytes], sub_sa_id: int = 0) -> List[bytes]:
-        """Encrypt many packets on one Sub SA; raises on the first failure (earlier results in ``err.results``)."""
+        """Encrypt many packets on one Sub SA.  Raises on the first packet that fails: the packets
+        before it used their sequence numbers and their results are in ``err.results``; it and the
+        packets after it used none."""
         out: List[bytes] = []
         for i, p in enumerate(packets):
             try:

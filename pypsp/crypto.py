@@ -173,7 +173,8 @@ class Encryptor:
     @property
     def next_iv(self) -> int:
         """The IV the next packet will carry."""
-        return lib.pe_psp_tx_next_iv(self._tx, ffi.NULL)
+        with self._lock:  # the core releases no GIL-free guarantee: every call on the SA is serialised
+            return lib.pe_psp_tx_next_iv(self._tx, ffi.NULL)
 
     def set_next_iv(self, next_iv: int) -> None:
         """Let the IVs continue at ``next_iv``; only forward, so no IV is ever reused under this key."""
@@ -194,11 +195,13 @@ class Encryptor:
             return ffi.buffer(self._out, self._out_len[0])[:]
 
     def encrypt_batch(self, packets: Iterable[bytes]) -> List[bytes]:
-        """Encrypt many packets in one core call.  Raises on the first packet that fails
-        (packets before it have used their IVs; their results are in ``err.results``)."""
+        """Encrypt many packets in one core call.  Raises on the first packet that fails: the
+        packets before it have used their IVs and their results are in ``err.results``; it and
+        the packets after it used none (``next_iv`` is the IV the failed packet would have had)."""
         pkts = list(packets)
         with self._lock:
-            results = run_batch(lib.pe_psp_capture_encap, self._tx, pkts, lib.PE_PSP_MAX_OVERHEAD)
+            results = run_batch(lib.pe_psp_capture_encap, self._tx, pkts, lib.PE_PSP_MAX_OVERHEAD,
+                                stop_at_failure=True)
         out: List[bytes] = []
         for i, (st, data) in enumerate(results):
             if st != lib.PE_OK:

@@ -331,14 +331,66 @@ def test_psp_failed_encrypts_spend_no_iv_and_never_reuse_one():
             enc.encrypt(p)
         assert enc.next_iv == before
     assert psp_iv(enc.encrypt(udp4(100))) == 1
-    # A batch with a bad packet in it raises on that packet.  The core still encrypts the packets
-    # after it (their IVs are spent, their outputs are dropped): IVs are wasted, never reused.
+    # A batch with a bad packet in it raises on that packet and stops there: the packets before it
+    # used their IVs (their results come with the error), it and the packets after it used none.
     seen = [psp_iv(enc.encrypt(udp4(100)))]
+    before = enc.next_iv
     with pytest.raises(pypsp.MalformedPacketError) as e:
         enc.encrypt_batch([udp4(100), udp4(100), b"\x45", udp4(100), udp4(100)])
+    assert "packet 2" in str(e.value) and len(e.value.results) == 2
+    assert enc.next_iv == before + 2
     seen += [psp_iv(o) for o in e.value.results]
     seen += [psp_iv(enc.encrypt(udp4(100))) for _ in range(3)]
-    assert len(set(seen)) == len(seen) and seen == sorted(seen)
+    assert seen == list(range(seen[0], seen[0] + len(seen)))  # no IV skipped, none repeated
+
+
+def test_psp_encrypt_batch_stops_at_the_first_failure():
+    """4 packets in, the second bad: one result, and the next IV is 2 (not 4, as when the core went on)."""
+    enc = pypsp.Encryptor(spi=9, key=KEY16)
+    with pytest.raises(pypsp.MalformedPacketError) as e:
+        enc.encrypt_batch([udp4(50), b"\x45\x00", udp4(50), udp4(50)])
+    assert [psp_iv(o) for o in e.value.results] == [1]
+    assert enc.next_iv == 2
+    assert psp_iv(enc.encrypt(udp4(50))) == 2
+
+
+def test_eesp_next_seq_racing_encrypt_that_opens_sub_sas():
+    """SA.next_seq reads the Sub SA table while encrypt() in another thread may grow it (and free the
+    old slots): every call on the SA takes its lock.  Under the sanitizer build (scripts/test.sh) an
+    unlocked read is a heap-use-after-free that aborts the run; here the values must be exact too."""
+    stop = threading.Event()
+    current: list = []
+    failures: list = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                sa = current[-1] if current else None
+                if sa is None:
+                    continue
+                next_seq = sa.next_seq
+                for sid in (0, 3, 700, 1023):
+                    n = next_seq(sid)
+                    if n not in (1, 2):
+                        failures.append((sid, n))
+        except Exception as e:  # noqa: BLE001 -- reported by the main thread
+            failures.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(12):
+            sa = pyeesp.SA(0x6000, root_key=ROOT32, sskdf="hkdf-sha256", mode="transport")
+            current.append(sa)
+            for sid in range(1024):  # the Sub SA table grows from 16 slots to 2048
+                sa.encrypt(PKT, sid)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not failures
+    assert [current[-1].next_seq(sid) for sid in (0, 1023)] == [2, 2]
 
 
 def test_eesp_failed_encrypts_spend_no_sequence_number():

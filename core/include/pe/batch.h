@@ -25,6 +25,14 @@ extern "C" {
 pe_status pe_batch_transform(pe_ip_transform_fn fn, void *ctx, size_t n, const uint8_t *in,
                              const size_t *in_off, const size_t *in_len, uint8_t *out, size_t out_cap,
                              size_t *out_off, size_t *out_len, pe_status *status);
+/*
+ * The same, stopping at the first packet that is not transformed: the
+ * packets after it are not handed to fn (a sender spends no IV on them) and
+ * get PE_ERR_BATCH_STOPPED.  Returns the failing packet's status, or PE_OK.
+ */
+pe_status pe_batch_transform_until_failure(pe_ip_transform_fn fn, void *ctx, size_t n, const uint8_t *in,
+                                           const size_t *in_off, const size_t *in_len, uint8_t *out,
+                                           size_t out_cap, size_t *out_off, size_t *out_len, pe_status *status);
 
 #ifdef __cplusplus
 }
