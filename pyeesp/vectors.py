@@ -167,8 +167,9 @@ NOTES: Dict[str, Dict[str, str]] = {
                      "inner length that leaves a negative or > 255 padding (optimized format)."},
     "DummyPacket": {"bugType": "FUNCTIONALITY", "description": "Next Header 59: a valid dummy packet, authenticated and "
                     "then discarded; nothing is delivered."},
-    "BadInnerPacket": {"bugType": "MODIFIED_PARAMETER", "description": "Optimized format: the decrypted payload is not an "
-                       "IPv4/IPv6 packet."},
+    "BadInnerPacket": {"bugType": "MODIFIED_PARAMETER", "description": "Tunnel mode: the decrypted payload is not one whole "
+                       "IPv4/IPv6 packet (version nibble, IHL, Total Length or Payload Length), or not of the version "
+                       "the PIH names."},
     "NotEesp": {"bugType": "FUNCTIONALITY", "description": "Not EESP for this receiver: another IP protocol or UDP port, "
                 "or on UDP 4500 an ESP packet, an IKE message (non-ESP marker) or a NAT keepalive."},
     "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing, or a fragment."},
@@ -756,6 +757,11 @@ def _tunnel_group(fb: EespFileBuilder) -> None:
     gb.crafted("optimized format: the decrypted payload has version nibble 5", ["BadInnerPacket"], base,
                body=nonip + bytes(base.pad), clear=len(base.body) if su.kind == "gmac" else None,
                result="invalid", error="eesp-bad-inner-packet")
+    for what, bad in (("an inner IPv4 Total Length of 4 (a 4-octet 'packet')", put(base.payload, 2, b"\x00\x04")),
+                      ("an inner IPv4 IHL of 4", bytes([0x44]) + base.payload[1:])):
+        gb.crafted(f"optimized format: {what}", ["BadInnerPacket"], base,
+                   body=bad + bytes(base.pad), clear=len(base.body) if su.kind == "gmac" else None,
+                   result="invalid", error="eesp-bad-inner-packet")
     longer = put(base.payload, 2, struct.pack(">H", len(base.body) + 4))
     gb.crafted("optimized format: the inner IPv4 Total Length exceeds the decrypted data", ["BadPadLength"], base,
                body=longer + bytes(base.pad), clear=len(base.body) if su.kind == "gmac" else None,

@@ -118,6 +118,9 @@ NOTES: Dict[str, Dict[str, str]] = {
               "selects is missing, and no derived key matches."},
     "TunnelInnerMismatch": {"bugType": "MODIFIED_PARAMETER", "description": "Tunnel mode: Next Header says IPv4 (4) or "
                             "IPv6 (41) but the authenticated inner packet is of the other version, or empty."},
+    "TunnelInnerMalformed": {"bugType": "MODIFIED_PARAMETER", "description": "Tunnel mode: the authenticated inner "
+                             "packet is not one whole IP packet (IHL below 5, or a Total Length that is not the "
+                             "packet's length); the core delivers only whole packets."},
     "NotPsp": {"bugType": "FUNCTIONALITY", "description": "Not a PSP packet for this receiver: not UDP, or another "
                "destination port."},
     "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing (lengths, IHL, version, "
@@ -830,6 +833,14 @@ def _tunnel_group(fb: PspFileBuilder, vc: bool) -> None:
     gb.crafted("tunnel: Next Header 4 and an empty inner packet (sealed correctly)", ["TunnelInnerMismatch"], s4,
                hdr=h16(4, s4.spi, s4.iv, version=v, co=0, hdr_ext_len=2 if vc else 1, virt=vc), body=vcv,
                clear=len(vcv) if gmac else 0, result="acceptable", error="psp-bad-mode", plaintext=b"")
+    inner4 = s4.plain
+    for what, bad in (("a 1-octet 'IPv4 packet'", inner4[:1]),
+                      ("an inner IPv4 Total Length of 4", inner4[:2] + b"\x00\x04" + inner4[4:]),
+                      ("an inner IPv4 IHL of 4", bytes([0x44]) + inner4[1:])):
+        body = vcv + bad
+        gb.crafted(f"tunnel: {what} behind Next Header 4 (sealed correctly)", ["TunnelInnerMalformed"], s4,
+                   hdr=h16(4, s4.spi, s4.iv, version=v, co=0, hdr_ext_len=2 if vc else 1, virt=vc), body=body,
+                   clear=len(body) if gmac else 0, result="invalid", error="psp-bad-inner-packet")
     _body_mutations(gb, s4, "IPv4 in IPv4")
     gb.finish()
 

@@ -695,6 +695,16 @@ def open(sas, packet: bytes, *, windows: dict | None = None) -> Opened:
     return Opened(sa.spi, base.session_id, seq, iv, options, unknown, co, fmt, nh, pad, reserved, payload)
 
 
+def _whole_ip_packet(pkt: bytes) -> bool:
+    """IPv4: IHL >= 5 and Total Length = len >= IHL*4; IPv6: 40 + Payload Length = len."""
+    if pkt[0] >> 4 == 4:
+        ihl = (pkt[0] & 0xF) * 4
+        return len(pkt) >= 20 and ihl >= 20 and struct.unpack(">H", pkt[2:4])[0] == len(pkt) >= ihl
+    if pkt[0] >> 4 == 6:
+        return len(pkt) >= 40 and 40 + struct.unpack(">H", pkt[4:6])[0] == len(pkt)
+    return False
+
+
 def _inner_ip_length(body: bytes) -> tuple[int, int]:
     """§8 optimized format: (Next Header, inner IP length) from the inner header's version nibble."""
     ver = body[0] >> 4 if body else None
@@ -971,6 +981,9 @@ def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | No
     if sa.mode == "tunnel":
         if opened.next_header not in (IPPROTO_IPV4, IPPROTO_IPV6):
             raise EespModelError("eesp-bad-inner-packet", f"Next Header {opened.next_header} in tunnel mode")
+        # The project's decision: only one whole IP packet (of the version its nibble gives) is delivered.
+        if not opened.payload or not _whole_ip_packet(opened.payload):
+            raise EespModelError("eesp-bad-inner-packet", f"{len(opened.payload)} octets, not one whole IP packet")
         return opened, opened.payload
     head = bytearray(pkt[:at])
     head[nh_field] = opened.next_header  # the UDP header (if any) goes with the EESP packet

@@ -427,6 +427,16 @@ def encap(
     return bytes(outer) + udp + psp
 
 
+def whole_ip_packet(pkt: bytes) -> bool:
+    """IPv4: IHL >= 5 and Total Length = len >= IHL*4; IPv6: 40 + Payload Length = len."""
+    if pkt[0] >> 4 == 4:
+        ihl = (pkt[0] & 0xF) * 4
+        return len(pkt) >= 20 and ihl >= 20 and struct.unpack(">H", pkt[2:4])[0] == len(pkt) >= ihl
+    if pkt[0] >> 4 == 6:
+        return len(pkt) >= 40 and 40 + struct.unpack(">H", pkt[4:6])[0] == len(pkt)
+    return False
+
+
 def decap(
     ip_packet: bytes,
     *,
@@ -467,6 +477,9 @@ def decap(
     inner = p[hdr.length - HDR_LEN :]
 
     if hdr.next_header in (IPPROTO_IPV4, IPPROTO_IPV6):  # tunnel mode
+        # The project's decision: only one whole IP packet (of the version its nibble gives) is delivered.
+        if inner and not whole_ip_packet(inner):
+            raise PspModelError("psp-bad-inner-packet", f"{len(inner)} octets")
         return hdr, inner
     out = bytearray(pkt[: info.hdr_len])
     out[info.proto_field] = hdr.next_header
