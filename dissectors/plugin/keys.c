@@ -11,6 +11,7 @@
 
 #include "keys.h"
 #include "pe/keyfile.h"
+#include "ws_compat.h"
 
 /* Wipe a string holding key material before it is freed. */
 static void free_secret(char *s)
@@ -125,7 +126,7 @@ static gboolean psp_row_text(const psp_key_rec *r, GString *t, char **err)
     return TRUE;
 }
 
-static gboolean psp_rec_update(void *rec, char **err)
+static pe_ws_bool psp_rec_update(void *rec, char **err)
 {
     GString *t = g_string_new(NULL);
     pe_keyfile kf;
@@ -373,7 +374,7 @@ static gboolean eesp_row_text(const eesp_sa_rec *r, GString *t, char **err)
     return TRUE;
 }
 
-static gboolean eesp_rec_update(void *rec, char **err)
+static pe_ws_bool eesp_rec_update(void *rec, char **err)
 {
     GString *t = g_string_new(NULL);
     pe_keyfile kf;

@@ -24,6 +24,7 @@
 #include "dissectors.h"
 #include "keys.h"
 #include "pe/replay.h"
+#include "ws_compat.h"
 
 static int proto_eesp = -1;
 
@@ -77,8 +78,8 @@ static guint pref_ip_protocol = PE_EESP_DEFAULT_IPPROTO;
 static guint registered_ip_protocol;
 static guint pref_udp_port = PE_EESP_UDP_PORT;
 static guint registered_udp_port;
-static gboolean pref_udp_dispatch = TRUE;
-static gboolean pref_seq_analysis = TRUE;
+static pe_ws_bool pref_udp_dispatch = TRUE;
+static pe_ws_bool pref_seq_analysis = TRUE;
 
 static const value_string eesp_option_types[] = {
     {PE_EESP_OPT_PAD1, "Pad1"},
@@ -205,7 +206,7 @@ static void show_seq_analysis(proto_tree *tree, packet_info *pinfo, tvbuff_t *tv
 
 /* ------------------------------------------------------------ fields */
 
-static void add_options(proto_tree *tree, tvbuff_t *tvb, const pe_eesp_hdr *h, guint len)
+static void add_options(proto_tree *tree, tvbuff_t *tvb, packet_info *pinfo, const pe_eesp_hdr *h, guint len)
 {
     if (!h->opt_len || PE_EESP_BASE_LEN + (guint)h->opt_len > len)
         return;
@@ -215,7 +216,7 @@ static void add_options(proto_tree *tree, tvbuff_t *tvb, const pe_eesp_hdr *h, g
         const pe_eesp_option *o = &h->option[i];
         guint olen = o->type == PE_EESP_OPT_PAD1 ? 1 : 2u + o->data_len;
         proto_item *oi = proto_tree_add_item(ot, hf_eesp_option, tvb, o->offset, olen, ENC_NA);
-        proto_item_set_text(oi, "Option: %s", val_to_str(o->type, eesp_option_types, "Unknown (%u)"));
+        proto_item_set_text(oi, "Option: %s", pe_val_to_str(pinfo->pool, o->type, eesp_option_types, "Unknown (%u)"));
         proto_tree *t = proto_item_add_subtree(oi, ett_eesp_option);
         proto_tree_add_item(t, hf_eesp_option_type, tvb, o->offset, 1, ENC_BIG_ENDIAN);
         if (o->type == PE_EESP_OPT_PAD1)
@@ -322,7 +323,7 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
     } else {
         col_set_str(pinfo->cinfo, COL_INFO, "EESP (truncated)");
     }
-    add_options(et, tvb, h, len);
+    add_options(et, tvb, pinfo, h, len);
 
     proto_item *icv_item = NULL, *seq_item = NULL;
     guint after_opts = PE_EESP_BASE_LEN + h->opt_len;

@@ -17,6 +17,7 @@
 
 #include "dissectors.h"
 #include "keys.h"
+#include "ws_compat.h"
 
 static int proto_psp = -1;
 
@@ -54,7 +55,7 @@ static expert_field ei_psp_cut = EI_INIT;
 static expert_field ei_psp_gmac_clear = EI_INIT;
 
 static dissector_handle_t psp_handle;
-static gboolean pref_encrypted_payload = TRUE;
+static pe_ws_bool pref_encrypted_payload = TRUE;
 static dissector_table_t ip_proto_table;
 
 static const value_string psp_versions[] = {
@@ -172,11 +173,11 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
             proto_tree *vt;
             if (st == PE_OK && oh.ext && oh.ext != buf + PE_PSP_HDR_LEN) {
                 const guint8 *vc = oh.ext;
-                vi = proto_tree_add_uint64(pt, hf_psp_vc, tvb, 16, 8, pntoh64(vc));
+                vi = proto_tree_add_uint64(pt, hf_psp_vc, tvb, 16, 8, pntohu64(vc));
                 proto_item_append_text(vi, " (decrypted)");
                 vt = proto_item_add_subtree(vi, ett_psp_vc);
-                proto_tree_add_uint(vt, hf_psp_sectoken, tvb, 16, 4, pntoh32(vc));
-                proto_tree_add_uint(vt, hf_psp_virtkey, tvb, 20, 4, pntoh32(vc + 4));
+                proto_tree_add_uint(vt, hf_psp_sectoken, tvb, 16, 4, pntohu32(vc));
+                proto_tree_add_uint(vt, hf_psp_virtkey, tvb, 20, 4, pntohu32(vc + 4));
             } else {
                 vi = proto_tree_add_item(pt, hf_psp_vc, tvb, 16, 8, ENC_BIG_ENDIAN);
                 vt = proto_item_add_subtree(vi, ett_psp_vc);

@@ -10,6 +10,7 @@
 #include <epan/proto.h>
 
 #include "dissectors.h"
+#include "ws_compat.h"
 
 #ifndef PE_PLUGIN_VERSION
 #define PE_PLUGIN_VERSION "0.1.0"
@@ -20,6 +21,9 @@ WS_DLL_PUBLIC_DEF const int plugin_want_major = WIRESHARK_VERSION_MAJOR;
 WS_DLL_PUBLIC_DEF const int plugin_want_minor = WIRESHARK_VERSION_MINOR;
 
 WS_DLL_PUBLIC void plugin_register(void);
+#ifdef PE_WS_HAVE_PLUGIN_DESCRIBE
+WS_DLL_PUBLIC uint32_t plugin_describe(void);
+#endif
 
 static void register_protocols(void)
 {
@@ -40,3 +44,11 @@ void plugin_register(void)
     plugin.register_handoff = register_handoffs;
     proto_register_plugin(&plugin);
 }
+
+#ifdef PE_WS_HAVE_PLUGIN_DESCRIBE
+/* What tshark -G plugins and About > Plugins list as the plugin's type. */
+uint32_t plugin_describe(void)
+{
+    return WS_PLUGIN_DESC_DISSECTOR;
+}
+#endif
