@@ -1,10 +1,12 @@
 /*
- * pelua: the project's C core as a Lua 5.2 C module, so that the Lua
- * dissectors (psp.lua, eesp.lua) can decrypt inside Wireshark 4.0, whose Lua
- * has no crypto API (../../../shared/spec/conventions.md §3.3).
+ * pelua: the project's C core as a Lua C module, so that the Lua dissectors
+ * (psp.lua, eesp.lua) can decrypt inside Wireshark, whose Lua has no crypto
+ * API before 4.6 (../../../shared/spec/conventions.md §3.3, §3.3a).  One
+ * source for the Lua of each Wireshark: 5.2 (4.0) and 5.4 (4.4, 4.6).
  *
- * Build with -I/usr/include/lua5.2 and do NOT link liblua: the lua_* symbols
- * resolve from the host's liblua5.2.so.0 (libwireshark links it).
+ * Build with the headers of that Lua (-I/usr/include/lua5.2 or lua5.4) and do
+ * NOT link liblua: the lua_* symbols resolve from the liblua5.x.so.0 that
+ * libwireshark already loaded; a second Lua in the process would corrupt it.
  *
  *   local pelua = require "pelua"
  *   pelua.version                               -> "0.1.0"
@@ -26,7 +28,8 @@
  * transport mode, the inner IP packet in tunnel mode; nil unless status is "ok".
  *
  * psp info: next_header, hdr_ext_len, crypt_offset, version, version_name,
- *   virt, spi, iv (number, exact below 2^53), iv_hex (16 hex digits), tunnel,
+ *   virt, spi, iv (number: exact below 2^53 in Lua 5.2, an integer below 2^63
+ *   in 5.4), iv_hex (16 hex digits), tunnel,
  *   icv_valid (status == "ok"), status, message (pe_status_message), and with
  *   status "ok" ext (the extension area as sent, VC decrypted when the crypt
  *   offset left it encrypted).
@@ -51,6 +54,10 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+
+#if LUA_VERSION_NUM < 502 || LUA_VERSION_NUM > 504
+#error "pelua is written for Lua 5.2 to 5.4 (luaL_setfuncs, luaL_setmetatable, lua_newuserdata)"
+#endif
 
 #include "pe/eesp.h"
 #include "pe/keyfile.h"
@@ -109,6 +116,29 @@ static int keys_tostring(lua_State *L)
     return 1;
 }
 
+/*
+ * A count or header field as a Lua number.  Lua 5.3+ has an integer subtype:
+ * without it a value would be a float there (tostring gives "4.0", and
+ * string.format("%x") refuses floats above 2^53).  64-bit values also get a
+ * _hex twin, exact in every Lua.
+ */
+static void push_uint(lua_State *L, uint64_t v)
+{
+#if LUA_VERSION_NUM >= 503
+    if (v <= (uint64_t)LUA_MAXINTEGER) {
+        lua_pushinteger(L, (lua_Integer)v);
+        return;
+    }
+#endif
+    lua_pushnumber(L, (lua_Number)v);
+}
+
+static void set_int(lua_State *L, const char *name, uint64_t v)
+{
+    push_uint(L, v);
+    lua_setfield(L, -2, name);
+}
+
 static int keys_summary(lua_State *L)
 {
     pelua_keys *k = check_keys(L);
@@ -117,10 +147,8 @@ static int keys_summary(lua_State *L)
     lua_setfield(L, -2, "psp_master0");
     lua_pushboolean(L, k->psp_master1);
     lua_setfield(L, -2, "psp_master1");
-    lua_pushnumber(L, (lua_Number)k->n_psp_keys);
-    lua_setfield(L, -2, "psp_keys");
-    lua_pushnumber(L, (lua_Number)k->n_eesp_sas);
-    lua_setfield(L, -2, "eesp_sas");
+    set_int(L, "psp_keys", k->n_psp_keys);
+    set_int(L, "eesp_sas", k->n_eesp_sas);
     return 1;
 }
 
@@ -128,12 +156,6 @@ static int keys_summary(lua_State *L)
 static uint8_t *scratch(lua_State *L, size_t len)
 {
     return lua_newuserdata(L, len ? len : 1);
-}
-
-static void set_int(lua_State *L, const char *name, uint64_t v)
-{
-    lua_pushnumber(L, (lua_Number)v); /* exact up to 2^53; 64-bit values also get a _hex twin */
-    lua_setfield(L, -2, name);
 }
 
 static void set_bool(lua_State *L, const char *name, int v)
