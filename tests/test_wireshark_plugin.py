@@ -174,19 +174,22 @@ def fields(cap: Path, names: Sequence[str], *, profile: Path, opts: Sequence[str
     for o in opts:
         args += ["-o", o]
     proc = tshark([*args, *extra], profile=profile, **kw)
-    rows = []
-    for line in proc.stdout.splitlines():
-        cols = line.split("\t")
-        assert len(cols) == len(names), line
-        rows.append({n: (c.split("|") if c else []) for n, c in zip(names, cols)})
-    return rows
+    lines = [line.split("\t") for line in proc.stdout.splitlines()]
+    for cols in lines:
+        assert len(cols) == len(names), cols
+    # Booleans as 1/0 on every Wireshark (4.4+ prints True/False).
+    lines = ws.normalise_field_rows(lines, names, "|", plugin=kw.get("plugin", "plain"))
+    return [{n: (c.split("|") if c else []) for n, c in zip(names, cols)} for cols in lines]
 
 
 def packets_json(cap: Path, *, profile: Path, opts: Sequence[str] = (), **kw) -> list:
     args = ["-n", "-r", str(cap), *QUIET, "-T", "json", "--no-duplicate-keys"]
     for o in opts:
         args += ["-o", o]
-    return json.loads(tshark(args, profile=profile, **kw).stdout or "[]")
+    pkts = json.loads(tshark(args, profile=profile, **kw).stdout or "[]")
+    if ws.prints_true_false():
+        ws.normalise_json(pkts, ws.boolean_fields(kw.get("plugin", "plain")))
+    return pkts
 
 
 def experts(pkt: dict) -> List[str]:
