@@ -612,6 +612,48 @@ def test_psp_table_row_restricted_to_one_version(psp_cases, psp_files, empty_pro
         assert row["psp.status"] == (["ok"] if case.header.version == 1 else ["no-key"]), case.label
 
 
+# Each row becomes one key-file line (keys.c): a line break inside a field would add lines of its own.
+# \x0a is how a UAT file and -o uat: write a newline inside a quoted field.
+_K777 = PSP_DERIVED[0x777][1].hex()
+_K778 = PSP_DERIVED[0x80000778][1].hex()
+_INJECTED = f"\\x0apsp-key spi=0x00000777 key={_K777} version=1"
+PSP_INJECTIONS = {
+    "master-key1": uat_row("*", "*", "master-pair", MK0.hex(), MK1.hex() + _INJECTED),
+    "derived-key0": uat_row("0x80000778", "*", "derived", _K778 + _INJECTED, ""),
+    "derived-spi": uat_row(f"0x80000778{_INJECTED}", "*", "derived", _K778, ""),
+}
+
+
+@pytest.mark.parametrize("where", sorted(PSP_INJECTIONS))
+@pytest.mark.parametrize("source", ["uat-file", "uat-option"])
+def test_psp_table_row_with_a_line_break_is_refused(work, psp_cases, psp_files, empty_profile, where, source):
+    """A row whose field holds a newline and a second key line is refused with an error naming the field
+    (like an EESP row whose Options hold one): neither the injected key nor the row's own keys decrypt
+    anything, and no key reaches the message.  From a UAT file tshark reports the row and goes on; an
+    -o uat: value it refuses outright, as any invalid -o."""
+    row = PSP_INJECTIONS[where]
+    if source == "uat-file":
+        profile, opts = _profile(work, f"psp-inject-{where}", {"psp_keys": row + "\n"}), []
+    else:
+        profile, opts = empty_profile, [f"uat:psp_keys:{row}"]
+    proc = ws.run(["-n", "-r", str(psp_files["pcap-raw"]), "-T", "fields", "-e", "psp.spi", "-e", "psp.status",
+                   *[a for o in opts for a in ("-o", o)]], profile=profile, check=False)
+    for marker in CRASH_MARKERS:
+        assert marker not in proc.stderr, proc.stderr[-4000:]
+    assert re.search(r"(SPI|Key [01]) must be one line", proc.stderr), proc.stderr[-2000:]
+    # tshark quotes a refused -o value itself ('Invalid -o flag "...": '); our message follows it.
+    ours = "\n".join(line.rsplit('": ', 1)[-1] for line in proc.stderr.splitlines())
+    assert _K777 not in ours and _K778 not in ours and MK1.hex() not in ours, ours
+    statuses = {case.header.spi: line.split("\t")[1] for line, case in zip(proc.stdout.splitlines(), psp_cases)}
+    if source == "uat-option":
+        assert proc.returncode != 0 and statuses == {}, proc.stdout[-2000:]
+        return
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(statuses) == len({c.header.spi for c in psp_cases}), proc.stdout[-2000:]
+    assert statuses[0x00000777] != "ok", "the injected psp-key line was loaded"
+    assert set(statuses.values()) == {"no-key"}, f"the row was accepted: {statuses}"
+
+
 # --------------------------------------------------------------------------- 3. PSP failures
 
 

@@ -27,6 +27,26 @@ static gboolean is_any(const char *s)
     return !s || !*s || strcmp(s, "*") == 0;
 }
 
+/*
+ * Every row becomes one key-file line, so a field must not reach past its own
+ * value: a line break would add lines of its own (a second key, another SA),
+ * a space further settings, a '#' would comment out the settings after it.
+ * NULL when the value is fine, else the complaint (the value itself is never
+ * quoted: it may be a key).
+ */
+static char *field_problem(const char *title, const char *value, gboolean single_value)
+{
+    if (!value)
+        return NULL;
+    for (const char *c = value; *c; c++) {
+        if (*c == '\n' || *c == '\r')
+            return g_strdup_printf("%s must be one line (it holds a line break)", title);
+        if (single_value && (*c == ' ' || *c == '\t' || *c == '#'))
+            return g_strdup_printf("%s must be a single value (no spaces or '#')", title);
+    }
+    return NULL;
+}
+
 /* ", line N" for an error tied to a line (the message itself never holds key material). */
 static const char *line_note(const pe_keyfile_error *ke)
 {
@@ -42,11 +62,19 @@ static gboolean parse_line(const GString *text, pe_keyfile *kf, char **err)
 {
     pe_keyfile_error ke;
     pe_status st = pe_keyfile_parse(text->str, text->len, kf, &ke);
-    if (st == PE_OK)
-        return TRUE;
-    if (err)
-        *err = g_strdup(ke.message[0] ? ke.message : pe_status_message(st));
-    return FALSE;
+    if (st != PE_OK) {
+        if (err)
+            *err = g_strdup(ke.message[0] ? ke.message : pe_status_message(st));
+        return FALSE;
+    }
+    /* field_problem() keeps a row to one line; this holds whatever the parser makes of it. */
+    if (kf->n_psp_master + kf->n_psp_keys + kf->n_psp_sas + kf->n_eesp_sas != 1) {
+        pe_keyfile_free(kf);
+        if (err)
+            *err = g_strdup("a row must make exactly one key-file entry");
+        return FALSE;
+    }
+    return TRUE;
 }
 
 /* ------------------------------------------------------------------ PSP */
@@ -95,6 +123,9 @@ static int psp_row_versions(const psp_key_rec *r)
 
 static gboolean psp_row_text(const psp_key_rec *r, GString *t, char **err)
 {
+    if ((*err = field_problem("SPI", r->spi, TRUE)) || (*err = field_problem("Version", r->version, TRUE)) ||
+        (*err = field_problem("Key 0", r->key0, TRUE)) || (*err = field_problem("Key 1", r->key1, TRUE)))
+        return FALSE;
     if (psp_row_versions(r) < 0) {
         *err = g_strdup("Version must be *, 0, 1, 2 or 3");
         return FALSE;
@@ -352,7 +383,10 @@ static gboolean eesp_row_text(const eesp_sa_rec *r, GString *t, char **err)
         *err = g_strdup("an EESP SA needs an SPI and a key");
         return FALSE;
     }
-    if (r->options && strchr(r->options, '\n')) {
+    if ((*err = field_problem("Src IP", r->src, TRUE)) || (*err = field_problem("Dest IP", r->dst, TRUE)) ||
+        (*err = field_problem("SPI", r->spi, TRUE)) || (*err = field_problem("Key", r->key, TRUE)))
+        return FALSE;
+    if (r->options && strpbrk(r->options, "\r\n")) {
         *err = g_strdup("Options must be one line of name=value settings");
         return FALSE;
     }
