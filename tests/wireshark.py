@@ -168,7 +168,8 @@ def _boolean_fields(plugin: Optional[str], lua_scripts: Tuple[str, ...]) -> Froz
 
 def boolean_fields(plugin: Optional[str] = "plain", lua_scripts: Sequence[Path] = ()) -> FrozenSet[str]:
     """The FT_BOOLEAN fields tshark knows with this plugin and these Lua scripts."""
-    return _boolean_fields(plugin, tuple(str(s) for s in lua_scripts))
+    # The ASan build registers the same fields, but loads only with its runtime preloaded.
+    return _boolean_fields("plain" if plugin == "asan" else plugin, tuple(str(s) for s in lua_scripts))
 
 
 _AS_DIGIT = {"True": "1", "False": "0"}
