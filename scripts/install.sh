@@ -11,7 +11,9 @@ APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cma
               # fuzzing (conventions.md §1: without libclang-rt-14-dev, -fsanitize=fuzzer does not link)
               clang-14 libclang-rt-14-dev llvm-14
               # scripts/valgrind.sh (docs/security.md)
-              valgrind)
+              valgrind
+              # scripts/wireshark-chroot.sh: the tshark tests against Wireshark 4.4 and 4.6 in Debian chroots
+              debootstrap rsync)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -44,7 +46,8 @@ cmake --build build/plugin -j "$(nproc)" >/dev/null
 cmake --install build/plugin >/dev/null
 tshark -G plugins 2>/dev/null | grep -q '^psp_eesp.so' || { echo "tshark does not list psp_eesp.so" >&2; exit 1; }
 
-# The Lua dissectors' decryption module (docs/wireshark.md#lua-dissectors), into the Lua 5.2 cpath.
+# The Lua dissectors' decryption module (docs/wireshark.md#lua-dissectors), for the Lua the installed
+# Wireshark links (5.2 for 4.0) and into that Lua's cpath (dissectors/lua/CMakeLists.txt).
 echo "==> Lua module pelua"
 cmake -S dissectors/lua -B build/lua -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/lua -j "$(nproc)" >/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every test: C unit tests (plain and under ASan/UBSan), the Python suite
-# (plain and against a sanitizer build of the core), packaging checks and a
-# benchmark smoke run.  Fails loudly at the first failing step.
+# (plain and against a sanitizer build of the core), the tshark tests against
+# Wireshark 4.4 and 4.6 in Debian chroots, packaging checks and a benchmark
+# smoke run.  Fails loudly at the first failing step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -60,6 +61,14 @@ PE_EXPECT_SANITIZED=1 PE_HYPOTHESIS_EXAMPLES=300 PYTHONPATH="$ROOT/$ASAN_DIR" LD
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$SAN_LOGS/asan" \
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$SAN_LOGS/ubsan" \
     .venv/bin/pytest -q -p no:cacheprovider -m "not tshark" tests || { cat "$SAN_LOGS"/* 2>/dev/null; false; }
+
+# The tshark tests again against newer Wireshark releases, each in a Debian chroot kept in
+# /var/tmp/pe-chroots (made on the first run, about a minute; refreshed daily).
+step "Wireshark 4.4 (Debian 13 chroot)"
+bash scripts/wireshark-chroot.sh trixie
+
+step "Wireshark 4.6 (Debian sid chroot)"
+bash scripts/wireshark-chroot.sh sid
 
 step "packaging: the sdist carries the C sources and headers and builds"
 rm -rf build/sdist && mkdir -p build/sdist
