@@ -1,0 +1,1722 @@
+-- pecrypto: PSP and EESP decryption in pure Lua, for psp.lua and eesp.lua when the pelua C module is absent.
+--
+-- This is Lua 5.3+ source (native 64-bit integers and bit operators).  It is not loaded as a file:
+-- dissectors/lua/build_scripts.py inlines it into psp.lua and eesp.lua as a string, which the scripts compile
+-- only when the Lua is 5.3+ and Wireshark has GcryptCipher (4.6 and later).  Lua 5.2 (Wireshark 4.0) never
+-- parses it, so the operators below cost the 5.2 scripts nothing.  Edit this file, then run build_scripts.py.
+--
+-- It mirrors the project's C core (core/src/psp.c, eesp.c, eesp_hdr.c, kdf.c, keyfile.c) step by step, with the
+-- same status names (pe_status_name) and messages, so that a dissector shows the same thing whether pelua or this
+-- module decrypted.  The hashes, HMAC, HKDF and CMAC are written here; the AEADs and the AES block come from a
+-- "backend" (gcrypt_backend() inside Wireshark; the tests inject their own), so no second AES lives in Lua.
+--
+--   local pecrypto = load(source, "=pecrypto.lua")()
+--   local keys, err = pecrypto.load_keyfile(path, pecrypto.gcrypt_backend())
+--   keys:psp_open(udp_payload)             -> status, inner | nil, info     (as pelua's keys:psp_open)
+--   keys:eesp_open(eesp, ip_version, dst)  -> status, inner | nil, info     (as pelua's keys:eesp_open)
+--
+-- A backend is a table with
+--   block(key) -> function(block16) -> block16                 AES-ECB encryption of one block
+--   aead(alg, key, tag_len) -> function(nonce, aad, ct, tag) -> plaintext | nil (ICV mismatch)
+-- with alg "aes-gcm", "aes-ccm" or "chacha20-poly1305".  A backend may raise errors: the open functions catch
+-- them and report "crypto-backend", never a Lua error.
+
+local M = {}
+
+local byte, char, sub, rep, fmt = string.byte, string.char, string.sub, string.rep, string.format
+local pack, unpack = string.pack, string.unpack
+local concat = table.concat
+
+-- Statuses -----------------------------------------------------------------------------------------------------
+
+-- pe_status_name / pe_status_message (core/include/pe/status.h); tests/test_lua_pure.py checks this copy.
+local STATUS_LIST = {
+    { "ok", "success" },
+    { "out-of-memory", "out of memory" },
+    { "invalid-argument", "invalid argument" },
+    { "buffer-too-small", "output buffer too small" },
+    { "crypto-backend", "OpenSSL reported an internal failure" },
+    { "bad-key-length", "key length does not match the algorithm" },
+    { "authentication-failed", "ICV verification failed" },
+    { "no-key", "no key configured for this SPI" },
+    { "iv-exhausted", "IV counter exhausted: refusing to wrap and reuse an IV" },
+    { "unsupported", "operation not supported" },
+    { "batch-stopped", "not processed: the batch stopped at an earlier packet that failed" },
+    { "ip-truncated", "IP packet truncated" },
+    { "ip-bad-version", "not an IPv4 or IPv6 packet" },
+    { "ip-bad-header-length", "bad IPv4 header length (IHL)" },
+    { "ip-bad-length", "IP length field disagrees with the packet length" },
+    { "ip-fragment", "IP fragment: reassemble before processing" },
+    { "ip-bad-extension-header", "malformed or truncated IPv6 extension header" },
+    { "ip-too-long", "result would exceed the maximum IP packet length" },
+    { "not-udp", "not a UDP packet" },
+    { "udp-wrong-port", "UDP destination port is not the configured port" },
+    { "udp-truncated", "UDP header truncated" },
+    { "udp-bad-length", "UDP length disagrees with the IP length" },
+    { "udp-bad-checksum", "UDP checksum is wrong" },
+    { "psp-truncated", "PSP packet shorter than its header and ICV" },
+    { "psp-always-one-bit-clear", "PSP always-1 bit is clear" },
+    { "psp-unsupported-version", "PSP version is not supported (only 0-3)" },
+    { "psp-version-disabled", "PSP version is disabled on this receiver" },
+    { "psp-bad-hdr-ext-len", "PSP Hdr Ext Len is 0 or runs past the packet" },
+    { "psp-vc-without-room", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
+    { "psp-crypt-offset-past-payload", "PSP crypt offset points past the end of the payload" },
+    { "psp-crypt-offset-out-of-range", "PSP crypt offset must be 0..63 words" },
+    { "psp-gmac-crypt-offset", "PSP GMAC versions (2, 3) send crypt offset 0" },
+    { "psp-too-long", "PSP packet longer than any UDP payload can be" },
+    { "psp-bad-mode", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
+    { "psp-bad-inner-packet", "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
+    { "not-eesp", "not an EESP packet (other IP protocol or UDP port)" },
+    { "nat-keepalive", "UDP 4500 NAT keepalive, not EESP" },
+    { "ike-non-esp-marker", "UDP 4500 IKE message (non-ESP marker), not EESP" },
+    { "esp-in-udp", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "eesp-truncated", "EESP packet shorter than its headers and ICV" },
+    { "eesp-compat-bit-clear", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
+    { "eesp-unsupported-version", "EESP version is not the negotiated version 0" },
+    { "eesp-reserved-bits-set", "EESP Base Header reserved bits are not zero" },
+    { "eesp-options-overrun", "EESP options run past Opt Len, or would not fit in it" },
+    { "eesp-bad-crypt-offset-option", "EESP Crypt Offset option has a bad length or appears twice" },
+    { "eesp-bad-payload-offset", "EESP PayloadOffset disagrees with the header lengths" },
+    { "eesp-crypt-offset-past-payload", "EESP crypt offset reaches past the payload" },
+    { "eesp-crypt-offset-not-allowed", "EESP Crypt Offset option not allowed or above the announced maximum" },
+    { "eesp-unknown-option", "EESP packet carries an unknown option (strict receiver)" },
+    { "eesp-no-sa", "no EESP SA for this SPI" },
+    { "eesp-sub-sa-out-of-range", "EESP Session ID is above the maximum Sub SA ID" },
+    { "eesp-sequence-zero", "EESP sequence number 0 is never valid" },
+    { "replay-duplicate", "sequence number already received (replay)" },
+    { "replay-too-old", "sequence number is left of the replay window" },
+    { "sequence-exhausted", "sequence number would wrap: rekey the SA" },
+    { "eesp-bad-pad-length", "EESP Pad Length does not fit the packet" },
+    { "eesp-bad-inner-packet",
+        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
+    { "eesp-dummy-packet", "EESP dummy packet (Next Header 59): authenticated and discarded" },
+    { "sskdf-undefined", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
+    { "eesp-bad-suite", "unknown EESP AEAD suite or key size" },
+    { "eesp-bad-config", "EESP SA settings contradict each other" },
+    { "eesp-iiv-needs-seq", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
+    { "eesp-gmac-linux-xfrm", "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
+    { "eesp-optimized-needs-ip", "the optimized format can only carry an IPv4/IPv6 packet" },
+    { "capture-io", "capture file could not be read or written" },
+    { "capture-bad-format", "not a pcap or pcapng file, or a corrupt block" },
+    { "capture-truncated", "capture file ends in the middle of a record" },
+    { "capture-unsupported-linktype", "capture link type is not Ethernet or raw IP" },
+    { "capture-packet-cut", "packet was cut by the capture snap length" },
+    { "not-ip", "frame does not carry IPv4 or IPv6" },
+    { "capture-aborted", "capture processing was aborted by the caller" },
+    { "keyfile-syntax", "key file syntax error" },
+    { "keyfile-bad-value", "key file value is invalid" },
+    { "keyfile-duplicate", "key file defines the same SA twice" },
+}
+local STATUS_MESSAGE = {}
+for _, row in ipairs(STATUS_LIST) do
+    STATUS_MESSAGE[row[1]] = row[2]
+end
+M.STATUS_LIST = STATUS_LIST
+
+function M.status_message(name)
+    return STATUS_MESSAGE[name] or "unknown status code"
+end
+
+-- Octets -------------------------------------------------------------------------------------------------------
+
+local function tohex(s)
+    return (s:gsub(".", function(c) return fmt("%02x", byte(c)) end))
+end
+M.tohex = tohex
+
+local function fromhex(h)
+    return (h:gsub("..", function(x) return char(tonumber(x, 16)) end))
+end
+M.fromhex = fromhex
+
+-- Two 64-bit halves at a time: CMAC works on 16-octet blocks.
+local function xor16(a, b)
+    local a1, a2 = unpack(">i8i8", a)
+    local b1, b2 = unpack(">i8i8", b)
+    return pack(">i8i8", a1 ~ b1, a2 ~ b2)
+end
+
+local function xor_with(s, octet)
+    local t = { byte(s, 1, -1) }
+    for i = 1, #t do
+        t[i] = t[i] ~ octet
+    end
+    return char(table.unpack(t))
+end
+
+-- SHA-2 (FIPS 180-4) ----------------------------------------------------------------------------------------------
+
+local K256 = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+}
+
+-- Values are kept in the low 32 bits of Lua's 64-bit integers: rotations of clean values leave junk above
+-- bit 31 that additions carry along harmlessly, so only what is shifted right again (a, e, W) is masked.
+local function sha256_compress(H, msg)
+    local W = {}
+    for pos = 1, #msg, 64 do
+        for t = 1, 16 do
+            W[t] = unpack(">I4", msg, pos + 4 * (t - 1))
+        end
+        for t = 17, 64 do
+            local x, y = W[t - 15], W[t - 2]
+            local s0 = ((x >> 7) | (x << 25)) ~ ((x >> 18) | (x << 14)) ~ (x >> 3)
+            local s1 = ((y >> 17) | (y << 15)) ~ ((y >> 19) | (y << 13)) ~ (y >> 10)
+            W[t] = (W[t - 16] + s0 + W[t - 7] + s1) & 0xffffffff
+        end
+        local a, b, c, d, e, f, g, h = H[1], H[2], H[3], H[4], H[5], H[6], H[7], H[8]
+        for t = 1, 64 do
+            local S1 = ((e >> 6) | (e << 26)) ~ ((e >> 11) | (e << 21)) ~ ((e >> 25) | (e << 7))
+            local ch = (e & f) ~ (~e & g)
+            local t1 = h + S1 + ch + K256[t] + W[t]
+            local S0 = ((a >> 2) | (a << 30)) ~ ((a >> 13) | (a << 19)) ~ ((a >> 22) | (a << 10))
+            local maj = (a & b) ~ (a & c) ~ (b & c)
+            h, g, f = g, f, e
+            e = (d + t1) & 0xffffffff
+            d, c, b = c, b, a
+            a = (t1 + S0 + maj) & 0xffffffff
+        end
+        H[1], H[2], H[3], H[4] = (H[1] + a) & 0xffffffff, (H[2] + b) & 0xffffffff, (H[3] + c) & 0xffffffff,
+            (H[4] + d) & 0xffffffff
+        H[5], H[6], H[7], H[8] = (H[5] + e) & 0xffffffff, (H[6] + f) & 0xffffffff, (H[7] + g) & 0xffffffff,
+            (H[8] + h) & 0xffffffff
+    end
+end
+
+function M.sha256(msg)
+    local H = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 }
+    local n = #msg
+    local pad = msg .. "\128" .. rep("\0", (55 - n) % 64) .. pack(">I8", n * 8)
+    sha256_compress(H, pad)
+    return pack(">I4I4I4I4I4I4I4I4", table.unpack(H))
+end
+
+-- Hex literals above 2^63 wrap to negative integers in Lua 5.3+: exactly the 64-bit patterns wanted.
+local K512 = {
+    0x428a2f98d728ae22, 0x7137449123ef65cd, 0xb5c0fbcfec4d3b2f, 0xe9b5dba58189dbbc, 0x3956c25bf348b538,
+    0x59f111f1b605d019, 0x923f82a4af194f9b, 0xab1c5ed5da6d8118, 0xd807aa98a3030242, 0x12835b0145706fbe,
+    0x243185be4ee4b28c, 0x550c7dc3d5ffb4e2, 0x72be5d74f27b896f, 0x80deb1fe3b1696b1, 0x9bdc06a725c71235,
+    0xc19bf174cf692694, 0xe49b69c19ef14ad2, 0xefbe4786384f25e3, 0x0fc19dc68b8cd5b5, 0x240ca1cc77ac9c65,
+    0x2de92c6f592b0275, 0x4a7484aa6ea6e483, 0x5cb0a9dcbd41fbd4, 0x76f988da831153b5, 0x983e5152ee66dfab,
+    0xa831c66d2db43210, 0xb00327c898fb213f, 0xbf597fc7beef0ee4, 0xc6e00bf33da88fc2, 0xd5a79147930aa725,
+    0x06ca6351e003826f, 0x142929670a0e6e70, 0x27b70a8546d22ffc, 0x2e1b21385c26c926, 0x4d2c6dfc5ac42aed,
+    0x53380d139d95b3df, 0x650a73548baf63de, 0x766a0abb3c77b2a8, 0x81c2c92e47edaee6, 0x92722c851482353b,
+    0xa2bfe8a14cf10364, 0xa81a664bbc423001, 0xc24b8b70d0f89791, 0xc76c51a30654be30, 0xd192e819d6ef5218,
+    0xd69906245565a910, 0xf40e35855771202a, 0x106aa07032bbd1b8, 0x19a4c116b8d2d0c8, 0x1e376c085141ab53,
+    0x2748774cdf8eeb99, 0x34b0bcb5e19b48a8, 0x391c0cb3c5c95a63, 0x4ed8aa4ae3418acb, 0x5b9cca4f7763e373,
+    0x682e6ff3d6b2b8a3, 0x748f82ee5defb2fc, 0x78a5636f43172f60, 0x84c87814a1f0ab72, 0x8cc702081a6439ec,
+    0x90befffa23631e28, 0xa4506cebde82bde9, 0xbef9a3f7b2c67915, 0xc67178f2e372532b, 0xca273eceea26619c,
+    0xd186b8c721c0c207, 0xeada7dd6cde0eb1e, 0xf57d4f7fee6ed178, 0x06f067aa72176fba, 0x0a637dc5a2c898a6,
+    0x113f9804bef90dae, 0x1b710b35131c471b, 0x28db77f523047d84, 0x32caab7b40c72493, 0x3c9ebe0a15c9bebc,
+    0x431d67c49c100d4c, 0x4cc5d4becb3e42b6, 0x597f299cfc657e2a, 0x5fcb6fab3ad6faec, 0x6c44198c4a475817,
+}
+
+-- Lua integers wrap modulo 2^64 and ">>" is a logical shift: SHA-512 needs no masking at all.
+local function sha512_compress(H, msg)
+    local W = {}
+    for pos = 1, #msg, 128 do
+        for t = 1, 16 do
+            W[t] = unpack(">i8", msg, pos + 8 * (t - 1))
+        end
+        for t = 17, 80 do
+            local x, y = W[t - 15], W[t - 2]
+            local s0 = ((x >> 1) | (x << 63)) ~ ((x >> 8) | (x << 56)) ~ (x >> 7)
+            local s1 = ((y >> 19) | (y << 45)) ~ ((y >> 61) | (y << 3)) ~ (y >> 6)
+            W[t] = W[t - 16] + s0 + W[t - 7] + s1
+        end
+        local a, b, c, d, e, f, g, h = H[1], H[2], H[3], H[4], H[5], H[6], H[7], H[8]
+        for t = 1, 80 do
+            local S1 = ((e >> 14) | (e << 50)) ~ ((e >> 18) | (e << 46)) ~ ((e >> 41) | (e << 23))
+            local ch = (e & f) ~ (~e & g)
+            local t1 = h + S1 + ch + K512[t] + W[t]
+            local S0 = ((a >> 28) | (a << 36)) ~ ((a >> 34) | (a << 30)) ~ ((a >> 39) | (a << 25))
+            local maj = (a & b) ~ (a & c) ~ (b & c)
+            h, g, f = g, f, e
+            e = d + t1
+            d, c, b = c, b, a
+            a = t1 + S0 + maj
+        end
+        H[1], H[2], H[3], H[4] = H[1] + a, H[2] + b, H[3] + c, H[4] + d
+        H[5], H[6], H[7], H[8] = H[5] + e, H[6] + f, H[7] + g, H[8] + h
+    end
+end
+
+local function sha512_family(H, out_len, msg)
+    local n = #msg
+    local pad = msg .. "\128" .. rep("\0", (111 - n) % 128) .. pack(">I8I8", 0, n * 8)
+    sha512_compress(H, pad)
+    return sub(pack(">i8i8i8i8i8i8i8i8", table.unpack(H)), 1, out_len)
+end
+
+function M.sha512(msg)
+    return sha512_family({
+        0x6a09e667f3bcc908, 0xbb67ae8584caa73b, 0x3c6ef372fe94f82b, 0xa54ff53a5f1d36f1,
+        0x510e527fade682d1, 0x9b05688c2b3e6c1f, 0x1f83d9abfb41bd6b, 0x5be0cd19137e2179,
+    }, 64, msg)
+end
+
+function M.sha384(msg)
+    return sha512_family({
+        0xcbbb9d5dc1059ed8, 0x629a292a367cd507, 0x9159015a3070dd17, 0x152fecd8f70e5939,
+        0x67332667ffc00b31, 0x8eb44a8768581511, 0xdb0c2e0d64f98fa7, 0x47b5481dbefa4fa4,
+    }, 48, msg)
+end
+
+-- Hash name -> function, block size, output size.
+local HASHES = {
+    sha256 = { M.sha256, 64, 32 },
+    sha384 = { M.sha384, 128, 48 },
+    sha512 = { M.sha512, 128, 64 },
+}
+
+-- RFC 2104.
+function M.hmac(hash_name, key, msg)
+    local h = assert(HASHES[hash_name], "unknown hash")
+    local hash, block = h[1], h[2]
+    if #key > block then
+        key = hash(key)
+    end
+    key = key .. rep("\0", block - #key)
+    return hash(xor_with(key, 0x5c) .. hash(xor_with(key, 0x36) .. msg))
+end
+
+-- RFC 5869 §2.3: T(i) = HMAC(PRK, T(i-1) || info || i), the first L octets of T(1) || T(2) || ...
+function M.hkdf_expand(hash_name, prk, info, length)
+    local h = assert(HASHES[hash_name], "unknown hash")
+    assert(length >= 1 and length <= 255 * h[3], "HKDF-Expand output length out of range")
+    local out, t, i = {}, "", 1
+    local got = 0
+    while got < length do
+        t = M.hmac(hash_name, prk, t .. info .. char(i))
+        out[#out + 1] = t
+        got = got + #t
+        i = i + 1
+    end
+    return sub(concat(out), 1, length)
+end
+
+-- CMAC (RFC 4493, SP 800-38B) -------------------------------------------------------------------------------------
+
+-- Doubling in GF(2^128): shift left one bit, reduce by x^128 + x^7 + x^2 + x + 1.
+local function dbl(block)
+    local hi, lo = unpack(">i8i8", block)
+    local carry = (hi >> 63) & 1
+    hi = (hi << 1) | ((lo >> 63) & 1)
+    lo = lo << 1
+    if carry == 1 then
+        lo = lo ~ 0x87
+    end
+    return pack(">i8i8", hi, lo)
+end
+
+-- encrypt_block: the AES-ECB encryption of one 16-octet block under the CMAC key.
+function M.cmac(encrypt_block, msg)
+    local k1 = dbl(encrypt_block(rep("\0", 16)))
+    local n = (#msg + 15) // 16
+    local last
+    if n == 0 then
+        n = 1
+        last = xor16("\128" .. rep("\0", 15), dbl(k1))
+    elseif #msg % 16 == 0 then
+        last = xor16(sub(msg, 16 * (n - 1) + 1), k1)
+    else
+        local tail = sub(msg, 16 * (n - 1) + 1)
+        last = xor16(tail .. "\128" .. rep("\0", 15 - #tail), dbl(k1))
+    end
+    local x = rep("\0", 16)
+    for i = 1, n - 1 do
+        x = encrypt_block(xor16(x, sub(msg, 16 * (i - 1) + 1, 16 * i)))
+    end
+    return encrypt_block(xor16(x, last))
+end
+
+-- PSP ----------------------------------------------------------------------------------------------------------
+
+local PSP_HDR_LEN, PSP_ICV_LEN, PSP_VC_LEN = 16, 16, 8
+local PSP_KEY_LEN = { [0] = 16, [1] = 32, [2] = 16, [3] = 32 }
+local PSP_VERSION_NAME = { [0] = "AES-GCM-128", [1] = "AES-GCM-256", [2] = "AES-GMAC-128", [3] = "AES-GMAC-256" }
+-- The largest UDP payload (PE_IP_MAX_LEN - UDP header): the core refuses anything longer before any work.
+local PSP_MAX_LEN = 65535 - 8
+-- Keys derived from the master keys are cached like the core's (psp.c RX_CACHE_LIMIT): bounded, since SPIs
+-- come from the wire; a full cache is emptied and refilled.
+local PSP_CACHE_LIMIT = 65536
+
+-- "Pv0".."Pv3": the spec's label with the version OR-ed into octet 6 (psp.md §5; versions 2/3 assumed).
+function M.psp_kdf_label(version)
+    return 0x50763000 | ((version & 0xf) << 8)
+end
+
+-- NIST SP 800-108 counter mode with AES-256-CMAC (psp.md §5); encrypt_block is AES-256 under the master key.
+-- label: the default "Pv<version>" when nil (key files cannot set another; the KDF vectors do).
+function M.psp_derive_key(encrypt_block, spi, version, label)
+    local n = PSP_KEY_LEN[version]
+    assert(n, "PSP version has no key length")
+    label = label or M.psp_kdf_label(version)
+    local out = {}
+    for i = 1, n // 16 do
+        out[i] = M.cmac(encrypt_block, pack(">I4I4I4I4", i, label, spi, n * 8))
+    end
+    return concat(out)
+end
+
+-- EESP suites (core/src/eesp_hdr.c) -----------------------------------------------------------------------------
+
+local SUITES = {}
+for _, r in ipairs({
+    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, integrity only
+    { 14, "aes-ccm-8", "ENCR_AES_CCM_8", "aes-ccm", 3, 8, 8, false },
+    { 15, "aes-ccm-12", "ENCR_AES_CCM_12", "aes-ccm", 3, 8, 12, false },
+    { 16, "aes-ccm-16", "ENCR_AES_CCM_16", "aes-ccm", 3, 8, 16, false },
+    { 18, "aes-gcm-8", "ENCR_AES_GCM_8", "aes-gcm", 4, 8, 8, false },
+    { 19, "aes-gcm-12", "ENCR_AES_GCM_12", "aes-gcm", 4, 8, 12, false },
+    { 20, "aes-gcm-16", "ENCR_AES_GCM_16", "aes-gcm", 4, 8, 16, false },
+    { 21, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", "aes-gcm", 4, 8, 16, true },
+    { 28, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", "chacha20-poly1305", 4, 8, 16, false },
+    { 29, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", "aes-ccm", 3, 0, 8, false },
+    { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, false },
+    { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, false },
+}) do
+    SUITES[#SUITES + 1] = { encr = r[1], project = r[2], name = r[3], alg = r[4], salt_len = r[5], iv_len = r[6],
+        icv_len = r[7], integrity_only = r[8] }
+end
+local SUITE_BY_ENCR = {}
+for _, s in ipairs(SUITES) do
+    SUITE_BY_ENCR[s.encr] = s
+end
+
+local SSKDF_NAMES = { "hkdf-sha256", "hkdf-sha384", "hkdf-sha512" }
+local SSKDF_HASH = { "sha256", "sha384", "sha512" }
+local SSKDF_ROOT_LEN = { 32, 48, 64 }
+
+-- KEYMAT_sub = HKDF-Expand(KEY_root, Session ID as 2 octets big-endian, L) (eesp.md §12, D4); sskdf is 1, 2 or 3
+-- (SSKDF_HKDF_SHA2_256/384/512).
+function M.derive_sub_sa_key(sskdf, root, session_id, length)
+    assert(#root == SSKDF_ROOT_LEN[sskdf], "root key length does not fit the SSKDF")
+    return M.hkdf_expand(SSKDF_HASH[sskdf], root, pack(">I2", session_id), length)
+end
+
+-- Key files (docs/keys.md, core/src/keyfile.c) ------------------------------------------------------------------
+--
+-- The same grammar, checks, order of checks and messages as the C reader, so that a file the core refuses is
+-- refused here with the same words.  Messages name the line, kind and field, never a value.
+
+local MAX_PAIRS = 32
+local REPLAY_MIN_WINDOW, REPLAY_DEFAULT_WINDOW, REPLAY_MAX_WINDOW = 64, 1024, 1 << 20
+
+local KeyfileError = {}
+
+local function kf_fail(status, line, message)
+    error(setmetatable({ status = status, line = line, message = message }, KeyfileError), 0)
+end
+
+local function is_hex(c)
+    return c:match("^[0-9a-fA-F]$") ~= nil
+end
+
+local function is_name(s)
+    return s:match("^[a-z][a-z0-9%-]*$") ~= nil
+end
+
+-- A word made of hex digits alone, or holding a run of 8 of them, may be (part of) a key pasted in the wrong
+-- place: such names are shown by position, never quoted.
+local function shows_safely(name)
+    if #name > 40 then
+        return false
+    end
+    local run, other = 0, false
+    for i = 1, #name do
+        local c = sub(name, i, i)
+        if is_hex(c) then
+            run = run + 1
+            if run >= 8 then
+                return false
+            end
+        else
+            run = 0
+            if c ~= "-" then
+                other = true
+            end
+        end
+    end
+    return other
+end
+
+local function field_label(name, index)
+    if shows_safely(name) then
+        return "'" .. name .. "'"
+    end
+    return "number " .. index
+end
+
+local function kind_label(kind)
+    return shows_safely(kind) and kind or "line of unnamed kind"
+end
+
+local function skip_0x(v)
+    if sub(v, 1, 2) == "0x" or sub(v, 1, 2) == "0X" then
+        return sub(v, 3)
+    end
+    return v
+end
+
+-- Octet string: optional 0x, an even non-zero number of hex digits.  Returns the octets, or nil and
+-- "bad" / "odd".
+local function decode_hex(v)
+    v = skip_0x(v)
+    if v == "" or v:find("[^0-9a-fA-F]") then
+        return nil, "bad"
+    end
+    if #v % 2 == 1 then
+        return nil, "odd"
+    end
+    return fromhex(v)
+end
+
+-- Unsigned decimal digits up to max (at most 2^20 here), or nil.
+local function parse_dec(v, max)
+    if v == "" or v:find("[^0-9]") then
+        return nil
+    end
+    local digits = v:gsub("^0+", "")
+    if #digits > 10 then
+        return nil
+    end
+    local x = tonumber(digits == "" and "0" or digits)
+    if x > max then
+        return nil
+    end
+    return x
+end
+
+-- Whether digits in base 10 or 16 fit in 64 unsigned bits (the C reader's parse_u64), and are not zero.
+local function u64_nonzero(digits, base)
+    if digits == "" then
+        return false
+    end
+    local pattern = base == 16 and "[^0-9a-fA-F]" or "[^0-9]"
+    if digits:find(pattern) then
+        return false
+    end
+    local d = digits:gsub("^0+", "")
+    if d == "" then
+        return false
+    end
+    if base == 16 then
+        return #d <= 16
+    end
+    return #d < 20 or (#d == 20 and d <= "18446744073709551615")
+end
+
+local function parse_spi(v)
+    v = skip_0x(v)
+    if #v == 0 or #v > 8 or v:find("[^0-9a-fA-F]") then
+        return nil
+    end
+    return tonumber(v, 16)
+end
+
+local Line = {}
+Line.__index = Line
+
+function Line:get(name)
+    return self.values[name]
+end
+
+function Line:bad_value(name, what)
+    kf_fail("keyfile-bad-value", self.line, fmt("%s: field '%s' %s", self.kind, name, what))
+end
+
+function Line:need(name)
+    local v = self.values[name]
+    if not v then
+        kf_fail("keyfile-syntax", self.line, fmt("%s: missing field '%s'", self.kind, name))
+    end
+    return v
+end
+
+function Line:check_fields(allowed)
+    local ok = {}
+    for _, name in ipairs(allowed) do
+        ok[name] = true
+    end
+    for i, name in ipairs(self.names) do
+        if not ok[name] then
+            kf_fail("keyfile-syntax", self.line, fmt("%s: unknown field %s", self.kind, field_label(name, i)))
+        end
+    end
+end
+
+function Line:hex_value_error(name, why)
+    self:bad_value(name, why == "odd" and "has an odd number of hex digits"
+        or "is not a hex string (optional 0x, then hex digits)")
+end
+
+function Line:hex_field(name, v, want)
+    local octets, why = decode_hex(v)
+    if not octets then
+        self:hex_value_error(name, why)
+    end
+    if #octets ~= want then
+        self:bad_value(name, fmt("must be %d bytes (%d hex digits)", want, 2 * want))
+    end
+    return octets
+end
+
+-- An optional small decimal: nil when the field is absent.
+function Line:dec_field(name, max)
+    local v = self.values[name]
+    if not v then
+        return nil
+    end
+    local x = parse_dec(v, max)
+    if not x then
+        self:bad_value(name, fmt("must be a decimal number 0..%d", max))
+    end
+    return x
+end
+
+function Line:range_field(name, min, max)
+    local v = self.values[name]
+    if not v then
+        return nil
+    end
+    local x = parse_dec(v, max)
+    if not x or x < min then
+        self:bad_value(name, fmt("must be a decimal number %d..%d", min, max))
+    end
+    return x
+end
+
+-- One of a list of lowercase keywords: its 1-based index, or nil when the field is absent.
+function Line:keyword_field(name, words)
+    local v = self.values[name]
+    if not v then
+        return nil
+    end
+    for i, w in ipairs(words) do
+        if v == w then
+            return i
+        end
+    end
+    local what = "must be"
+    for i, w in ipairs(words) do
+        what = what .. (i == 1 and " " or i == #words and " or " or ", ") .. "'" .. w .. "'"
+    end
+    self:bad_value(name, what)
+end
+
+function Line:spi_field()
+    local spi = parse_spi(self:need("spi"))
+    if not spi then
+        self:bad_value("spi", "must be 1 to 8 hex digits, optionally prefixed by 0x")
+    end
+    return spi
+end
+
+local function psp_key_serves(e, version)
+    return e.version == version or (e.version == nil and #e.key == PSP_KEY_LEN[version])
+end
+
+local function parse_psp_master(kf, l)
+    l:check_fields({ "key0", "key1" })
+    if kf.psp_master then
+        kf_fail("keyfile-duplicate", l.line,
+            fmt("psp-master: a second master key pair (first on line %d)", kf.psp_master.line))
+    end
+    local k0, k1 = l:get("key0"), l:get("key1")
+    if not k0 and not k1 then
+        kf_fail("keyfile-syntax", l.line, "psp-master: needs field 'key0', 'key1' or both")
+    end
+    local m = { line = l.line }
+    if k0 then
+        m.key0 = l:hex_field("key0", k0, 32)
+    end
+    if k1 then
+        m.key1 = l:hex_field("key1", k1, 32)
+    end
+    kf.psp_master = m
+end
+
+local function parse_psp_key(kf, l)
+    l:check_fields({ "spi", "key", "version" })
+    local e = { line = l.line }
+    e.spi = l:spi_field()
+    local kv = l:need("key")
+    e.version = l:dec_field("version", 3)
+    local key, why = decode_hex(kv)
+    if not key then
+        l:hex_value_error("key", why)
+    end
+    if #key ~= 16 and #key ~= 32 then
+        l:bad_value("key", "must be 16 or 32 bytes (32 or 64 hex digits)")
+    end
+    e.key = key
+    if e.version and #key ~= PSP_KEY_LEN[e.version] then
+        kf_fail("keyfile-bad-value", l.line, fmt("psp-key: field 'key' is %d bytes but version %d needs %d", #key,
+            e.version, PSP_KEY_LEN[e.version]))
+    end
+    -- The C reader walks its SPI bucket from the latest entry back: the conflict it names is the latest one.
+    local same = kf.psp_keys_by_spi[e.spi] or {}
+    for i = #same, 1, -1 do
+        local o = same[i]
+        for v = 0, 3 do
+            if psp_key_serves(o, v) and psp_key_serves(e, v) then
+                kf_fail("keyfile-duplicate", l.line,
+                    fmt("psp-key: SPI %08x already has a key for the same version (line %d)", e.spi, o.line))
+            end
+        end
+    end
+    same[#same + 1] = e
+    kf.psp_keys_by_spi[e.spi] = same
+    kf.psp_keys[#kf.psp_keys + 1] = e
+end
+
+local function parse_psp_sa(kf, l)
+    l:check_fields({ "spi", "version", "mode", "crypt-offset", "crypt-offset-ipv4", "crypt-offset-ipv6", "vc",
+        "sample", "drop", "first-iv" })
+    -- Senders only: checked so that the file means the same to every reader, but nothing here uses it.
+    local spi = l:spi_field()
+    l:need("version")
+    l:dec_field("version", 3)
+    local mode = l:need("mode")
+    if mode ~= "transport" and mode ~= "tunnel" then
+        l:bad_value("mode", "must be 'transport' or 'tunnel'")
+    end
+    for _, name in ipairs({ "crypt-offset", "crypt-offset-ipv4", "crypt-offset-ipv6" }) do
+        l:dec_field(name, 63)
+    end
+    l:dec_field("sample", 1)
+    l:dec_field("drop", 1)
+    local vc = l:get("vc")
+    if vc then
+        l:hex_field("vc", vc, 8)
+    end
+    local fiv = l:get("first-iv")
+    if fiv then
+        local digits = skip_0x(fiv)
+        if not u64_nonzero(digits, digits ~= fiv and 16 or 10) then
+            l:bad_value("first-iv", "must be 1..2^64-1, in decimal or 0x-prefixed hex")
+        end
+    end
+    local first = kf.psp_sa_line_by_spi[spi]
+    if first then
+        kf_fail("keyfile-duplicate", l.line, fmt("psp-sa: SPI %08x already defined on line %d", spi, first))
+    end
+    kf.psp_sa_line_by_spi[spi] = l.line
+end
+
+-- A suite name (lowercase, exactly), an IKEv2 name (any case) or a decimal transform ID.
+local function parse_suite(v)
+    for _, s in ipairs(SUITES) do
+        if v == s.project or v:lower() == s.name:lower() then
+            return s
+        end
+    end
+    local id = parse_dec(v, 0xffff)
+    return id and SUITE_BY_ENCR[id] or nil
+end
+
+-- Dotted quad: four decimals 0..255 without leading zeros (which some readers take as octal).
+local function parse_ipv4(s)
+    local parts = {}
+    local i = 1
+    for part = 1, 4 do
+        if part > 1 then
+            if sub(s, i, i) ~= "." then
+                return nil
+            end
+            i = i + 1
+        end
+        local digits = s:match("^[0-9]+", i) or ""
+        if #digits > 3 then
+            return nil -- the C reader reads at most 4 digits and refuses more than 3
+        end
+        if #digits == 0 or tonumber(digits) > 255 or (#digits > 1 and sub(digits, 1, 1) == "0") then
+            return nil
+        end
+        parts[part] = tonumber(digits)
+        i = i + #digits
+    end
+    if i ~= #s + 1 then
+        return nil
+    end
+    return char(parts[1], parts[2], parts[3], parts[4])
+end
+
+-- RFC 4291 §2.2: eight groups of 1-4 hex digits, one "::" standing for one or more zero groups, optionally a
+-- dotted quad as the last 32 bits.  No zone, brackets or prefix length.  Follows the C reader's walk.
+local function parse_ipv6(s)
+    local w = {}
+    local gap, has_gap = 0, false
+    local i = 1
+    if sub(s, 1, 1) == ":" then
+        if sub(s, 2, 2) ~= ":" then
+            return nil
+        end
+        has_gap = true
+        i = 3
+    end
+    while i <= #s do
+        local stop = s:find(":", i, true) or (#s + 1)
+        local tok = sub(s, i, stop - 1)
+        if tok:find(".", 1, true) then
+            if stop <= #s or #w + 4 > 16 then
+                return nil
+            end
+            local v4 = parse_ipv4(tok)
+            if not v4 then
+                return nil
+            end
+            for k = 1, 4 do
+                w[#w + 1] = byte(v4, k)
+            end
+            break
+        end
+        if #tok == 0 or #tok > 4 or #w + 2 > 16 or tok:find("[^0-9a-fA-F]") then
+            return nil
+        end
+        local v = tonumber(tok, 16)
+        w[#w + 1] = v >> 8
+        w[#w + 1] = v & 0xff
+        i = stop
+        if i > #s then
+            break
+        end
+        i = i + 1 -- the ':'
+        if sub(s, i, i) == ":" then
+            if has_gap then
+                return nil
+            end
+            has_gap = true
+            gap = #w
+            i = i + 1
+        elseif i > #s then
+            return nil -- a single trailing ':'
+        end
+    end
+    if not has_gap then
+        if #w ~= 16 then
+            return nil
+        end
+        return char(table.unpack(w))
+    end
+    if #w > 14 then
+        return nil -- "::" must stand for at least one group
+    end
+    local out = {}
+    for k = 1, gap do
+        out[k] = w[k]
+    end
+    for k = gap + 1, 16 - (#w - gap) do
+        out[k] = 0
+    end
+    for k = gap + 1, #w do
+        out[16 - (#w - k)] = w[k]
+    end
+    return char(table.unpack(out))
+end
+
+-- src= / dst=: family (0 any, 4, 6) and 16 octets (IPv4 in the first 4).
+local function addr_field(l, name)
+    local v = l:get(name)
+    if not v or v == "*" then
+        return 0, rep("\0", 16)
+    end
+    local family, raw
+    if v:find(":", 1, true) then
+        family, raw = 6, parse_ipv6(v)
+    else
+        family, raw = 4, parse_ipv4(v)
+        if raw then
+            raw = raw .. rep("\0", 12)
+        end
+    end
+    if not raw then
+        l:bad_value(name, "must be an IPv4 address, an IPv6 address or '*'")
+    end
+    return family, raw
+end
+
+local function eesp_key_fields(l, e, s)
+    local kv, rv, sv = l:get("key"), l:get("root-key"), l:get("sskdf")
+    if kv and rv then
+        kf_fail("keyfile-syntax", l.line, "eesp-sa: fields 'key' and 'root-key' exclude each other")
+    end
+    if not kv and not rv then
+        kf_fail("keyfile-syntax", l.line, "eesp-sa: needs field 'key' or 'root-key'")
+    end
+    -- The value first, so that the undefined SSKDF is named whatever else is on the line (D8).
+    if sv == "aes256-cmac" then
+        kf_fail("keyfile-bad-value", l.line,
+            "eesp-sa: field 'sskdf': SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02")
+    end
+    local which = l:keyword_field("sskdf", SSKDF_NAMES)
+    if kv then
+        if sv then
+            kf_fail("keyfile-syntax", l.line, "eesp-sa: field 'sskdf' goes with 'root-key', not with 'key'")
+        end
+        local want = e.key_bits // 8 + s.salt_len
+        local key, why = decode_hex(kv)
+        if not key then
+            l:hex_value_error("key", why)
+        end
+        if #key ~= want then
+            l:bad_value("key", fmt("must be %d bytes (%d hex digits): a %d-bit key and a %d-byte salt", want, 2 * want,
+                e.key_bits, s.salt_len))
+        end
+        e.sskdf, e.key = 0, key
+        return
+    end
+    if not sv then
+        kf_fail("keyfile-syntax", l.line, "eesp-sa: field 'root-key' needs field 'sskdf'")
+    end
+    e.sskdf = which
+    local want = SSKDF_ROOT_LEN[which]
+    local root, why = decode_hex(rv)
+    if not root then
+        l:hex_value_error("root-key", why)
+    end
+    if #root ~= want then
+        l:bad_value("root-key", fmt("must be %d bytes (%d hex digits) for sskdf=%s", want, 2 * want, sv))
+    end
+    e.root_key = root
+end
+
+local function eesp_suite_fields(l, e)
+    local s = parse_suite(l:need("suite"))
+    if not s then
+        l:bad_value("suite", "is not a known AEAD suite (e.g. aes-gcm-16, ENCR_AES_GCM_16 or 20)")
+    end
+    e.suite = s
+    local kb = l:get("key-bits")
+    local bits = 128
+    if kb then
+        bits = parse_dec(kb, 0xffff) or 0
+    end
+    if s.alg == "chacha20-poly1305" then
+        if kb and bits ~= 256 then
+            l:bad_value("key-bits", "must be 256 (or absent) for ChaCha20-Poly1305")
+        end
+        bits = 256
+    elseif bits ~= 128 and bits ~= 192 and bits ~= 256 then
+        l:bad_value("key-bits", "must be 128, 192 or 256")
+    end
+    e.key_bits = bits
+    eesp_key_fields(l, e, s)
+end
+
+local function parse_eesp_sa(kf, l)
+    l:check_fields({ "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad",
+        "anti-replay", "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict",
+        "ip-protocol", "udp-encap", "src", "dst", "sub-sas" })
+    local e = { line = l.line }
+    e.spi = l:spi_field()
+    eesp_suite_fields(l, e)
+    local s = e.suite
+    e.mode = ({ "transport", "tunnel" })[l:keyword_field("mode", { "transport", "tunnel" }) or 2]
+    e.format = ({ "auto", "full", "optimized" })[l:keyword_field("format", { "auto", "full", "optimized" }) or 1]
+    e.aad = ({ "draft", "linux-xfrm" })[l:keyword_field("aad", { "draft", "linux-xfrm" }) or 1]
+    local seq = l:dec_field("seq", 1)
+    e.seq_present = seq ~= 0
+    if s.iv_len == 0 and not e.seq_present then
+        l:bad_value("seq", "must be 1 with an implicit-IV suite: its nonce is the Sequence Number")
+    end
+    if s.integrity_only and e.aad == "linux-xfrm" then
+        kf_fail("keyfile-bad-value", l.line,
+            "eesp-sa: field 'aad': linux-xfrm is not defined for aes-gmac (the Linux prototype does AES-GCM only)")
+    end
+    e.anti_replay = e.seq_present
+    local ar = l:range_field("anti-replay", 0, 1)
+    if ar then
+        if ar == 1 and not e.seq_present then
+            l:bad_value("anti-replay", "needs seq=1: without a Sequence Number there is no anti-replay")
+        end
+        e.anti_replay = ar == 1
+    end
+    e.replay_window = l:range_field("replay-window", REPLAY_MIN_WINDOW, REPLAY_MAX_WINDOW) or REPLAY_DEFAULT_WINDOW
+    e.max_sub_sa_id = l:dec_field("max-sub-sa-id", 0xffff) or -1
+    e.max_crypt_offset = l:dec_field("max-crypt-offset", 0xff) or -1
+    e.crypt_offset = l:dec_field("crypt-offset", 0x3f) or -1
+    e.align = l:dec_field("align", 1) or 1
+    e.strict = (l:dec_field("strict", 1) or 0) == 1
+    e.udp_encap = l:dec_field("udp-encap", 1) or 0
+    e.ip_protocol = l:range_field("ip-protocol", 0, 0xff) or 49
+    e.src_family, e.src = addr_field(l, "src")
+    e.dst_family, e.dst = addr_field(l, "dst")
+    if e.src_family ~= 0 and e.dst_family ~= 0 and e.src_family ~= e.dst_family then
+        l:bad_value("dst", "is not of the same address family as 'src'")
+    end
+    e.sub_sas = l:range_field("sub-sas", 1, 65536) or 1
+    if e.sub_sas > 1 and e.sskdf == 0 then
+        l:bad_value("sub-sas", "above 1 needs Sub SAs: 'root-key' and 'sskdf' instead of 'key'")
+    end
+    if e.max_sub_sa_id ~= -1 and e.sub_sas > e.max_sub_sa_id + 1 then
+        l:bad_value("sub-sas", "exceeds max-sub-sa-id + 1")
+    end
+    local same = kf.eesp_by_spi[e.spi] or {}
+    for i = #same, 1, -1 do
+        local o = same[i]
+        if o.dst_family == e.dst_family and o.dst == e.dst then
+            kf_fail("keyfile-duplicate", l.line, fmt("eesp-sa: SPI %08x already defined for %s on line %d", e.spi,
+                e.dst_family ~= 0 and "this destination" or "any destination", o.line))
+        end
+    end
+    same[#same + 1] = e
+    kf.eesp_by_spi[e.spi] = same
+    kf.eesp_sas[#kf.eesp_sas + 1] = e
+end
+
+local KNOWN_KINDS = {
+    ["psp-master"] = parse_psp_master,
+    ["psp-key"] = parse_psp_key,
+    ["psp-sa"] = parse_psp_sa,
+    ["eesp-sa"] = parse_eesp_sa,
+}
+
+local function parse_line(kf, s, lineno)
+    local hash = s:find("#", 1, true)
+    if hash then
+        s = sub(s, 1, hash - 1)
+    end
+    local bad = s:find("[^\t\32-\126]")
+    if bad then
+        kf_fail("keyfile-syntax", lineno,
+            fmt("control character or non-ASCII byte outside a comment (byte 0x%02x)", byte(s, bad)))
+    end
+    local tok = {}
+    for t in s:gmatch("[^ \t]+") do
+        if #tok == 1 + MAX_PAIRS then
+            kf_fail("keyfile-syntax", lineno, fmt("more than %d name=value pairs on one line", MAX_PAIRS))
+        end
+        tok[#tok + 1] = t
+    end
+    if #tok == 0 then
+        return
+    end
+    if not is_name(tok[1]) then
+        kf_fail("keyfile-syntax", lineno,
+            "the kind must be a lowercase letter followed by lowercase letters, digits or '-'")
+    end
+    local l = setmetatable({ line = lineno, kind = tok[1], names = {}, values = {} }, Line)
+    -- Also catches a key pasted alone on a line, which would otherwise pass as an unknown kind.
+    if #tok == 1 then
+        kf_fail("keyfile-syntax", lineno, fmt("%s: a line needs at least one name=value field", kind_label(l.kind)))
+    end
+    for i = 2, #tok do
+        local t, index = tok[i], i - 1
+        local eq = t:find("=", 1, true)
+        if not eq then
+            kf_fail("keyfile-syntax", lineno, fmt("%s: token number %d is not name=value", kind_label(l.kind), index))
+        end
+        local name, value = sub(t, 1, eq - 1), sub(t, eq + 1)
+        if not is_name(name) then
+            kf_fail("keyfile-syntax", lineno, fmt(
+                "%s: field name number %d must be a lowercase letter followed by lowercase letters, digits or '-'",
+                kind_label(l.kind), index))
+        end
+        if value == "" then
+            kf_fail("keyfile-syntax", lineno,
+                fmt("%s: field %s has an empty value", kind_label(l.kind), field_label(name, index)))
+        end
+        if l.values[name] then
+            kf_fail("keyfile-syntax", lineno,
+                fmt("%s: field %s given twice", kind_label(l.kind), field_label(name, index)))
+        end
+        l.names[#l.names + 1] = name
+        l.values[name] = value
+    end
+    kf.lines[#kf.lines + 1] = l
+    local parse = KNOWN_KINDS[l.kind]
+    if parse then
+        parse(kf, l)
+    end
+end
+
+local function parse_text(text)
+    local kf = { lines = {}, psp_keys = {}, psp_keys_by_spi = {}, psp_sa_line_by_spi = {}, eesp_sas = {},
+        eesp_by_spi = {} }
+    local nul = text:find("\0", 1, true)
+    if nul then
+        local _, newlines = sub(text, 1, nul - 1):gsub("\n", "")
+        kf_fail("keyfile-syntax", newlines + 1, "NUL byte: not a text file")
+    end
+    local pos = 1
+    -- Editors on some systems start UTF-8 files with a byte-order mark.
+    if sub(text, 1, 3) == "\239\187\191" then
+        pos = 4
+    end
+    local lineno = 0
+    while pos <= #text do
+        local nl = text:find("\n", pos, true)
+        local line = sub(text, pos, (nl or (#text + 1)) - 1)
+        if sub(line, -1) == "\r" then
+            line = sub(line, 1, -2)
+        end
+        lineno = lineno + 1
+        parse_line(kf, line, lineno)
+        pos = (nl or #text) + 1
+    end
+    return kf
+end
+
+-- Parse key-file text: the parsed file, or nil, status name, line (0: none) and message.
+function M.parse_keyfile(text)
+    local ok, res = pcall(parse_text, text)
+    if ok then
+        return res
+    end
+    if getmetatable(res) == KeyfileError then
+        return nil, res.status, res.line, res.message
+    end
+    error(res, 0)
+end
+
+-- google/psp reference configs (psp.md §10.2, core pe_psp_refcfg_parse) -------------------------------------------
+
+local function cfg_tokens(text)
+    local toks, line = {}, 1
+    local pos = 1
+    while true do
+        local s, e = text:find("[^ \t\n\v\f\r]+", pos)
+        if not s then
+            break
+        end
+        local _, nl = sub(text, pos, s - 1):gsub("\n", "")
+        line = line + nl
+        toks[#toks + 1] = { text = sub(text, s, e), line = line }
+        pos = e + 1
+    end
+    return toks
+end
+
+-- The keys and, in an encrypt config, the SA: stricter than the tools' fscanf so that no input means something
+-- different here.  Returns the config, or nil, status, line, message.
+function M.parse_refcfg(text)
+    local toks = cfg_tokens(text)
+    local i, last_line = 0, 0
+    local function next_tok()
+        i = i + 1
+        local t = toks[i]
+        if t then
+            last_line = t.line
+            return t.text
+        end
+    end
+    local cfg = {}
+    for which = 0, 1 do
+        local octets = {}
+        for n = 1, 32 do
+            local t = next_tok()
+            if not t then
+                return nil, "keyfile-syntax", last_line,
+                    fmt("master key %d: expected 32 hex octets, the file ends after %d", which, n - 1)
+            end
+            if #t > 2 or t:find("[^0-9a-fA-F]") then
+                return nil, "keyfile-bad-value", last_line,
+                    fmt("master key %d, octet %d: expected 1 or 2 hex digits", which, n)
+            end
+            octets[n] = tonumber(t, 16)
+        end
+        cfg["key" .. which] = char(table.unpack(octets))
+    end
+    local t = next_tok()
+    if not t then
+        return cfg -- a decrypt config
+    end
+    if #t > 8 or t:find("[^0-9a-fA-F]") then
+        return nil, "keyfile-bad-value", last_line, "SPI: expected 1 to 8 hex digits without 0x"
+    end
+    cfg.spi = tonumber(t, 16)
+    local function choice(what, a, b)
+        local v = next_tok()
+        if not v then
+            return nil, "keyfile-syntax", last_line, what .. ": missing, the file ends early"
+        end
+        if v == a then
+            return 0
+        elseif v == b then
+            return 1
+        end
+        return nil, "keyfile-bad-value", last_line, fmt("%s: must be '%s' or '%s'", what, a, b)
+    end
+    local function offset(what)
+        local v = next_tok()
+        if not v then
+            return nil, "keyfile-syntax", last_line, what .. ": missing, the file ends early"
+        end
+        local x = 0
+        for k = 1, #v do
+            local d = byte(v, k) - 48
+            if d < 0 or d > 9 then
+                return nil, "keyfile-bad-value", last_line, what .. ": not a decimal number"
+            end
+            x = x * 10 + d
+            if x > 63 then
+                return nil, "keyfile-bad-value", last_line, what .. ": must be 0..63 words"
+            end
+        end
+        return x
+    end
+    local steps = {
+        { "tunnel", choice, "mode", "transport", "tunnel" },
+        { "version", choice, "algorithm", "aes-gcm-128", "aes-gcm-256" },
+        { "crypt_offset", offset, "transport crypt offset" },
+        { "crypt_offset_ipv4", offset, "IPv4 tunnel crypt offset" },
+        { "crypt_offset_ipv6", offset, "IPv6 tunnel crypt offset" },
+        { "vc", choice, "VC", "no-vc", "vc" },
+    }
+    for _, step in ipairs(steps) do
+        local v, st, line, msg = step[2](table.unpack(step, 3))
+        if v == nil then
+            return nil, st, line, msg
+        end
+        cfg[step[1]] = v
+    end
+    cfg.has_sa = true
+    return cfg
+end
+
+-- A file with no '=' whose first token is one or two hex digits can only be a reference config: a key-file
+-- line always holds name=value fields.
+function M.looks_like_refcfg(text)
+    local first = text:match("^[ \t\n\v\f\r]*([^ \t\n\v\f\r]+)")
+    return first ~= nil and not text:find("=", 1, true) and #first <= 2 and not first:find("[^0-9a-fA-F]")
+end
+
+-- Receiving ----------------------------------------------------------------------------------------------------
+
+local Keys = {}
+Keys.__index = Keys
+
+-- Runs an open function; a Lua error (a backend failure, or a bug) becomes the core's crypto-backend status.
+local function guarded(f, ...)
+    local ok, st, inner, info = pcall(f, ...)
+    if ok then
+        return st, inner, info
+    end
+    local i = { status = "crypto-backend", icv_valid = false, sa_found = false, payload_offset = 0,
+        message = M.status_message("crypto-backend") .. " (" .. tostring(st) .. ")" }
+    return "crypto-backend", nil, i
+end
+
+local function finish(info, status)
+    info.status = status
+    info.message = M.status_message(status)
+    info.icv_valid = info.icv_valid or false
+    return status, nil, info
+end
+
+-- The opener for (spi, version): a psp-key line, else a cached or freshly derived key (the master key the SPI's
+-- MSB selects).  nil when neither exists.
+function Keys:psp_opener(spi, version)
+    local id = spi << 4 | version
+    local k = self.psp_user[id] or self.psp_cache[id]
+    if k then
+        return k
+    end
+    local block = self.psp_master_block[spi >> 31]
+    if not block then
+        return nil
+    end
+    if self.psp_cache_count >= PSP_CACHE_LIMIT then
+        self.psp_cache, self.psp_cache_count = {}, 0
+    end
+    k = self.backend.aead("aes-gcm", M.psp_derive_key(block, spi, version), PSP_ICV_LEN)
+    self.psp_cache[id] = k
+    self.psp_cache_count = self.psp_cache_count + 1
+    return k
+end
+
+-- core/src/psp.c pe_psp_open, with pe_psp_hdr_parse's checks, in the same order (psp.md §7).
+local function psp_open(self, p)
+    local len = #p
+    local info = { next_header = 0, hdr_ext_len = 0, crypt_offset = 0, version = 0, virt = false, spi = 0, iv = 0,
+        iv_hex = "0000000000000000", tunnel = false, icv_valid = false }
+    if len < PSP_HDR_LEN then
+        info.version_name = PSP_VERSION_NAME[0]
+        return finish(info, "psp-truncated")
+    end
+    local nh, hel, b2, b3 = byte(p, 1, 4)
+    local spi, iv = unpack(">I4i8", p, 5)
+    local version = (b3 & 0x3c) >> 2
+    info.next_header, info.hdr_ext_len, info.crypt_offset = nh, hel, b2 & 0x3f
+    info.version, info.virt, info.spi, info.iv, info.iv_hex = version, b3 & 0x02 ~= 0, spi, iv, fmt("%016x", iv)
+    info.version_name = PSP_VERSION_NAME[version] or "reserved"
+    info.tunnel = nh == 4 or nh == 41
+    local hlen = (hel + 1) * 8
+    local hdr_st
+    if b3 & 0x01 == 0 then
+        hdr_st = "psp-always-one-bit-clear"
+    elseif version > 3 then
+        hdr_st = "psp-unsupported-version"
+    elseif hel < 1 then
+        hdr_st = "psp-bad-hdr-ext-len"
+    elseif info.virt and hel < 2 then
+        hdr_st = "psp-vc-without-room"
+    elseif hlen > len then
+        hdr_st = "psp-bad-hdr-ext-len"
+    end
+    if len < PSP_HDR_LEN + PSP_ICV_LEN then
+        return finish(info, "psp-truncated")
+    end
+    if len > PSP_MAX_LEN then
+        return finish(info, "psp-too-long")
+    end
+    if hdr_st then
+        return finish(info, hdr_st) -- every version is enabled on this receiver, as in pelua
+    end
+    if hlen + PSP_ICV_LEN > len then
+        return finish(info, "psp-bad-hdr-ext-len")
+    end
+    local ext_len = hlen - PSP_HDR_LEN
+    local p_len = len - PSP_HDR_LEN - PSP_ICV_LEN
+    local co = info.crypt_offset * 4
+    if co > p_len then
+        return finish(info, "psp-crypt-offset-past-payload")
+    end
+    local open = self:psp_opener(spi, version)
+    if not open then
+        return finish(info, "no-key")
+    end
+    local nonce = sub(p, 5, 16) -- SPI || IV as on the wire
+    local tag = sub(p, len - PSP_ICV_LEN + 1)
+    local body -- P: extension area and payload, decrypted
+    if version >= 2 then
+        -- GMAC (§4.2): everything before the ICV is authenticated and nothing is encrypted.
+        if not open(nonce, sub(p, 1, len - PSP_ICV_LEN), "", tag) then
+            return finish(info, "authentication-failed")
+        end
+        body = sub(p, PSP_HDR_LEN + 1, len - PSP_ICV_LEN)
+    else
+        local pt = open(nonce, sub(p, 1, PSP_HDR_LEN + co), sub(p, PSP_HDR_LEN + co + 1, len - PSP_ICV_LEN), tag)
+        if not pt then
+            return finish(info, "authentication-failed")
+        end
+        body = sub(p, PSP_HDR_LEN + 1, PSP_HDR_LEN + co) .. pt
+    end
+    info.icv_valid = true
+    -- The extension area as sent, with the VC decrypted when the crypt offset left it encrypted.
+    info.ext = sub(body, 1, ext_len)
+    info.status, info.message = "ok", M.status_message("ok")
+    return "ok", sub(body, ext_len + 1), info
+end
+
+function Keys:psp_open(p)
+    return guarded(psp_open, self, p)
+end
+
+-- EESP -------------------------------------------------------------------------------------------------------------
+
+local EESP_BASE_LEN, EESP_SEQ_LEN, EESP_PIH_LEN = 8, 8, 4
+local NH_NO_NEXT = 59
+
+-- pe_ip_is_whole_packet (core/src/ip.c): one IPv4/IPv6 packet of that version, its length fields exact.
+local function whole_ip_packet(s, version)
+    local len = #s
+    if len < 1 or byte(s, 1) >> 4 ~= version then
+        return false
+    end
+    if version == 4 then
+        local ihl_len = (byte(s, 1) & 0x0f) * 4
+        return len >= 20 and ihl_len >= 20 and unpack(">I2", s, 3) == len and len >= ihl_len
+    end
+    return len >= 40 and 40 + unpack(">I2", s, 5) == len
+end
+
+-- §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet.  Returns the
+-- status (nil: fine), Next Header (as soon as the version nibble names one, as in the core) and inner length.
+local function recover_pih(region)
+    local len = #region
+    local v = len >= 1 and byte(region, 1) >> 4
+    local nh, n
+    if len >= 20 and v == 4 then
+        nh, n = 4, unpack(">I2", region, 3)
+        local ihl = byte(region, 1) & 0x0f
+        if ihl < 5 or n < ihl * 4 then
+            return "eesp-bad-inner-packet", nh -- no header could end where the Total Length says
+        end
+    elseif len >= 40 and v == 6 then
+        nh, n = 41, 40 + unpack(">I2", region, 5)
+    else
+        return "eesp-bad-inner-packet", 0
+    end
+    if n > len or len - n > 255 then
+        return "eesp-bad-pad-length", nh
+    end
+    return nil, nh, n
+end
+
+-- Options within Opt Len (§16 step 4): framing first, then D3 and D13; fills h.
+local function parse_options(e, h)
+    local base, opt_len = EESP_BASE_LEN, h.opt_len
+    local off = 0
+    while off < opt_len do
+        if byte(e, base + off + 1) == 0 then
+            off = off + 1
+        else
+            if off + 2 > opt_len or off + 2 + byte(e, base + off + 2) > opt_len then
+                return "eesp-options-overrun"
+            end
+            off = off + 2 + byte(e, base + off + 2)
+        end
+    end
+    off = 0
+    while off < opt_len do
+        local t = byte(e, base + off + 1)
+        if t == 0 then
+            off = off + 1
+        else
+            local dlen = byte(e, base + off + 2)
+            if t == 2 then
+                if dlen ~= 2 or h.has_crypt_offset then
+                    return "eesp-bad-crypt-offset-option"
+                end
+                local v = unpack(">I2", e, base + off + 3)
+                h.has_crypt_offset = true
+                h.payload_offset = (v >> 10) & 0x3f
+                h.crypt_offset = (v >> 4) & 0x3f
+            elseif t ~= 1 then
+                h.n_unknown = h.n_unknown + 1
+            end
+            off = off + 2 + dlen
+        end
+    end
+end
+
+-- §16 step 3: by SPI and destination; an SA bound to the packet's destination beats one for any.
+function Keys:find_sa(spi, family, dst)
+    local any
+    for _, sa in ipairs(self.eesp_by_spi[spi] or {}) do
+        if sa.dst_family == 0 then
+            any = sa
+        elseif dst and sa.dst_family == family and sub(sa.dst, 1, family == 4 and 4 or 16) == dst then
+            return sa
+        end
+    end
+    return any
+end
+
+-- The Sub SA's opener and salt, its KEYMAT derived from the root key on first use (§12).
+function Keys:sub_sa(sa, sid)
+    local sub_sa = sa.subs[sid]
+    if sub_sa then
+        return sub_sa
+    end
+    local s = sa.suite
+    local key_len = sa.key_bits // 8
+    local keymat
+    if sa.sskdf == 0 then
+        keymat = sa.key
+    else
+        keymat = M.derive_sub_sa_key(sa.sskdf, sa.root_key, sid, key_len + s.salt_len)
+    end
+    sub_sa = { open = self.backend.aead(s.alg, sub(keymat, 1, key_len), s.icv_len), salt = sub(keymat, key_len + 1) }
+    sa.subs[sid] = sub_sa
+    return sub_sa
+end
+
+-- core/src/eesp.c open_eesp (§16 steps 2-13) with PE_EESP_OPEN_NO_REPLAY: a dissector revisits packets.
+local function eesp_open(self, e, family, daddr)
+    local elen = #e
+    local info = { spi = 0, session_id = 0, opt_len = 0, seq = 0, seq_hex = "0000000000000000", seq_present = false,
+        iv_len = 0, icv_len = 0, payload_offset = 0, full_format = false, format = "", next_header = 0,
+        pad_len = 0, sa_found = false, icv_valid = false }
+    -- Steps 2-4: Base Header, SA, options.
+    if elen < EESP_BASE_LEN then
+        return finish(info, "eesp-truncated")
+    end
+    local b0, opt_len, sid, spi = unpack(">BBI2I4", e)
+    info.spi, info.session_id, info.opt_len = spi, sid, opt_len
+    if b0 & 0x80 == 0 then
+        return finish(info, "eesp-compat-bit-clear")
+    end
+    if (b0 & 0x78) >> 3 ~= 0 then
+        return finish(info, "eesp-unsupported-version")
+    end
+    if b0 & 0x07 ~= 0 then
+        return finish(info, "eesp-reserved-bits-set")
+    end
+    local sa = self:find_sa(spi, family, daddr)
+    if not sa then
+        return finish(info, "eesp-no-sa")
+    end
+    local s = sa.suite
+    info.sa_found, info.suite, info.key_bits, info.mode = true, s.name, sa.key_bits, sa.mode
+    info.seq_present, info.icv_len = sa.seq_present, s.icv_len
+    if EESP_BASE_LEN + opt_len > elen then
+        return finish(info, "eesp-truncated") -- the Opt Len octets must be present
+    end
+    local h = { opt_len = opt_len, n_unknown = 0, has_crypt_offset = false, payload_offset = 0, crypt_offset = 0 }
+    local st = parse_options(e, h)
+    if st then
+        return finish(info, st)
+    end
+    if sa.strict and h.n_unknown > 0 then
+        return finish(info, "eesp-unknown-option")
+    end
+
+    local seq_len = sa.seq_present and EESP_SEQ_LEN or 0
+    local iv_off = EESP_BASE_LEN + opt_len + seq_len
+    local payload_off = iv_off + s.iv_len
+    local full
+    if sa.format ~= "auto" then
+        full = sa.format == "full"
+    else
+        full = h.has_crypt_offset or sa.mode == "transport"
+    end
+    local pih_len = full and EESP_PIH_LEN or 0
+    info.full_format, info.format = full, full and "full" or "optimized"
+    info.iv_len, info.payload_offset = s.iv_len, payload_off
+
+    -- Step 5: a Crypt Offset option.
+    local enc_off = payload_off
+    local policy_drop = false
+    if h.has_crypt_offset then
+        policy_drop = sa.max_crypt_offset == -1 or h.crypt_offset > sa.max_crypt_offset
+        if h.payload_offset * 4 ~= payload_off then
+            return finish(info, "eesp-bad-payload-offset")
+        end
+        enc_off = payload_off + h.crypt_offset * 4
+        if enc_off + s.icv_len > elen then
+            return finish(info, "eesp-crypt-offset-past-payload")
+        end
+    end
+    -- Steps 6-7: Sub SA (D6, D9), length.
+    if (sa.sskdf == 0 and sid ~= 0) or (sa.sskdf ~= 0 and sa.max_sub_sa_id ~= -1 and sid > sa.max_sub_sa_id) then
+        return finish(info, "eesp-sub-sa-out-of-range")
+    end
+    if payload_off + pih_len + s.icv_len > elen then
+        return finish(info, "eesp-truncated")
+    end
+    local data_end = elen - s.icv_len
+
+    -- Step 8: the sequence number (no replay window: see above).
+    local sub_sa = self:sub_sa(sa, sid)
+    local seq_raw = rep("\0", 8)
+    if sa.seq_present then
+        seq_raw = sub(e, EESP_BASE_LEN + opt_len + 1, EESP_BASE_LEN + opt_len + 8)
+        local seq = unpack(">i8", seq_raw)
+        info.seq, info.seq_hex = seq, fmt("%016x", seq)
+        if seq == 0 then
+            return finish(info, "eesp-sequence-zero") -- D10
+        end
+    end
+
+    -- Step 9: open.  Nonce: salt || explicit IV, or salt || Sequence Number for the implicit-IV suites (RFC 8750).
+    local nonce = sub_sa.salt .. (s.iv_len > 0 and sub(e, iv_off + 1, iv_off + 8) or seq_raw)
+    local aad_end = s.integrity_only and data_end or enc_off
+    local aad
+    if sa.aad == "linux-xfrm" and s.iv_len > 0 then
+        aad = sub(e, 1, iv_off) .. sub(e, iv_off + s.iv_len + 1, aad_end) -- D1: the explicit IV left out
+    else
+        aad = sub(e, 1, aad_end)
+    end
+    local pt = sub_sa.open(nonce, aad, sub(e, aad_end + 1, data_end), sub(e, data_end + 1))
+    info.icv_valid = pt ~= nil
+    if not pt or policy_drop then
+        -- A disallowed Crypt Offset drops the packet either way; icv_valid tells policy whether to delete the SA.
+        return finish(info, policy_drop and "eesp-crypt-offset-not-allowed" or "authentication-failed")
+    end
+    local region = sub(e, payload_off + 1, aad_end) .. pt -- PIH (full format), inner part, padding
+
+    -- Steps 11-12: Payload Info.
+    local inner_len
+    if full then
+        info.next_header, info.pad_len = byte(region, 3), byte(region, 4)
+        if EESP_PIH_LEN + info.pad_len > #region then
+            return finish(info, "eesp-bad-pad-length")
+        end
+        inner_len = #region - EESP_PIH_LEN - info.pad_len
+    else
+        local bad, nh, n = recover_pih(region)
+        info.next_header = nh
+        if bad then
+            return finish(info, bad)
+        end
+        inner_len = n
+        info.pad_len = #region - n
+    end
+    -- D16: the exposed part never reaches into the padding.
+    if h.has_crypt_offset and h.crypt_offset * 4 > pih_len + inner_len then
+        return finish(info, "eesp-crypt-offset-past-payload")
+    end
+    if full and info.next_header == NH_NO_NEXT then
+        return finish(info, "eesp-dummy-packet") -- a well-formed dummy: authenticated, then discarded
+    end
+    local inner = sub(region, pih_len + 1, pih_len + inner_len)
+    -- Step 13, the part that needs no outer header: a tunnel carries one whole IP packet.
+    if sa.mode == "tunnel" then
+        if info.next_header ~= 4 and info.next_header ~= 41 then
+            return finish(info, "eesp-bad-inner-packet")
+        end
+        if not whole_ip_packet(inner, info.next_header == 4 and 4 or 6) then
+            return finish(info, "eesp-bad-inner-packet")
+        end
+    end
+    info.status, info.message = "ok", M.status_message("ok")
+    return "ok", inner, info
+end
+
+function Keys:eesp_open(e, ip_version, dst)
+    if ip_version ~= 4 and ip_version ~= 6 then
+        error("IP version must be 4 or 6", 2)
+    end
+    if dst ~= nil and #dst ~= (ip_version == 4 and 4 or 16) then
+        error("the destination is 4 (IPv4) or 16 (IPv6) octets, network order", 2)
+    end
+    return guarded(eesp_open, self, e, ip_version, dst)
+end
+
+-- Drops every key reference (Lua strings cannot be wiped; the collector reclaims them).
+function Keys:close()
+    self.psp_user, self.psp_cache, self.psp_master_block, self.eesp_by_spi = {}, {}, {}, {}
+    self.psp_cache_count = 0
+end
+
+function Keys:summary()
+    local n_eesp = 0
+    for _, list in pairs(self.eesp_by_spi) do
+        n_eesp = n_eesp + #list
+    end
+    return { psp_master0 = self.psp_master_block[0] ~= nil, psp_master1 = self.psp_master_block[1] ~= nil,
+        psp_keys = self.n_psp_keys, eesp_sas = n_eesp }
+end
+
+-- Receivers for a parsed key file (the equivalent of pe_keyfile_psp_rx_new and one pe_eesp_rx_add_sa per line).
+local function build_keys(backend, master0, master1, psp_keys, eesp_sas)
+    local k = setmetatable({ backend = backend, psp_user = {}, psp_cache = {}, psp_cache_count = 0,
+        psp_master_block = {}, eesp_by_spi = {}, n_psp_keys = #psp_keys }, Keys)
+    if master0 then
+        k.psp_master_block[0] = backend.block(master0)
+    end
+    if master1 then
+        k.psp_master_block[1] = backend.block(master1)
+    end
+    for _, e in ipairs(psp_keys) do
+        -- Unversioned: the key serves the GCM and the GMAC version of its length.
+        local versions = e.version and { e.version } or (#e.key == 16 and { 0, 2 } or { 1, 3 })
+        local open = backend.aead("aes-gcm", e.key, PSP_ICV_LEN)
+        for _, v in ipairs(versions) do
+            k.psp_user[e.spi << 4 | v] = open
+        end
+    end
+    for _, e in ipairs(eesp_sas) do
+        local list = k.eesp_by_spi[e.spi] or {}
+        list[#list + 1] = { suite = e.suite, key_bits = e.key_bits, sskdf = e.sskdf, key = e.key,
+            root_key = e.root_key, mode = e.mode, format = e.format, seq_present = e.seq_present, aad = e.aad,
+            max_sub_sa_id = e.max_sub_sa_id, max_crypt_offset = e.max_crypt_offset, strict = e.strict,
+            dst_family = e.dst_family, dst = e.dst, subs = {} }
+        k.eesp_by_spi[e.spi] = list
+    end
+    return k
+end
+
+-- Keys from key-file (or reference config) text.  Returns keys, or nil, line (0: none) and message.
+function M.load_keytext(text, backend)
+    if M.looks_like_refcfg(text) then
+        local cfg, _, line, msg = M.parse_refcfg(text)
+        if not cfg then
+            return nil, line, "google/psp reference config: " .. msg
+        end
+        return build_keys(backend, cfg.key0, cfg.key1, {}, {})
+    end
+    local kf, _, line, msg = M.parse_keyfile(text)
+    if not kf then
+        return nil, line, msg
+    end
+    local m = kf.psp_master or {}
+    return build_keys(backend, m.key0, m.key1, kf.psp_keys, kf.eesp_sas)
+end
+
+-- Above any real key file: a wrong path (a capture, /dev/zero) is refused instead of read into memory.
+local KEYFILE_MAX_SIZE = 16 * 1024 * 1024
+
+-- pelua.load_keyfile's contract: keys, or nil and "path, line N: message" / "path: message".
+function M.load_keyfile(path, backend)
+    local f, err = io.open(path, "rb")
+    if not f then
+        -- io.open says "path: reason"; the core says "cannot open key file: reason".
+        local reason = tostring(err)
+        if sub(reason, 1, #path + 2) == path .. ": " then
+            reason = sub(reason, #path + 3)
+        end
+        return nil, fmt("%s: cannot open key file: %s", path, reason)
+    end
+    local text, rerr = f:read(KEYFILE_MAX_SIZE + 1)
+    f:close()
+    if text == nil and rerr then
+        return nil, fmt("%s: cannot read key file: %s", path, tostring(rerr))
+    end
+    text = text or ""
+    if #text > KEYFILE_MAX_SIZE then
+        return nil, fmt("%s: key file is larger than %d MiB", path, KEYFILE_MAX_SIZE >> 20)
+    end
+    local keys, line, msg = M.load_keytext(text, backend)
+    if not keys then
+        if line and line > 0 then
+            return nil, fmt("%s, line %d: %s", path, line, msg)
+        end
+        return nil, fmt("%s: %s", path, msg)
+    end
+    return keys
+end
+
+-- Wireshark 4.6's GcryptCipher ----------------------------------------------------------------------------------------
+
+-- Handles are opened once per key and reset per packet: setkey (the key schedule) is the costly step.
+function M.gcrypt_backend()
+    local Cipher, BA = GcryptCipher, ByteArray
+    assert(Cipher and BA, "GcryptCipher needs Wireshark 4.6 or later")
+    local RESET = GCRYCTL_RESET or 4
+    local SET_CCM_LENGTHS = GCRYCTL_SET_CCM_LENGTHS or 69
+    local EMPTY = BA.new()
+    local AES = { [16] = GCRY_CIPHER_AES, [24] = GCRY_CIPHER_AES192, [32] = GCRY_CIPHER_AES256 }
+    local function bytes(s)
+        return BA.new(s, true)
+    end
+    local backend = {}
+    function backend.block(key)
+        local h = Cipher.open(assert(AES[#key], "AES key length"), GCRY_CIPHER_MODE_ECB, 0)
+        h:setkey(bytes(key))
+        return function(block)
+            return h:encrypt(nil, bytes(block)):raw()
+        end
+    end
+    function backend.aead(alg, key, tag_len)
+        local h
+        if alg == "chacha20-poly1305" then
+            h = Cipher.open(GCRY_CIPHER_CHACHA20, GCRY_CIPHER_MODE_POLY1305, 0)
+        else
+            h = Cipher.open(assert(AES[#key], "AES key length"),
+                alg == "aes-ccm" and GCRY_CIPHER_MODE_CCM or GCRY_CIPHER_MODE_GCM, 0)
+        end
+        h:setkey(bytes(key))
+        local ccm = alg == "aes-ccm"
+        return function(nonce, aad, ct, tag)
+            h:ctl(RESET, EMPTY)
+            h:setiv(bytes(nonce))
+            if ccm then
+                h:ctl(SET_CCM_LENGTHS, bytes(pack("=I8I8I8", #ct, #aad, tag_len)))
+            end
+            h:authenticate(bytes(aad))
+            local pt = ""
+            if #ct > 0 then
+                pt = h:decrypt(nil, bytes(ct)):raw()
+            end
+            if h:checktag(bytes(tag)) ~= 0 then
+                return nil
+            end
+            return pt
+        end
+    end
+    return backend
+end
+
+return M
