@@ -152,12 +152,15 @@ if [[ -d $ROOT/../shared ]]; then
 fi
 
 phase "Python venv and pip install -e .[test]"
+# (pip's output goes to a log: setuptools warns about editable installs on every run)
 if [[ ! -x $R/src/.venv/bin/python ]]; then
     in_chroot python3 -m venv /src/.venv
-    in_chroot /src/.venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi
+    in_chroot /src/.venv/bin/python -m pip install -q --upgrade pip setuptools wheel cffi >"$BASE/$SUITE-pip.log" 2>&1 ||
+        { tail -30 "$BASE/$SUITE-pip.log" >&2; exit 1; }
 fi
 # Every run: the core under /src may have changed since the extension was compiled.
-in_chroot sh -c 'cd /src && .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"'
+in_chroot sh -c 'cd /src && .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"' \
+    >"$BASE/$SUITE-pip.log" 2>&1 || { tail -30 "$BASE/$SUITE-pip.log" >&2; exit 1; }
 
 if ((shell)); then
     phase ""
