@@ -20,6 +20,11 @@ static const int PE_OK;
 static const int PE_STATUS_COUNT;
 const char *pe_status_name(pe_status s);
 const char *pe_status_message(pe_status s);
+typedef int... pe_category;
+static const int PE_CATEGORY_COUNT;
+pe_category pe_status_category(pe_status s);
+const char *pe_category_name(pe_category c);
+const char *pe_category_description(pe_category c);
 
 /* kdf.h */
 pe_status pe_kdf_ctr_cmac_aes256(const uint8_t key[32], uint32_t label, uint32_t context,

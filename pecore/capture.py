@@ -25,6 +25,8 @@ FORMATS = {"pcap": lib.PE_CAPTURE_PCAP, "pcap-nsec": lib.PE_CAPTURE_PCAP_NSEC, "
 class CaptureError(CoreError, OSError):
     """A capture file could not be read or written, or is not a pcap/pcapng file."""
 
+    category = "io"
+
 
 ProgressFn = Callable[[int, int, int], Optional[bool]]
 

@@ -1,7 +1,7 @@
 """Error plumbing between the core's single status enum and Python exceptions."""
 from __future__ import annotations
 
-from typing import Mapping, NoReturn, Optional, Type
+from typing import Dict, Mapping, NoReturn, Optional, Type
 
 from pecore._native import ffi, lib
 
@@ -11,23 +11,52 @@ class CoreError(Exception):
 
     ``code`` is the core's stable kebab-case status name (e.g.
     ``"authentication-failed"``); ``str(err)`` carries the core's message.
+    ``category`` is the core's category of that status (``"malformed"``,
+    ``"authentication"``, ``"policy"``, … see :data:`CATEGORIES`), the same
+    meaning the Wireshark dissectors show; each concrete class declares the
+    one category it stands for.
     """
+
+    category: Optional[str] = None
 
     def __init__(self, message: str, code: str = "invalid-argument") -> None:
         super().__init__(message)
         self.code = code
 
 
-#: Status names of broken IP/UDP framing, malformed packets for every protocol.
-IP_MALFORMED_CODES = (
-    "ip-bad-version",
-    "ip-bad-header-length",
-    "ip-bad-length",
-    "ip-fragment",
-    "ip-bad-extension-header",
-    "udp-bad-length",
-    "udp-bad-checksum",
-)
+def _category_table() -> Dict[str, str]:
+    table = {}
+    for st in range(lib.PE_STATUS_COUNT):
+        name = ffi.string(lib.pe_status_name(st)).decode()
+        table[name] = ffi.string(lib.pe_category_name(lib.pe_status_category(st))).decode()
+    return table
+
+
+#: Every core status name and its category (core/include/pe/status.h).
+CATEGORY_BY_CODE: Dict[str, str] = _category_table()
+#: Every category name with its one-line meaning.
+CATEGORIES: Dict[str, str] = {
+    ffi.string(lib.pe_category_name(c)).decode(): ffi.string(lib.pe_category_description(c)).decode()
+    for c in range(lib.PE_CATEGORY_COUNT)
+}
+
+
+def code_table(by_category: Mapping[str, Type[CoreError]],
+               refined: Mapping[str, Type[CoreError]]) -> Dict[str, Type[CoreError]]:
+    """A package's status → exception class table: the class of the status's category, or a refinement of it.
+
+    Every class must stand for the category of every status it is raised for: the faces never disagree on
+    what a status means (tests/test_categories.py walks every status).
+    """
+    table: Dict[str, Type[CoreError]] = {}
+    for code, category in CATEGORY_BY_CODE.items():
+        if category == "ok":
+            continue  # nothing to raise
+        cls = refined.get(code) or by_category[category]
+        if cls.category != category:
+            raise AssertionError(f"{cls.__name__} stands for {cls.category!r}, but {code} is {category!r}")
+        table[code] = cls
+    return table
 
 
 def status_name(status: int) -> str:

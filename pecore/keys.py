@@ -13,6 +13,8 @@ from pecore.errors import CoreError, status_name
 class KeyFileError(CoreError, ValueError):
     """A key file or reference config could not be parsed; the message names the line."""
 
+    category = "configuration"
+
 
 @dataclass(frozen=True)
 class PspSaEntry:

@@ -19,6 +19,8 @@ _HASHES = {"sha256": lib.PE_HASH_SHA256, "sha384": lib.PE_HASH_SHA384, "sha512":
 class PrimitiveError(CoreError, ValueError):
     """Bad parameters for a primitive (key or nonce length, algorithm)."""
 
+    category = "configuration"
+
 
 def _check(st: int, what: str) -> None:
     if st != lib.PE_OK:

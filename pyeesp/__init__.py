@@ -11,9 +11,12 @@ from pyeesp.errors import (
     AuthenticationError,
     CaptureError,
     ConfigurationError,
+    CutByCaptureError,
     DummyPacketError,
     EespError,
+    InternalError,
     KeyFileError,
+    LimitError,
     MalformedPacketError,
     NoSaError,
     NotEespError,
@@ -31,9 +34,9 @@ from pyeesp.sa import SA, SUITES, Decrypted, Receiver, derive_sub_sa_key, suite_
 __version__ = "0.1.0"
 
 __all__ = [
-    "AuthenticationError", "CaptureError", "ConfigurationError", "Decrypted", "DummyPacketError", "EespError",
-    "Header", "KeyFileError", "MalformedPacketError", "NoSaError", "NotEespError", "Option", "PacketTooLargeError",
-    "PolicyError", "Receiver", "ReplayError", "SA", "SUITES", "SequenceExhaustedError", "SubSaError", "Summary",
-    "TruncatedPacketError", "UnsupportedVersionError", "decrypt_capture", "derive_sub_sa_key", "encrypt_capture",
-    "suite_id",
+    "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted", "DummyPacketError",
+    "EespError", "Header", "InternalError", "KeyFileError", "LimitError", "MalformedPacketError", "NoSaError",
+    "NotEespError", "Option", "PacketTooLargeError", "PolicyError", "Receiver", "ReplayError", "SA", "SUITES",
+    "SequenceExhaustedError", "SubSaError", "Summary", "TruncatedPacketError", "UnsupportedVersionError",
+    "decrypt_capture", "derive_sub_sa_key", "encrypt_capture", "suite_id",
 ]

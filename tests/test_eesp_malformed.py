@@ -16,6 +16,7 @@ import struct
 import pytest
 
 import eesp_model as m
+import pyeesp
 from pyeesp import (
     SA,
     AuthenticationError,
@@ -658,7 +659,7 @@ def test_ip_and_udp_layer_rejections():
         mutate(t)
         assert_error(expect_error(SA(SPI, key=KEY, udp_encap=True).decrypt, bytes(t)), cls, code, code)
 
-    bad(lambda t: t.__setitem__(0, 0x55), MalformedPacketError, "ip-bad-version")
+    bad(lambda t: t.__setitem__(0, 0x55), pyeesp.NotEespError, "ip-bad-version")
     bad(lambda t: t.__setitem__(0, 0x44), MalformedPacketError, "ip-bad-header-length")
     bad(lambda t: t.__setitem__(slice(24, 26), struct.pack("!H", len(out) - 21)), MalformedPacketError, "udp-bad-length")
     bad(lambda t: t.__setitem__(slice(24, 26), struct.pack("!H", len(out) - 19)), MalformedPacketError, "udp-bad-length")
