@@ -39,8 +39,10 @@ KEYS="$PWD/demo/keys.txt"
 TS=(tshark -n -o "psp.keyfile:$KEYS" -o "eesp.keyfile:$KEYS")
 run "${TS[@]}" -r "$OUT/psp_1a345678.pcapng" -c 4
 run "${TS[@]}" -r "$OUT/psp_1a345678.pcapng" -c 1 -O psp -V
-# A filter on the decrypted inner traffic (udp.* shows the outer datagram to port 1000, then the inner one):
-run "${TS[@]}" -r "$OUT/psp_9a345678.pcapng" -Y 'psp.status == "ok" && udp.dstport == 40001' -c 5 -T fields -e frame.number -e psp.spi -e psp.version -e udp.srcport -e udp.dstport
+# Filters on the decrypted inner traffic: the HTTP requests and the DNS answers that travelled inside PSP
+# (to a file first: head closing a pipe early would make tshark die of SIGPIPE under pipefail).
+run "${TS[@]}" -r "$OUT/psp_9a345678.pcapng" -Y 'psp.status == "ok" && http.request' -T fields -e frame.number -e psp.spi -e psp.version -e http.host -e http.request.uri > "$OUT/http.txt"; head -5 "$OUT/http.txt"
+run "${TS[@]}" -r "$OUT/psp_1a345678.pcapng" -Y 'psp.status == "ok" && dns.flags.response == 1' -T fields -e frame.number -e psp.spi -e dns.qry.name -e dns.a -e dns.aaaa > "$OUT/dns.txt"; head -3 "$OUT/dns.txt"
 run "${TS[@]}" -r "$OUT/eesp_1000.pcapng" -c 4 -T fields -e frame.number -e eesp.spi -e eesp.session_id -e eesp.seq -e eesp.status -e ip.dst -e ipv6.dst -e tcp.dstport -e udp.dstport
 run "${TS[@]}" -r "$OUT/eesp_2000.pcapng" -c 1 -O eesp -V
 echo
