@@ -4,10 +4,14 @@ Captures come from the Python packages (pypsp / pyeesp encrypt_capture); what ea
 is computed again with the libraries (pypsp.Header / Decryptor, pyeesp.Receiver) and compared
 with tshark's fields.  tshark runs without the C plugin (plugin=None): the plugin registers the
 same field names.  One tshark run per capture, with many fields, keeps the file fast.
+
+Without pelua the scripts decrypt in Lua where Wireshark has GcryptCipher (4.6+) and only
+dissect elsewhere; tests/test_lua_pure.py checks that path against the core in depth.
 """
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import ipaddress
 import shutil
@@ -154,6 +158,26 @@ def rows(capture: Path, names: Sequence[str], *, extra: Sequence[str] = (), scri
 
 def occurrences(value: str) -> List[str]:
     return [v for v in value.split(",") if v] if value else []
+
+
+@functools.lru_cache(maxsize=None)
+def lua_has_gcrypt() -> bool:
+    """Whether this tshark's Lua has GcryptCipher (4.6+): without pelua the scripts then decrypt in Lua."""
+    d = ws.shared_dir("pe-lua-probe-")
+    try:
+        probe = d / "probe.lua"
+        probe.write_text('io.stderr:write("pe-gcrypt=", tostring(GcryptCipher ~= nil), "\\n")\n')
+        probe.chmod(0o644)
+        pcap = d / "empty.pcap"
+        pcap.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        pcap.chmod(0o644)
+        proc = ws.run(["-r", str(pcap)], plugin=None, lua_scripts=[probe], profile=d, check=False)
+        return "pe-gcrypt=true" in proc.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+NO_ENGINE = "decryption needs the pelua module (see docs/wireshark.md) or Wireshark 4.6 or later"
 
 
 def no_lua_error(proc: subprocess.CompletedProcess) -> None:
@@ -330,13 +354,15 @@ def test_fields_registered(pelua_built: Path) -> None:
         "eesp.iv": "FT_BYTES", "eesp.payload": "FT_BYTES", "eesp.icv": "FT_BYTES", "eesp.next_header": "FT_UINT8",
         "eesp.pad_len": "FT_UINT8", "eesp.format": "FT_STRING", "eesp.suite": "FT_STRING",
         "eesp.status": "FT_STRING", "eesp.icv_good": "FT_BOOLEAN", "eesp.icv_bad": "FT_BOOLEAN",
-        "eesp.data": "FT_BYTES",
+        "eesp.data": "FT_BYTES", "eesp.sequence_analysis_expected_sn": "FT_UINT64",
+        "eesp.sequence_analysis_previous_frame": "FT_FRAMENUM", "eesp.replay": "FT_BOOLEAN",
     }
     missing = {k: v for k, v in want.items() if have.get(k) != v}
     assert not missing, f"missing or wrongly typed: {missing}"
     experts = ["psp.expert.no_key", "psp.expert.icv_bad", "psp.expert.malformed", "psp.expert.version_unknown",
                "psp.expert.no_module", "eesp.expert.no_sa", "eesp.expert.icv_bad", "eesp.expert.malformed",
-               "eesp.expert.version_unknown", "eesp.expert.no_module", "eesp.expert.dummy"]
+               "eesp.expert.version_unknown", "eesp.expert.no_module", "eesp.expert.dummy",
+               "eesp.expert.dropped", "eesp.expert.replay", "eesp.expert.seq_wrong"]
     for name in experts:
         assert f"\t{name}\t" in proc.stdout, name
 
@@ -393,7 +419,8 @@ def test_psp_wrong_key(pelua_built: Path, psp_capture, work: Path) -> None:
 
 
 def test_psp_without_pelua(pelua_built: Path, psp_capture, keyfile: Path) -> None:
-    """LUA_CPATH_5_2 without pelua: headers still dissected, a note says decryption needs the module."""
+    """The Lua C path without pelua: decrypted in Lua where Wireshark has GcryptCipher (4.6+); elsewhere the
+    headers are still dissected and a note says what would decrypt."""
     cap, expected = psp_capture
     empty = ws.shared_dir("pe-no-pelua-")
     try:
@@ -402,13 +429,20 @@ def test_psp_without_pelua(pelua_built: Path, psp_capture, keyfile: Path) -> Non
     finally:
         shutil.rmtree(empty, ignore_errors=True)
     assert len(got) == len(expected)
+    in_lua = lua_has_gcrypt()
     for r, x in zip(got, expected):
         assert r["psp.spi"] == f"{x['hdr'].spi:#010x}"
         assert int(r["psp.iv"], 16) == x["hdr"].iv
         assert r["psp.version"] == str(x["hdr"].version)
-        assert r["psp.status"] == ""
-        assert "decryption needs the pelua module" in r["_ws.expert.message"]
-        assert occurrences(r["udp.dstport"]) == ["1000"]
+        if in_lua:
+            assert r["psp.status"] == "ok" and r["psp.icv_good"] == "1", r
+            assert NO_ENGINE not in r["_ws.expert.message"]
+            port_field = "udp.dstport" if x["proto"] == 17 else "tcp.dstport"
+            assert occurrences(r[port_field])[-1] == x["dport"]
+        else:
+            assert r["psp.status"] == ""
+            assert NO_ENGINE in r["_ws.expert.message"]
+            assert occurrences(r["udp.dstport"]) == ["1000"]
 
 
 def test_psp_loaded_twice(pelua_built: Path, psp_capture, keyfile: Path) -> None:
@@ -492,7 +526,8 @@ def test_eesp_tunnel_and_udp(pelua_built: Path, eesp_capture, keyfile: Path) -> 
 
 
 def test_eesp_without_key_or_module(pelua_built: Path, eesp_capture, keyfile: Path, work: Path) -> None:
-    """Without an SA the octets after the options are eesp.data; without pelua a note says why."""
+    """Without an SA the octets after the options are eesp.data; without pelua a note says what would decrypt
+    (where Wireshark has GcryptCipher, 4.6+, the script decrypts in Lua instead)."""
     cap, expected = eesp_capture
     empty = ws.shared_dir("pe-no-pelua-")
     only_psp = work / "only_psp.txt"
@@ -504,6 +539,7 @@ def test_eesp_without_key_or_module(pelua_built: Path, eesp_capture, keyfile: Pa
     finally:
         shutil.rmtree(empty, ignore_errors=True)
     no_sa = rows(cap, EESP_FIELDS, extra=["-o", f"eesp.keyfile:{only_psp}"])
+    in_lua = lua_has_gcrypt()
     for label, got in (("no module", no_module), ("no SA", no_sa)):
         assert len(got) == len(expected)
         for r, x in zip(got, expected):
@@ -511,11 +547,58 @@ def test_eesp_without_key_or_module(pelua_built: Path, eesp_capture, keyfile: Pa
                 continue
             assert r["eesp.spi"] == f"{x['d'].header.spi:#010x}", label
             assert r["eesp.session_id"] == str(x["d"].header.session_id), label
+            if label == "no module" and in_lua:
+                assert r["eesp.status"] == ("eesp-crypt-offset-not-allowed" if x["refused"] else "ok"), r
+                assert r["eesp.seq"] == str(x["d"].seq) and r["eesp.data"] == "", label
+                continue
             assert r["eesp.seq"] == "" and r["eesp.data"] != "", label
             if label == "no module":
-                assert r["eesp.status"] == "" and "decryption needs the pelua module" in r["_ws.expert.message"]
+                assert r["eesp.status"] == "" and NO_ENGINE in r["_ws.expert.message"]
             else:
                 assert r["eesp.status"] == "eesp-no-sa" and "no SA for SPI" in r["_ws.expert.message"]
+
+
+def test_eesp_sequence_analysis(pelua_built: Path, work: Path) -> None:
+    """Per Sub SA (SPI, Session ID, destination), as the C plugin does it: expected numbers, previous frames,
+    a replay and a gap, on one and on two passes; and off when the preference says so."""
+    root = bytes(range(0x20, 0x60))
+    tx = pyeesp.SA(0x3001, "aes-gcm-16", root_key=root, sskdf="hkdf-sha512", mode="tunnel",
+                   tunnel_header=_sample_traffic().ipv4("192.0.2.1", "192.0.2.2", 17, 1, 2, b"", 0)[:20])
+    p = clear_packets(12, seed=9)
+    s1 = [tx.encrypt(p[i], 1) for i in range(3)]  # seq 1, 2, 3 on Sub SA 1
+    s2 = [tx.encrypt(p[3 + i], 2) for i in range(4)]  # seq 1..4 on Sub SA 2
+    tx.set_next_seq(6, 1)
+    gap, after = tx.encrypt(p[8], 1), tx.encrypt(p[9], 1)  # 6 and 7: 4 and 5 never sent
+    labels = ["1:1", "2:1", "1:2", "2:2", "1:2 dup", "1:3", "2:3", "1:6 gap", "2:4", "1:7"]
+    cap = write_frames(work / "eesp_seq.pcap", [s1[0], s2[0], s1[1], s2[1], s1[1], s1[2], s2[2], gap, s2[3], after])
+    keys = work / "eesp_seq.txt"
+    keys.write_text(f"eesp-sa spi=0x3001 suite=aes-gcm-16 root-key={root.hex()} sskdf=hkdf-sha512 mode=tunnel\n")
+    keys.chmod(0o644)
+    names = ["eesp.session_id", "eesp.seq", "eesp.status", "eesp.replay", "eesp.sequence_analysis_expected_sn",
+             "eesp.sequence_analysis_previous_frame", "_ws.expert.message"]
+    want_seq = ["1", "1", "2", "2", "2", "3", "3", "6", "4", "7"]
+    want_expected = ["1", "1", "2", "2", "3", "3", "3", "4", "4", "7"]
+    want_prev = ["", "", "1", "2", "3", "5", "4", "6", "7", "8"]
+    for extra in ([], ["-2"]):
+        got = rows(cap, names, extra=["-o", f"eesp.keyfile:{keys}", *extra])
+        assert len(got) == len(labels)
+        for i, (r, label) in enumerate(zip(got, labels)):
+            assert r["eesp.status"] == "ok", label
+            assert r["eesp.session_id"] == label[0] and r["eesp.seq"] == want_seq[i], label
+            assert r["eesp.sequence_analysis_expected_sn"] == want_expected[i], (label, extra)
+            assert r["eesp.sequence_analysis_previous_frame"] == want_prev[i], (label, extra)
+            msg = r["_ws.expert.message"]
+            if "dup" in label:
+                assert r["eesp.replay"] == "1", label
+                assert "Replayed packet: sequence number already received (replay) (replay-duplicate)" in msg
+            else:
+                assert r["eesp.replay"] == "" and "Replayed" not in msg, label
+            wrong = f"Wrong sequence number for this Sub SA: {want_seq[i]}, expected {want_expected[i]}"
+            assert (wrong in msg) == ("gap" in label or "dup" in label), (label, msg)
+    off = rows(cap, names, extra=["-o", f"eesp.keyfile:{keys}", "-o", "eesp.do_sequence_analysis:FALSE"])
+    for r in off:
+        assert r["eesp.status"] == "ok" and r["eesp.sequence_analysis_expected_sn"] == "" and r["eesp.replay"] == ""
+        assert "Replayed" not in r["_ws.expert.message"] and "Wrong sequence" not in r["_ws.expert.message"]
 
 
 def test_preferences_move_registrations(pelua_built: Path, work: Path, keyfile: Path) -> None:
