@@ -1940,23 +1940,26 @@ function psp.dissector(tvb, pinfo, tree)
         problems = problems + 1
         t:add_proto_expert_info(e.malformed, text)
     end
+    -- One range object per octet group: every tvb(...) allocates, and this runs for every packet.
     if have(0, 1) then t:add(f.nexthdr, tvb(0, 1)) end
     if have(1, 1) then t:add(f.hdrextlen, tvb(1, 1)) end
     if have(2, 1) then
-        t:add(f.reserved0, tvb(2, 1))
-        t:add(f.cryptoffset, tvb(2, 1))
+        local r = tvb(2, 1)
+        t:add(f.reserved0, r)
+        t:add(f.cryptoffset, r)
     end
     if have(3, 1) then
-        t:add(f.reserved1, tvb(3, 1))
-        t:add(f.sample, tvb(3, 1))
-        t:add(f.drop, tvb(3, 1))
-        t:add(f.version, tvb(3, 1))
-        t:add(f.is_virt, tvb(3, 1))
-        t:add(f.one_bit, tvb(3, 1))
+        local r = tvb(3, 1)
+        t:add(f.reserved1, r)
+        t:add(f.sample, r)
+        t:add(f.drop, r)
+        t:add(f.version, r)
+        t:add(f.is_virt, r)
+        t:add(f.one_bit, r)
     end
     if have(4, 4) then
-        local si = t:add(f.spi, tvb(4, 4))
-        si:add(f.master_key, tvb(4, 4))
+        local r = tvb(4, 4)
+        t:add(f.spi, r):add(f.master_key, r)
     end
     if have(8, 8) then t:add(f.iv, tvb(8, 8)) end
     if reported < BASE_LEN or not have(0, BASE_LEN) then
@@ -1965,13 +1968,12 @@ function psp.dissector(tvb, pinfo, tree)
         return len
     end
 
-    local nh = tvb(0, 1):uint()
-    local hdrextlen = tvb(1, 1):uint()
-    local co = band(tvb(2, 1):uint(), 0x3f)
-    local octet3 = tvb(3, 1):uint()
+    -- The header octets in one string rather than one range object per field.
+    local nh, hdrextlen, octet2, octet3, s1, s2, s3, s4 = string.byte(tvb:raw(0, 8), 1, 8)
+    local co = band(octet2, 0x3f)
     local version = rshift(band(octet3, 0x3c), 2)
     local virt = band(octet3, 0x02) ~= 0
-    local spi = tvb(4, 4):uint()
+    local spi = ((s1 * 256 + s2) * 256 + s3) * 256 + s4
     local iv = tvb(8, 8):uint64()
     local hlen = (hdrextlen + 1) * 8
 
