@@ -369,6 +369,15 @@ local commands = {
         return opened(keys:eesp_open(h2s(e), tonumber(ipv), dst ~= "none" and h2s(dst) or nil))
     end,
     statuses = function() return pecrypto.STATUS_LIST end,
+    state = function()
+        local subs = 0
+        for _, list in pairs(keys.eesp_by_spi) do
+            for _, sa in ipairs(list) do
+                for _ in pairs(sa.subs) do subs = subs + 1 end
+            end
+        end
+        return { psp_cache = keys.psp_cache_count, eesp_subs = subs }
+    end,
 }
 for line in io.stdin:lines() do
     local words = {}
@@ -1653,3 +1662,27 @@ def test_scripts_compile(luac: str) -> None:
     for f in files:  # one file per run: luac5.4 -p with several files can crash on Debian 12
         proc = subprocess.run([exe, "-p", str(f)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
+
+
+def test_forged_packets_keep_no_keys(lua: Harness, workdir: Path) -> None:
+    """As in the core, a key derived for a packet is kept only once a packet verified under it: forged SPIs and
+    Session IDs build no state."""
+    root = K(32, 1)
+    text = (f"psp-master key0={MK0.hex()}\n"
+            f"eesp-sa spi=0x100 suite=aes-gcm-16 root-key={root.hex()} sskdf=hkdf-sha256 mode=tunnel\n").encode()
+    assert lua.call("load", str(write_keys(workdir, "state.keys", text))) == {"ok": True}
+    enc = pypsp.Encryptor(master_keys=(MK0, MK1), spi=0x1234, version=0, mode="transport")
+    good = psp_payload(enc.encrypt(clear_packets(1)[0]))
+    forged = good[:-1] + bytes([good[-1] ^ 1])
+    tx = pyeesp.SA(0x100, "aes-gcm-16", root_key=root, sskdf="hkdf-sha256", mode="tunnel")
+    e_good, ipv, dst = eesp_octets(tx.encrypt(clear_packets(1)[0], 5))
+    e_forged = e_good[:-1] + bytes([e_good[-1] ^ 1])
+    for p in (forged, forged):
+        assert lua.call("psp", hx(p))["status"] == "authentication-failed"
+    for e in (e_forged, e_forged):
+        assert lua.call("eesp", hx(e), ipv, dst.hex())["status"] == "authentication-failed"
+    assert lua.call("state") == {"psp_cache": 0, "eesp_subs": 0}
+    assert lua.call("psp", hx(good))["status"] == "ok"
+    assert lua.call("eesp", hx(e_good), ipv, dst.hex())["status"] == "ok"
+    assert lua.call("state") == {"psp_cache": 1, "eesp_subs": 1}
+    assert lua.call("psp", hx(forged))["status"] == "authentication-failed"  # the kept key still checks the ICV

@@ -1261,24 +1261,28 @@ local function finish(info, status)
 end
 
 -- The opener for (spi, version): a psp-key line, else a cached or freshly derived key (the master key the SPI's
--- MSB selects).  nil when neither exists.
+-- MSB selects), and whether it is fresh.  nil when neither exists.
 function Keys:psp_opener(spi, version)
     local id = spi << 4 | version
     local k = self.psp_user[id] or self.psp_cache[id]
     if k then
-        return k
+        return k, false
     end
     local block = self.psp_master_block[spi >> 31]
     if not block then
         return nil
     end
+    return self.backend.aead("aes-gcm", M.psp_derive_key(block, spi, version), PSP_ICV_LEN), true
+end
+
+-- As the core does (keytable.h): a derived key is kept once a packet verified under it, so that packets with
+-- forged SPIs build no state; the cache is bounded, since SPIs come from the wire.
+function Keys:psp_keep(spi, version, k)
     if self.psp_cache_count >= PSP_CACHE_LIMIT then
         self.psp_cache, self.psp_cache_count = {}, 0
     end
-    k = self.backend.aead("aes-gcm", M.psp_derive_key(block, spi, version), PSP_ICV_LEN)
-    self.psp_cache[id] = k
+    self.psp_cache[spi << 4 | version] = k
     self.psp_cache_count = self.psp_cache_count + 1
-    return k
 end
 
 -- core/src/psp.c pe_psp_open, with pe_psp_hdr_parse's checks, in the same order (psp.md §7).
@@ -1328,7 +1332,7 @@ local function psp_open(self, p)
     if co > p_len then
         return finish(info, "psp-crypt-offset-past-payload")
     end
-    local open = self:psp_opener(spi, version)
+    local open, fresh = self:psp_opener(spi, version)
     if not open then
         return finish(info, "no-key")
     end
@@ -1349,6 +1353,9 @@ local function psp_open(self, p)
         body = sub(p, PSP_HDR_LEN + 1, PSP_HDR_LEN + co) .. pt
     end
     info.icv_valid = true
+    if fresh then
+        self:psp_keep(spi, version, open)
+    end
     -- The extension area as sent, with the VC decrypted when the crypt offset left it encrypted.
     info.ext = sub(body, 1, ext_len)
     info.status, info.message = "ok", M.status_message("ok")
@@ -1450,11 +1457,12 @@ function Keys:find_sa(spi, family, dst)
     return any
 end
 
--- The Sub SA's opener and salt, its KEYMAT derived from the root key on first use (§12).
+-- The Sub SA's opener and salt, its KEYMAT derived from the root key on first use (§12), and whether it is
+-- fresh: as in the core, a Sub SA is kept once a packet verified under it (forged Session IDs build no state).
 function Keys:sub_sa(sa, sid)
     local sub_sa = sa.subs[sid]
     if sub_sa then
-        return sub_sa
+        return sub_sa, false
     end
     local s = sa.suite
     local key_len = sa.key_bits // 8
@@ -1464,9 +1472,8 @@ function Keys:sub_sa(sa, sid)
     else
         keymat = M.derive_sub_sa_key(sa.sskdf, sa.root_key, sid, key_len + s.salt_len)
     end
-    sub_sa = { open = self.backend.aead(s.alg, sub(keymat, 1, key_len), s.icv_len), salt = sub(keymat, key_len + 1) }
-    sa.subs[sid] = sub_sa
-    return sub_sa
+    return { open = self.backend.aead(s.alg, sub(keymat, 1, key_len), s.icv_len), salt = sub(keymat, key_len + 1) },
+        true
 end
 
 -- core/src/eesp.c open_eesp (§16 steps 2-13) with PE_EESP_OPEN_NO_REPLAY: a dissector revisits packets.
@@ -1545,7 +1552,7 @@ local function eesp_open(self, e, family, daddr)
     local data_end = elen - s.icv_len
 
     -- Step 8: the sequence number (no replay window: see above).
-    local sub_sa = self:sub_sa(sa, sid)
+    local sub_sa, fresh = self:sub_sa(sa, sid)
     local seq_raw = rep("\0", 8)
     if sa.seq_present then
         seq_raw = sub(e, EESP_BASE_LEN + opt_len + 1, EESP_BASE_LEN + opt_len + 8)
@@ -1570,6 +1577,9 @@ local function eesp_open(self, e, family, daddr)
     if not pt or policy_drop then
         -- A disallowed Crypt Offset drops the packet either way; icv_valid tells policy whether to delete the SA.
         return finish(info, policy_drop and "eesp-crypt-offset-not-allowed" or "authentication-failed")
+    end
+    if fresh then
+        sa.subs[sid] = sub_sa
     end
     local region = sub(e, payload_off + 1, aad_end) .. pt -- PIH (full format), inner part, padding
 
