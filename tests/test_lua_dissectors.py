@@ -665,3 +665,52 @@ def test_fuzzed_and_truncated_captures(pelua_built: Path, psp_capture, eesp_capt
     assert proc.returncode == 0, proc.stderr[-3000:]
     no_lua_error(proc)
     assert proc.stdout.count("Frame ") >= len(variants)
+
+
+def replay_model(seqs: Sequence[int], size: int = 1024) -> List[Optional[str]]:
+    """RFC 4303 §3.4.3 as a set: what the core's window (replay.c, the C plugin's default size) says of each."""
+    top, seen, out = 0, set(), []
+    for s in seqs:
+        if s > top:
+            top = s
+            verdict = None
+        elif top >= size and s <= top - size:
+            verdict = "replay-too-old"
+        elif s in seen:
+            verdict = "replay-duplicate"
+        else:
+            verdict = None
+        if verdict is None:
+            seen.add(s)
+        out.append(verdict)
+    return out
+
+
+def test_eesp_replay_window(pelua_built: Path, work: Path) -> None:
+    """Jumps of less and more than the window, numbers left of it, duplicates inside it after a slide."""
+    key = bytes(range(0x70, 0x84))
+    tx = pyeesp.SA(0x3002, "aes-gcm-16", key=key, mode="tunnel")
+    seqs = [1, 2000, 1, 1500, 1500, 977, 976, 3000, 2000, 1977, 1976, 3001, 70000, 3001, 68977, 68977, 68976, 69999,
+            69999]
+    pkts = {}
+    inner = clear_packets(1)[0]  # one outer destination: the analysis keys on SPI, Session ID and destination
+    for s in sorted(set(seqs)):
+        tx.set_next_seq(s)
+        pkts[s] = tx.encrypt(inner)
+    cap = write_frames(work / "eesp_replay.pcap", [pkts[s] for s in seqs])
+    keys = work / "eesp_replay.txt"
+    keys.write_text(f"eesp-sa spi=0x3002 suite=aes-gcm-16 key={key.hex()} mode=tunnel\n")
+    keys.chmod(0o644)
+    got = rows(cap, ["eesp.seq", "eesp.status", "eesp.replay", "_ws.expert.message"],
+               extra=["-o", f"eesp.keyfile:{keys}"])
+    want = replay_model(seqs)
+    assert want.count("replay-too-old") >= 3 and want.count("replay-duplicate") >= 3
+    messages = {"replay-duplicate": "sequence number already received (replay)",
+                "replay-too-old": "sequence number is left of the replay window"}
+    for r, s, verdict in zip(got, seqs, want):
+        assert r["eesp.status"] == "ok" and r["eesp.seq"] == str(s)
+        if verdict:
+            assert r["eesp.replay"] == "1", (s, verdict)
+            assert f"Replayed packet: {messages[verdict]} ({verdict})" in r["_ws.expert.message"], (s, verdict)
+        else:
+            assert r["eesp.replay"] == "" and "Replayed" not in r["_ws.expert.message"], s
