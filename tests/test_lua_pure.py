@@ -113,7 +113,8 @@ class CoreKeys:
                 c.mode, c.format, c.seq_present, c.aad = e.mode, e.format, e.seq_present, e.aad
                 c.anti_replay, c.replay_window = e.anti_replay, e.replay_window
                 c.max_sub_sa_id, c.max_crypt_offset, c.crypt_offset = e.max_sub_sa_id, e.max_crypt_offset, -1
-                c.align_options, c.strict, c.ip_protocol, c.udp_encap = e.align_options, e.strict, e.ip_protocol, e.udp_encap
+                c.align_options, c.strict = e.align_options, e.strict
+                c.ip_protocol, c.udp_encap = e.ip_protocol, e.udp_encap
                 c.dst_family = e.dst_family if e.has_dst else 0
                 c.dst = bytes(e.dst)
                 assert lib.pe_eesp_rx_add_sa(self.eesp, c) == lib.PE_OK
@@ -279,7 +280,8 @@ end
 function backend.aead(alg, key, tag_len)
     local kh = hex(key)
     return function(nonce, aad, ct, tag)
-        local a = ask(table.concat({ "AEAD", alg, kh, tostring(tag_len), s2h(nonce), s2h(aad), s2h(ct), s2h(tag) }, " "))
+        local words = { "AEAD", alg, kh, tostring(tag_len), s2h(nonce), s2h(aad), s2h(ct), s2h(tag) }
+        local a = ask(table.concat(words, " "))
         if a == "FAIL" then return nil end
         return h2s(assert(a:match("^OK (%S+)$"), a))
     end
@@ -300,7 +302,8 @@ local function json(v)
     for k, x in pairs(v) do parts[#parts + 1] = json(tostring(k)) .. ":" .. json(x) end
     return "{" .. table.concat(parts, ",") .. "}"
 end
-local MODES, FORMATS, AADS = { transport = 0, tunnel = 1 }, { auto = 0, full = 1, optimized = 2 }, { draft = 0, ["linux-xfrm"] = 1 }
+local MODES, FORMATS = { transport = 0, tunnel = 1 }, { auto = 0, full = 1, optimized = 2 }
+local AADS = { draft = 0, ["linux-xfrm"] = 1 }
 local function keyfile_view(kf)
     local v = { lines = #kf.lines, psp_keys = {}, eesp_sas = {}, psp_sas = 0 }
     for _ in pairs(kf.psp_sa_line_by_spi) do v.psp_sas = v.psp_sas + 1 end
@@ -354,7 +357,8 @@ local commands = {
         local cfg, st, line, msg = pecrypto.parse_refcfg(h2s(text))
         if not cfg then return { status = st, line = line, message = msg } end
         local r = { status = "ok", key0 = hex(cfg.key0), key1 = hex(cfg.key1), has_sa = cfg.has_sa or false }
-        for _, k in ipairs({ "spi", "tunnel", "version", "crypt_offset", "crypt_offset_ipv4", "crypt_offset_ipv6", "vc" }) do
+        local names = { "spi", "tunnel", "version", "crypt_offset", "crypt_offset_ipv4", "crypt_offset_ipv6", "vc" }
+        for _, k in ipairs(names) do
             r[k] = cfg[k]
         end
         return r
@@ -613,7 +617,8 @@ def test_psp_kdf_vectors(lua: Harness) -> None:
 def test_status_table_matches_core(lua: Harness) -> None:
     text = (REPO_ROOT / "core" / "include" / "pe" / "status.h").read_text()
     # X(code, name, [category,] message): rows of PE_STATUS_LIST, not of PE_CATEGORY_LIST.
-    core = [[name, msg] for name, msg in re.findall(r'X\(PE_(?!CAT_)\w+, "([^"]+)",(?: PE_CAT_\w+,)? "([^"]+)"\)', text)]
+    row = r'X\(PE_(?!CAT_)\w+, "([^"]+)",(?: PE_CAT_\w+,)? "([^"]+)"\)'
+    core = [[name, msg] for name, msg in re.findall(row, text)]
     assert len(core) > 70
     assert lua.call("statuses") == core
     # eesp.lua's sequence analysis quotes two of them itself: it must also run on Lua 5.2.
@@ -673,6 +678,8 @@ MK1 = bytes.fromhex("563952565d3a78ae773ec1b779f2f2d99f4a7f53a6fbb9b07d5b71f3936
 K20, K36 = bytes(range(20)).hex(), bytes(range(36)).hex()
 
 # One line (or a few) for every way the C reader accepts or refuses a line, in the order it checks.
+# The start of a valid AES-GCM-16 line, for the field-by-field cases below.
+E16 = f"eesp-sa spi=1 suite=aes-gcm-16 key={K20}"
 KEYFILE_LINES = [
     "", "# only a comment", "   \t  ", "psp-master key0=" + MK0.hex(), "psp-master key1=0X" + MK1.hex().upper(),
     "psp-master key0=" + MK0.hex() + " key1=" + MK1.hex() + "   # trailing comment",
@@ -680,63 +687,68 @@ KEYFILE_LINES = [
     "psp-master key0=0x", "psp-master foo=1", "psp-master", "psp-master key0=" + MK0.hex() + " key0=" + MK0.hex(),
     "psp-key spi=1 key=" + "ab" * 16, "psp-key spi=0x9A345678 key=" + "cd" * 32 + " version=3",
     "psp-key spi=123456789 key=" + "ab" * 16, "psp-key spi= key=" + "ab" * 16, "psp-key spi=0x key=" + "ab" * 16,
-    "psp-key spi=1 key=" + "ab" * 17, "psp-key spi=1 version=1 key=" + "ab" * 16, "psp-key spi=1 version=4 key=" + "ab" * 16,
+    "psp-key spi=1 key=" + "ab" * 17, "psp-key spi=1 version=1 key=" + "ab" * 16,
+    "psp-key spi=1 version=4 key=" + "ab" * 16,
     "psp-key spi=1 version=+1 key=" + "ab" * 16, "psp-key key=" + "ab" * 16, "psp-key spi=1",
     "psp-key spi=1 key=96:c2:2d:c7:99:19:80:90:b7:4b:70:ae:46:8e:4e:30",
     "psp-sa spi=1 version=0 mode=transport", "psp-sa spi=1 version=0 mode=Tunnel",
     "psp-sa spi=1 version=0 mode=tunnel crypt-offset=64", "psp-sa spi=1 mode=tunnel",
-    "psp-sa spi=1 version=2 mode=tunnel vc=00000000", "psp-sa spi=1 version=2 mode=tunnel vc=0000000000000000 sample=1 drop=1",
+    "psp-sa spi=1 version=2 mode=tunnel vc=00000000",
+    "psp-sa spi=1 version=2 mode=tunnel vc=0000000000000000 sample=1 drop=1",
     "psp-sa spi=1 version=0 mode=tunnel first-iv=0", "psp-sa spi=1 version=0 mode=tunnel first-iv=0x",
     "psp-sa spi=1 version=0 mode=tunnel first-iv=18446744073709551615",
     "psp-sa spi=1 version=0 mode=tunnel first-iv=18446744073709551616",
     "psp-sa spi=1 version=0 mode=tunnel first-iv=0xffffffffffffffff",
-    "psp-sa spi=1 version=0 mode=tunnel first-iv=0x1ffffffffffffffff", "psp-sa spi=1 version=0 mode=tunnel first-iv=ff",
+    "psp-sa spi=1 version=0 mode=tunnel first-iv=0x1ffffffffffffffff",
+    "psp-sa spi=1 version=0 mode=tunnel first-iv=ff",
     "psp-sa spi=1 version=0 mode=tunnel sample=2", "psp-sa spi=1 version=0 mode=tunnel bogus=1",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20}", f"eesp-sa spi=1 suite=ENCR_AES_GCM_16 key={K20}",
+    E16, f"eesp-sa spi=1 suite=ENCR_AES_GCM_16 key={K20}",
     f"eesp-sa spi=1 suite=encr_aes_gcm_16 key={K20}", f"eesp-sa spi=1 suite=AES-GCM-16 key={K20}",
     f"eesp-sa spi=1 suite=20 key={K20}", f"eesp-sa spi=1 suite=0020 key={K20}", f"eesp-sa spi=1 suite=17 key={K20}",
     f"eesp-sa spi=1 suite=aes-gcm-16 key-bits=192 key={bytes(28).hex()}",
     f"eesp-sa spi=1 suite=aes-gcm-16 key-bits=256 key={K36}", f"eesp-sa spi=1 suite=aes-gcm-16 key-bits=64 key={K20}",
     f"eesp-sa spi=1 suite=aes-gcm-16 key-bits=0x80 key={K20}", f"eesp-sa spi=1 suite=chacha20-poly1305 key={K36}",
     f"eesp-sa spi=1 suite=chacha20-poly1305 key-bits=128 key={K36}", f"eesp-sa spi=1 suite=aes-ccm-8 key={K20}",
-    f"eesp-sa spi=1 suite=aes-ccm-8 key={bytes(19).hex()}", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} root-key={K20}",
-    "eesp-sa spi=1 suite=aes-gcm-16", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} sskdf=hkdf-sha256",
+    f"eesp-sa spi=1 suite=aes-ccm-8 key={bytes(19).hex()}", f"{E16} root-key={K20}",
+    "eesp-sa spi=1 suite=aes-gcm-16", f"{E16} sskdf=hkdf-sha256",
     f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(32).hex()}",
     f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(32).hex()} sskdf=aes256-cmac",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} sskdf=aes256-cmac", f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(32).hex()} sskdf=hkdf-md5",
+    f"{E16} sskdf=aes256-cmac", f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(32).hex()} sskdf=hkdf-md5",
     f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(48).hex()} sskdf=hkdf-sha384",
     f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(48).hex()} sskdf=hkdf-sha512",
     f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(64).hex()} sskdf=hkdf-sha512 max-sub-sa-id=3 sub-sas=4",
     f"eesp-sa spi=1 suite=aes-gcm-16 root-key={bytes(64).hex()} sskdf=hkdf-sha512 max-sub-sa-id=3 sub-sas=5",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} sub-sas=2", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} sub-sas=0",
-    f"eesp-sa spi=1 suite=aes-gcm-16-iiv key={K20} seq=0", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} seq=0",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} seq=0 anti-replay=1", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} anti-replay=0",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} anti-replay=2", f"eesp-sa spi=1 suite=aes-gmac key={K20} aad=linux-xfrm",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} aad=linux-xfrm mode=transport format=full",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} mode=beet", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} format=compact",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} aad=none",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} replay-window=63", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} replay-window=1048576",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} replay-window=1048577",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} max-crypt-offset=255 crypt-offset=63 align=0 strict=1 udp-encap=1",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} max-crypt-offset=256", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} crypt-offset=64",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} ip-protocol=253", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} ip-protocol=256",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=192.0.2.1 src=192.0.2.2",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=192.0.2.01", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=192.0.2",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=192.0.2.256", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1.2.3.4.5",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=*", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=0.0.0.0",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=2001:db8::1", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=::",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=::1", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1::",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=::ffff:192.0.2.1", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1:2:3:4:5:6:7:8",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1:2:3:4:5:6:7::", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1:2:3:4:5:6:7:8:9",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1::2::3", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=:1",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1:", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=12345::",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=fe80::1%eth0", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1:2:3:4:5:6:1.2.3.4",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=1:2:3:4:5:6:7:1.2.3.4", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=::1.2.3.4:5",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=2001:DB8:0:0:0:0:0:1", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=[::1]",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} src=192.0.2.1 dst=2001:db8::1",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=192.0.2.1 src=*", f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} note=x",
-    "esp-sa spi=0x1000 note=example", "kind-only", "Psp-key spi=1", "9a345678", "1bad-kind x=1", "k x", "k =v", "k x=",
-    "k A=1", "k x=1 x=2", "k 0123456789abcdef=1 0123456789abcdef=2", "k x=a=b", "k x=1\x01", "k x=1\x7f", "k x=\xc3\xa9",
+    f"{E16} sub-sas=2", f"{E16} sub-sas=0",
+    f"eesp-sa spi=1 suite=aes-gcm-16-iiv key={K20} seq=0", f"{E16} seq=0",
+    f"{E16} seq=0 anti-replay=1", f"{E16} anti-replay=0",
+    f"{E16} anti-replay=2", f"eesp-sa spi=1 suite=aes-gmac key={K20} aad=linux-xfrm",
+    f"{E16} aad=linux-xfrm mode=transport format=full",
+    f"{E16} mode=beet", f"{E16} format=compact",
+    f"{E16} aad=none",
+    f"{E16} replay-window=63", f"{E16} replay-window=1048576",
+    f"{E16} replay-window=1048577",
+    f"{E16} max-crypt-offset=255 crypt-offset=63 align=0 strict=1 udp-encap=1",
+    f"{E16} max-crypt-offset=256", f"{E16} crypt-offset=64",
+    f"{E16} ip-protocol=253", f"{E16} ip-protocol=256",
+    f"{E16} dst=192.0.2.1 src=192.0.2.2",
+    f"{E16} dst=192.0.2.01", f"{E16} dst=192.0.2",
+    f"{E16} dst=192.0.2.256", f"{E16} dst=1.2.3.4.5",
+    f"{E16} dst=*", f"{E16} dst=0.0.0.0",
+    f"{E16} dst=2001:db8::1", f"{E16} dst=::",
+    f"{E16} dst=::1", f"{E16} dst=1::",
+    f"{E16} dst=::ffff:192.0.2.1", f"{E16} dst=1:2:3:4:5:6:7:8",
+    f"{E16} dst=1:2:3:4:5:6:7::", f"{E16} dst=1:2:3:4:5:6:7:8:9",
+    f"{E16} dst=1::2::3", f"{E16} dst=:1",
+    f"{E16} dst=1:", f"{E16} dst=12345::",
+    f"{E16} dst=fe80::1%eth0", f"{E16} dst=1:2:3:4:5:6:1.2.3.4",
+    f"{E16} dst=1:2:3:4:5:6:7:1.2.3.4", f"{E16} dst=::1.2.3.4:5",
+    f"{E16} dst=2001:DB8:0:0:0:0:0:1", f"{E16} dst=[::1]",
+    f"{E16} src=192.0.2.1 dst=2001:db8::1",
+    f"{E16} dst=192.0.2.1 src=*", f"{E16} note=x",
+    "esp-sa spi=0x1000 note=example", "kind-only", "Psp-key spi=1", "9a345678", "1bad-kind x=1", "k x", "k =v",
+    "k x=",
+    "k A=1", "k x=1 x=2", "k 0123456789abcdef=1 0123456789abcdef=2", "k x=a=b", "k x=1\x01", "k x=1\x7f",
+    "k x=\xc3\xa9",
     "k x=1 # caf\xc3\xa9 in a comment", "k x=1\rk", "k " + " ".join(f"f{i}=1" for i in range(32)),
     "k " + " ".join(f"f{i}=1" for i in range(33)), "deadbeefcafe0123 x=1", "psp-key " + "ab" * 16 + "=1",
     "psp-key spi=1 zz-" + "ab" * 8 + "=1", "psp-key spi=1 " + "x" * 41 + "=1",
@@ -745,13 +757,16 @@ KEYFILE_LINES = [
 KEYFILE_FILES = [
     "psp-master key0=" + MK0.hex() + "\npsp-master key1=" + MK1.hex() + "\n",
     "psp-key spi=1 key=" + "ab" * 16 + "\npsp-key spi=0x1 key=" + "cd" * 16 + "\n",
-    "psp-key spi=1 key=" + "ab" * 16 + "\npsp-key spi=1 key=" + "cd" * 32 + "\npsp-key spi=1 version=2 key=" + "ef" * 16 + "\n",
-    "psp-key spi=1 version=0 key=" + "ab" * 16 + "\npsp-key spi=1 version=2 key=" + "cd" * 16 + "\npsp-key spi=1 key=" + "ef" * 16 + "\n",
-    "psp-key spi=1 version=1 key=" + "ab" * 32 + "\npsp-key spi=1 key=" + "cd" * 16 + "\npsp-key spi=1 version=3 key=" + "ef" * 32 + "\n",
+    "psp-key spi=1 key=" + "ab" * 16 + "\npsp-key spi=1 key=" + "cd" * 32 +
+    "\npsp-key spi=1 version=2 key=" + "ef" * 16 + "\n",
+    "psp-key spi=1 version=0 key=" + "ab" * 16 + "\npsp-key spi=1 version=2 key=" + "cd" * 16 +
+    "\npsp-key spi=1 key=" + "ef" * 16 + "\n",
+    "psp-key spi=1 version=1 key=" + "ab" * 32 + "\npsp-key spi=1 key=" + "cd" * 16 +
+    "\npsp-key spi=1 version=3 key=" + "ef" * 32 + "\n",
     "psp-sa spi=1 version=0 mode=tunnel\npsp-sa spi=00000001 version=1 mode=transport\n",
     f"eesp-sa spi=1 suite=aes-gcm-16 key={K20}\neesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=*\n",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=2001:db8::1\neesp-sa spi=0x1 suite=aes-gmac key={K20} dst=2001:DB8:0::1\n",
-    f"eesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=192.0.2.1\neesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=::ffff:192.0.2.1\n"
+    f"{E16} dst=2001:db8::1\neesp-sa spi=0x1 suite=aes-gmac key={K20} dst=2001:DB8:0::1\n",
+    f"{E16} dst=192.0.2.1\n{E16} dst=::ffff:192.0.2.1\n"
     f"eesp-sa spi=1 suite=aes-gcm-16 key={K20}\neesp-sa spi=1 suite=aes-gcm-16 key={K20} dst=192.0.2.1\n",
     "\ufeffpsp-master key0=" + MK0.hex() + "\r\n# comment\r\n\r\npsp-key spi=2 key=" + "ab" * 16,
     "psp-master key0=" + MK0.hex() + "\n\n\npsp-key spi=2 key=" + "ab" * 16 + "\x00\n",
@@ -874,7 +889,8 @@ def test_load_keyfile_messages(lua: Harness, workdir: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- 1. opening packets
 
-PSP_INFO_KEYS = ("next_header", "hdr_ext_len", "crypt_offset", "version", "virt", "spi", "iv_hex", "icv_valid", "status")
+PSP_INFO_KEYS = ("next_header", "hdr_ext_len", "crypt_offset", "version", "virt", "spi", "iv_hex", "icv_valid",
+                 "status")
 EESP_INFO_KEYS = ("spi", "session_id", "opt_len", "seq_hex", "seq_present", "iv_len", "icv_len", "payload_offset",
                   "full_format", "format", "next_header", "pad_len", "sa_found", "icv_valid", "status", "suite",
                   "key_bits", "mode")
@@ -982,7 +998,8 @@ def test_eesp_open_by_destination(lua: Harness, workdir: Path) -> None:
     """Two SAs with one SPI: the one bound to the packet's destination wins over the one for any destination."""
     text = (f"eesp-sa spi=0x7000 suite=aes-gcm-16 key={bytes(range(20)).hex()} mode=tunnel\n"
             f"eesp-sa spi=0x7000 suite=aes-ccm-8 key={bytes(range(5, 24)).hex()} mode=tunnel dst=192.0.2.9\n"
-            f"eesp-sa spi=0x7000 suite=chacha20-poly1305 key={bytes(range(36)).hex()} mode=tunnel dst=2001:db8::9\n").encode()
+            f"eesp-sa spi=0x7000 suite=chacha20-poly1305 key={bytes(range(36)).hex()} mode=tunnel "
+            "dst=2001:db8::9\n").encode()
     core = CoreKeys(text)
     assert lua.call("load", str(write_keys(workdir, "dst.keys", text))) == {"ok": True}
     sas = [pyeesp.SA(0x7000, "aes-gcm-16", key=bytes(range(20))),
@@ -1245,7 +1262,8 @@ def test_tshark_eesp_vector_pcaps(tshark46: Tshark) -> None:
     assert len(total) >= 12, total
 
 
-def tshark_fields(t: Tshark, pcap: str, names: Sequence[str], scripts: Sequence[str], opts: Sequence[str] = ()) -> List[dict]:
+def tshark_fields(t: Tshark, pcap: str, names: Sequence[str], scripts: Sequence[str],
+                  opts: Sequence[str] = ()) -> List[dict]:
     args = ["-n", "-r", pcap, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,", *opts]
     for n in names:
         args += ["-e", n]
@@ -1301,7 +1319,8 @@ for _sskdf, _n in (("hkdf-sha256", 32), ("hkdf-sha384", 48), ("hkdf-sha512", 64)
                          f"sskdf={_sskdf} mode=tunnel max-sub-sa-id=7"))
         _spi += 1
 for _kw, _line in (
-    (dict(aad="linux-xfrm", mode="transport", align_options=False, udp_encap=True), "aad=linux-xfrm mode=transport align=0"),
+    (dict(aad="linux-xfrm", mode="transport", align_options=False, udp_encap=True),
+     "aad=linux-xfrm mode=transport align=0"),
     (dict(format="full", mode="tunnel"), "format=full mode=tunnel"),
     (dict(seq=False, mode="transport", anti_replay=False), "seq=0 mode=transport"),
     (dict(crypt_offset=2, max_crypt_offset=8, mode="transport"), "max-crypt-offset=8 mode=transport"),
@@ -1420,7 +1439,7 @@ def test_tshark_key_problems(tshark46: Tshark, pure_captures, workdir: Path) -> 
         assert "ICV verification failed: wrong key, or the packet was changed" in row["_ws.expert.message"]
     for row in tshark_fields(tshark46, staged, names, [script]):
         assert row["psp.status"] == "" and "no key file set (preference psp.keyfile)" in row["_ws.expert.message"]
-    bad_text = b"psp-master key0=" + MK0.hex().encode() + b"\npsp-key spi=1 version=1 key=" + K(16).hex().encode() + b"\n"
+    bad_text = f"psp-master key0={MK0.hex()}\npsp-key spi=1 version=1 key={K(16).hex()}\n".encode()
     bad = tshark46.stage_bytes(bad_text, "bad.keys")
     want = CoreKeys(bad_text, bad).error  # what pelua.load_keyfile says
     assert want and "line 2" in want
@@ -1443,7 +1462,8 @@ def test_tshark_without_gcrypt_is_header_only(tshark54: Tshark, pure_captures) -
     for proto, lua_file in (("psp", PSP_LUA), ("eesp", EESP_LUA)):
         cap, keys = pure_captures[proto]
         names = [f"{proto}.spi", f"{proto}.status", "_ws.expert.message"]
-        rows = tshark_fields(t, t.stage(cap), names, [*first, t.stage(lua_file)], ["-o", f"{proto}.keyfile:{t.stage(keys)}"])
+        rows = tshark_fields(t, t.stage(cap), names, [*first, t.stage(lua_file)],
+                             ["-o", f"{proto}.keyfile:{t.stage(keys)}"])
         assert rows and all(r[f"{proto}.spi"] for r in rows)
         for r in rows:
             assert r[f"{proto}.status"] == ""
