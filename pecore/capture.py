@@ -13,6 +13,7 @@ from typing import Callable, Dict, Iterator, Optional, TextIO, Tuple
 
 from pecore._native import ffi, lib
 from pecore.errors import CoreError, status_message, status_name
+from pecore.util import Buffer, packet_buffer
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_RAW = 101
@@ -224,10 +225,11 @@ class CaptureWriter:
         self._w = w[0]
         self.path = path
 
-    def write(self, data: bytes, ts: Tuple[int, int] = (0, 0)) -> None:
+    def write(self, data: Buffer, ts: Tuple[int, int] = (0, 0)) -> None:
         if self._w is None:
             raise ValueError("writer is closed")
-        st = lib.pe_capture_write(self._w, ts[0], ts[1], data, len(data))
+        buf = packet_buffer(data, "data")
+        st = lib.pe_capture_write(self._w, ts[0], ts[1], buf, len(buf))
         if st != lib.PE_OK:
             raise CaptureError(f"{os.fspath(self.path)}: {status_message(st)}", status_name(st))
 

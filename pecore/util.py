@@ -6,6 +6,8 @@ from typing import List, Optional, Sequence, Tuple, Type, Union
 from pecore._native import ffi, lib
 
 Key = Union[bytes, bytearray, memoryview, str]
+#: What calls that take packet octets accept: any contiguous bytes-like object.
+Buffer = Union[bytes, bytearray, memoryview]
 
 
 def key_bytes(key: Key, what: str, error: Type[Exception]) -> bytes:
@@ -19,6 +21,21 @@ def key_bytes(key: Key, what: str, error: Type[Exception]) -> bytes:
     if isinstance(key, (bytes, bytearray, memoryview)):
         return bytes(key)
     raise error(f"{what} must be bytes or a hex string, not {type(key).__name__}")
+
+
+def packet_buffer(data: object, name: str):
+    """A C view (``uint8_t[]``, no copy) of any bytes-like object: bytes, bytearray, memoryview, array, mmap.
+
+    Anything else (str, None, int, a non-contiguous view) is a TypeError that names the parameter, so the
+    caller is not left with cffi's own message about C types.
+    """
+    if isinstance(data, str) or data is None:
+        raise TypeError(f"{name} must be a bytes-like object (bytes, bytearray, memoryview), not {type(data).__name__}")
+    try:
+        return ffi.from_buffer("uint8_t[]", data)
+    except (TypeError, ValueError, BufferError) as e:
+        raise TypeError(f"{name} must be a contiguous bytes-like object (bytes, bytearray, memoryview), "
+                        f"not {type(data).__name__}: {e}") from None
 
 
 def check_range(name: str, value: int, top: int, error: Type[Exception], bottom: int = 0) -> int:
@@ -52,16 +69,25 @@ def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list
     n = len(packets)
     if n == 0:
         return []
-    blob = b"".join(packets)
+    for i, p in enumerate(packets):
+        if isinstance(p, str) or p is None or isinstance(p, int):
+            packet_buffer(p, f"packets[{i}]")  # raises the TypeError that names it
+    try:
+        blob = b"".join(packets)  # one copy, which the batch needs anyway: the packets back to back
+    except TypeError:
+        for i, p in enumerate(packets):
+            packet_buffer(p, f"packets[{i}]")
+        raise
     if keep is not None:
         keep.append(blob)
     in_off = ffi.new("size_t[]", n)
     in_len = ffi.new("size_t[]", n)
     pos = 0
     for i, p in enumerate(packets):
+        size = len(p) if isinstance(p, bytes) else memoryview(p).nbytes  # an array('I') counts items, not octets
         in_off[i] = pos
-        in_len[i] = len(p)
-        pos += len(p)
+        in_len[i] = size
+        pos += size
     cap = len(blob) + n * extra
     out = _alloc_uncleared("uint8_t[]", max(cap, 1))  # every octet read back was written first
     out_off = ffi.new("size_t[]", n)

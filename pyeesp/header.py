@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from pecore._native import ffi, lib
-from pecore.util import check_range
+from pecore.util import Buffer, check_range, packet_buffer
 from pyeesp.errors import ConfigurationError, raise_eesp
 
 PAD1, PADN, CRYPT_OFFSET = 0, 1, 2
@@ -116,10 +116,11 @@ class Header:
         return self
 
     @classmethod
-    def parse(cls, data: bytes) -> "Header":
+    def parse(cls, data: Buffer) -> "Header":
         """Parse the Base Header and options at the start of ``data``; raises on malformed input."""
         h = ffi.new("pe_eesp_hdr *")
-        st = lib.pe_eesp_hdr_parse(data, len(data), h)
+        buf = packet_buffer(data, "data")
+        st = lib.pe_eesp_hdr_parse(buf, len(buf), h)
         if st != lib.PE_OK:
             raise_eesp(st)
         return cls._from_c(h)

@@ -8,7 +8,7 @@ from typing import Iterable, List, Optional, Union
 
 from pecore._native import ffi, lib
 from pecore.errors import status_message, status_name
-from pecore.util import Key, check_range, key_bytes, pin
+from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin
 from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp
 from pyeesp.header import Header
 
@@ -211,14 +211,15 @@ class Receiver:
             udp_encap=bool(info.udp_encap),
         )
 
-    def decrypt(self, packet: bytes) -> Decrypted:
-        """Verify, replay-check and decrypt one outer IP packet.
+    def decrypt(self, packet: Buffer) -> Decrypted:
+        """Verify, replay-check and decrypt one outer IP packet (any bytes-like object).
 
         Raises :class:`~pyeesp.ReplayError` for duplicates and too-old packets
         (checked before decryption; only a verified packet moves the window).
         """
+        buf = packet_buffer(packet, "packet")
         with self._lock:
-            st = lib.pe_eesp_decap(self._rx, packet, len(packet), self._out, _OUT_LEN, self._out_len, self._info)
+            st = lib.pe_eesp_decap(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._info)
             if st != lib.PE_OK:
                 _raise_decap(st, self._info)
             return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
@@ -318,11 +319,12 @@ class SA:
         if st != lib.PE_OK:
             raise_eesp(st, "sequence numbers only move forward" if status_name(st) == "invalid-argument" else None)
 
-    def encrypt(self, ip_packet: bytes, sub_sa_id: int = 0) -> bytes:
-        """Encapsulate one IPv4/IPv6 packet on a Sub SA; returns the outer IP packet."""
+    def encrypt(self, ip_packet: Buffer, sub_sa_id: int = 0) -> bytes:
+        """Encapsulate one IPv4/IPv6 packet (any bytes-like object) on a Sub SA; returns the outer IP packet."""
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
+        buf = packet_buffer(ip_packet, "ip_packet")
         with self._lock:
-            st = lib.pe_eesp_encap(self._tx, ip_packet, len(ip_packet), sub_sa_id, self._out, _OUT_LEN, self._out_len)
+            st = lib.pe_eesp_encap(self._tx, buf, len(buf), sub_sa_id, self._out, _OUT_LEN, self._out_len)
             if st != lib.PE_OK:
                 raise_eesp(st)
             return ffi.buffer(self._out, self._out_len[0])[:]

@@ -10,7 +10,7 @@ from pecore.capture import Summary
 from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
 from pecore.errors import status_message, status_name
-from pecore.util import Key, check_range, key_bytes, pin, run_batch
+from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
 
 MAX_IP_LEN = 65535
 _OUT_LEN = MAX_IP_LEN + 256
@@ -186,15 +186,16 @@ class Encryptor:
                 f"next_iv {next_iv:#x} is below the next unused IV {self.next_iv:#x}: IVs only move forward",
                 status_name(st))
 
-    def encrypt(self, ip_packet: bytes) -> bytes:
-        """Encapsulate one IPv4/IPv6 packet; returns the outer IP packet."""
+    def encrypt(self, ip_packet: Buffer) -> bytes:
+        """Encapsulate one IPv4/IPv6 packet (any bytes-like object); returns the outer IP packet."""
+        buf = packet_buffer(ip_packet, "ip_packet")
         with self._lock:
-            st = lib.pe_psp_encap(self._tx, ip_packet, len(ip_packet), self._out, _OUT_LEN, self._out_len)
+            st = lib.pe_psp_encap(self._tx, buf, len(buf), self._out, _OUT_LEN, self._out_len)
             if st != lib.PE_OK:
                 raise_psp(st)
             return ffi.buffer(self._out, self._out_len[0])[:]
 
-    def encrypt_batch(self, packets: Iterable[bytes]) -> List[bytes]:
+    def encrypt_batch(self, packets: Iterable[Buffer]) -> List[bytes]:
         """Encrypt many packets in one core call.  Raises on the first packet that fails: the
         packets before it have used their IVs and their results are in ``err.results``; it and
         the packets after it used none (``next_iv`` is the IV the failed packet would have had)."""
@@ -270,28 +271,30 @@ class Decryptor:
         self._hdr = ffi.new("pe_psp_hdr *")
         self._lock = threading.Lock()
 
-    def decrypt(self, packet: bytes) -> Decrypted:
-        """Decapsulate one outer IP packet (IPv4/IPv6 + UDP + PSP).
+    def decrypt(self, packet: Buffer) -> Decrypted:
+        """Decapsulate one outer IP packet (IPv4/IPv6 + UDP + PSP; any bytes-like object).
 
         Returns the header and the recovered packet: in transport mode the
         original IP packet, in tunnel mode the inner IP packet.
         """
+        buf = packet_buffer(packet, "packet")
         with self._lock:
-            st = lib.pe_psp_decap(self._rx, packet, len(packet), self._out, _OUT_LEN, self._out_len, self._hdr)
+            st = lib.pe_psp_decap(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._hdr)
             if st != lib.PE_OK:
                 raise_psp(st)
             return Decrypted(Header._from_c(self._hdr), ffi.buffer(self._out, self._out_len[0])[:])
 
-    def open(self, psp: bytes) -> Decrypted:
+    def open(self, psp: Buffer) -> Decrypted:
         """Open a bare PSP packet (a UDP payload).  ``packet`` is then the inner part:
         the L4 segment in transport mode, the inner IP packet in tunnel mode."""
+        buf = packet_buffer(psp, "psp")
         with self._lock:
-            st = lib.pe_psp_open(self._rx, psp, len(psp), self._out, _OUT_LEN, self._out_len, self._hdr)
+            st = lib.pe_psp_open(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._hdr)
             if st != lib.PE_OK:
                 raise_psp(st)
             return Decrypted(Header._from_c(self._hdr), ffi.buffer(self._out, self._out_len[0])[:])
 
-    def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, PspError]]:
+    def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, PspError]]:
         """Decrypt many packets in one core call; a failed packet's slot holds its exception."""
         pkts = list(packets)
         hdrs = ffi.new("pe_psp_hdr[]", max(len(pkts), 1))

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pecore._native import ffi, lib
+from pecore.util import Buffer, packet_buffer
 from pypsp.errors import raise_psp
 
 VERSION_NAMES = {0: "AES-GCM-128", 1: "AES-GCM-256", 2: "AES-GMAC-128", 3: "AES-GMAC-256"}
@@ -105,22 +106,24 @@ class Header:
         return self
 
     @classmethod
-    def parse(cls, data: bytes) -> "Header":
+    def parse(cls, data: Buffer) -> "Header":
         """Parse the header at the start of ``data`` (a UDP payload); raises on a malformed header."""
         h = ffi.new("pe_psp_hdr *")
-        st = lib.pe_psp_hdr_parse(data, len(data), h)
+        buf = packet_buffer(data, "data")
+        st = lib.pe_psp_hdr_parse(buf, len(buf), h)
         if st != lib.PE_OK:
             raise_psp(st)
         return cls._from_c(h)
 
     @classmethod
-    def parse_lenient(cls, data: bytes) -> "tuple[Optional[Header], str]":
+    def parse_lenient(cls, data: Buffer) -> "tuple[Optional[Header], str]":
         """Parse as far as possible (for display): the fields read and the status name ("ok" when valid)."""
         from pecore.errors import status_name
 
         h = ffi.new("pe_psp_hdr *")
-        st = lib.pe_psp_hdr_parse(data, len(data), h)
-        if len(data) < 16:
+        buf = packet_buffer(data, "data")
+        st = lib.pe_psp_hdr_parse(buf, len(buf), h)
+        if len(buf) < 16:
             return None, status_name(st)
         return cls._from_c(h), status_name(st)
 
