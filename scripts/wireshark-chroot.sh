@@ -27,7 +27,7 @@ case "$SUITE" in
     *) echo "unsupported suite $SUITE: trixie (Wireshark 4.4) or sid (4.6)" >&2; exit 2 ;;
 esac
 shell=0
-pytest_args=(-q -m tshark tests/test_wireshark_plugin.py tests/test_lua_dissectors.py)
+pytest_args=(-q -m tshark tests/test_wireshark_plugin.py tests/test_lua_dissectors.py tests/test_lua_pure.py)
 while (($#)); do
     case "$1" in
         --shell) shell=1 ;;
