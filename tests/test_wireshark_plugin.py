@@ -43,6 +43,7 @@ import pypsp
 import wireshark as ws
 from conftest import SHARED_DIR
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
+from pecore.errors import CATEGORIES, CATEGORY_BY_CODE
 from pecore.keys import load_psp_ref_config
 
 REFERENCE = SHARED_DIR / "reference" / "psp"
@@ -57,12 +58,30 @@ PSP_PORT = 1000
 # Messages on stderr that mean the plugin (or a dissector it called) misbehaved.
 CRASH_MARKERS = ("Dissector bug", "Lua Error", "AddressSanitizer", "runtime error", "Segmentation fault",
                  "Aborted", "malformed packet in", "assertion failed", "CRITICAL", "WARNING **")
+
+
+def status_expert(proto: str, status: str) -> str:
+    """The expert item a status gets: one per category of the core (core/include/pe/status.h)."""
+    return f"{proto}.expert.{CATEGORY_BY_CODE[status].replace('-', '_')}"
+
+
+# Group and severity of each category's item (epan/proto.h PI_* values, as -T json gives them); the Lua
+# dissectors register the same.
+PI_CHECKSUM, PI_SEQUENCE, PI_UNDECODED, PI_MALFORMED = 0x01000000, 0x02000000, 0x05000000, 0x07000000
+PI_PROTOCOL, PI_SECURITY, PI_DECRYPTION = 0x09000000, 0x0A000000, 0x0C000000
+PI_NOTE, PI_WARN, PI_ERROR = 0x00400000, 0x00600000, 0x00800000
+CATEGORY_LOOK = {
+    "malformed": (PI_MALFORMED, PI_ERROR), "authentication": (PI_CHECKSUM, PI_ERROR),
+    "replay": (PI_SEQUENCE, PI_WARN), "policy": (PI_SECURITY, PI_NOTE), "no-key": (PI_DECRYPTION, PI_NOTE),
+    "not-this-protocol": (PI_PROTOCOL, PI_NOTE), "cut-by-capture": (PI_UNDECODED, PI_NOTE),
+    "configuration": (PI_DECRYPTION, PI_WARN), "io": (PI_DECRYPTION, PI_WARN), "limit": (PI_UNDECODED, PI_WARN),
+    "internal": (PI_UNDECODED, PI_ERROR),
+}
 # Our own expert infos, by field name: a packet that decrypted must carry none of them.
-PSP_EXPERTS = ("psp.expert.no_key", "psp.expert.icv_bad", "psp.expert.malformed", "psp.expert.version_unknown",
-               "psp.expert.cut", "psp.expert.gmac_unverified")
-EESP_EXPERTS = ("eesp.expert.no_sa", "eesp.expert.icv_bad", "eesp.expert.malformed", "eesp.expert.version_unknown",
-                "eesp.expert.replay", "eesp.expert.seq_wrong", "eesp.expert.dummy", "eesp.expert.policy",
-                "eesp.expert.cut")
+CATEGORY_EXPERTS = {p: tuple(f"{p}.expert.{c.replace('-', '_')}" for c in CATEGORIES if c != "ok")
+                    for p in ("psp", "eesp")}
+PSP_EXPERTS = CATEGORY_EXPERTS["psp"] + ("psp.expert.gmac_unverified",)
+EESP_EXPERTS = CATEGORY_EXPERTS["eesp"] + ("eesp.expert.seq_wrong",)
 # Other dissectors' opinions we do not want to depend on.
 QUIET = ("-o", "tcp.analyze_sequence_numbers:FALSE", "-o", "tcp.check_checksum:FALSE",
          "-o", "udp.check_checksum:FALSE", "-o", "udp.ignore_ipv6_zero_checksum:TRUE")
@@ -193,7 +212,7 @@ def packets_json(cap: Path, *, profile: Path, opts: Sequence[str] = (), **kw) ->
 
 
 def experts(pkt: dict) -> List[str]:
-    """The expert infos of one ``-T json`` packet, by field name (psp.expert.icv_bad, ...)."""
+    """The expert infos of one ``-T json`` packet, by field name (psp.expert.authentication, ...)."""
     found: List[str] = []
 
     def walk(node):
@@ -202,6 +221,29 @@ def experts(pkt: dict) -> List[str]:
                 if k == "_ws.expert":
                     for e in v if isinstance(v, list) else [v]:
                         found.extend(n for n in e if not n.startswith("_ws.expert"))
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(pkt["_source"]["layers"])
+    return found
+
+
+def expert_items(pkt: dict) -> List[tuple]:
+    """(field name, message, group, severity) of every expert info of one ``-T json`` packet."""
+    found: List[tuple] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "_ws.expert":
+                    for e in v if isinstance(v, list) else [v]:
+                        for n in e:
+                            if not n.startswith("_ws.expert"):
+                                found.append((n, e.get("_ws.expert.message", ""), int(e["_ws.expert.group"]),
+                                              int(e["_ws.expert.severity"])))
                 else:
                     walk(v)
         elif isinstance(node, list):
@@ -703,10 +745,10 @@ def test_psp_failures_are_flagged(psp_error_capture, empty_profile):
     row, ex = got["wrong-key"]
     assert row["psp.status"] == ["authentication-failed"]
     assert (row["psp.icv_good"], row["psp.icv_bad"]) == (["0"], ["1"])
-    assert "psp.expert.icv_bad" in ex and row["udp.dstport"] == [str(PSP_PORT)]
+    assert "psp.expert.authentication" in ex and row["udp.dstport"] == [str(PSP_PORT)]
 
     row, ex = got["icv-flipped"]
-    assert row["psp.status"] == ["authentication-failed"] and "psp.expert.icv_bad" in ex
+    assert row["psp.status"] == ["authentication-failed"] and "psp.expert.authentication" in ex
 
     row, ex = got["no-key"]
     assert row["psp.status"] == ["no-key"] and "psp.expert.no_key" in ex
@@ -736,7 +778,7 @@ def test_psp_failures_are_flagged(psp_error_capture, empty_profile):
 
     row, ex = got["unknown-version"]
     assert row["psp.version"] == ["5"] and row["psp.status"] == ["psp-unsupported-version"]
-    assert "psp.expert.version_unknown" in ex
+    assert "psp.expert.malformed" in ex
 
 
 def test_psp_without_any_key(psp_files, psp_cases, empty_profile):
@@ -770,7 +812,7 @@ def test_psp_snap_length_cut(psp_cut_capture, psp_files, psp_cases, empty_profil
         assert row["frame.cap_len"] == ["90"] and int(row["frame.len"][0]) > 90
         assert row["psp.spi"] == [f"0x{case.header.spi:08x}"]
         assert row["psp.status"] == ["capture-packet-cut"], case.label
-        assert "psp.expert.cut" in experts(pkt)
+        assert "psp.expert.cut_by_capture" in experts(pkt)
 
 
 def test_psp_cut_packet_shows_no_icv(psp_cut_capture, psp_files, psp_cases, empty_profile):
@@ -1114,10 +1156,10 @@ def test_eesp_failures_are_flagged(eesp_error_capture, empty_profile):
         row, ex = got[label]
         assert row["eesp.status"] == ["authentication-failed"], label
         assert (row["eesp.icv_good"], row["eesp.icv_bad"]) == (["0"], ["1"]), label
-        assert "eesp.expert.icv_bad" in ex, label
+        assert "eesp.expert.authentication" in ex, label
 
     row, ex = got["no-sa"]
-    assert row["eesp.status"] == ["eesp-no-sa"] and "eesp.expert.no_sa" in ex
+    assert row["eesp.status"] == ["eesp-no-sa"] and "eesp.expert.no_key" in ex
     assert row["eesp.spi"] == ["0x00002999"] and row["eesp.data"] and row["eesp.payload"] == []
 
     row, ex = got["sub-sa-out-of-range"]
@@ -1135,7 +1177,7 @@ def test_eesp_failures_are_flagged(eesp_error_capture, empty_profile):
     assert got["options-overrun"][0]["eesp.status"] == ["eesp-options-overrun"]
     row, ex = got["bad-version"]
     assert row["eesp.version"] == ["1"] and row["eesp.status"] == ["eesp-unsupported-version"]
-    assert "eesp.expert.version_unknown" in ex
+    assert "eesp.expert.malformed" in ex
 
 
 def test_eesp_without_sa_shows_base_header_and_data(eesp_cases, eesp_files, empty_profile):
@@ -1163,31 +1205,61 @@ def test_eesp_snap_length_cut(work, eesp_files, eesp_cases, empty_profile):
         assert row["eesp.spi"] == [f"0x{case.got.header.spi:08x}"]
         assert row["eesp.status"] == ["capture-packet-cut"], case.label
         assert row["eesp.icv"] == []
-        assert "eesp.expert.cut" in experts(pkt)
+        assert "eesp.expert.cut_by_capture" in experts(pkt)
 
 
 def test_bad_key_files_are_reported_by_line_without_key_material(work, empty_profile):
     """A key file with an error: tshark says which file and line (docs/keys.md: "The error gives the 1-based
-    line and a message"), never a key, decrypts nothing from that file, and does not fail."""
+    line and a message"), never a key, decrypts nothing from that file, and does not fail.  It says so once per
+    load on the console (also when it reads the capture twice), and on every packet the file may have cost its
+    key: an expert item of category configuration naming the file, the line and the core's message."""
     secret = "96c22dc799198090b74b70ae468e4e30"
     psp_bad = write_text(work / "bad-psp-keys.txt", f"# keys\npsp-master key0={MK0.hex()}\n"
                                                      f"psp-key spi=1 version=1 key={secret}\n")
     eesp_bad = write_text(work / "bad-eesp-keys.txt", "# keys\n\neesp-sa spi=0x6001 suite=aes-gcm-16 "
                                                        f"key={secret}\n")
-    sa = EespSpec("bad", 0x00006001, "aes-gcm-16", key=_key(20, 70))
-    psp = pypsp.Encryptor(spi=0x00006002, master_keys=(MK0, MK1)).encrypt(flow_packet(960, 4, 17))
-    path = write_capture(work / "bad-keys.pcap", [psp, sa.sa().encrypt(flow_packet(961, 4, 17))])
-    proc = tshark(["-n", "-r", str(path), "-T", "fields", "-e", "psp.status", "-e", "eesp.status",
-                   "-o", f"psp.keyfile:{psp_bad}", "-o", f"eesp.keyfile:{eesp_bad}"],
+    sa = EespSpec("bad", 0x00006001, "aes-gcm-16", key=_key(20, 70)).sa()
+    enc = pypsp.Encryptor(spi=0x00006002, master_keys=(MK0, MK1))
+    packets = [enc.encrypt(flow_packet(960, 4, 17)), sa.encrypt(flow_packet(961, 4, 17)),
+               enc.encrypt(flow_packet(962, 6, 6)), sa.encrypt(flow_packet(963, 6, 17)),
+               enc.encrypt(flow_packet(964, 4, 6))]
+    path = write_capture(work / "bad-keys.pcap", packets)
+    opts = ["-o", f"psp.keyfile:{psp_bad}", "-o", f"eesp.keyfile:{eesp_bad}"]
+    proc = tshark(["-n", "-r", str(path), "-2", "-T", "fields", "-e", "psp.status", "-e", "eesp.status", *opts],
                   profile=empty_profile, allow_stderr=True)
-    assert [line.split("\t") for line in proc.stdout.splitlines()] == [["no-key", ""], ["", "eesp-no-sa"]]
+    assert [line.split("\t") for line in proc.stdout.splitlines()] == [
+        ["no-key", ""], ["", "eesp-no-sa"], ["no-key", ""], ["", "eesp-no-sa"], ["no-key", ""]]
     err = proc.stderr
     assert secret not in err and MK0.hex() not in err
-    assert str(psp_bad) in err and str(eesp_bad) in err, err
-    psp_msg = next(l for l in err.splitlines() if str(psp_bad) in l)
-    eesp_msg = next(l for l in err.splitlines() if str(eesp_bad) in l)
-    assert re.search(r"\bline 3\b|:3\b", psp_msg), f"no line number in {psp_msg!r}"
-    assert re.search(r"\bline 3\b|:3\b", eesp_msg), f"no line number in {eesp_msg!r}"
+    psp_msgs = [l for l in err.splitlines() if str(psp_bad) in l]
+    eesp_msgs = [l for l in err.splitlines() if str(eesp_bad) in l]
+    assert len(psp_msgs) == 1 and len(eesp_msgs) == 1, err
+    assert re.search(r"\bline 3\b|:3\b", psp_msgs[0]), f"no line number in {psp_msgs[0]!r}"
+    assert re.search(r"\bline 3\b|:3\b", eesp_msgs[0]), f"no line number in {eesp_msgs[0]!r}"
+
+    pkts = packets_json(path, profile=empty_profile, opts=[o for o in opts if o != "-o"], allow_stderr=True)
+    for i, pkt in enumerate(pkts):
+        proto, bad = ("psp", psp_bad) if i % 2 == 0 else ("eesp", eesp_bad)
+        items = [(n, m, g, sv) for n, m, g, sv in expert_items(pkt) if n == f"{proto}.expert.configuration"]
+        assert len(items) == 1, (i, expert_items(pkt))
+        name, msg, group, severity = items[0]
+        assert f"{bad}, line 3: " in msg and "(keyfile-bad-value)" in msg, msg
+        assert secret not in msg and MK0.hex() not in msg
+        assert (group, severity) == CATEGORY_LOOK["configuration"]
+        assert status_expert(proto, "no-key" if proto == "psp" else "eesp-no-sa") in experts(pkt)
+
+
+def test_unreadable_key_file_is_an_io_problem_on_every_packet(work, psp_files, psp_cases, empty_profile):
+    """A key file that cannot be opened: the core's io category, on every packet left without a key."""
+    missing = work / "no-such-keys.txt"
+    rows = fields(psp_files["pcap-raw"], ("psp.status",), profile=empty_profile, opts=[f"psp.keyfile:{missing}"],
+                  allow_stderr=True)
+    pkts = packets_json(psp_files["pcap-raw"], profile=empty_profile, opts=[f"psp.keyfile:{missing}"],
+                        allow_stderr=True)
+    for row, pkt, case in zip(rows, pkts, psp_cases):
+        assert row["psp.status"] == ["no-key"], case.label
+        io = [m for n, m, _, _ in expert_items(pkt) if n == "psp.expert.io"]
+        assert len(io) == 1 and f"PSP key file {missing}: cannot open key file" in io[0] and "(capture-io)" in io[0]
 
 
 # --------------------------------------------------------------------------- 5. sequence analysis
@@ -1440,7 +1512,7 @@ def test_reference_capture(reference_run, case):
         # the reference tool set a reserved bit after sealing: the header shows it, the ICV fails
         assert row["psp.reserved0"] != ["0"]
         assert row["psp.status"] == ["authentication-failed"] and row["psp.icv_bad"] == ["1"]
-        assert "psp.expert.icv_bad" in ex
+        assert "psp.expert.authentication" in ex
         return
     assert row["psp.status"] == ["ok"]
     assert not [e for e in ex if e.startswith("psp.")], ex
@@ -1529,3 +1601,162 @@ def test_clean_captures_asan(psp_files, eesp_files, seq_capture, empty_profile, 
     rows = fields(eesp_files["pcap-ether"], ("eesp.status",), profile=empty_profile, plugin="asan", env=asan_env,
                   opts=[f"eesp.keyfile:{eesp_files['keyfile']}"], extra=["-2"])
     assert {r["eesp.status"][0] for r in rows} == {"ok"}
+
+
+# --------------------------------------------------------------------------- 9. one expert item per status category
+
+
+VECTORS = ws.ROOT / "vectors" / "pcap"
+# Vector groups (vectors/README.md) that hold, between them, every packet status of both protocols the core's
+# vectors have: the decoder's rejections, no key, dummy packets, replays (stateful group 6).
+WALK_VECTORS = ("psp_v0_g01", "psp_v0_g05", "eesp_aes-ccm-12_g01", "eesp_aes-ccm-12_g02", "eesp_aes-ccm-12_g06",
+                "eesp_aes-ccm-12_g07")
+# Every status the walk must meet: each one the plugin shows for a packet, a capture or a key file.
+WALK_STATUSES = {
+    "authentication-failed", "no-key", "psp-truncated", "psp-always-one-bit-clear", "psp-unsupported-version",
+    "psp-bad-hdr-ext-len", "psp-vc-without-room", "psp-crypt-offset-past-payload",
+    "eesp-truncated", "eesp-compat-bit-clear", "eesp-unsupported-version", "eesp-reserved-bits-set",
+    "eesp-options-overrun", "eesp-bad-crypt-offset-option", "eesp-bad-payload-offset",
+    "eesp-crypt-offset-past-payload", "eesp-crypt-offset-not-allowed", "eesp-unknown-option", "eesp-no-sa",
+    "eesp-sub-sa-out-of-range", "eesp-sequence-zero", "eesp-bad-pad-length", "eesp-bad-inner-packet",
+    "eesp-dummy-packet", "replay-duplicate", "capture-packet-cut",
+    "keyfile-syntax", "keyfile-bad-value", "keyfile-duplicate", "capture-io", "invalid-argument",
+}
+STATUS_IN_MESSAGE = re.compile(r"\(([a-z0-9-]+)\)$")
+
+
+def category_items(pkt: dict) -> List[tuple]:
+    """(protocol, category, status named by the message, field, group, severity) of a packet's status items."""
+    out = []
+    for name, msg, group, severity in expert_items(pkt):
+        proto, _, cat = name.partition(".expert.")
+        if proto in ("psp", "eesp") and cat.replace("_", "-") in CATEGORY_LOOK:
+            m = STATUS_IN_MESSAGE.search(msg)
+            assert m, f"{name}: the message names no status: {msg!r}"
+            out.append((proto, cat.replace("_", "-"), m.group(1), name, group, severity))
+    return out
+
+
+@pytest.fixture(scope="module")
+def status_walk(work, empty_profile, psp_files, eesp_files, psp_cut_capture) -> List[tuple]:
+    """(where, -T json packet) of every run: the vector groups with their keys, cut captures, bad key files."""
+    runs = []
+    for group in WALK_VECTORS:
+        cap, keys = work / f"{group}.pcap", work / f"{group}.keys"
+        shutil.copy(VECTORS / f"{group}.pcap", cap)
+        shutil.copy(VECTORS / f"{group}.keys", keys)
+        _readable(cap), _readable(keys)
+        runs.append((group, cap, [f"psp.keyfile:{keys}", f"eesp.keyfile:{keys}"], ["-2"]))
+    eesp_cut = work / "walk-eesp-cut.pcap"
+    editcap("-s", "80", str(eesp_files["pcap-ether"]), str(eesp_cut))
+    runs.append(("psp cut", psp_cut_capture, [f"psp.keyfile:{psp_files['keyfile']}"], []))
+    runs.append(("eesp cut", eesp_cut, [f"eesp.keyfile:{eesp_files['keyfile']}"], []))
+    both = work / "walk-both.pcapng"
+    subprocess.run(["mergecap", "-a", "-w", str(both), str(VECTORS / "psp_v0_g05.pcap"),
+                    str(VECTORS / "eesp_aes-ccm-12_g02.pcap")], check=True)
+    _readable(both)
+    sa_line = next(l for l in (VECTORS / "eesp_aes-ccm-12_g02.keys").read_text().splitlines()
+                   if l.startswith("eesp-sa"))
+    bad_files = {
+        "keyfile-syntax": ("psp-master key0\n", "key0=00\n"),
+        "keyfile-bad-value": (f"psp-master key0={MK0.hex()[:-1]}z\n", "eesp-sa spi=0x6001 suite=nonsense key=00\n"),
+        "keyfile-duplicate": (f"psp-master key0={MK0.hex()}\npsp-master key1={MK1.hex()}\n",
+                              f"{sa_line}\n{sa_line}\n"),
+        "capture-io": (None, None),
+    }
+    for status, (psp_text, eesp_text) in bad_files.items():
+        opts = []
+        for proto, text in (("psp", psp_text), ("eesp", eesp_text)):
+            path = work / f"walk-{status}-{proto}.keys"
+            if text is not None:
+                write_text(path, text)
+            opts.append(f"{proto}.keyfile:{path}")
+        runs.append((status, both, opts, []))
+    # Above the core's limit for a key file (a sparse file: nothing is written); the same SA in the table and
+    # the file (the receiver refuses the second).
+    huge = work / "walk-huge.keys"
+    with open(huge, "wb") as f:
+        f.truncate(16 * 1024 * 1024 + 1)
+    _readable(huge)
+    dup = EespSpec("walk-dup", 0x00006101, "aes-gcm-16", key=_key(20, 90))
+    dup_keys = write_text(work / "walk-dup.keys", dup.keyfile_line() + "\n")
+    runs.append(("invalid-argument", both, [f"psp.keyfile:{huge}", f"eesp.keyfile:{dup_keys}",
+                                            f"uat:eesp_sa:{dup.uat_row()}"], []))
+    out = []
+    for where, cap, opts, extra in runs:
+        args = ["-n", "-r", str(cap), *QUIET, "-T", "json", "--no-duplicate-keys", *extra]
+        for o in opts:
+            args += ["-o", o]
+        proc = tshark(args, profile=empty_profile, allow_stderr=True)
+        out += [(where, pkt) for pkt in json.loads(proc.stdout)]
+    return out
+
+
+def test_every_status_gets_the_expert_item_of_its_category(status_walk):
+    """Every status the plugin shows (a packet's, a replay found by sequence analysis, a key file's) gets the
+    expert item its core category names, <proto>.expert.<category>, with that category's group and severity;
+    the item's message ends in the status name."""
+    seen = set()
+    for where, pkt in status_walk:
+        items = category_items(pkt)
+        for proto in ("psp", "eesp"):
+            status = layer(pkt, proto).get(f"{proto}.status")
+            if status and status != "ok":
+                assert any(i[3] == status_expert(proto, status) and i[2] == status for i in items), \
+                    (where, proto, status, items)
+        for proto, category, status, name, group, severity in items:
+            seen.add(status)
+            assert status in CATEGORY_BY_CODE, (where, status)
+            assert name == status_expert(proto, status), (where, status, name)
+            assert (group, severity) == CATEGORY_LOOK[category], (where, name)
+    assert WALK_STATUSES <= seen, f"never met: {sorted(WALK_STATUSES - seen)}"
+
+
+def test_every_category_has_its_expert_item_per_protocol(empty_profile):
+    """One item per category (but ok) and protocol: the names the Lua dissectors register too."""
+    out = tshark(["-G", "fields"], profile=empty_profile).stdout
+    names = {line.split("\t")[2] for line in out.splitlines() if line.startswith("F\t")}
+    for proto in ("psp", "eesp"):
+        ours = {n for n in names if n.startswith(f"{proto}.expert.")}
+        assert set(CATEGORY_EXPERTS[proto]) <= ours
+        assert len(CATEGORY_EXPERTS[proto]) == len(CATEGORIES) - 1
+        # the items not about a status
+        assert ours - set(CATEGORY_EXPERTS[proto]) == {
+            "psp": {"psp.expert.gmac_unverified"},
+            "eesp": {"eesp.expert.seq_wrong"}}[proto]
+
+
+# --------------------------------------------------------------------------- 10. google/psp reference configs
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference/psp not present")
+@pytest.mark.parametrize("cfg", ["decrypt.cfg", "encrypt_tunnel_crypt_off_256_vc.cfg",
+                                 "encrypt_transport_no_crypt_off_128.cfg"])
+def test_reference_config_as_key_file(work, reference_run, empty_profile, cfg):
+    """docs/keys.md: every reader takes the google/psp reference configs unchanged.  The key-file preference
+    reads one's master keys (psp_decrypt reads only those): the reference captures decrypt as with a key file;
+    as the EESP key file it gives no SA and no complaint."""
+    path = work / f"ref-{cfg}"
+    shutil.copy(REFERENCE / "cfg" / cfg, path)
+    _readable(path)
+    enc = work / "ref-enc.pcapng"
+    rows = fields(enc, ("psp.status",), profile=empty_profile,
+                  opts=[f"psp.keyfile:{path}", f"eesp.keyfile:{path}"])
+    want = [row["psp.status"] for _, row, _, _, _ in reference_run.values()]
+    assert [r["psp.status"] for r in rows] == want
+    assert {s for w in want for s in w} == {"ok", "authentication-failed"}
+
+
+def test_broken_reference_config_is_reported(work, psp_files, empty_profile):
+    """A reference config cut short: a configuration problem naming the file and the line, never a key."""
+    text = (REFERENCE / "cfg" / "decrypt.cfg").read_text() if REFERENCE.is_dir() else \
+        " ".join(f"{b:02x}" for b in MK0) + "\n" + " ".join(f"{b:02x}" for b in MK1) + "\n"
+    lines = text.splitlines()
+    broken = write_text(work / "ref-broken.cfg", lines[0] + "\n" + " ".join(lines[1].split()[:10]) + "\n")
+    pkts = packets_json(psp_files["pcap-raw"], profile=empty_profile, opts=[f"psp.keyfile:{broken}"],
+                        allow_stderr=True)
+    for pkt in pkts:
+        msgs = [m for n, m, _, _ in expert_items(pkt) if n == "psp.expert.configuration"]
+        assert len(msgs) == 1 and f"PSP key file {broken}, line 2: google/psp reference config: " in msgs[0], msgs
+        assert "(keyfile-syntax)" in msgs[0]
+        assert lines[1].split()[9] + " " not in msgs[0].split("config: ", 1)[1]

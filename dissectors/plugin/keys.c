@@ -2,12 +2,14 @@
 #define WS_BUILD_DLL
 #include <wireshark.h>
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <epan/packet.h>
 #include <epan/prefs.h>
 #include <epan/uat.h>
-#include <wsutil/report_message.h>
+#include <wsutil/wslog.h>
 
 #include "keys.h"
 #include "pe/keyfile.h"
@@ -57,6 +59,152 @@ static const char *line_note(const pe_keyfile_error *ke)
     return note;
 }
 
+static void problems_clear(pe_ws_key_problems *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        g_free(p->v[i].text);
+    g_free(p->v);
+    p->v = NULL;
+    p->n = 0;
+}
+
+/*
+ * Record a key problem for the packets and say it on the console: a dialog
+ * in the middle of dissection would be seen once and then only "no key".
+ */
+static void G_GNUC_PRINTF(3, 4) problem(pe_ws_key_problems *p, pe_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    ws_log("psp_eesp", LOG_LEVEL_WARNING, "%s", text);
+    p->v = g_realloc(p->v, (p->n + 1) * sizeof *p->v);
+    p->v[p->n].status = st;
+    p->v[p->n].text = text;
+    p->n++;
+}
+
+/* ------------------------------------------------------------ key files */
+
+/* The core's limit for a key file: anything bigger is a wrong path (a capture, /dev/zero), not keys. */
+#define KEY_TEXT_MAX ((size_t)16 * 1024 * 1024)
+
+/* The whole file (to be wiped), as the core's pe_keyfile_load reads it, with its statuses and messages. */
+static pe_status read_key_text(const char *path, char **text, size_t *len, pe_keyfile_error *err)
+{
+    memset(err, 0, sizeof *err);
+    *text = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err->message, sizeof err->message, "cannot open key file: %s", g_strerror(errno));
+        return PE_ERR_CAP_IO;
+    }
+    size_t cap = 0, got;
+    char *buf = NULL;
+    pe_status st = PE_OK;
+    do {
+        if (*len == cap) {
+            /* Grown by copying, so that no key is left behind in a freed block; +1 for the final NUL. */
+            size_t bigger_cap = cap ? 2 * cap : 65536;
+            char *bigger = g_malloc(bigger_cap + 1);
+            if (buf) {
+                memcpy(bigger, buf, *len);
+                pe_wipe(buf, cap);
+                g_free(buf);
+            }
+            buf = bigger;
+            cap = bigger_cap;
+        }
+        got = fread(buf + *len, 1, cap - *len, f);
+        *len += got;
+        if (*len > KEY_TEXT_MAX) {
+            snprintf(err->message, sizeof err->message, "key file is larger than %zu MiB", KEY_TEXT_MAX >> 20);
+            st = PE_ERR_INVALID_ARGUMENT;
+        } else if (got == 0 && ferror(f)) {
+            snprintf(err->message, sizeof err->message, "cannot read key file: %s", g_strerror(errno));
+            st = PE_ERR_CAP_IO;
+        }
+    } while (st == PE_OK && got != 0);
+    fclose(f);
+    if (st != PE_OK) {
+        pe_wipe(buf, cap);
+        g_free(buf);
+        *len = 0;
+        return st;
+    }
+    buf[*len] = '\0';
+    *text = buf;
+    return PE_OK;
+}
+
+/* fscanf's whitespace, which separates a reference config's tokens. */
+static gboolean refcfg_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/*
+ * A text with no '=' whose first token is one or two hex digits can only be
+ * a reference config (a key-file line always holds name=value fields): the
+ * rule of the Lua dissectors' looks_like_refcfg, so both read a file alike.
+ */
+static gboolean looks_like_refcfg(const char *text, size_t len)
+{
+    if (memchr(text, '=', len))
+        return FALSE;
+    size_t i = 0;
+    while (i < len && refcfg_space(text[i]))
+        i++;
+    size_t start = i;
+    while (i < len && !refcfg_space(text[i])) {
+        if (!g_ascii_isxdigit(text[i]))
+            return FALSE;
+        i++;
+    }
+    return i > start && i - start <= 2;
+}
+
+/* What the key-file preference named: a key file, or a reference config's master keys. */
+typedef struct key_source {
+    pe_keyfile kf; /* empty for a reference config */
+    gboolean refcfg;
+    pe_psp_refcfg ref;
+} key_source;
+
+/* Load the file; on failure a problem naming it (and the line) is recorded. */
+static gboolean key_source_load(key_source *ks, const char *what, const char *path, pe_ws_key_problems *problems)
+{
+    memset(ks, 0, sizeof *ks);
+    char *text;
+    size_t len;
+    pe_keyfile_error ke;
+    pe_status st = read_key_text(path, &text, &len, &ke);
+    const char *kind = "";
+    if (st == PE_OK) {
+        ks->refcfg = looks_like_refcfg(text, len);
+        if (ks->refcfg) {
+            kind = "google/psp reference config: ";
+            st = pe_psp_refcfg_parse(text, len, &ks->ref, &ke);
+        } else {
+            st = pe_keyfile_parse(text, len, &ks->kf, &ke);
+        }
+        pe_wipe(text, len);
+        g_free(text);
+    }
+    if (st != PE_OK)
+        problem(problems, st, "%s key file %s%s: %s%s", what, path, line_note(&ke), kind,
+                ke.message[0] ? ke.message : pe_status_message(st));
+    return st == PE_OK;
+}
+
+static void key_source_free(key_source *ks)
+{
+    pe_keyfile_free(&ks->kf);
+    pe_wipe(&ks->ref, sizeof ks->ref);
+}
+
 /* Parse one generated key-file line; on failure *err gets a message naming the column values' problem. */
 static gboolean parse_line(const GString *text, pe_keyfile *kf, char **err)
 {
@@ -103,6 +251,7 @@ typedef struct psp_keys {
     size_t n;
 } psp_keys;
 static psp_keys psp_live;
+static pe_ws_key_problems psp_problems;
 static gboolean psp_dirty = TRUE;
 
 UAT_CSTRING_CB_DEF(psp_keys, spi, psp_key_rec)
@@ -197,6 +346,7 @@ static void psp_keys_clear(void)
     g_free(psp_live.rx);
     psp_live.rx = NULL;
     psp_live.n = 0;
+    problems_clear(&psp_problems);
 }
 
 void pe_ws_psp_keys_changed(void)
@@ -224,8 +374,11 @@ static void psp_keys_build(void)
     pe_psp_rx_config cfg;
     pe_psp_rx_config_init(&cfg);
     pe_psp_rx *derived = NULL;
-    if (pe_psp_rx_new(&cfg, &derived) != PE_OK)
+    pe_status st = pe_psp_rx_new(&cfg, &derived);
+    if (st != PE_OK) {
+        problem(&psp_problems, st, "PSP keys: %s", pe_status_message(st));
         return;
+    }
     psp_keys_add(derived);
 
     GString *t = g_string_new(NULL);
@@ -238,42 +391,49 @@ static void psp_keys_build(void)
             pe_keyfile kf;
             g_string_truncate(t, 0);
             if (!psp_row_text(r, t, &err) || !parse_line(t, &kf, &err)) {
-                report_failure("PSP keys table, row %u: %s", i + 1, err);
+                /* The table refused the row when it was entered; a row can still reach here from a UAT file. */
+                problem(&psp_problems, PE_ERR_KEYFILE_VALUE, "PSP keys table, row %u: %s", i + 1, err);
                 g_free(err);
                 continue;
             }
             if (pass == 0) {
                 const pe_psp_key_entry *k = &kf.psp_keys[0];
-                pe_status st = pe_psp_rx_add_key(derived, k->spi, k->version, k->key, k->key_len);
+                st = pe_psp_rx_add_key(derived, k->spi, k->version, k->key, k->key_len);
                 if (st != PE_OK)
-                    report_failure("PSP keys table, row %u: %s", i + 1, pe_status_message(st));
+                    problem(&psp_problems, st, "PSP keys table, row %u: %s", i + 1, pe_status_message(st));
             } else {
                 pe_psp_rx_config_init(&cfg);
                 cfg.master_key0 = kf.psp_master.has_key0 ? kf.psp_master.key0 : NULL;
                 cfg.master_key1 = kf.psp_master.has_key1 ? kf.psp_master.key1 : NULL;
                 cfg.versions = (unsigned)psp_row_versions(r);
                 pe_psp_rx *rx = NULL;
-                if (pe_psp_rx_new(&cfg, &rx) == PE_OK)
+                if ((st = pe_psp_rx_new(&cfg, &rx)) == PE_OK)
                     psp_keys_add(rx);
+                else
+                    problem(&psp_problems, st, "PSP keys table, row %u: %s", i + 1, pe_status_message(st));
             }
             pe_keyfile_free(&kf);
         }
         if (pass == 0 && psp_keyfile_path && *psp_keyfile_path) {
             /* The key file comes after the table's derived keys and before its master pairs. */
-            pe_keyfile kf;
-            pe_keyfile_error ke;
-            pe_status st = pe_keyfile_load(psp_keyfile_path, &kf, &ke);
-            if (st != PE_OK) {
-                report_failure("PSP key file %s%s: %s", psp_keyfile_path, line_note(&ke),
-                               ke.message[0] ? ke.message : pe_status_message(st));
-            } else {
+            key_source ks;
+            if (key_source_load(&ks, "PSP", psp_keyfile_path, &psp_problems)) {
                 pe_psp_rx *rx = NULL;
-                if ((st = pe_keyfile_psp_rx_new(&kf, &rx)) == PE_OK)
+                if (ks.refcfg) {
+                    /* psp_decrypt reads a reference config's master keys only, whatever SA follows them. */
+                    pe_psp_rx_config_init(&cfg);
+                    cfg.master_key0 = ks.ref.key0;
+                    cfg.master_key1 = ks.ref.key1;
+                    st = pe_psp_rx_new(&cfg, &rx);
+                } else {
+                    st = pe_keyfile_psp_rx_new(&ks.kf, &rx);
+                }
+                if (st == PE_OK)
                     psp_keys_add(rx);
                 else
-                    report_failure("PSP key file %s: %s", psp_keyfile_path, pe_status_message(st));
-                pe_keyfile_free(&kf);
+                    problem(&psp_problems, st, "PSP key file %s: %s", psp_keyfile_path, pe_status_message(st));
             }
+            key_source_free(&ks);
         }
     }
     pe_wipe(t->str, t->len);
@@ -304,6 +464,11 @@ pe_status pe_ws_psp_open(const uint8_t *psp, size_t len, uint8_t *out, size_t ca
     return best;
 }
 
+const pe_ws_key_problems *pe_ws_psp_key_problems(void)
+{
+    return &psp_problems;
+}
+
 void pe_ws_psp_keys_register(module_t *module)
 {
     static uat_field_t fields[] = {
@@ -323,7 +488,8 @@ void pe_ws_psp_keys_register(module_t *module)
                                   "Master key pairs and per-SPI derived keys used to decrypt PSP", uat);
     prefs_register_filename_preference(module, "keyfile", "Key file",
                                        "A key file as the pypsp/pyeesp CLIs read it (docs/keys.md): "
-                                       "psp-master and psp-key lines are used",
+                                       "psp-master and psp-key lines are used; or a google/psp reference "
+                                       "config (psp_decrypt -c), whose master keys are used",
                                        &psp_keyfile_path, FALSE);
 }
 
@@ -365,6 +531,7 @@ static eesp_sa_rec *eesp_recs;
 static guint n_eesp_recs;
 static const char *eesp_keyfile_path = "";
 static pe_eesp_rx *eesp_live;
+static pe_ws_key_problems eesp_problems;
 static gboolean eesp_dirty = TRUE;
 
 UAT_CSTRING_CB_DEF(eesp_sa, src, eesp_sa_rec)
@@ -465,10 +632,11 @@ static void eesp_add_entries(const pe_keyfile *kf, const char *where, guint row)
         pe_keyfile_eesp_sa_config(&kf->eesp_sas[i], 1, &cfg);
         pe_status st = pe_eesp_rx_add_sa(eesp_live, &cfg);
         if (st == PE_ERR_INVALID_ARGUMENT)
-            report_failure("%s %u: an EESP SA with SPI 0x%08x and this destination is already configured", where,
-                           row ? row : (guint)kf->eesp_sas[i].line, kf->eesp_sas[i].spi);
+            problem(&eesp_problems, st, "%s %u: an EESP SA with SPI 0x%08x and this destination is already configured",
+                    where, row ? row : (guint)kf->eesp_sas[i].line, kf->eesp_sas[i].spi);
         else if (st != PE_OK)
-            report_failure("%s %u: %s", where, row ? row : (guint)kf->eesp_sas[i].line, pe_status_message(st));
+            problem(&eesp_problems, st, "%s %u: %s", where, row ? row : (guint)kf->eesp_sas[i].line,
+                    pe_status_message(st));
     }
 }
 
@@ -477,17 +645,21 @@ static void eesp_keys_build(void)
     pe_eesp_rx_free(eesp_live);
     eesp_live = NULL;
     eesp_dirty = FALSE;
+    problems_clear(&eesp_problems);
     pe_eesp_rx_config cfg;
     pe_eesp_rx_config_init(&cfg);
-    if (pe_eesp_rx_new(&cfg, &eesp_live) != PE_OK)
+    pe_status st = pe_eesp_rx_new(&cfg, &eesp_live);
+    if (st != PE_OK) {
+        problem(&eesp_problems, st, "EESP keys: %s", pe_status_message(st));
         return;
+    }
     GString *t = g_string_new(NULL);
     for (guint i = 0; i < n_eesp_recs; i++) {
         char *err = NULL;
         pe_keyfile kf;
         g_string_truncate(t, 0);
         if (!eesp_row_text(&eesp_recs[i], t, &err) || !parse_line(t, &kf, &err)) {
-            report_failure("EESP SA table, row %u: %s", i + 1, err);
+            problem(&eesp_problems, PE_ERR_KEYFILE_VALUE, "EESP SA table, row %u: %s", i + 1, err);
             g_free(err);
             continue;
         }
@@ -497,18 +669,14 @@ static void eesp_keys_build(void)
     pe_wipe(t->str, t->len);
     g_string_free(t, TRUE);
     if (eesp_keyfile_path && *eesp_keyfile_path) {
-        pe_keyfile kf;
-        pe_keyfile_error ke;
-        pe_status st = pe_keyfile_load(eesp_keyfile_path, &kf, &ke);
-        if (st != PE_OK) {
-            report_failure("EESP key file %s%s: %s", eesp_keyfile_path, line_note(&ke),
-                           ke.message[0] ? ke.message : pe_status_message(st));
-            return;
+        /* A reference config holds PSP keys only: it loads, and gives no SA. */
+        key_source ks;
+        if (key_source_load(&ks, "EESP", eesp_keyfile_path, &eesp_problems)) {
+            char *where = g_strdup_printf("EESP key file %s, line", eesp_keyfile_path);
+            eesp_add_entries(&ks.kf, where, 0);
+            g_free(where);
         }
-        char *where = g_strdup_printf("EESP key file %s, line", eesp_keyfile_path);
-        eesp_add_entries(&kf, where, 0);
-        g_free(where);
-        pe_keyfile_free(&kf);
+        key_source_free(&ks);
     }
 }
 
@@ -523,6 +691,11 @@ pe_status pe_ws_eesp_open(const uint8_t *eesp, size_t len, int ip_version, const
         return st == PE_OK ? PE_ERR_EESP_NO_SA : st;
     }
     return pe_eesp_open(eesp_live, eesp, len, ip_version, dst, PE_EESP_OPEN_NO_REPLAY, out, cap, out_len, info);
+}
+
+const pe_ws_key_problems *pe_ws_eesp_key_problems(void)
+{
+    return &eesp_problems;
 }
 
 void pe_ws_eesp_keys_register(module_t *module)

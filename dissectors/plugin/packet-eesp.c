@@ -22,6 +22,7 @@
 #include <epan/proto_data.h>
 
 #include "dissectors.h"
+#include "experts.h"
 #include "keys.h"
 #include "pe/replay.h"
 #include "ws_compat.h"
@@ -61,15 +62,8 @@ static gint ett_eesp = -1;
 static gint ett_eesp_options = -1;
 static gint ett_eesp_option = -1;
 
-static expert_field ei_eesp_no_sa = EI_INIT;
-static expert_field ei_eesp_icv_bad = EI_INIT;
-static expert_field ei_eesp_malformed = EI_INIT;
-static expert_field ei_eesp_version_unknown = EI_INIT;
-static expert_field ei_eesp_replay = EI_INIT;
+static pe_ws_status_experts eesp_experts;
 static expert_field ei_eesp_seq_wrong = EI_INIT;
-static expert_field ei_eesp_dummy = EI_INIT;
-static expert_field ei_eesp_policy = EI_INIT;
-static expert_field ei_eesp_cut = EI_INIT;
 
 static dissector_handle_t eesp_handle, eesp_udp_handle, udp4500_fallback;
 static dissector_table_t ip_proto_table;
@@ -198,8 +192,7 @@ static void show_seq_analysis(proto_tree *tree, packet_info *pinfo, tvbuff_t *tv
     if (fs->replay != PE_OK) {
         ti = proto_tree_add_boolean(tree, hf_eesp_replay, tvb, 0, 0, TRUE);
         proto_item_set_generated(ti);
-        expert_add_info_format(pinfo, seq_item, &ei_eesp_replay, "Replayed packet: %s (%s)",
-                               pe_status_message(fs->replay), pe_status_name(fs->replay));
+        pe_ws_status_expert(pinfo, seq_item, &eesp_experts, fs->replay);
         col_append_str(pinfo->cinfo, COL_INFO, " [replay]");
     }
 }
@@ -245,34 +238,18 @@ static proto_item *add_status(proto_tree *tree, packet_info *pinfo, tvbuff_t *tv
         b = proto_tree_add_boolean(tree, hf_eesp_icv_bad, tvb, 0, 0, !info->icv_valid);
         proto_item_set_generated(b);
     }
-    switch (st) {
-    case PE_OK:
-        break;
-    case PE_ERR_AUTH:
-        expert_add_info(pinfo, icv_item ? icv_item : ti, &ei_eesp_icv_bad);
-        col_append_str(pinfo->cinfo, COL_INFO, " [ICV bad]");
-        break;
-    case PE_ERR_EESP_NO_SA:
-        expert_add_info(pinfo, ti, &ei_eesp_no_sa);
-        break;
-    case PE_ERR_EESP_VERSION:
-        expert_add_info(pinfo, ti, &ei_eesp_version_unknown);
-        break;
-    case PE_ERR_EESP_DUMMY:
-        expert_add_info(pinfo, ti, &ei_eesp_dummy);
-        col_append_str(pinfo->cinfo, COL_INFO, " [dummy]");
-        break;
-    case PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED:
-    case PE_ERR_EESP_UNKNOWN_OPTION:
-    case PE_ERR_EESP_SUB_SA:
-        expert_add_info_format(pinfo, ti, &ei_eesp_policy, "Dropped by the SA's policy: %s (%s)",
-                               pe_status_message(st), pe_status_name(st));
-        break;
-    default:
-        expert_add_info_format(pinfo, ti, &ei_eesp_malformed, "Malformed EESP packet: %s (%s)",
-                               pe_status_message(st), pe_status_name(st));
-        break;
+    pe_category cat = pe_status_category(st);
+    pe_ws_status_expert(pinfo, st == PE_ERR_AUTH && icv_item ? icv_item : ti, &eesp_experts, st);
+    if (cat == PE_CAT_NO_KEY || cat == PE_CAT_AUTHENTICATION) {
+        /* An SA lost to a bad key file or table row may be the one this packet needed. */
+        const pe_ws_key_problems *kp = pe_ws_eesp_key_problems();
+        for (size_t i = 0; i < kp->n; i++)
+            pe_ws_status_expert_text(pinfo, ti, &eesp_experts, kp->v[i].status, kp->v[i].text);
     }
+    if (st == PE_ERR_AUTH)
+        col_append_str(pinfo->cinfo, COL_INFO, " [ICV bad]");
+    else if (st == PE_ERR_EESP_DUMMY)
+        col_append_str(pinfo->cinfo, COL_INFO, " [dummy]");
     return ti;
 }
 
@@ -351,13 +328,9 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
         proto_tree_add_item(et, hf_eesp_data, tvb, after_opts, len - after_opts, ENC_NA);
     }
 
-    if (cut) {
-        proto_item *it = proto_tree_add_string(et, hf_eesp_status, tvb, 0, 0, "capture-packet-cut");
-        proto_item_set_generated(it);
-        expert_add_info(pinfo, it, &ei_eesp_cut);
+    add_status(et, pinfo, tvb, cut ? PE_ERR_CAP_SNAPLEN : st, &info, icv_item);
+    if (cut)
         return len;
-    }
-    add_status(et, pinfo, tvb, st, &info, icv_item);
 
     gboolean opened = st == PE_OK || st == PE_ERR_EESP_DUMMY;
     if (opened) {
@@ -475,21 +448,9 @@ void proto_register_eesp(void)
                            "A receiver's anti-replay window would drop this packet", HFILL}},
     };
     static gint *ett[] = {&ett_eesp, &ett_eesp_options, &ett_eesp_option};
+    /* Not about a status: the status items come from experts.c. */
     static ei_register_info ei[] = {
-        {&ei_eesp_no_sa, {"eesp.expert.no_sa", PI_DECRYPTION, PI_NOTE,
-                          "No EESP SA for this SPI and destination: not decrypted", EXPFILL}},
-        {&ei_eesp_icv_bad, {"eesp.expert.icv_bad", PI_CHECKSUM, PI_ERROR,
-                            "ICV verification failed (wrong key or SA settings, or the packet was altered)", EXPFILL}},
-        {&ei_eesp_malformed, {"eesp.expert.malformed", PI_MALFORMED, PI_ERROR, "Malformed EESP packet", EXPFILL}},
-        {&ei_eesp_version_unknown, {"eesp.expert.version_unknown", PI_PROTOCOL, PI_WARN,
-                                    "Unknown EESP version (only 0 is defined)", EXPFILL}},
-        {&ei_eesp_replay, {"eesp.expert.replay", PI_SEQUENCE, PI_WARN, "Replayed packet", EXPFILL}},
         {&ei_eesp_seq_wrong, {"eesp.expert.seq_wrong", PI_SEQUENCE, PI_WARN, "Wrong sequence number", EXPFILL}},
-        {&ei_eesp_dummy, {"eesp.expert.dummy", PI_PROTOCOL, PI_CHAT,
-                          "Dummy packet (Next Header 59): authenticated and discarded", EXPFILL}},
-        {&ei_eesp_policy, {"eesp.expert.policy", PI_SECURITY, PI_WARN, "Dropped by the SA's policy", EXPFILL}},
-        {&ei_eesp_cut, {"eesp.expert.cut", PI_UNDECODED, PI_NOTE,
-                        "Packet cut by the capture's snap length: cannot be verified", EXPFILL}},
     };
 
     proto_eesp = proto_register_protocol("Enhanced Encapsulating Security Payload", "EESP", "eesp");
@@ -497,6 +458,7 @@ void proto_register_eesp(void)
     proto_register_subtree_array(ett, array_length(ett));
     expert_module_t *em = expert_register_protocol(proto_eesp);
     expert_register_field_array(em, ei, array_length(ei));
+    pe_ws_status_experts_register(em, "eesp", &eesp_experts);
 
     module_t *module = prefs_register_protocol(proto_eesp, eesp_prefs_applied);
     prefs_register_uint_preference(module, "ip_protocol", "IP protocol number",

@@ -16,6 +16,7 @@
 #include <wsutil/pint.h>
 
 #include "dissectors.h"
+#include "experts.h"
 #include "keys.h"
 #include "ws_compat.h"
 
@@ -47,11 +48,7 @@ static int hf_psp_icv_bad = -1;
 static gint ett_psp = -1;
 static gint ett_psp_vc = -1;
 
-static expert_field ei_psp_no_key = EI_INIT;
-static expert_field ei_psp_icv_bad = EI_INIT;
-static expert_field ei_psp_malformed = EI_INIT;
-static expert_field ei_psp_version_unknown = EI_INIT;
-static expert_field ei_psp_cut = EI_INIT;
+static pe_ws_status_experts psp_experts;
 static expert_field ei_psp_gmac_clear = EI_INIT;
 
 static dissector_handle_t psp_handle;
@@ -68,32 +65,22 @@ static const value_string psp_versions[] = {
 
 static void add_status(proto_tree *tree, packet_info *pinfo, tvbuff_t *tvb, pe_status st, proto_item *icv_item)
 {
-    proto_item *ti = proto_tree_add_string(tree, hf_psp_status, tvb, 0, 0, pe_status_name(st));
-    proto_item_set_generated(ti);
+    proto_item *status = proto_tree_add_string(tree, hf_psp_status, tvb, 0, 0, pe_status_name(st));
+    proto_item_set_generated(status);
     gboolean checked = st == PE_OK || st == PE_ERR_AUTH;
     if (checked) {
-        ti = proto_tree_add_boolean(tree, hf_psp_icv_good, tvb, 0, 0, st == PE_OK);
+        proto_item *ti = proto_tree_add_boolean(tree, hf_psp_icv_good, tvb, 0, 0, st == PE_OK);
         proto_item_set_generated(ti);
         ti = proto_tree_add_boolean(tree, hf_psp_icv_bad, tvb, 0, 0, st == PE_ERR_AUTH);
         proto_item_set_generated(ti);
     }
-    switch (st) {
-    case PE_OK:
-        break;
-    case PE_ERR_AUTH:
-        expert_add_info(pinfo, icv_item ? icv_item : ti, &ei_psp_icv_bad);
-        break;
-    case PE_ERR_NO_KEY:
-    case PE_ERR_PSP_VERSION_DISABLED:
-        expert_add_info(pinfo, ti, &ei_psp_no_key);
-        break;
-    case PE_ERR_PSP_VERSION:
-        expert_add_info(pinfo, ti, &ei_psp_version_unknown);
-        break;
-    default:
-        expert_add_info_format(pinfo, ti, &ei_psp_malformed, "Malformed PSP packet: %s (%s)",
-                               pe_status_message(st), pe_status_name(st));
-        break;
+    pe_category cat = pe_status_category(st);
+    pe_ws_status_expert(pinfo, st == PE_ERR_AUTH && icv_item ? icv_item : status, &psp_experts, st);
+    if (cat == PE_CAT_NO_KEY || cat == PE_CAT_AUTHENTICATION) {
+        /* A key lost to a bad key file or table row may be the one this packet needed. */
+        const pe_ws_key_problems *kp = pe_ws_psp_key_problems();
+        for (size_t i = 0; i < kp->n; i++)
+            pe_ws_status_expert_text(pinfo, status, &psp_experts, kp->v[i].status, kp->v[i].text);
     }
 }
 
@@ -200,13 +187,9 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
             call_inner(tvb_new_subset_remaining(tvb, hlen), pinfo, tree, h.next_header);
         return len;
     }
-    if (cut) {
-        proto_item *it = proto_tree_add_string(pt, hf_psp_status, tvb, 0, 0, "capture-packet-cut");
-        proto_item_set_generated(it);
-        expert_add_info(pinfo, it, &ei_psp_cut);
+    add_status(pt, pinfo, tvb, cut ? PE_ERR_CAP_SNAPLEN : st, icv_item);
+    if (cut)
         return len;
-    }
-    add_status(pt, pinfo, tvb, st, icv_item);
 
     if (st == PE_OK) {
         col_append_str(pinfo->cinfo, COL_INFO, " [decrypted]");
@@ -272,16 +255,8 @@ void proto_register_psp(void)
         {&hf_psp_icv_bad, {"ICV bad", "psp.icv_bad", FT_BOOLEAN, BASE_NONE, NULL, 0, NULL, HFILL}},
     };
     static gint *ett[] = {&ett_psp, &ett_psp_vc};
+    /* Not about a status: the status items come from experts.c. */
     static ei_register_info ei[] = {
-        {&ei_psp_no_key, {"psp.expert.no_key", PI_DECRYPTION, PI_NOTE,
-                          "No key for this SPI and version: not decrypted", EXPFILL}},
-        {&ei_psp_icv_bad, {"psp.expert.icv_bad", PI_CHECKSUM, PI_ERROR,
-                           "ICV verification failed (wrong key, or the packet was altered)", EXPFILL}},
-        {&ei_psp_malformed, {"psp.expert.malformed", PI_MALFORMED, PI_ERROR, "Malformed PSP packet", EXPFILL}},
-        {&ei_psp_version_unknown, {"psp.expert.version_unknown", PI_PROTOCOL, PI_WARN,
-                                   "Unknown PSP version (only 0-3 are defined)", EXPFILL}},
-        {&ei_psp_cut, {"psp.expert.cut", PI_UNDECODED, PI_NOTE,
-                       "Packet cut by the capture's snap length: cannot be verified", EXPFILL}},
         {&ei_psp_gmac_clear, {"psp.expert.gmac_unverified", PI_SECURITY, PI_NOTE,
                               "GMAC payload shown in clear without verifying its ICV (no key)", EXPFILL}},
     };
@@ -291,6 +266,7 @@ void proto_register_psp(void)
     proto_register_subtree_array(ett, array_length(ett));
     expert_module_t *em = expert_register_protocol(proto_psp);
     expert_register_field_array(em, ei, array_length(ei));
+    pe_ws_status_experts_register(em, "psp", &psp_experts);
 
     module_t *module = prefs_register_protocol(proto_psp, psp_prefs_applied);
     pe_ws_psp_keys_register(module);
