@@ -1760,3 +1760,121 @@ def test_broken_reference_config_is_reported(work, psp_files, empty_profile):
         assert len(msgs) == 1 and f"PSP key file {broken}, line 2: google/psp reference config: " in msgs[0], msgs
         assert "(keyfile-syntax)" in msgs[0]
         assert lines[1].split()[9] + " " not in msgs[0].split("config: ", 1)[1]
+
+
+# --------------------------------------------------------------------------- 11. PSP and EESP win on their ports
+
+
+DNS_QUERY = bytes.fromhex("12340100000100000000000003777777076578616d706c6503636f6d0000010001")
+
+
+def _with_udp_ports(outer: bytes, sport: Optional[int] = None, dport: Optional[int] = None) -> bytes:
+    """The IPv4 packet with other UDP ports and no UDP checksum (0: none, for IPv4)."""
+    ihl = (outer[0] & 15) * 4
+    udp = bytearray(outer[ihl:])
+    if sport is not None:
+        udp[0:2] = struct.pack("!H", sport)
+    if dport is not None:
+        udp[2:4] = struct.pack("!H", dport)
+    udp[6:8] = b"\0\0"
+    return outer[:ihl] + bytes(udp)
+
+
+@pytest.fixture(scope="module")
+def low_udp_ports(empty_profile) -> Dict[int, str]:
+    """Every UDP port below 1024 with a dissector of the tshark under test (without the plugin), but 0."""
+    out = ws.run(["-G", "decodes"], plugin=None, profile=empty_profile).stdout
+    ports = {}
+    for line in out.splitlines():
+        table, port, name = (line.split("\t") + ["", "", ""])[:3]
+        if table == "udp.port" and 0 < int(port) < 1024 and int(port) != PSP_PORT:
+            ports[int(port)] = name
+    assert len(ports) > 40, out[-2000:]  # 4.0 has 57
+    return ports
+
+
+@pytest.fixture(scope="module")
+def precedence_capture(work, low_udp_ports):
+    """For every low port p: PSP p -> 1000, EESP p -> 4500 (then ESP and IKE p -> 4500); traffic that is not to our
+    ports: 1000 -> p and p -> 40000 (a DNS query's bytes)."""
+    enc = pypsp.Encryptor(spi=0x00007001, master_keys=(MK0, MK1), version=1)
+    spec = EespSpec("prec", 0x80007002, "aes-gcm-16", key=_key(20, 80), mode="transport",
+                    options={"udp-encap": "1"}, sa_kw={"udp_encap": True})
+    sa = spec.sa()
+    items = []
+    for i, p in enumerate(sorted(low_udp_ports)):
+        items.append(("psp", p, _with_udp_ports(enc.encrypt(flow_packet(1000 + i, 4, 17)), sport=p)))
+        items.append(("eesp", p, _with_udp_ports(sa.encrypt(flow_packet(1300 + i, 4, 17)), sport=p)))
+        items.append(("esp", p, _esp_in_udp(i, sport=p)))
+        items.append(("ike", p, _with_udp_ports(_ike(i), sport=p)))
+        items.append(("from-psp-port", p, ip_pkt(V4[0], V4[1], 17, l4(17, V4[0], V4[1], PSP_PORT, p, DNS_QUERY))))
+        items.append(("unrelated", p, ip_pkt(V4[0], V4[1], 17, l4(17, V4[0], V4[1], p, 40000, DNS_QUERY))))
+    path = write_capture(work / "precedence.pcap", [pkt for _, _, pkt in items])
+    keyfile = write_text(work / "precedence-keys.txt", f"psp-master key0={MK0.hex()} key1={MK1.hex()}\n"
+                                                       + spec.keyfile_line() + "\n")
+    return path, items, keyfile
+
+
+PRECEDENCE_FIELDS = ("frame.protocols", "psp.status", "eesp.status")
+
+
+def _check_precedence(rows, plain, items, low_udp_ports, psp_port=PSP_PORT):
+    assert len(rows) == len(plain) == len(items)
+    for row, base, (kind, p, _) in zip(rows, plain, items):
+        protos = row["frame.protocols"][0].split(":")
+        where = (kind, p, low_udp_ports[p], row["frame.protocols"][0])
+        if kind == "psp":
+            assert protos[protos.index("udp") + 1] == "psp" and row["psp.status"] == ["ok"], where
+        elif kind == "eesp":
+            assert protos[protos.index("udp") + 1] == "eesp" and row["eesp.status"] == ["ok"], where
+        elif kind in ("esp", "ike", "unrelated"):
+            # not EESP, or not to our ports: where Wireshark sends it without the plugin
+            assert row["frame.protocols"] == base["frame.protocols"], where
+            assert row["psp.status"] == row["eesp.status"] == [], where
+        elif p > psp_port:
+            # from PSP's port to a higher one: UDP tries the lower port first, PSP's, as it always did
+            assert protos[protos.index("udp") + 1] == "psp", where
+        else:
+            # from PSP's port to a lower one: that port's dissector first, as UDP has it; PSP only where it declines
+            if row["frame.protocols"] != base["frame.protocols"]:
+                assert protos[-1] == "psp" and low_udp_ports[p] not in base["frame.protocols"][0].split(":"), where
+
+
+def test_psp_and_eesp_win_on_their_destination_port(precedence_capture, low_udp_ports, empty_profile):
+    """A PSP packet to 1000 (an EESP one to 4500) is PSP (EESP) from every source port below 1024 that has a UDP
+    dissector of its own; other traffic from or to those ports goes where Wireshark sends it without the plugin."""
+    path, items, keyfile = precedence_capture
+    opts = [f"psp.keyfile:{keyfile}", f"eesp.keyfile:{keyfile}"]
+    rows = fields(path, PRECEDENCE_FIELDS, profile=empty_profile, opts=opts)
+    plain = fields(path, ("frame.protocols",), profile=empty_profile, plugin=None)
+    _check_precedence(rows, plain, items, low_udp_ports)
+    assert {p for k, p, _ in items if k == "psp"} == set(low_udp_ports)
+    # a low port the plugin had to beat: 631 (CUPS) in the issue, DNS and IKE here
+    assert {53, 500} <= set(low_udp_ports)
+
+
+def test_precedence_survives_decode_as_and_follows_the_port_preference(work, precedence_capture, low_udp_ports):
+    """A profile's Decode As entries (loading them resets every changed entry) leave the precedence in place; a
+    Decode As of PSP's own port to another protocol is the user's choice and wins; the port preference moves
+    PSP's precedence with PSP."""
+    path, items, keyfile = precedence_capture
+    opts = [f"psp.keyfile:{keyfile}", f"eesp.keyfile:{keyfile}"]
+    header = "# \"Decode As\" entries file for Wireshark.\n"
+    other = _profile(work, "decode-as-other", {"decode_as_entries": header + "decode_as_entry: udp.port,5555,(none),DNS\n"})
+    rows = fields(path, PRECEDENCE_FIELDS, profile=other, opts=opts)
+    plain = fields(path, ("frame.protocols",), profile=other, plugin=None)
+    _check_precedence(rows, plain, items, low_udp_ports)
+
+    mine = _profile(work, "decode-as-psp-port", {"decode_as_entries": header + f"decode_as_entry: udp.port,{PSP_PORT},PSP,DNS\n"})
+    rows = fields(path, PRECEDENCE_FIELDS, profile=mine, opts=opts)
+    for row, (kind, p, _) in zip(rows, items):
+        if kind == "psp":
+            assert row["psp.status"] == [] and "dns" in row["frame.protocols"][0].split(":"), (p, row)
+
+    moved = [_with_udp_ports(pkt, dport=2000) if kind == "psp" else pkt for kind, _, pkt in items]
+    moved_path = write_capture(work / "precedence-2000.pcap", moved)
+    rows = fields(moved_path, PRECEDENCE_FIELDS, profile=_profile(work, "psp-port-2000", {}),
+                  opts=opts + ["psp.udp.port:2000"])
+    for row, (kind, p, _) in zip(rows, items):
+        if kind == "psp":
+            assert row["psp.status"] == ["ok"], (p, row)

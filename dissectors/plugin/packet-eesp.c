@@ -3,7 +3,8 @@
  * number (a preference, default the provisional 49), and in UDP 4500 beside
  * Wireshark's own ESP-in-UDP handling: a dispatcher claims only payloads
  * whose first bit is set and hands keepalives, IKE (non-ESP marker) and ESP
- * to the dissector that had the port before.
+ * to the dissector that had the port before.  EESP to the port wins whatever
+ * the source port; other traffic goes where it went before (outer_udp.h).
  *
  * Without an SA only the Base Header and the options can be read: where the
  * Sequence Number, IV and ICV sit depends on the SA.  With one, the core
@@ -24,6 +25,7 @@
 #include "dissectors.h"
 #include "experts.h"
 #include "keys.h"
+#include "outer_udp.h"
 #include "pe/replay.h"
 #include "ws_compat.h"
 
@@ -65,9 +67,11 @@ static gint ett_eesp_option = -1;
 static pe_ws_status_experts eesp_experts;
 static expert_field ei_eesp_seq_wrong = EI_INIT;
 
-static dissector_handle_t eesp_handle, eesp_udp_handle, udp4500_fallback;
+/* eesp_udp_handle: the port's registration; eesp_udp_first_handle: the entry UDP tries first (outer_udp.h). */
+static dissector_handle_t eesp_handle, eesp_udp_handle, eesp_udp_first_handle, udp4500_fallback;
 static dissector_table_t ip_proto_table;
 
+static gboolean handed_off;
 static guint pref_ip_protocol = PE_EESP_DEFAULT_IPPROTO;
 static guint registered_ip_protocol;
 static guint pref_udp_port = PE_EESP_UDP_PORT;
@@ -133,6 +137,8 @@ static void sub_sa_state_free(gpointer p)
 static void eesp_init(void)
 {
     sub_sas = g_hash_table_new_full(sub_sa_hash, sub_sa_equal, g_free, sub_sa_state_free);
+    /* Decode As and profile changes put the port's registration back before a file is dissected again. */
+    pe_ws_udp_promote(eesp_udp_handle);
 }
 
 static void eesp_cleanup(void)
@@ -359,12 +365,16 @@ static int dissect_eesp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, voi
     return dissect_eesp_common(tvb, pinfo, tree);
 }
 
+static gboolean is_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo _U_)
+{
+    guint len = tvb_captured_length(tvb);
+    return pref_udp_dispatch && pe_eesp_udp_classify(tvb_get_ptr(tvb, 0, len), len) == PE_UDP4500_EESP;
+}
+
 /* UDP 4500 (RFC 3948 + eesp.md §14): EESP when the first bit is set, else what the port had before. */
 static int dissect_eesp_udp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data)
 {
-    guint len = tvb_captured_length(tvb);
-    pe_udp4500_kind kind = pe_eesp_udp_classify(tvb_get_ptr(tvb, 0, len), len);
-    if (kind == PE_UDP4500_EESP && pref_udp_dispatch)
+    if (is_eesp_in_udp(tvb, pinfo))
         return call_dissector_only(eesp_handle, tvb, pinfo, tree, data);
     if (udp4500_fallback)
         return call_dissector_with_data(udp4500_fallback, tvb, pinfo, tree, data);
@@ -387,16 +397,19 @@ static void eesp_register_ports(void)
                 dissector_add_uint("udp.port", registered_udp_port, udp4500_fallback);
         }
         dissector_handle_t before = dissector_get_uint_handle(udp, pref_udp_port);
-        udp4500_fallback = before && before != eesp_udp_handle ? before : find_dissector("udpencap");
+        udp4500_fallback = before && before != eesp_udp_handle && before != eesp_udp_first_handle
+                               ? before
+                               : find_dissector("udpencap");
         dissector_add_uint("udp.port", pref_udp_port, eesp_udp_handle);
         registered_udp_port = pref_udp_port;
     }
+    pe_ws_udp_promote(eesp_udp_handle);
 }
 
 static void eesp_prefs_applied(void)
 {
     pe_ws_eesp_keys_changed();
-    if (eesp_udp_handle) /* after the handoff */
+    if (handed_off)
         eesp_register_ports();
 }
 
@@ -478,6 +491,8 @@ void proto_register_eesp(void)
     int proto_eesp_udp = proto_register_protocol_in_name_only("EESP in UDP (port dispatcher)", "EESP/UDP",
                                                               "eesp.udp", proto_eesp, FT_PROTOCOL);
     eesp_udp_handle = register_dissector("eesp.udp", dissect_eesp_udp, proto_eesp_udp);
+    /* EESP to the port wins whatever its source port; ESP, IKE and keepalives go where they went (outer_udp.h). */
+    eesp_udp_first_handle = pe_ws_udp_precedence_handle(eesp_udp_handle, proto_eesp_udp, "eesp.udp", is_eesp_in_udp);
     register_init_routine(eesp_init);
     register_cleanup_routine(eesp_cleanup);
 }
@@ -485,5 +500,6 @@ void proto_register_eesp(void)
 void proto_reg_handoff_eesp(void)
 {
     ip_proto_table = find_dissector_table("ip.proto");
+    handed_off = TRUE;
     eesp_register_ports();
 }

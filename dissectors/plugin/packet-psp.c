@@ -5,6 +5,7 @@
  * master-key selector are added.  Decryption goes through the core with the
  * keys of keys.c; the decrypted inner part becomes a data source of its own
  * and goes to the ip.proto table (tunnel: IPv4/IPv6, transport: TCP/UDP/...).
+ * PSP takes every packet to its port, whatever the source port (outer_udp.h).
  */
 #define WS_BUILD_DLL
 #include <wireshark.h>
@@ -18,6 +19,7 @@
 #include "dissectors.h"
 #include "experts.h"
 #include "keys.h"
+#include "outer_udp.h"
 #include "ws_compat.h"
 
 static int proto_psp = -1;
@@ -51,6 +53,7 @@ static gint ett_psp_vc = -1;
 static pe_ws_status_experts psp_experts;
 static expert_field ei_psp_gmac_clear = EI_INIT;
 
+/* The registration (port preference, Decode As); UDP tries its promoted handle first (outer_udp.h). */
 static dissector_handle_t psp_handle;
 static pe_ws_bool pref_encrypted_payload = TRUE;
 static dissector_table_t ip_proto_table;
@@ -208,9 +211,21 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
     return len;
 }
 
+/* PSP has no marker to tell it by: everything to its port is PSP. */
+static gboolean psp_claims(tvbuff_t *tvb _U_, packet_info *pinfo _U_)
+{
+    return TRUE;
+}
+
+static void psp_promote_ports(void)
+{
+    pe_ws_udp_promote(psp_handle);
+}
+
 static void psp_prefs_applied(void)
 {
     pe_ws_psp_keys_changed();
+    psp_promote_ports();
 }
 
 void proto_register_psp(void)
@@ -275,10 +290,17 @@ void proto_register_psp(void)
                                    "encryption (no ICV) and the payload is dissected in clear",
                                    &pref_encrypted_payload);
     psp_handle = register_dissector("psp", dissect_psp, proto_psp);
+    /* In name only: the precedence dispatch adds no layer, only PSP or whatever it hands the packet to does. */
+    int proto_psp_udp = proto_register_protocol_in_name_only("PSP in UDP (port precedence)", "PSP/UDP", "psp.udp",
+                                                             proto_psp, FT_PROTOCOL);
+    pe_ws_udp_precedence_handle(psp_handle, proto_psp_udp, "psp.udp", psp_claims);
+    /* Decode As and profile changes put the registration back before a file is dissected again. */
+    register_init_routine(psp_promote_ports);
 }
 
 void proto_reg_handoff_psp(void)
 {
     ip_proto_table = find_dissector_table("ip.proto");
     dissector_add_uint_with_preference("udp.port", PE_PSP_UDP_PORT, psp_handle);
+    psp_promote_ports();
 }

@@ -1,0 +1,115 @@
+/* The UDP the dissectors arrive in: port precedence (outer_udp.h). */
+#define WS_BUILD_DLL
+#include <wireshark.h>
+
+#include <epan/packet.h>
+
+#include "outer_udp.h"
+
+typedef struct precedence {
+    dissector_handle_t registered, promoted;
+    pe_ws_udp_claim_fn claim;
+} precedence;
+
+/* PSP and EESP; a little room for a third. */
+static precedence precedences[4];
+static guint n_precedences;
+
+static const precedence *promoted_by(dissector_handle_t h)
+{
+    for (guint i = 0; h && i < n_precedences; i++)
+        if (precedences[i].promoted == h)
+            return &precedences[i];
+    return NULL;
+}
+
+static const precedence *registered_by(dissector_handle_t h)
+{
+    for (guint i = 0; h && i < n_precedences; i++)
+        if (precedences[i].registered == h)
+            return &precedences[i];
+    return NULL;
+}
+
+/* A Decode As or port preference of the user's, not one of our promotions. */
+static gboolean changed_by_user(dissector_table_t udp, guint32 port)
+{
+    return dissector_is_uint_changed(udp, port) && !promoted_by(dissector_get_uint_handle(udp, port));
+}
+
+static int try_port(dissector_table_t udp, guint32 port, tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree,
+                    void *data)
+{
+    const precedence *p = promoted_by(dissector_get_uint_handle(udp, port));
+    if (p)
+        return call_dissector_only(p->registered, tvb, pinfo, tree, data);
+    return dissector_try_uint(udp, port, tvb, pinfo, tree);
+}
+
+static int precedence_dispatch(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data)
+{
+    dissector_table_t udp = find_dissector_table("udp.port");
+    if (!udp)
+        return 0;
+    const precedence *to = promoted_by(dissector_get_uint_handle(udp, pinfo->destport));
+    if (to && to->claim(tvb, pinfo))
+        return call_dissector_only(to->registered, tvb, pinfo, tree, data);
+    /* UDP's order (decode_udp_ports), our entries taken as registered; UDP ignores port 0 (RFC 768). */
+    guint32 low = MIN(pinfo->srcport, pinfo->destport), high = MAX(pinfo->srcport, pinfo->destport);
+    guint32 order[4];
+    guint n = 0;
+    if (low && changed_by_user(udp, low))
+        order[n++] = low;
+    if (high != low && changed_by_user(udp, high))
+        order[n++] = high;
+    if (low && !changed_by_user(udp, low))
+        order[n++] = low;
+    if (high != low && !changed_by_user(udp, high))
+        order[n++] = high;
+    for (guint i = 0; i < n; i++) {
+        int taken = try_port(udp, order[i], tvb, pinfo, tree, data);
+        if (taken > 0)
+            return taken;
+    }
+    return 0; /* UDP goes on to its heuristics */
+}
+
+dissector_handle_t pe_ws_udp_precedence_handle(dissector_handle_t registered, int proto, const char *name,
+                                               pe_ws_udp_claim_fn claim)
+{
+    DISSECTOR_ASSERT(n_precedences < array_length(precedences));
+    precedence *p = &precedences[n_precedences++];
+    p->registered = registered;
+    p->claim = claim;
+    p->promoted = create_dissector_handle_with_name_and_description(precedence_dispatch, proto, name,
+                                                                    dissector_handle_get_description(registered));
+    return p->promoted;
+}
+
+typedef struct port_scan {
+    dissector_handle_t handle;
+    GArray *ports;
+} port_scan;
+
+static void collect_port(const char *table_name _U_, ftenum_t selector_type _U_, gpointer key, gpointer value,
+                         gpointer user_data)
+{
+    port_scan *scan = user_data;
+    if (dtbl_entry_get_handle((dtbl_entry_t *)value) == scan->handle) {
+        guint32 port = GPOINTER_TO_UINT(key);
+        g_array_append_val(scan->ports, port);
+    }
+}
+
+void pe_ws_udp_promote(dissector_handle_t registered)
+{
+    const precedence *p = registered_by(registered);
+    if (!p || !find_dissector_table("udp.port"))
+        return;
+    /* Collected first: the table is not changed while it is walked. */
+    port_scan scan = {registered, g_array_new(FALSE, FALSE, sizeof(guint32))};
+    dissector_table_foreach("udp.port", collect_port, &scan);
+    for (guint i = 0; i < scan.ports->len; i++)
+        dissector_change_uint("udp.port", g_array_index(scan.ports, guint32, i), p->promoted);
+    g_array_free(scan.ports, TRUE);
+}

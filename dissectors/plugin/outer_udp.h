@@ -1,0 +1,43 @@
+/*
+ * What the dissectors do about the UDP they arrive in (PSP on 1000, EESP on
+ * 4500): port precedence.  Wireshark's UDP (packet-udp.c, decode_udp_ports, the
+ * same in 4.0 to 4.6) tries the lower of the two ports first, so a PSP
+ * packet to 1000 from source port 631 went to CUPS and was never decrypted.
+ * Before both ports' registrations it tries an entry that differs from its
+ * registration, as a Decode As or a port preference leaves it.  So each
+ * dissector keeps its registration (with the port preference and Decode As)
+ * and points its entries at a second handle, "promoted", that runs one
+ * dispatch for every packet from or to any promoted port:
+ *
+ *   1. a packet to a promoted port that its protocol claims (PSP: every one;
+ *      EESP: first bit set) goes to that protocol;
+ *   2. everything else goes through UDP's own order (changed entries, then
+ *      the lower port, then the higher) as if no entry were promoted.
+ *
+ * Heuristics stay after the ports, as UDP has them by default; with UDP's
+ * try_heuristic_first set they come after a promoted port's own packets.
+ * Decode As, a preference change or a profile change puts the registrations
+ * back; pe_ws_udp_promote() runs again after each (handoff, preference
+ * callback, and the init routine run before every dissection of a file).
+ */
+#ifndef PE_WS_OUTER_UDP_H
+#define PE_WS_OUTER_UDP_H
+
+#include <epan/packet.h>
+
+/* Whether a packet to one of the protocol's ports is the protocol's. */
+typedef gboolean (*pe_ws_udp_claim_fn)(tvbuff_t *tvb, packet_info *pinfo);
+
+/*
+ * The promoted handle of `registered` (at most a few per plugin): of
+ * protocol `proto` (one in name only, so that it adds no layer of its own),
+ * with `registered`'s description, so that Decode As shows and saves the
+ * registration's name.
+ */
+dissector_handle_t pe_ws_udp_precedence_handle(dissector_handle_t registered, int proto, const char *name,
+                                               pe_ws_udp_claim_fn claim);
+
+/* Point every udp.port entry currently at `registered` to its promoted handle. */
+void pe_ws_udp_promote(dissector_handle_t registered);
+
+#endif
