@@ -80,8 +80,8 @@ CATEGORY_LOOK = {
 # Our own expert infos, by field name: a packet that decrypted must carry none of them.
 CATEGORY_EXPERTS = {p: tuple(f"{p}.expert.{c.replace('-', '_')}" for c in CATEGORIES if c != "ok")
                     for p in ("psp", "eesp")}
-PSP_EXPERTS = CATEGORY_EXPERTS["psp"] + ("psp.expert.gmac_unverified",)
-EESP_EXPERTS = CATEGORY_EXPERTS["eesp"] + ("eesp.expert.seq_wrong",)
+PSP_EXPERTS = CATEGORY_EXPERTS["psp"] + ("psp.expert.gmac_unverified", "psp.expert.udp_zero_checksum")
+EESP_EXPERTS = CATEGORY_EXPERTS["eesp"] + ("eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum")
 # Other dissectors' opinions we do not want to depend on.
 QUIET = ("-o", "tcp.analyze_sequence_numbers:FALSE", "-o", "tcp.check_checksum:FALSE",
          "-o", "udp.check_checksum:FALSE", "-o", "udp.ignore_ipv6_zero_checksum:TRUE")
@@ -805,14 +805,27 @@ def psp_cut_capture(work, psp_files):
 
 
 def test_psp_snap_length_cut(psp_cut_capture, psp_files, psp_cases, empty_profile):
-    rows = fields(psp_cut_capture, ("psp.status", "psp.spi", "frame.cap_len", "frame.len"), profile=empty_profile,
+    """Status capture-packet-cut; what was captured of the header is shown, the VC too (as sent: a cut packet
+    cannot be decrypted, so a VC under a crypt offset below 2 words shows encrypted)."""
+    rows = fields(psp_cut_capture, ("psp.status", "psp.spi", "psp.vc", "psp.sectoken", "psp.virtkey", "psp.ext",
+                                    "frame.cap_len", "frame.len", "_ws.col.Info"), profile=empty_profile,
                   opts=[f"psp.keyfile:{psp_files['keyfile']}"])
     pkts = packets_json(psp_cut_capture, profile=empty_profile, opts=[f"psp.keyfile:{psp_files['keyfile']}"])
     for row, pkt, case in zip(rows, pkts, psp_cases):
+        h = case.header
         assert row["frame.cap_len"] == ["90"] and int(row["frame.len"][0]) > 90
-        assert row["psp.spi"] == [f"0x{case.header.spi:08x}"]
+        assert row["psp.spi"] == [f"0x{h.spi:08x}"]
         assert row["psp.status"] == ["capture-packet-cut"], case.label
         assert "psp.expert.cut_by_capture" in experts(pkt)
+        # Ethernet + IPv6 + UDP + header + VC is 86 octets: every VC was captured
+        assert row["psp.vc"] == ([f"0x{h.vc.hex()}"] if h.virt else []), case.label
+        assert row["psp.sectoken"] == ([f"0x{h.vc[:4].hex()}"] if h.virt else []), case.label
+        assert row["psp.virtkey"] == ([f"0x{h.vc[4:].hex()}"] if h.virt else []), case.label
+        captured = len(psp_of(case.outer)) - (int(row["frame.len"][0]) - 90)
+        ext = (h.extension[8:] if h.virt else h.extension)[:max(0, captured - 16 - (8 if h.virt else 0))]
+        assert row["psp.ext"] == ([ext.hex()] if ext else []), case.label
+        assert "[no key]" not in row["_ws.col.Info"][0]
+    assert any(c.header.virt and parse_ip(c.outer).family == 6 for c in psp_cases)
 
 
 def test_psp_cut_packet_shows_no_icv(psp_cut_capture, psp_files, psp_cases, empty_profile):
@@ -1722,8 +1735,8 @@ def test_every_category_has_its_expert_item_per_protocol(empty_profile):
         assert len(CATEGORY_EXPERTS[proto]) == len(CATEGORIES) - 1
         # the items not about a status
         assert ours - set(CATEGORY_EXPERTS[proto]) == {
-            "psp": {"psp.expert.gmac_unverified"},
-            "eesp": {"eesp.expert.seq_wrong"}}[proto]
+            "psp": {"psp.expert.gmac_unverified", "psp.expert.udp_zero_checksum"},
+            "eesp": {"eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum"}}[proto]
 
 
 # --------------------------------------------------------------------------- 10. google/psp reference configs
@@ -1878,3 +1891,58 @@ def test_precedence_survives_decode_as_and_follows_the_port_preference(work, pre
     for row, (kind, p, _) in zip(rows, items):
         if kind == "psp":
             assert row["psp.status"] == ["ok"], (p, row)
+
+
+# --------------------------------------------------------------------------- 12. what a person sees
+
+
+def test_no_key_packets_say_so_in_the_info_column(psp_files, eesp_files, psp_cases, eesp_cases, empty_profile):
+    """"[no key]" in the Info column of a packet no key opens; a GMAC one keeps it before the inner packet's."""
+    for cap, cases in ((psp_files["pcap-raw"], psp_cases), (eesp_files["pcap-ether"], eesp_cases)):
+        rows = fields(cap, ("_ws.col.Info",), profile=empty_profile)
+        assert len(rows) == len(cases)
+        for row, case in zip(rows, cases):
+            info = row["_ws.col.Info"][0]
+            if getattr(case, "header", None) is not None and case.header.version >= 2:
+                assert re.search(r" AES-GMAC-(128|256) \[no key\] \S", info), (case.label, info)
+            else:
+                assert info.endswith(" [no key]"), (case.label, info)
+    rows = fields(psp_files["pcap-raw"], ("_ws.col.Info",), profile=empty_profile,
+                  opts=[f"psp.keyfile:{psp_files['keyfile']}"])
+    assert not [r for r in rows if "[no key]" in r["_ws.col.Info"][0]]
+
+
+def test_sd_bits_are_shown_once(psp_files, psp_cases, empty_profile):
+    """The S and D bits have their rows; google/psp's name for them (psp.reserved1) stays a filter, not a row."""
+    out = tshark(["-n", "-r", str(psp_files["pcap-raw"]), *QUIET, "-V", "-O", "psp"], profile=empty_profile).stdout
+    assert "Sample (S)" in out and "Drop after sampling (D)" in out
+    assert "S/D bits" not in out and "google/psp" not in out
+    both = [i + 1 for i, c in enumerate(psp_cases) if c.header.sample and c.header.drop]
+    rows = fields(psp_files["pcap-raw"], ("frame.number",), profile=empty_profile, extra=["-Y", "psp.reserved1 == 3"])
+    assert [int(r["frame.number"][0]) for r in rows] == both and both
+
+
+def test_ipv6_zero_udp_checksum_is_explained(work, empty_profile):
+    """Wireshark calls checksum 0 over IPv6 illegal (udp.checksum.zero, an error on every packet the PSP reference
+    sends).  RFC 6936 allows it for tunnels: PSP and EESP add a note saying so and naming UDP's preference; with
+    the preference set Wireshark flags nothing, and neither do we.  A real checksum, or IPv4, gets no note."""
+    enc = pypsp.Encryptor(spi=0x00007101, master_keys=(MK0, MK1))
+    sa = EespSpec("zero", 0x80007102, "aes-gcm-16", key=_key(20, 81), mode="transport", options={"udp-encap": "1"},
+                  sa_kw={"udp_encap": True}).sa()
+    v6 = enc.encrypt(flow_packet(1400, 6, 17))
+    o = parse_ip(v6)
+    v6_summed = v6[:40] + l4(17, V6[0], o.dst, *struct.unpack("!HH", v6[40:44]), v6[48:])
+    packets = [v6, v6_summed, enc.encrypt(flow_packet(1401, 4, 17)), sa.encrypt(flow_packet(1402, 6, 17))]
+    assert v6[46:48] == b"\0\0" and v6_summed[46:48] != b"\0\0"
+    path = write_capture(work / "zero-checksum.pcap", packets)
+    want = [["udp.checksum.zero", "psp.expert.udp_zero_checksum"], [], [],
+            ["udp.checksum.zero", "eesp.expert.udp_zero_checksum"]]
+    for ignore, expect in (("FALSE", want), ("TRUE", [[]] * 4)):
+        proc = ws.run(["-n", "-r", str(path), "-T", "json", "--no-duplicate-keys", "-o",
+                       f"udp.ignore_ipv6_zero_checksum:{ignore}"], profile=empty_profile)
+        pkts = json.loads(proc.stdout)
+        got = [[n for n in experts(p) if n in ("udp.checksum.zero", "psp.expert.udp_zero_checksum",
+                                               "eesp.expert.udp_zero_checksum")] for p in pkts]
+        assert got == expect, ignore
+        notes = [(g, sv) for p in pkts for n, _, g, sv in expert_items(p) if n.endswith(".udp_zero_checksum")]
+        assert all(x == (PI_CHECKSUM, PI_NOTE) for x in notes)

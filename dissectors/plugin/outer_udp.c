@@ -1,8 +1,10 @@
-/* The UDP the dissectors arrive in: port precedence (outer_udp.h). */
+/* The UDP the dissectors arrive in: port precedence, zero checksums (outer_udp.h). */
 #define WS_BUILD_DLL
 #include <wireshark.h>
 
 #include <epan/packet.h>
+#include <epan/prefs-int.h>
+#include <epan/prefs.h>
 
 #include "outer_udp.h"
 
@@ -112,4 +114,30 @@ void pe_ws_udp_promote(dissector_handle_t registered)
     for (guint i = 0; i < scan.ports->len; i++)
         dissector_change_uint("udp.port", g_array_index(scan.ports, guint32, i), p->promoted);
     g_array_free(scan.ports, TRUE);
+}
+
+static gboolean udp_flags_ipv6_zero_checksum(void)
+{
+    module_t *udp = prefs_find_module("udp");
+    pref_t *pref = udp ? prefs_find_preference(udp, "ignore_ipv6_zero_checksum") : NULL;
+    return !pref || !prefs_get_bool_value(pref, pref_current);
+}
+
+void pe_ws_udp_zero_checksum_note(tvbuff_t *tvb, packet_info *pinfo, proto_item *item, expert_field *ei)
+{
+    if (pinfo->src.type != AT_IPv6 || !udp_flags_ipv6_zero_checksum())
+        return;
+    /*
+     * The UDP header is the 8 octets before the payload in the frame's data:
+     * read there, and only when its ports are the packet's (a payload that
+     * is not a plain slice of the frame is left alone).
+     */
+    tvbuff_t *ds = tvb_get_ds_tvb(tvb);
+    gint off = tvb_raw_offset(tvb);
+    if (!ds || off < 8 || (guint)off > tvb_captured_length(ds))
+        return;
+    if (tvb_get_ntohs(ds, off - 8) != pinfo->srcport || tvb_get_ntohs(ds, off - 6) != pinfo->destport ||
+        tvb_get_ntohs(ds, off - 2) != 0)
+        return;
+    expert_add_info(pinfo, item, ei);
 }

@@ -1,6 +1,8 @@
 /*
  * What the dissectors do about the UDP they arrive in (PSP on 1000, EESP on
- * 4500): port precedence.  Wireshark's UDP (packet-udp.c, decode_udp_ports, the
+ * 4500).
+ *
+ * Port precedence.  Wireshark's UDP (packet-udp.c, decode_udp_ports, the
  * same in 4.0 to 4.6) tries the lower of the two ports first, so a PSP
  * packet to 1000 from source port 631 went to CUPS and was never decrypted.
  * Before both ports' registrations it tries an entry that differs from its
@@ -23,6 +25,7 @@
 #ifndef PE_WS_OUTER_UDP_H
 #define PE_WS_OUTER_UDP_H
 
+#include <epan/expert.h>
 #include <epan/packet.h>
 
 /* Whether a packet to one of the protocol's ports is the protocol's. */
@@ -39,5 +42,14 @@ dissector_handle_t pe_ws_udp_precedence_handle(dissector_handle_t registered, in
 
 /* Point every udp.port entry currently at `registered` to its promoted handle. */
 void pe_ws_udp_promote(dissector_handle_t registered);
+
+/*
+ * IPv6 UDP checksum 0, which the PSP reference sends and RFC 6936 allows for
+ * tunnel protocols, is an error to Wireshark's UDP unless its preference
+ * udp.ignore_ipv6_zero_checksum is set.  Where UDP flagged it on the packet
+ * whose payload is tvb, `ei` (a note) on item says so and names the
+ * preference.
+ */
+void pe_ws_udp_zero_checksum_note(tvbuff_t *tvb, packet_info *pinfo, proto_item *item, expert_field *ei);
 
 #endif

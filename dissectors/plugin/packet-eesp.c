@@ -66,9 +66,11 @@ static gint ett_eesp_option = -1;
 
 static pe_ws_status_experts eesp_experts;
 static expert_field ei_eesp_seq_wrong = EI_INIT;
+static expert_field ei_eesp_zero_checksum = EI_INIT;
 
 /* eesp_udp_handle: the port's registration; eesp_udp_first_handle: the entry UDP tries first (outer_udp.h). */
 static dissector_handle_t eesp_handle, eesp_udp_handle, eesp_udp_first_handle, udp4500_fallback;
+static dissector_handle_t eesp_in_udp_handle; /* EESP handed on by the dispatcher */
 static dissector_table_t ip_proto_table;
 
 static gboolean handed_off;
@@ -256,10 +258,12 @@ static proto_item *add_status(proto_tree *tree, packet_info *pinfo, tvbuff_t *tv
         col_append_str(pinfo->cinfo, COL_INFO, " [ICV bad]");
     else if (st == PE_ERR_EESP_DUMMY)
         col_append_str(pinfo->cinfo, COL_INFO, " [dummy]");
+    if (cat == PE_CAT_NO_KEY)
+        col_append_str(pinfo->cinfo, COL_INFO, " [no key]");
     return ti;
 }
 
-static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree)
+static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, gboolean in_udp)
 {
     guint len = tvb_captured_length(tvb);
     const guint8 *buf = tvb_get_ptr(tvb, 0, len);
@@ -268,6 +272,8 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
     col_clear(pinfo->cinfo, COL_INFO);
     proto_item *ti = proto_tree_add_item(tree, proto_eesp, tvb, 0, -1, ENC_NA);
     proto_tree *et = proto_item_add_subtree(ti, ett_eesp);
+    if (in_udp)
+        pe_ws_udp_zero_checksum_note(tvb, pinfo, ti, &ei_eesp_zero_checksum);
 
     /* The SA is found by SPI and the (outer) destination: the address of the IP layer below. */
     int ip_version = pinfo->dst.type == AT_IPv4 ? 4 : pinfo->dst.type == AT_IPv6 ? 6 : 0;
@@ -362,7 +368,13 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
 
 static int dissect_eesp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data _U_)
 {
-    return dissect_eesp_common(tvb, pinfo, tree);
+    return dissect_eesp_common(tvb, pinfo, tree, FALSE);
+}
+
+/* EESP reached through the UDP dispatcher: the outer UDP is its own. */
+static int dissect_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data _U_)
+{
+    return dissect_eesp_common(tvb, pinfo, tree, TRUE);
 }
 
 static gboolean is_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo _U_)
@@ -375,7 +387,7 @@ static gboolean is_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo _U_)
 static int dissect_eesp_udp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data)
 {
     if (is_eesp_in_udp(tvb, pinfo))
-        return call_dissector_only(eesp_handle, tvb, pinfo, tree, data);
+        return call_dissector_only(eesp_in_udp_handle, tvb, pinfo, tree, data);
     if (udp4500_fallback)
         return call_dissector_with_data(udp4500_fallback, tvb, pinfo, tree, data);
     return call_data_dissector(tvb, pinfo, tree);
@@ -464,6 +476,9 @@ void proto_register_eesp(void)
     /* Not about a status: the status items come from experts.c. */
     static ei_register_info ei[] = {
         {&ei_eesp_seq_wrong, {"eesp.expert.seq_wrong", PI_SEQUENCE, PI_WARN, "Wrong sequence number", EXPFILL}},
+        {&ei_eesp_zero_checksum, {"eesp.expert.udp_zero_checksum", PI_CHECKSUM, PI_NOTE,
+                                  "UDP checksum 0 over IPv6 is allowed for EESP in UDP (RFC 6936); Wireshark's "
+                                  "UDP preference udp.ignore_ipv6_zero_checksum stops flagging it", EXPFILL}},
     };
 
     proto_eesp = proto_register_protocol("Enhanced Encapsulating Security Payload", "EESP", "eesp");
@@ -493,6 +508,7 @@ void proto_register_eesp(void)
     eesp_udp_handle = register_dissector("eesp.udp", dissect_eesp_udp, proto_eesp_udp);
     /* EESP to the port wins whatever its source port; ESP, IKE and keepalives go where they went (outer_udp.h). */
     eesp_udp_first_handle = pe_ws_udp_precedence_handle(eesp_udp_handle, proto_eesp_udp, "eesp.udp", is_eesp_in_udp);
+    eesp_in_udp_handle = create_dissector_handle_with_name(dissect_eesp_in_udp, proto_eesp, "eesp");
     register_init_routine(eesp_init);
     register_cleanup_routine(eesp_cleanup);
 }

@@ -52,6 +52,7 @@ static gint ett_psp_vc = -1;
 
 static pe_ws_status_experts psp_experts;
 static expert_field ei_psp_gmac_clear = EI_INIT;
+static expert_field ei_psp_zero_checksum = EI_INIT;
 
 /* The registration (port preference, Decode As); UDP tries its promoted handle first (outer_udp.h). */
 static dissector_handle_t psp_handle;
@@ -85,6 +86,8 @@ static void add_status(proto_tree *tree, packet_info *pinfo, tvbuff_t *tvb, pe_s
         for (size_t i = 0; i < kp->n; i++)
             pe_ws_status_expert_text(pinfo, status, &psp_experts, kp->v[i].status, kp->v[i].text);
     }
+    if (cat == PE_CAT_NO_KEY)
+        col_append_str(pinfo->cinfo, COL_INFO, " [no key]");
 }
 
 static void call_inner(tvbuff_t *inner, packet_info *pinfo, proto_tree *tree, guint8 next_header)
@@ -106,6 +109,7 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
 
     proto_item *ti = proto_tree_add_item(tree, proto_psp, tvb, 0, -1, ENC_NA);
     proto_tree *pt = proto_item_add_subtree(ti, ett_psp);
+    pe_ws_udp_zero_checksum_note(tvb, pinfo, ti, &ei_psp_zero_checksum);
 
     /* The fixed part, as far as it was captured. */
     if (len >= 1)
@@ -120,7 +124,9 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
         proto_item_append_text(it, " (%u octets)", (guint)h.crypt_offset * 4);
     }
     if (len >= 4) {
-        proto_tree_add_item(pt, hf_psp_reserved1, tvb, 3, 1, ENC_BIG_ENDIAN);
+        /* google/psp's name for the S and D bits, for its filters; the S and D rows show them. */
+        proto_item *it = proto_tree_add_item(pt, hf_psp_reserved1, tvb, 3, 1, ENC_BIG_ENDIAN);
+        proto_item_set_hidden(it);
         proto_tree_add_item(pt, hf_psp_sample, tvb, 3, 1, ENC_BIG_ENDIAN);
         proto_tree_add_item(pt, hf_psp_drop, tvb, 3, 1, ENC_BIG_ENDIAN);
         proto_tree_add_item(pt, hf_psp_version, tvb, 3, 1, ENC_BIG_ENDIAN);
@@ -141,7 +147,8 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
         col_set_str(pinfo->cinfo, COL_INFO, "PSP (truncated)");
 
     /* A packet cut by the snap length lacks its end: its ICV (and where the payload stops) is unknown. */
-    gboolean cut = tvb_reported_length(tvb) > len;
+    guint reported = tvb_reported_length(tvb);
+    gboolean cut = reported > len;
     /* Decrypt first: a crypt offset below 2 words encrypts (part of) the VC, shown decrypted then. */
     guint8 *out = wmem_alloc(pinfo->pool, len ? len : 1);
     size_t out_len = 0;
@@ -151,13 +158,19 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
     if (pref_encrypted_payload && !cut)
         st = pe_ws_psp_open(buf, len, out, len, &out_len, &oh);
 
-    /* Where the header's length is credible, show the extension area, payload and ICV. */
+    /*
+     * Where the header's length is credible (for a cut packet: against the
+     * packet as sent), show the extension area, payload and ICV, each as far
+     * as it was captured.
+     */
     guint icv_len = pref_encrypted_payload ? PE_PSP_ICV_LEN : 0;
     guint hlen = (guint)pe_psp_hdr_len(&h);
-    gboolean layout = len >= PE_PSP_HDR_LEN + icv_len && hst != PE_ERR_PSP_HDR_EXT_LEN && hlen + icv_len <= len;
+    gboolean layout = len >= PE_PSP_HDR_LEN && h.hdr_ext_len >= PE_PSP_HDRLEN_NOOPT &&
+                      hlen + icv_len <= (cut ? reported : len);
     proto_item *icv_item = NULL;
     if (layout) {
         guint ext_off = PE_PSP_HDR_LEN;
+        guint hdr_end = MIN(hlen, len);
         if (h.virt && hlen >= PE_PSP_HDR_LEN + PE_PSP_VC_LEN) {
             proto_item *vi;
             proto_tree *vt;
@@ -168,7 +181,7 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
                 vt = proto_item_add_subtree(vi, ett_psp_vc);
                 proto_tree_add_uint(vt, hf_psp_sectoken, tvb, 16, 4, pntohu32(vc));
                 proto_tree_add_uint(vt, hf_psp_virtkey, tvb, 20, 4, pntohu32(vc + 4));
-            } else {
+            } else if (hdr_end >= PE_PSP_HDR_LEN + PE_PSP_VC_LEN) {
                 vi = proto_tree_add_item(pt, hf_psp_vc, tvb, 16, 8, ENC_BIG_ENDIAN);
                 vt = proto_item_add_subtree(vi, ett_psp_vc);
                 proto_tree_add_item(vt, hf_psp_sectoken, tvb, 16, 4, ENC_BIG_ENDIAN);
@@ -176,8 +189,8 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
             }
             ext_off += PE_PSP_VC_LEN;
         }
-        if (hlen > ext_off)
-            proto_tree_add_item(pt, hf_psp_ext, tvb, ext_off, hlen - ext_off, ENC_NA);
+        if (hdr_end > ext_off)
+            proto_tree_add_item(pt, hf_psp_ext, tvb, ext_off, hdr_end - ext_off, ENC_NA);
         if (!cut && len - icv_len > hlen)
             proto_tree_add_item(pt, hf_psp_payload, tvb, hlen, len - icv_len - hlen, ENC_NA);
         if (icv_len && !cut)
@@ -203,8 +216,10 @@ static int dissect_psp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void
         col_append_str(pinfo->cinfo, COL_INFO, " [ICV bad]");
     } else if ((st == PE_ERR_NO_KEY || st == PE_ERR_PSP_VERSION_DISABLED) && layout &&
                (h.version == PE_PSP_AES_GMAC_128 || h.version == PE_PSP_AES_GMAC_256)) {
-        /* GMAC leaves the payload in clear: show it, marked as not verified. */
+        /* GMAC leaves the payload in clear: show it, marked as not verified, after the "[no key]" it keeps. */
         expert_add_info(pinfo, icv_item, &ei_psp_gmac_clear);
+        col_append_str(pinfo->cinfo, COL_INFO, " ");
+        col_set_fence(pinfo->cinfo, COL_INFO);
         tvbuff_t *inner = tvb_new_subset_length(tvb, hlen, len - PE_PSP_ICV_LEN - hlen);
         call_inner(inner, pinfo, tree, h.next_header);
     }
@@ -274,6 +289,10 @@ void proto_register_psp(void)
     static ei_register_info ei[] = {
         {&ei_psp_gmac_clear, {"psp.expert.gmac_unverified", PI_SECURITY, PI_NOTE,
                               "GMAC payload shown in clear without verifying its ICV (no key)", EXPFILL}},
+        {&ei_psp_zero_checksum, {"psp.expert.udp_zero_checksum", PI_CHECKSUM, PI_NOTE,
+                                 "UDP checksum 0 over IPv6 is allowed for PSP (RFC 6936, the PSP reference "
+                                 "sends it); Wireshark's UDP preference udp.ignore_ipv6_zero_checksum "
+                                 "stops flagging it", EXPFILL}},
     };
 
     proto_psp = proto_register_protocol("PSP Security Protocol", "PSP", "psp");
