@@ -1524,6 +1524,22 @@ static pe_status cfg_sa(cfg_lexer *lx, pe_psp_refcfg *cfg, pe_keyfile_error *err
     return PE_OK;
 }
 
+int pe_psp_refcfg_detect(const char *text, size_t len)
+{
+    if (!text || memchr(text, '=', len))
+        return 0;
+    size_t i = 0;
+    while (i < len && cfg_space(text[i]))
+        i++;
+    size_t start = i;
+    while (i < len && !cfg_space(text[i])) {
+        if (hex_digit((unsigned char)text[i]) < 0)
+            return 0;
+        i++;
+    }
+    return i > start && i - start <= 2;
+}
+
 pe_status pe_psp_refcfg_parse(const char *text, size_t len, pe_psp_refcfg *cfg, pe_keyfile_error *err)
 {
     cfg_lexer lx;

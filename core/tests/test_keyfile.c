@@ -1167,6 +1167,20 @@ static void test_refcfg_inline(void)
         if (!ok)
             fprintf(stderr, "  refcfg case %zu: got %s line %zu \"%s\"\n", i, pe_status_name(st), err.line, err.message);
     }
+    /* Which texts are reference configs: no '=' anywhere, a first token of one or two hex digits. */
+    {
+        static const struct {
+            const char *text;
+            int refcfg;
+        } d[] = {
+            {"0 1 2", 1}, {"\n\t 1f\n", 1}, {"ab cd", 1}, {"1", 1}, {"", 0}, {" \n", 0}, {"123 4", 0},
+            {"g1 2", 0}, {"1 key=2", 0}, {"# comment\npsp-master key0=00", 0}, {"psp-master", 0}, {"-1 2", 0},
+        };
+        for (i = 0; i < sizeof d / sizeof d[0]; i++)
+            CHECK(pe_psp_refcfg_detect(d[i].text, strlen(d[i].text)) == d[i].refcfg);
+        CHECK(!pe_psp_refcfg_detect(NULL, 0));
+        CHECK(pe_psp_refcfg_detect("1\0=", 1) && !pe_psp_refcfg_detect("1\0=", 3)); /* '=' past a NUL counts */
+    }
     CHECK(pe_psp_refcfg_parse(NULL, 0, &cfg, &err) == PE_ERR_KEYFILE_SYNTAX);
     CHECK(pe_psp_refcfg_parse(NULL, 1, &cfg, &err) == PE_ERR_INVALID_ARGUMENT);
     CHECK(pe_psp_refcfg_parse("", 0, NULL, &err) == PE_ERR_INVALID_ARGUMENT);
@@ -1235,6 +1249,7 @@ static void test_refcfg_reference(void)
     }
     CHECK(pe_psp_refcfg_parse(text, len, &cfg, &err) == PE_OK);
     CHECK(!cfg.has_sa && hex_equals(cfg.key0, 32, MK0) && hex_equals(cfg.key1, 32, MK1));
+    CHECK(pe_psp_refcfg_detect(text, len));
     free(text);
 
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1246,6 +1261,7 @@ static void test_refcfg_reference(void)
             continue;
         st = pe_psp_refcfg_parse(text, len, &cfg, &err);
         CHECK(st == PE_OK);
+        CHECK(pe_psp_refcfg_detect(text, len));
         CHECK(cfg.has_sa && cfg.spi == cases[i].spi && cfg.tunnel == cases[i].tunnel &&
               cfg.version == cases[i].version && cfg.crypt_offset == cases[i].co &&
               cfg.crypt_offset_ipv4 == cases[i].co4 && cfg.crypt_offset_ipv6 == cases[i].co6 &&

@@ -139,33 +139,6 @@ static pe_status read_key_text(const char *path, char **text, size_t *len, pe_ke
     return PE_OK;
 }
 
-/* fscanf's whitespace, which separates a reference config's tokens. */
-static gboolean refcfg_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
-
-/*
- * A text with no '=' whose first token is one or two hex digits can only be
- * a reference config (a key-file line always holds name=value fields): the
- * rule of the Lua dissectors' looks_like_refcfg, so both read a file alike.
- */
-static gboolean looks_like_refcfg(const char *text, size_t len)
-{
-    if (memchr(text, '=', len))
-        return FALSE;
-    size_t i = 0;
-    while (i < len && refcfg_space(text[i]))
-        i++;
-    size_t start = i;
-    while (i < len && !refcfg_space(text[i])) {
-        if (!g_ascii_isxdigit(text[i]))
-            return FALSE;
-        i++;
-    }
-    return i > start && i - start <= 2;
-}
-
 /* What the key-file preference named: a key file, or a reference config's master keys. */
 typedef struct key_source {
     pe_keyfile kf; /* empty for a reference config */
@@ -183,7 +156,7 @@ static gboolean key_source_load(key_source *ks, const char *what, const char *pa
     pe_status st = read_key_text(path, &text, &len, &ke);
     const char *kind = "";
     if (st == PE_OK) {
-        ks->refcfg = looks_like_refcfg(text, len);
+        ks->refcfg = pe_psp_refcfg_detect(text, len); /* the core's rule: every reader decides alike */
         if (ks->refcfg) {
             kind = "google/psp reference config: ";
             st = pe_psp_refcfg_parse(text, len, &ks->ref, &ke);

@@ -174,6 +174,14 @@ typedef struct pe_psp_refcfg {
 } pe_psp_refcfg;
 
 pe_status pe_psp_refcfg_parse(const char *text, size_t len, pe_psp_refcfg *cfg, pe_keyfile_error *err);
+/*
+ * Is this text a reference config rather than a key file?  A text with no
+ * '=' whose first token is one or two hex digits (a reference config starts
+ * with its version or mode number) can only be one: every key-file line holds
+ * name=value fields.  Readers that take either (the plugin's and pelua's key
+ * file; the pure-Lua scripts copy the rule) ask this, so all decide alike.
+ */
+int pe_psp_refcfg_detect(const char *text, size_t len);
 
 #ifdef __cplusplus
 }
