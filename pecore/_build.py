@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import glob
 import os
+import shlex
+import subprocess
+import sysconfig
 
 from cffi import FFI
 
@@ -427,6 +430,51 @@ pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_
                                  size_t *out_len, pe_status *why);
 """
 
+NEEDS = (
+    "building psp-eesp compiles its C core, which needs a C compiler and the OpenSSL 3 development headers:\n"
+    "  Debian/Ubuntu:  apt-get install build-essential libssl-dev\n"
+    "  Fedora/RHEL:    dnf install gcc openssl-devel\n"
+    "  macOS:          xcode-select --install; brew install openssl@3 pkg-config\n"
+    "(headers outside the default paths: set PKG_CONFIG_PATH so that `pkg-config openssl` finds them, or CFLAGS)"
+)
+
+
+def _openssl_flags() -> tuple:
+    """(include dirs, library dirs) from pkg-config, when it knows OpenSSL; the defaults otherwise."""
+    try:
+        p = subprocess.run(["pkg-config", "--cflags-only-I", "--libs-only-L", "openssl"], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return [], []
+    if p.returncode != 0:
+        return [], []
+    words = shlex.split(p.stdout)
+    return [w[2:] for w in words if w.startswith("-I")], [w[2:] for w in words if w.startswith("-L")]
+
+
+def check_build_needs(include_dirs=(), cc=None) -> None:
+    """Fail early, with what to install, when no compiler or no OpenSSL 3 headers are there.
+
+    Without this, pip shows a compiler error about openssl/core_names.h deep in its log.
+    """
+    cc = shlex.split(cc or os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    flags = [f"-I{d}" for d in include_dirs] + shlex.split(os.environ.get("CFLAGS", ""))
+    probe = "#include <openssl/core_names.h>\n#include <openssl/evp.h>\n"
+    try:
+        p = subprocess.run([*cc, *flags, "-E", "-x", "c", "-"], input=probe, capture_output=True, text=True,
+                           timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SystemExit(f"psp-eesp: no working C compiler ({' '.join(cc)}: {e}).\n{NEEDS}") from None
+    if p.returncode != 0:
+        missing = "OpenSSL 3 headers not found" if "openssl" in p.stderr else "the C compiler failed"
+        raise SystemExit(f"psp-eesp: {missing} ({p.stderr.strip().splitlines()[0] if p.stderr.strip() else ''}).\n"
+                         f"{NEEDS}")
+
+
+_ssl_include, _ssl_libdirs = _openssl_flags()
+if os.environ.get("PE_SKIP_BUILD_CHECK") != "1":
+    check_build_needs(_ssl_include)
+
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
@@ -435,7 +483,8 @@ ffibuilder.set_source(
         f'#include "pe/{h}.h"' for h in ("status", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp")
     ),
     sources=sorted(glob.glob(os.path.join(CORE, "src", "*.c"))),
-    include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src")],
+    include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src"), *_ssl_include],
+    library_dirs=_ssl_libdirs,
     libraries=["crypto"],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-unused-parameter"]
     + (os.environ.get("PE_EXTRA_CFLAGS", "").split()),

@@ -23,6 +23,19 @@ def key_bytes(key: Key, what: str, error: Type[Exception]) -> bytes:
     raise error(f"{what} must be bytes or a hex string, not {type(key).__name__}")
 
 
+def require_extra(module: str, extra: str, for_what: str) -> None:
+    """Import ``module`` or fail with the pip extra that installs it (not a bare ModuleNotFoundError)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        raise ModuleNotFoundError(f"{for_what} needs {module}: pip install 'psp-eesp[{extra}]' (or pip install {module})",
+                                  name=module) from None
+
+
 def packet_buffer(data: object, name: str):
     """A C view (``uint8_t[]``, no copy) of any bytes-like object: bytes, bytearray, memoryview, array, mmap.
 

@@ -530,7 +530,8 @@ def validate(doc: Any, schema: Optional[dict] = None) -> List[str]:
     try:
         import jsonschema
     except ImportError as e:  # pragma: no cover - the test extra installs it
-        raise RuntimeError("schema validation needs the jsonschema package (pip install jsonschema)") from e
+        raise RuntimeError("schema validation needs jsonschema: pip install 'psp-eesp[vectors]' "
+                           "(or pip install jsonschema)") from e
     if schema is None:
         name = doc.get("schema") if isinstance(doc, dict) else None
         schema = all_schemas().get(name)  # type: ignore[arg-type]

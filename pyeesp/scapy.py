@@ -23,6 +23,10 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional, Union
 
+from pecore.util import require_extra
+
+require_extra("scapy", "scapy", "pyeesp.scapy")
+
 from scapy.compat import raw
 from scapy.data import IP_PROTOS
 from scapy.fields import (

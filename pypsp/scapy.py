@@ -36,6 +36,10 @@ from __future__ import annotations
 import struct
 from typing import Callable, Optional, Sequence, Union
 
+from pecore.util import require_extra
+
+require_extra("scapy", "scapy", "pypsp.scapy")
+
 from scapy.compat import raw
 from scapy.data import IP_PROTOS
 from scapy.fields import (

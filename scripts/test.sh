@@ -78,7 +78,18 @@ tar tzf build/sdist/*.tar.gz > build/sdist/contents.txt
 for f in core/include/pe/psp.h core/include/pe/eesp.h core/src/psp.c core/src/eesp.c core/src/keytable.h; do
     grep -q "/$f\$" build/sdist/contents.txt || { echo "sdist lacks $f" >&2; false; }
 done
+grep -q "/LICENSE\$" build/sdist/contents.txt || { echo "sdist lacks LICENSE" >&2; false; }
 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w build/sdist build/sdist/*.tar.gz
+# One wheel for every CPython >= 3.9 (the extension uses the limited API), with the license pip shows.
+WHEEL=$(ls build/sdist/*.whl)
+[[ "$WHEEL" == *-cp39-abi3-*.whl ]] || { echo "wheel is not tagged abi3: $WHEEL" >&2; false; }
+.venv/bin/python - "$WHEEL" <<'PY'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+assert "License-Expression: Apache-2.0" in z.read(meta).decode(), "no License-Expression in the wheel"
+assert any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist()), "no LICENSE in the wheel"
+PY
 
 step "benchmark smoke run"
 if [[ -x bench/run ]]; then bench/run --quick; else echo "bench/run missing" >&2; false; fi
