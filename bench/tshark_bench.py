@@ -28,6 +28,26 @@ none where it must not.
 
 Target: plugin decrypting <= 1.3 x Wireshark ESP (best wall times).
 
+A second section, the Lua dissectors (issue 12; information rows, no target),
+times on the same PSP capture, with the same output work:
+
+* **(a)** the C plugin decrypting (the run above);
+* **(b)** dissectors/lua/psp.lua decrypting in pure Lua, with no C plugin and
+  a LUA_CPATH that finds no C module: only where this tshark's Lua has
+  GcryptCipher and math.type (Wireshark 4.6+), which a probe script run the
+  same way tells; otherwise the row says why it was not measured;
+* **(c)** psp.lua with the pelua C module (build/lua/pelua.so) decrypting;
+* **(d)** psp.lua without a key file: headers only;
+* **(e)** no PSP dissector at all (the "no plugin" run above);
+* for information: the C plugin without a key file, and psp.lua's start-up.
+
+Each of these is checked first with ``-e frame.protocols`` added: inner
+ports in every packet for (a)-(c), none for (d) and (e), a psp layer in
+every packet except in (e), and nothing from psp.lua on stderr.
+``--lua-only`` runs only this section (and builds no ESP captures):
+``scripts/wireshark-chroot.sh sid --bench`` runs it that way against
+Wireshark 4.6.
+
 Run it alone with ``.venv/bin/python bench/tshark_bench.py [--packets N]`` or
 through ``bench/run --only tshark``; ``bench/run`` without --only runs it
 after the other sections.  Markdown goes to stdout, progress to stderr.
@@ -39,6 +59,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import statistics
@@ -52,8 +73,9 @@ from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = ROOT / "build" / "plugin" / "plugins"  # cmake -S dissectors/plugin -B build/plugin
-PLUGIN_SO = PLUGIN_DIR / "4.0" / "epan" / "psp_eesp.so"
 EMPTY_PLUGIN_DIR = ROOT / "build" / "no-plugins"  # as tests/wireshark.py: a plugin dir with nothing in it
+PSP_LUA = ROOT / "dissectors" / "lua" / "psp.lua"
+LUA_MODULE_DIR = ROOT / "build" / "lua"  # cmake -S dissectors/lua -B build/lua: pelua.so for this tshark's Lua
 TSHARK = shutil.which("tshark") or "/usr/bin/tshark"
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"  # absolute: the child runs with an empty environment
 
@@ -221,17 +243,42 @@ def esp_uat_options() -> List[str]:
 # -------------------------------------------------------------------- tshark
 
 
+_versions: Optional[Tuple[Optional[str], Optional[str]]] = None
+
+
+def tshark_versions() -> Tuple[Optional[str], Optional[str]]:
+    """(Wireshark major.minor, Lua major.minor) of the tshark under test, as tests/wireshark.py reads them."""
+    global _versions
+    if _versions is None:
+        out = subprocess.run([TSHARK, "--version"], capture_output=True, text=True,
+                             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}).stdout
+        ws = re.search(r"\(Wireshark\) (\d+\.\d+)\.", out)
+        lua = re.search(r"\bwith Lua\s+(\d+\.\d+)", out)  # the version line wraps anywhere
+        _versions = (ws.group(1) if ws else None), (lua.group(1) if lua else None)
+    return _versions
+
+
+def plugin_so() -> Path:
+    """Where the plugin build puts the module for this tshark: plugins load only from plugins/<major.minor>/."""
+    return PLUGIN_DIR / (tshark_versions()[0] or "4.0") / "epan" / "psp_eesp.so"
+
+
 class Tshark:
-    """tshark as ``nobody`` (when root) with a chosen plugin dir, as tests/wireshark.py runs it."""
+    """tshark as ``nobody`` (when root) with a chosen plugin dir, as tests/wireshark.py runs it.
+
+    ``cpath``: a folder for LUA_CPATH (``<cpath>/?.so``, without ``;;``), so that ``require`` sees only what
+    is there and not the Lua's default folders, where the chroot script installs pelua.  The environment is
+    otherwise empty, so no LUA_CPATH_5_x is set to take precedence over it.
+    """
 
     def __init__(self, work: Path) -> None:
         self.home = work / "home"
         self.home.mkdir(mode=0o777)
         self.home.chmod(0o777)
 
-    def command(self, args: Sequence[str], plugin: bool) -> List[str]:
+    def command(self, args: Sequence[str], plugin: bool, cpath: Optional[Path] = None) -> List[str]:
         if not plugin:
-            (EMPTY_PLUGIN_DIR / "4.0" / "epan").mkdir(parents=True, exist_ok=True)
+            (EMPTY_PLUGIN_DIR / (tshark_versions()[0] or "4.0") / "epan").mkdir(parents=True, exist_ok=True)
         env = {
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": str(self.home),
@@ -240,19 +287,24 @@ class Tshark:
             "TZ": "UTC",
             "LC_ALL": "C.UTF-8",
         }
+        if cpath is not None:
+            env["LUA_CPATH"] = f"{cpath}/?.so"
         as_user = [RUNUSER, "-u", "nobody", "--"] if os.geteuid() == 0 else []
         return [*as_user, "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), TSHARK, *args]
 
-    def output(self, args: Sequence[str], plugin: bool) -> str:
-        cmd = self.command(args, plugin)
+    def completed(self, args: Sequence[str], plugin: bool, cpath: Optional[Path] = None) -> subprocess.CompletedProcess:
+        cmd = self.command(args, plugin, cpath)
         p = subprocess.run(cmd, capture_output=True, text=True, env={})
         if p.returncode != 0:
             die(f"tshark bench: tshark failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-3000:]}")
-        return p.stdout
+        return p
 
-    def timed(self, args: Sequence[str], plugin: bool) -> Tuple[float, float]:
+    def output(self, args: Sequence[str], plugin: bool, cpath: Optional[Path] = None) -> str:
+        return self.completed(args, plugin, cpath).stdout
+
+    def timed(self, args: Sequence[str], plugin: bool, cpath: Optional[Path] = None) -> Tuple[float, float]:
         """(wall seconds, CPU seconds user+sys of tshark and its wrappers) of one run, stdout to /dev/null."""
-        cmd = self.command(args, plugin)
+        cmd = self.command(args, plugin, cpath)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={})
@@ -312,19 +364,78 @@ def shell_cmd(args: Sequence[str]) -> str:
 def plugin_missing() -> Optional[str]:
     if not Path(TSHARK).exists():
         return "tshark is not installed"
-    if not PLUGIN_SO.exists():
-        return f"no plugin at {PLUGIN_SO.relative_to(ROOT)} (`cmake -S dissectors/plugin -B build/plugin && cmake --build build/plugin`)"
+    if not plugin_so().exists():
+        return f"no plugin at {plugin_so().relative_to(ROOT)} (`cmake -S dissectors/plugin -B build/plugin && cmake --build build/plugin`)"
     return None
 
 
-def run(n_packets: int, repeats: int, tmp_root: Optional[str] = None, keep: bool = False) -> dict:
+# What this tshark's Lua offers psp.lua, whose engine is pelua when require finds it, else pure Lua when
+# GcryptCipher and math.type exist.  Run exactly as the Lua rows are (no C plugin, the same LUA_CPATH).
+PROBE_LUA = r"""
+local ok, m = pcall(require, "pelua")
+local err = ok and "" or (tostring(m):match("^[^\n]*"))
+io.stdout:write(table.concat({ "PE_PROBE", "lua=" .. _VERSION, "gcrypt=" .. tostring(GcryptCipher ~= nil),
+    "math_type=" .. tostring(math.type ~= nil),
+    "pelua=" .. tostring(ok and type(m) == "table" and type(m.load_keyfile) == "function"),
+    "pelua_error=" .. (err:gsub("\t", " ")) }, "\t") .. "\n")
+"""
+
+
+def lua_probe(ts: Tshark, probe: Path, empty: Path, cpath: Path) -> Optional[Dict[str, str]]:
+    """The probe's key=value fields, or None when tshark ran no Lua script (built without Lua)."""
+    out = ts.output(fields_args(empty) + ["-X", f"lua_script:{probe}"], False, cpath)
+    for line in out.splitlines():
+        if line.startswith("PE_PROBE\t"):
+            return dict(f.split("=", 1) for f in line.split("\t")[1:])
+    return None
+
+
+def check_lua_row(p: subprocess.CompletedProcess, expect: Sequence[Tuple[str, int]], what: str,
+                  decrypted: bool, psp_layer: bool) -> None:
+    """A Lua-section run's output with frame.protocols as a 4th column: ports as for the ESP section, and the
+    psp layer in every packet or in none, so that a dissector that failed to load cannot pass for fast."""
+    if "psp.lua:" in p.stderr or "Lua Error" in p.stderr or "Lua: Error" in p.stderr:
+        die(f"tshark bench: {what}: psp.lua complained on stderr:\n{p.stderr[-3000:]}")
+    lines, protos = [], []
+    for line in p.stdout.splitlines():
+        head, _, proto = line.rpartition("\t")
+        lines.append(head)
+        protos.append(proto)
+    wrong = [i for i, pr in enumerate(protos, 1) if ("psp" in pr.split(":")) != psp_layer]
+    if wrong:
+        die(f"tshark bench: {what}: {len(wrong)} packets {'without' if psp_layer else 'with'} a psp layer "
+            f"(first: frame {wrong[0]}: {protos[wrong[0] - 1]!r})")
+    out = "".join(line + "\n" for line in lines)
+    if decrypted:
+        check_decrypted(out, expect, what, outer_udp=PSP_PORT)
+    else:
+        check_not_decrypted(out, len(expect), what)
+
+
+# The Lua section's rows, in the order of its table (and, with --lua-only, of the runs in each round):
+# name: (label, decrypted, psp layer present)
+LUA_ROWS = {
+    "plugin": ("(a) C plugin decrypting", True, True),
+    "lua_pure": ("(b) psp.lua decrypting in pure Lua (GcryptCipher), no C module", True, True),
+    "lua_pelua": ("(c) psp.lua + pelua decrypting", True, True),
+    "lua_headers": ("(d) psp.lua, headers only (no key file)", False, True),
+    "plugin_headers": ("C plugin, headers only (no key file) (information)", False, True),
+    "no_plugin": ("(e) no PSP dissector (UDP data)", False, False),
+    "lua_startup": ("empty capture, psp.lua start-up, no C module (information)", None, None),
+    "startup": ("empty capture, start-up without psp.lua (C plugin loaded if built) (information)", None, None),
+}
+
+
+def run(n_packets: int, repeats: int, tmp_root: Optional[str] = None, keep: bool = False,
+        lua_only: bool = False) -> dict:
     """Make the captures, check what each tshark run dissects, and time the runs."""
     missing = plugin_missing()
     if not Path(TSHARK).exists():
-        return {"skipped": missing}
+        return {"skipped": missing, "lua_only": lua_only}
     have_plugin = missing is None
     work = Path(tempfile.mkdtemp(prefix="pe-tshark-bench-", dir=tmp_root))
     work.chmod(0o755)  # tshark runs as nobody: everything in here must be world-readable
+    lua: dict = {}
     try:
         t0 = time.perf_counter()
         frames, expect = make_frames(n_packets)
@@ -332,51 +443,120 @@ def run(n_packets: int, repeats: int, tmp_root: Optional[str] = None, keep: bool
         esp_udp = work / "esp-udp.pcap"
         write_pcap(plain, frames)
         psp_capture(plain, psp)
-        write_pcap(esp, esp_frames(frames))
-        write_pcap(esp_udp, esp_frames(frames, udp_encap=True))
+        captures = [("plain", plain), ("psp", psp)]
+        if not lua_only:
+            write_pcap(esp, esp_frames(frames))
+            write_pcap(esp_udp, esp_frames(frames, udp_encap=True))
+            captures += [("esp", esp), ("esp_udp", esp_udp)]
         write_pcap(empty, [])
         keyfile = work / "keys.txt"
         keyfile.write_text(key_file_text())
-        for p in (plain, psp, esp, esp_udp, empty, keyfile):
+        # psp.lua as it is in the tree, copied so that nobody can read it wherever the tree is
+        psp_lua, probe = work / "psp.lua", work / "probe.lua"
+        shutil.copyfile(PSP_LUA, psp_lua)
+        probe.write_text(PROBE_LUA)
+        no_modules = work / "no-lua-modules"  # LUA_CPATH folder with nothing in it: require finds no C module
+        no_modules.mkdir(mode=0o755)
+        for _, p in captures:
+            p.chmod(0o644)
+        for p in (empty, keyfile, psp_lua, probe):
             p.chmod(0o644)
         gen_s = time.perf_counter() - t0
-        sizes = {name: read_pcap_sizes(p) for name, p in (("plain", plain), ("psp", psp), ("esp", esp), ("esp_udp", esp_udp))}
+        sizes = {name: read_pcap_sizes(p) for name, p in captures}
         for name, s in sizes.items():
             if len(s) != n_packets:
                 die(f"tshark bench: {name} capture has {len(s)} packets, expected {n_packets}")
 
         ts = Tshark(work)
         psp_opts = ["-o", f"psp.keyfile:{keyfile}"]
-        # name: (args, plugin loaded, what the row is)
+        # name: (args, plugin loaded, LUA_CPATH folder or None)
         # In this order in every round: the two the target compares run back to back.
-        contenders: Dict[str, Tuple[List[str], bool]] = {}
+        contenders: Dict[str, Tuple[List[str], bool, Optional[Path]]] = {}
+        if not lua_only:
+            if have_plugin:
+                contenders["plugin"] = (fields_args(psp) + psp_opts, True, None)
+            contenders["esp"] = (fields_args(esp) + esp_uat_options(), have_plugin, None)
+            if have_plugin:
+                contenders["plugin_disabled"] = (fields_args(psp) + psp_opts + ["--disable-protocol", "psp"], True,
+                                                 None)
+            # ESP in UDP 4500 (information): the same layers as PSP (outer UDP, then the security header).
+            contenders["esp_udp"] = (fields_args(esp_udp) + esp_uat_options(), have_plugin, None)
+            contenders["no_plugin"] = (fields_args(psp), False, None)
+            # The inner packets unencrypted (information): the dissection work both decrypting runs share.
+            contenders["plaintext"] = (fields_args(plain), have_plugin, None)
+            # Start-up only (information): an empty capture, the decrypting run's options.
+            startup_args = (fields_args(empty) + psp_opts) if have_plugin else fields_args(empty)
+            contenders["startup"] = (startup_args, have_plugin, None)
+
+        # The Lua section (issue 12): which engines this tshark can run psp.lua with, then its rows.
+        lua_script = ["-X", f"lua_script:{psp_lua}"]
+        lua["not_measured"] = {}
+        info = lua_probe(ts, probe, empty, no_modules)
+        if info is None:
+            why = "this tshark runs no Lua scripts (the probe script printed nothing)"
+            lua["skipped"] = why
+            for k in ("lua_pure", "lua_pelua", "lua_headers", "lua_startup"):
+                lua["not_measured"][k] = why
+        else:
+            lua["tshark_lua"] = info["lua"]
+            if info["pelua"] == "true":
+                die(f"tshark bench: require finds pelua with LUA_CPATH={no_modules}/?.so, so psp.lua would not "
+                    "decrypt in pure Lua there")
+            if info["gcrypt"] != "true":
+                lua["not_measured"]["lua_pure"] = (f"this tshark's Lua ({info['lua']}) has no GcryptCipher "
+                                                   "(Wireshark 4.6 and later have it)")
+            elif info["math_type"] != "true":
+                lua["not_measured"]["lua_pure"] = f"this tshark's Lua ({info['lua']}) has no math.type (Lua 5.3+)"
+            pelua_so = LUA_MODULE_DIR / "pelua.so"
+            if not pelua_so.exists():
+                lua["not_measured"]["lua_pelua"] = (f"pelua is not built ({pelua_so.relative_to(ROOT)}: "
+                                                    "`cmake -S dissectors/lua -B build/lua && cmake --build build/lua`)")
+            else:
+                with_pelua = lua_probe(ts, probe, empty, LUA_MODULE_DIR)
+                if not with_pelua or with_pelua["pelua"] != "true":
+                    lua["not_measured"]["lua_pelua"] = (f"{pelua_so.relative_to(ROOT)} does not load in this tshark's "
+                                                        f"Lua: {(with_pelua or {}).get('pelua_error', '?')}")
         if have_plugin:
-            contenders["plugin"] = (fields_args(psp) + psp_opts, True)
-        contenders["esp"] = (fields_args(esp) + esp_uat_options(), have_plugin)
+            contenders.setdefault("plugin", (fields_args(psp) + psp_opts, True, None))
+        else:
+            lua["not_measured"]["plugin"] = lua["not_measured"]["plugin_headers"] = missing
+        if "lua_pure" not in lua["not_measured"]:
+            contenders["lua_pure"] = (fields_args(psp) + psp_opts + lua_script, False, no_modules)
+        if "lua_pelua" not in lua["not_measured"]:
+            contenders["lua_pelua"] = (fields_args(psp) + psp_opts + lua_script, False, LUA_MODULE_DIR)
+        if "lua_headers" not in lua["not_measured"]:
+            contenders["lua_headers"] = (fields_args(psp) + lua_script, False, no_modules)
         if have_plugin:
-            contenders["plugin_disabled"] = (fields_args(psp) + psp_opts + ["--disable-protocol", "psp"], True)
-        # ESP in UDP 4500 (information): the same layers as PSP (outer UDP, then the security header).
-        contenders["esp_udp"] = (fields_args(esp_udp) + esp_uat_options(), have_plugin)
-        contenders["no_plugin"] = (fields_args(psp), False)
-        # The inner packets unencrypted (information): the dissection work both decrypting runs share.
-        contenders["plaintext"] = (fields_args(plain), have_plugin)
-        # Start-up only (information): an empty capture, the decrypting run's options.
-        contenders["startup"] = ((fields_args(empty) + psp_opts) if have_plugin else fields_args(empty), have_plugin)
+            contenders["plugin_headers"] = (fields_args(psp), True, None)
+        contenders.setdefault("no_plugin", (fields_args(psp), False, None))
+        if "lua_startup" not in lua["not_measured"]:
+            contenders["lua_startup"] = (fields_args(empty) + psp_opts + lua_script, False, no_modules)
+        contenders.setdefault("startup", ((fields_args(empty) + psp_opts) if have_plugin else fields_args(empty),
+                                          have_plugin, None))
+        lua["rows"] = [k for k in LUA_ROWS if k in contenders]
 
         log("tshark bench: checking what each run dissects ...")
-        check_decrypted(ts.output(*contenders["esp"]), expect, "Wireshark ESP")
-        check_decrypted(ts.output(*contenders["esp_udp"]), expect, "Wireshark ESP in UDP", outer_udp=4500)
-        if have_plugin:
-            check_decrypted(ts.output(*contenders["plugin"]), expect, "plugin decrypting", outer_udp=PSP_PORT)
-            check_not_decrypted(ts.output(*contenders["plugin_disabled"]), n_packets, "plugin disabled")
-        check_not_decrypted(ts.output(*contenders["no_plugin"]), n_packets, "no plugin")
-        check_decrypted(ts.output(*contenders["plaintext"]), expect, "plaintext")
+        if not lua_only:
+            check_decrypted(ts.output(*contenders["esp"]), expect, "Wireshark ESP")
+            check_decrypted(ts.output(*contenders["esp_udp"]), expect, "Wireshark ESP in UDP", outer_udp=4500)
+            if have_plugin:
+                check_decrypted(ts.output(*contenders["plugin"]), expect, "plugin decrypting", outer_udp=PSP_PORT)
+                check_not_decrypted(ts.output(*contenders["plugin_disabled"]), n_packets, "plugin disabled")
+            check_not_decrypted(ts.output(*contenders["no_plugin"]), n_packets, "no plugin")
+            check_decrypted(ts.output(*contenders["plaintext"]), expect, "plaintext")
+        for name in lua["rows"]:
+            label, decrypted, psp_layer = LUA_ROWS[name]
+            if decrypted is None:
+                continue
+            args, plugin, cpath = contenders[name]
+            check_lua_row(ts.completed(list(args) + ["-e", "frame.protocols"], plugin, cpath), expect, label,
+                          decrypted, psp_layer)
 
         runs: Dict[str, List[Tuple[float, float]]] = {k: [] for k in contenders}
         for r in range(repeats):
             log(f"tshark bench: timing, round {r + 1} of {repeats} ...")
-            for name, (args, plugin) in contenders.items():
-                runs[name].append(ts.timed(args, plugin))
+            for name, (args, plugin, cpath) in contenders.items():
+                runs[name].append(ts.timed(args, plugin, cpath))
         if keep:
             log(f"tshark bench: captures kept in {work}")
     finally:
@@ -386,22 +566,29 @@ def run(n_packets: int, repeats: int, tmp_root: Optional[str] = None, keep: bool
     rows = {}
     for name, rr in runs.items():
         walls, cpus = [w for w, _ in rr], [c for _, c in rr]
+        args, plugin, cpath = contenders[name]
+        env = f"WIRESHARK_PLUGIN_DIR={PLUGIN_DIR if plugin else EMPTY_PLUGIN_DIR}"
+        if cpath is not None:
+            env += f" LUA_CPATH={cpath}/?.so"
         rows[name] = {"wall_best": min(walls), "wall_median": statistics.median(walls), "cpu_best": min(cpus),
-                      "walls": walls, "cpus": cpus, "plugin_loaded": contenders[name][1],
-                      "command": shell_cmd(contenders[name][0]).replace(str(work), "$DIR")}
+                      "walls": walls, "cpus": cpus, "plugin_loaded": plugin,
+                      "command": shell_cmd(args).replace(str(work), "$DIR"),
+                      "env": env.replace(str(work), "$DIR").replace(str(ROOT) + "/", "")}
     res: dict = {
         "packets": n_packets,
         "repeats": repeats,
+        "lua_only": lua_only,
         "generate_seconds": gen_s,
         "mean_frame": {k: statistics.fmean(v) for k, v in sizes.items()},
         "file_mb": {k: sum(v) / 1e6 for k, v in sizes.items()},
         "rows": rows,
-        "plugin": None if missing else str(PLUGIN_SO.relative_to(ROOT)),
+        "plugin": None if missing else str(plugin_so().relative_to(ROOT)),
         "plugin_missing": missing,
         "tshark": subprocess.run([TSHARK, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
+        "lua": lua,
     }
     start = rows["startup"]["wall_best"]
-    if "plugin" in rows:
+    if "plugin" in rows and "esp" in rows:
         p, e, d = rows["plugin"]["wall_best"], rows["esp"]["wall_best"], rows["plugin_disabled"]["wall_best"]
         res["ratio"] = p / e
         res["ratio_median"] = rows["plugin"]["wall_median"] / rows["esp"]["wall_median"]
@@ -418,7 +605,40 @@ def run(n_packets: int, repeats: int, tmp_root: Optional[str] = None, keep: bool
         res["pass"] = res["ratio"] <= RATIO_MAX
     else:
         res["pass"] = None
+    lua_derived(res)
     return res
+
+
+# Differences of best wall times, per packet: what each layer of work costs (the Lua section's breakdown).
+# name: (minuend row, subtrahend row, what the difference is)
+LUA_DIFFS = {
+    "lua_header_tree": ("lua_headers", "no_plugin", "psp.lua's header fields and tree (headers only - no dissector)"),
+    # Can be negative: without a PSP dissector, UDP tries its heuristic dissectors on every payload before "data".
+    "c_header_tree": ("plugin_headers", "no_plugin", "the C plugin's header fields and tree (headers only - no "
+                      "dissector, which runs UDP's heuristic dissectors on every packet)"),
+    "lua_over_c_headers": ("lua_headers", "plugin_headers",
+                           "psp.lua's header dissection over the C plugin's (headers only, both)"),
+    "c_open_inner": ("plugin", "plugin_headers",
+                     "C plugin: decryption + the inner packet's dissection (decrypting - headers only)"),
+    "pelua_open_inner": ("lua_pelua", "lua_headers",
+                         "psp.lua + pelua: decryption + the inner packet's dissection (decrypting - headers only)"),
+    "pure_open_inner": ("lua_pure", "lua_headers",
+                        "psp.lua in pure Lua: decryption + the inner packet's dissection (decrypting - headers only)"),
+    "pure_over_pelua": ("lua_pure", "lua_pelua", "the pure-Lua open over pelua's (pure Lua - pelua)"),
+}
+
+
+def lua_derived(res: dict) -> None:
+    rows, lua, n = res["rows"], res["lua"], res["packets"]
+    lua["vs_plugin"] = {k: rows[k]["wall_best"] / rows["plugin"]["wall_best"] for k in lua["rows"]
+                        if "plugin" in rows and LUA_ROWS[k][1] is not None}
+    lua["over_no_dissector_us_per_packet"] = {
+        k: (rows[k]["wall_best"] - rows["no_plugin"]["wall_best"]) / n * 1e6 for k in lua["rows"]
+        if LUA_ROWS[k][1] is not None}
+    lua["derived_us_per_packet"] = {k: (rows[a]["wall_best"] - rows[b]["wall_best"]) / n * 1e6
+                                    for k, (a, b, _) in LUA_DIFFS.items() if a in rows and b in rows}
+    if "lua_startup" in rows:
+        lua["lua_startup_over_c_s"] = rows["lua_startup"]["wall_best"] - rows["startup"]["wall_best"]
 
 
 # -------------------------------------------------------------------- output
@@ -438,12 +658,18 @@ ROW_LABELS = {
 def target_row(res: dict) -> dict:
     name = f"tshark + plugin decrypting PSP <= {RATIO_MAX}x Wireshark ESP decryption ({res.get('packets', 0):,} packets)"
     if res.get("pass") is None:
-        return {"name": name, "measured": "n/a", "result": f"not measured ({res.get('plugin_missing') or res.get('skipped')})",
-                "pass": None}
+        why = "--lua-only" if res.get("lua_only") else (res.get("plugin_missing") or res.get("skipped"))
+        return {"name": name, "measured": "n/a", "result": f"not measured ({why})", "pass": None}
     return {"name": name, "measured": f"{res['ratio']:.2f}x", "result": "PASS" if res["pass"] else "FAIL", "pass": res["pass"]}
 
 
 def markdown(res: dict) -> str:
+    if res.get("lua_only"):
+        return markdown_lua(res)
+    return markdown_esp(res) + "\n" + markdown_lua(res)
+
+
+def markdown_esp(res: dict) -> str:
     if res.get("skipped"):
         return f"## tshark: PSP plugin vs Wireshark ESP\n\nnot measured: {res['skipped']}\n"
     n = res["packets"]
@@ -490,6 +716,52 @@ def markdown(res: dict) -> str:
     return "\n".join(out)
 
 
+def markdown_lua(res: dict) -> str:
+    title = "## tshark: Lua dissectors (psp.lua) vs the C plugin"
+    if res.get("skipped"):
+        return f"{title}\n\nnot measured: {res['skipped']}\n"
+    n, lua, rows = res["packets"], res["lua"], res["rows"]
+    out = [
+        f"{title} ({n:,} packets)",
+        "",
+        f"{res['tshark'].rstrip('.')}, {lua.get('tshark_lua', 'Lua: none')}; the PSP capture (transport, v0, crypt "
+        f"offset 0, mean frame {res['mean_frame']['psp']:.1f} octets), output `-T fields -e frame.number -e tcp.dstport "
+        f"-e udp.dstport` to /dev/null; best of {res['repeats']} runs, in turns. psp.lua runs with no C plugin "
+        "(an empty WIRESHARK_PLUGIN_DIR) and LUA_CPATH set to build/lua "
+        "(pelua) or to an empty folder (no C module). Information rows, no target.",
+        "",
+        "| run | best wall s | median wall s | best CPU s | packets/s (best) | µs/packet over (e) | vs (a) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, (label, decrypted, _) in LUA_ROWS.items():
+        r = rows.get(name)
+        if name in lua["not_measured"]:
+            out.append(f"| {label} | not measured: {lua['not_measured'][name]} | | | | | |")
+            continue
+        if r is None:
+            continue
+        timed_packets = decrypted is not None
+        pps = f"{n / r['wall_best']:,.0f}" if timed_packets else ""
+        over = f"{lua['over_no_dissector_us_per_packet'][name]:.1f}" if timed_packets else ""
+        vs = f"{lua['vs_plugin'][name]:.2f}x" if name in lua["vs_plugin"] else ""
+        out.append(f"| {label} | {r['wall_best']:.3f} | {r['wall_median']:.3f} | {r['cpu_best']:.3f} | {pps} | "
+                   f"{over} | {vs} |")
+    out.append("")
+    if lua["derived_us_per_packet"]:
+        out += ["Per packet, from differences of best wall times:", ""]
+        for k, v in lua["derived_us_per_packet"].items():
+            out.append(f"- {LUA_DIFFS[k][2]}: {v:.1f} µs")
+        if "lua_startup_over_c_s" in lua:
+            out.append(f"- psp.lua's start-up (empty capture, no C module) over tshark's without it: {lua['lua_startup_over_c_s'] * 1e3:.0f} ms per run")
+        out.append("")
+    out += ["Commands (`$DIR`: the bench's temp dir; as `nobody`, with the environment shown and HOME, "
+            "WIRESHARK_CONFIG_DIR, TZ, LC_ALL):", ""]
+    for name in lua["rows"]:
+        out.append(f"- {LUA_ROWS[name][0]}: `{rows[name]['env']} {rows[name]['command']}`")
+    out.append("")
+    return "\n".join(out)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/tshark_bench.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI smoke test: 5,000 packets, 2 runs each")
@@ -501,6 +773,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="add the result (key 'tshark', and its target) to an existing bench JSON (bench/run uses this)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when the target is missed (not when not measured)")
     ap.add_argument("--keep", action="store_true", help="keep the captures and the key file (the path goes to stderr)")
+    ap.add_argument("--lua-only", action="store_true",
+                    help="only the Lua dissector section (psp.lua pure Lua / pelua / headers only vs the C plugin): "
+                         "no ESP captures, no target")
     ap.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # bench/run: after bench.py's report
     args = ap.parse_args(argv)
     n = args.packets or (5_000 if args.quick else 100_000)
@@ -508,12 +783,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     log(f"tshark bench: {n:,} packets, {repeats} runs each ...")
     t = time.perf_counter()
-    res = run(n, repeats, args.tmpdir, args.keep)
+    res = run(n, repeats, args.tmpdir, args.keep, args.lua_only)
     res["seconds"] = time.perf_counter() - t
     res["command"] = "bench/tshark_bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
     res["target"] = target_row(res)
     sys.stdout.write(markdown(res))
-    if not (args.part or args.merge_json):  # else bench.py's report has its own targets table above
+    if not (args.part or args.merge_json or args.lua_only):  # else bench.py's report has its own targets table above
         sys.stdout.write(f"\n## Targets\n\n| target | measured | result |\n|---|---:|---|\n"
                          f"| {res['target']['name']} | {res['target']['measured']} | {res['target']['result']} |\n")
     if args.json:

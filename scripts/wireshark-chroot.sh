@@ -5,6 +5,9 @@
 #   scripts/wireshark-chroot.sh sid               Wireshark 4.6, Lua 5.4 (Debian unstable)
 #   scripts/wireshark-chroot.sh SUITE -- ARGS     pytest ARGS instead of the tshark tests
 #   scripts/wireshark-chroot.sh SUITE --shell     a shell in the prepared chroot (/src)
+#   scripts/wireshark-chroot.sh SUITE --bench [ARGS]
+#       bench/tshark_bench.py --lua-only ARGS: psp.lua in pure Lua / with pelua / headers only against the
+#       C plugin, built as for the tests (no ASan build, no pytest); paths in ARGS are inside the chroot
 #
 # The chroot lives in /var/tmp/pe-chroots/SUITE (PE_CHROOT_BASE overrides the parent) and is kept:
 # a second run reuses it, refreshing its packages when they are more than a day old, and rebuilds
@@ -17,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-usage() { sed -n '2,16p' "$0"; exit 2; }
+usage() { sed -n '2,19p' "$0"; exit 2; }
 (($#)) || usage
 SUITE=$1
 shift
@@ -26,11 +29,12 @@ case "$SUITE" in
     -h|--help) usage ;;
     *) echo "unsupported suite $SUITE: trixie (Wireshark 4.4) or sid (4.6)" >&2; exit 2 ;;
 esac
-shell=0
+shell=0 bench=0 bench_args=()
 pytest_args=(-q -m tshark tests/test_wireshark_plugin.py tests/test_lua_dissectors.py tests/test_lua_pure.py)
 while (($#)); do
     case "$1" in
         --shell) shell=1 ;;
+        --bench) bench=1; shift; bench_args=("$@"); break ;;
         --) shift; pytest_args=("$@"); break ;;
         *) usage ;;
     esac
@@ -193,6 +197,15 @@ build dissectors/lua build/lua
 # The plugin must load from the global folder of this Wireshark (so its major.minor is right).
 in_chroot tshark -G plugins 2>/dev/null | grep '^psp_eesp.so' ||
     { echo "[$SUITE] tshark -G plugins does not list psp_eesp.so" >&2; exit 1; }
+
+if ((bench)); then
+    phase "bench/tshark_bench.py --lua-only ${bench_args[*]}"
+    in_chroot sh -c 'cd /src && exec .venv/bin/python bench/tshark_bench.py --lua-only "$@"' bench \
+        ${bench_args[@]+"${bench_args[@]}"}
+    phase ""
+    printf '[%s] total: %d s\n' "$SUITE" "$((${EPOCHREALTIME%.*} - ${t_start%.*}))"
+    exit 0
+fi
 
 phase "build: Wireshark plugin with ASan + UBSan"
 build dissectors/plugin build/plugin-asan -DPE_SANITIZE=ON
