@@ -21,6 +21,7 @@ CDEF = r"""
 typedef int... pe_status;
 static const int PE_OK;
 static const int PE_STATUS_COUNT;
+static const int PE_ERR_CAP_WRITE;
 const char *pe_status_name(pe_status s);
 const char *pe_status_message(pe_status s);
 typedef int... pe_category;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, Optional, TextIO, Tuple
@@ -70,17 +71,37 @@ def _summary_from_c(c) -> Summary:
     return s
 
 
-_progress_callbacks: Dict[int, ProgressFn] = {}
+class _Run:
+    """One bulk run's Python side: the caller's progress function and whatever stopped the run."""
+
+    def __init__(self, progress: Optional[ProgressFn]) -> None:
+        self.progress = progress
+        self.stopped_by: Optional[BaseException] = None
 
 
-@ffi.def_extern()
+_runs: Dict[int, _Run] = {}
+
+
+def _progress_error(exc_type, exc_value, tb):  # type: ignore[no-untyped-def]
+    """cffi's onerror: an exception raised anywhere in the callback, also before its own code runs (a signal
+    handler runs at the first bytecode), stops the run and is raised again once the core has returned."""
+    for run in _runs.values():
+        if run.stopped_by is None:
+            run.stopped_by = exc_value
+    return 1
+
+
+@ffi.def_extern(onerror=_progress_error)
 def pe_py_progress(ctx, done, total, packets):  # type: ignore[no-untyped-def]
-    cb = _progress_callbacks.get(int(ffi.cast("uintptr_t", ctx)))
-    if cb is None:
+    run = _runs.get(int(ffi.cast("uintptr_t", ctx)))
+    if run is None:
         return 0
     try:
-        return 1 if cb(done, total, packets) is False else 0
-    except BaseException:  # a KeyboardInterrupt in the callback aborts cleanly
+        if run.progress is not None and run.progress(done, total, packets) is False:
+            return 1
+        return 0
+    except BaseException as e:  # KeyboardInterrupt, a SIGTERM turned into an exception, a broken callback
+        run.stopped_by = e
         return 1
 
 
@@ -109,6 +130,18 @@ class ProgressBar:
             self.stream.flush()
 
 
+def _temp_beside(out_path: "os.PathLike[str] | str", error: type) -> str:
+    """A new file next to the output (same directory, so the final rename cannot cross file systems)."""
+    out = os.fspath(out_path)
+    directory, name = os.path.split(os.path.abspath(out))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
+    except OSError as e:
+        raise error(f"{out}: cannot write the output here: {e.strerror}", "capture-write-failed") from None
+    os.close(fd)
+    return tmp
+
+
 def run_transform(
     in_path: "os.PathLike[str] | str",
     out_path: "os.PathLike[str] | str",
@@ -121,39 +154,70 @@ def run_transform(
 ) -> Summary:
     """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture file.
 
-    Failures raise ``error`` (a protocol package's CaptureError; default
-    :class:`CaptureError`) with the partial summary in ``.summary``.
+    The output is written to a temporary file beside ``out_path`` and renamed into place only when the
+    run completed: an error, Ctrl-C or a signal leaves no half-written file behind.  Failures raise
+    ``error`` (a protocol package's CaptureError; default :class:`CaptureError`) naming the file at fault
+    (the input, or the output with the system's reason) with the partial summary in ``.summary``.  An
+    exception raised by ``progress`` or by a signal handler while the core runs (``KeyboardInterrupt``)
+    stops the run within a few thousand packets and is raised again here, with ``.summary`` set.
     """
+    error = error or CaptureError
     try:
         if os.path.samefile(in_path, out_path):
-            raise (error or CaptureError)(f"{os.fspath(in_path)}: input and output are the same file", "invalid-argument")
+            raise error(f"{os.fspath(in_path)}: input and output are the same file", "invalid-argument")
     except FileNotFoundError:
         pass
+    if os.path.isdir(out_path):
+        raise error(f"{os.fspath(out_path)}: is a directory, not an output file", "capture-write-failed")
+    tmp = _temp_beside(out_path, error)
     c = ffi.new("pe_capture_summary *")
-    key = id(progress) if progress else 0
-    if progress:
-        _progress_callbacks[key] = progress
+    run = _Run(progress)
+    key = id(run)
+    _runs[key] = run
     t0 = time.perf_counter()
+    done = False
     try:
         st = lib.pe_capture_transform_file(
             os.fsencode(in_path),
-            os.fsencode(out_path),
+            os.fsencode(tmp),
             fn,
             fn_ctx,
             lib.PE_TRANSFORM_DROP_FAILED if drop_failed else 0,
-            lib.pe_py_progress if progress else ffi.NULL,
+            lib.pe_py_progress,  # always: it is where a pending Ctrl-C gets its chance to stop the run
             ffi.cast("void *", key),
             c,
         )
-    finally:
-        _progress_callbacks.pop(key, None)
-    summary = _summary_from_c(c)
-    summary.seconds = time.perf_counter() - t0
-    if st != lib.PE_OK:
-        err = (error or CaptureError)(f"{os.fspath(in_path)}: {status_message(st)}", status_name(st))
+        write_errno = ffi.errno
+        summary = _summary_from_c(c)
+        summary.seconds = time.perf_counter() - t0
+        if run.stopped_by is not None:
+            run.stopped_by.summary = summary  # type: ignore[attr-defined]
+            raise run.stopped_by
+        if st == lib.PE_ERR_CAP_WRITE:
+            why = os.strerror(write_errno) if write_errno else status_message(st)
+            err = error(f"{os.fspath(out_path)}: cannot write the output: {why}", status_name(st))
+        elif st != lib.PE_OK:
+            err = error(f"{os.fspath(in_path)}: {status_message(st)}", status_name(st))
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, out_path)
+            done = True
+            return summary
         err.summary = summary  # type: ignore[attr-defined]
         raise err
-    return summary
+    finally:
+        _runs.pop(key, None)
+        if not done:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @dataclass(frozen=True)

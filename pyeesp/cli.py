@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 
 from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, addresses, int_arg, report, run_main, spi_arg
+from pecore.cli import UsageError, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
@@ -41,7 +41,7 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-crypt-offset", type=int, help="accept Crypt Offset options up to this value")
     g.add_argument("--max-sub-sa-id", type=int)
     g.add_argument("--udp-encap", action="store_true", help="UDP 4500 encapsulation")
-    g.add_argument("--ip-protocol", type=int, default=49, help="EESP's IP protocol number (default 49, provisional)")
+    g.add_argument("--ip-protocol", type=protocol_arg, default=49, help="EESP's IP protocol number (default 49, provisional)")
 
 
 def _inline_sa(args: argparse.Namespace) -> Optional[EespSaEntry]:
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("input")
     _sa_options(s)
     s.add_argument("--json", action="store_true")
-    s.add_argument("--limit", type=int, default=0)
+    s.add_argument("--limit", type=count_arg, default=0)
     s.set_defaults(func=cmd_show)
 
     from pyeesp.diagnose import register as register_diagnose  # imported here: it imports this module

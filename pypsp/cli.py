@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, addresses, int_arg, report, run_main, spi_arg
+from pecore.cli import UsageError, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
@@ -291,13 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--spi", type=_spi)
     sa.add_argument("--version", type=int, choices=range(4))
     sa.add_argument("--mode", choices=("transport", "tunnel"))
-    sa.add_argument("--crypt-offset", type=int, metavar="WORDS")
-    sa.add_argument("--crypt-offset-ipv4", type=int, metavar="WORDS", help="tunnel mode, inner IPv4")
-    sa.add_argument("--crypt-offset-ipv6", type=int, metavar="WORDS", help="tunnel mode, inner IPv6")
+    sa.add_argument("--crypt-offset", type=words_arg, metavar="WORDS")
+    sa.add_argument("--crypt-offset-ipv4", type=words_arg, metavar="WORDS", help="tunnel mode, inner IPv4")
+    sa.add_argument("--crypt-offset-ipv6", type=words_arg, metavar="WORDS", help="tunnel mode, inner IPv6")
     sa.add_argument("--vc", metavar="HEX", help="add an 8-octet Virtualization Cookie")
     sa.add_argument("--sample", action="store_true", help="set the S bit")
     sa.add_argument("--drop", action="store_true", help="set the D bit")
-    sa.add_argument("--first-iv", type=_int)
+    sa.add_argument("--first-iv", type=iv_arg)
     sa.add_argument("--udp-sport", metavar="xor|PORT")
     e.add_argument("--drop-failed", action="store_true", help="leave out packets that cannot be encrypted")
     e.add_argument("-q", "--quiet", action="store_true")
@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("input")
     x.add_argument("output")
     _add_key_options(x)
-    x.add_argument("--port", type=int, default=1000, help="PSP UDP port (default 1000)")
+    x.add_argument("--port", type=port_arg, default=1000, help="PSP UDP port (default 1000)")
     x.add_argument("--check-udp-checksum", action="store_true", help="verify non-zero UDP checksums")
     x.add_argument("--drop-failed", action="store_true", help="leave out packets that fail to decrypt")
     x.add_argument("-q", "--quiet", action="store_true")
@@ -316,9 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="print the PSP headers of a capture (and decrypt status with keys)")
     s.add_argument("input")
     _add_key_options(s)
-    s.add_argument("--port", type=int, default=1000)
+    s.add_argument("--port", type=port_arg, default=1000)
     s.add_argument("--json", action="store_true", help="JSON output")
-    s.add_argument("--limit", type=int, default=0, help="stop after N PSP packets (0: all)")
+    s.add_argument("--limit", type=count_arg, default=0, help="stop after N PSP packets (0: all)")
     s.set_defaults(func=cmd_show)
 
     from pypsp.diagnose import register as register_diagnose  # imported here: it imports this module

@@ -314,12 +314,20 @@ def test_progress_is_called_and_can_abort(tmp_path, sa):
     assert calls and calls[-1] == (os.path.getsize(src), os.path.getsize(src), len(frames))
     assert s.packets == len(frames)
 
-    for stop in (lambda d, t, p: False, lambda d, t, p: 1 / 0):
-        with pytest.raises(CaptureError) as ei:
-            pypsp.encrypt_capture(enc, src, tmp_path / "aborted", progress=stop)
-        err = ei.value
-        assert err.code == "capture-aborted" and isinstance(err, PspError) and str(err)
-        assert err.summary is not None and err.summary.packets == len(frames)
+    with pytest.raises(CaptureError) as ei:
+        pypsp.encrypt_capture(enc, src, tmp_path / "aborted", progress=lambda d, t, p: False)
+    err = ei.value
+    assert err.code == "capture-aborted" and isinstance(err, PspError) and str(err)
+    assert err.summary is not None and err.summary.packets == len(frames)
+    # An exception in the callback (a KeyboardInterrupt too) stops the run and comes out as itself.
+    for exc in (ZeroDivisionError, KeyboardInterrupt):
+        def boom(d, t, p, exc=exc):
+            raise exc()
+        with pytest.raises(exc) as ei2:
+            pypsp.encrypt_capture(enc, src, tmp_path / "aborted", progress=boom)
+        assert ei2.value.summary.packets == len(frames)
+    assert not (tmp_path / "aborted").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []  # no temp file left
 
     # None and True do not abort
     for ok in (lambda d, t, p: None, lambda d, t, p: True):
@@ -385,7 +393,13 @@ def test_output_problems(tmp_path, sa):
     before = src.read_bytes()
     with pytest.raises(CaptureError) as ei:
         pypsp.encrypt_capture(enc, src, tmp_path / "no-such-dir" / "out.pcap")
-    assert ei.value.code == "capture-io"
+    # the output is named, with the system's reason (not the input, as once)
+    assert ei.value.code == "capture-write-failed"
+    assert "no-such-dir/out.pcap" in str(ei.value) and "No such file or directory" in str(ei.value)
+    with pytest.raises(CaptureError) as ei:
+        pypsp.encrypt_capture(enc, src, tmp_path)  # a directory as the output
+    assert ei.value.code == "capture-write-failed" and "is a directory" in str(ei.value)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
     with pytest.raises(CaptureError) as ei:
         pypsp.encrypt_capture(enc, src, src)  # in place: refused, the input is left intact
     assert ei.value.code and str(ei.value)

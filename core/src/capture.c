@@ -666,20 +666,31 @@ typedef struct out_file {
     uint8_t *buf;
     size_t used;
     int failed;
+    int err; /* errno of the first failure, handed back to the caller in errno */
 } out_file;
+
+static void out_fail(out_file *o)
+{
+    if (!o->failed)
+        o->err = errno;
+    o->failed = 1;
+}
 
 static pe_status out_open(out_file *o, const char *path)
 {
     o->failed = 0;
+    o->err = 0;
     o->used = 0;
     o->buf = malloc(OUT_BUFFER_SIZE);
     if (!o->buf)
         return PE_ERR_NOMEM;
     o->f = fopen(path, "wb");
     if (!o->f) {
+        int e = errno;
         free(o->buf);
         o->buf = NULL;
-        return PE_ERR_CAP_IO;
+        errno = e;
+        return PE_ERR_CAP_WRITE;
     }
     return PE_OK;
 }
@@ -687,7 +698,7 @@ static pe_status out_open(out_file *o, const char *path)
 static void out_flush(out_file *o)
 {
     if (!o->failed && o->used && fwrite(o->buf, 1, o->used, o->f) != o->used)
-        o->failed = 1;
+        out_fail(o);
     o->used = 0;
 }
 
@@ -699,7 +710,7 @@ static void out_write(out_file *o, const void *p, size_t n)
         out_flush(o);
     if (n >= OUT_BUFFER_SIZE) {
         if (!o->failed && fwrite(p, 1, n, o->f) != n)
-            o->failed = 1;
+            out_fail(o);
         return;
     }
     memcpy(o->buf + o->used, p, n);
@@ -716,13 +727,14 @@ static pe_status out_close(out_file *o)
 {
     if (o->f)
         out_flush(o);
-    int bad = o->failed;
     if (o->f && fclose(o->f) != 0)
-        bad = 1;
+        out_fail(o); /* a full disk may show only now, when the last buffer is written */
     o->f = NULL;
     free(o->buf);
     o->buf = NULL;
-    return bad ? PE_ERR_CAP_IO : PE_OK;
+    if (o->failed)
+        errno = o->err;
+    return o->failed ? PE_ERR_CAP_WRITE : PE_OK;
 }
 
 /* ---- writer ------------------------------------------------------------------ */
@@ -797,8 +809,10 @@ pe_status pe_capture_writer_open(const char *path, pe_capture_format fmt, uint32
     else
         write_pcap_header(w, linktype);
     if (w->out.failed) {
+        int e = w->out.err;
         (void)pe_capture_writer_close(w);
-        return PE_ERR_CAP_IO;
+        errno = e;
+        return PE_ERR_CAP_WRITE;
     }
     *out = w;
     return PE_OK;
@@ -853,7 +867,9 @@ pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_ns
         uint32_t frac = w->fmt == PE_CAPTURE_PCAP_NSEC ? ts_nsec : ts_nsec / 1000u;
         write_pcap_record(w, (uint32_t)ts_sec, frac, data, caplen, origlen);
     }
-    return w->out.failed ? PE_ERR_CAP_IO : PE_OK;
+    if (w->out.failed)
+        errno = w->out.err;
+    return w->out.failed ? PE_ERR_CAP_WRITE : PE_OK;
 }
 
 pe_status pe_capture_writer_close(pe_capture_writer *w)
@@ -1178,7 +1194,7 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
         else
             copy_block(t, b.raw, b.raw_len, b.type);
         if (t->out.failed)
-            return PE_ERR_CAP_IO;
+            return PE_ERR_CAP_WRITE;
         if (b.is_packet && progress && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
             report_progress(t, progress, progress_ctx))
             return PE_ERR_CAP_ABORTED;
@@ -1219,14 +1235,20 @@ pe_status pe_capture_transform_file(const char *in_path, const char *out_path, p
         pe_capture_close(t.r);
         return PE_ERR_NOMEM;
     }
+    int werr = 0;
     st = out_open(&t.out, out_path);
+    if (st == PE_ERR_CAP_WRITE)
+        werr = errno;
     if (st == PE_OK) {
         st = transform_loop(&t, progress, progress_ctx);
         pe_status cst = out_close(&t.out);
-        if (st == PE_OK)
+        if (st == PE_OK || (st == PE_ERR_CAP_WRITE && cst == PE_ERR_CAP_WRITE))
             st = cst;
+        werr = t.out.err;
     }
     free(t.pkt);
     pe_capture_close(t.r);
+    if (st == PE_ERR_CAP_WRITE)
+        errno = werr; /* the caller names the output and why (ENOSPC, EACCES, ...) */
     return st;
 }

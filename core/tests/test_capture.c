@@ -11,6 +11,7 @@
 #include "pe/capture.h"
 
 #include <stdint.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,8 +437,9 @@ static void test_writer_roundtrip(pe_capture_format fmt, const char *name)
 static void test_writer_errors(void)
 {
     pe_capture_writer *w = (pe_capture_writer *)1;
-    CHECK_ST(pe_capture_writer_open("/nonexistent-dir/x.pcap", PE_CAPTURE_PCAP, 1, 0, &w), PE_ERR_CAP_IO);
-    CHECK(w == NULL);
+    errno = 0;
+    CHECK_ST(pe_capture_writer_open("/nonexistent-dir/x.pcap", PE_CAPTURE_PCAP, 1, 0, &w), PE_ERR_CAP_WRITE);
+    CHECK(w == NULL && errno == ENOENT); /* the caller can say why */
     char path[512];
     tmp_path(path, sizeof path, "bad.pcapng");
     CHECK_ST(pe_capture_writer_open(path, PE_CAPTURE_PCAPNG, 0x10000, 0, &w), PE_ERR_INVALID_ARGUMENT);
@@ -449,7 +451,9 @@ static void test_writer_errors(void)
         if (w) {
             for (int i = 0; i < 600; i++)
                 (void)pe_capture_write(w, 1, 0, big, sizeof big);
-            CHECK_ST(pe_capture_writer_close(w), PE_ERR_CAP_IO);
+            errno = 0;
+            CHECK_ST(pe_capture_writer_close(w), PE_ERR_CAP_WRITE);
+            CHECK(errno == ENOSPC);
         }
     }
     pe_capture_reader *r = (pe_capture_reader *)1;
@@ -1070,8 +1074,15 @@ static void test_transform_pcap_ethernet(void)
     CHECK_ST(pe_capture_transform_file("/nonexistent-dir/in.pcap", out, test_cb, NULL, 0, NULL, NULL, &sum),
              PE_ERR_CAP_IO);
     write_file(in, b.p, b.len);
+    errno = 0;
     CHECK_ST(pe_capture_transform_file(in, "/nonexistent-dir/out.pcap", test_cb, NULL, 0, NULL, NULL, &sum),
-             PE_ERR_CAP_IO);
+             PE_ERR_CAP_WRITE);
+    CHECK(errno == ENOENT);
+    if (access("/dev/full", W_OK) == 0) { /* a full disk: the reason comes back as errno */
+        errno = 0;
+        CHECK_ST(pe_capture_transform_file(in, "/dev/full", test_cb, NULL, 0, NULL, NULL, &sum), PE_ERR_CAP_WRITE);
+        CHECK(errno == ENOSPC);
+    }
     remove(in);
     remove(out);
     free(b.p);

@@ -109,7 +109,8 @@ typedef enum pe_category {
     X(PE_ERR_EESP_GMAC_LINUX_XFRM, "eesp-gmac-linux-xfrm", PE_CAT_CONFIGURATION, "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)") \
     X(PE_ERR_EESP_OPTIMIZED_PAYLOAD, "eesp-optimized-needs-ip", PE_CAT_CONFIGURATION, "the optimized format can only carry an IPv4/IPv6 packet") \
     /* captures */ \
-    X(PE_ERR_CAP_IO, "capture-io", PE_CAT_IO, "capture file could not be read or written") \
+    X(PE_ERR_CAP_IO, "capture-io", PE_CAT_IO, "capture file could not be read") \
+    X(PE_ERR_CAP_WRITE, "capture-write-failed", PE_CAT_IO, "output capture could not be written (errno tells why)") \
     X(PE_ERR_CAP_FORMAT, "capture-bad-format", PE_CAT_IO, "not a pcap or pcapng file, or a corrupt block") \
     X(PE_ERR_CAP_TRUNCATED, "capture-truncated", PE_CAT_IO, "capture file ends in the middle of a record") \
     X(PE_ERR_CAP_LINKTYPE, "capture-unsupported-linktype", PE_CAT_IO, "capture link type is not Ethernet or raw IP") \
