@@ -9,19 +9,28 @@
  * libwireshark already loaded; a second Lua in the process would corrupt it.
  *
  *   local pelua = require "pelua"
- *   pelua.version                               -> "0.1.0"
- *   pelua.load_keyfile(path)                    -> keys | nil, message
+ *   pelua.version                               -> "0.2.0"
+ *   pelua.load_keyfile(path)                    -> keys | nil, message, status
  *   keys:psp_open(udp_payload)                  -> status, inner | nil, info
  *   keys:eesp_open(eesp, ip_version, dst | nil) -> status, inner | nil, info
- *   keys:summary()                              -> {psp_master0=, psp_master1=, psp_keys=, eesp_sas=}
+ *   keys:summary()                              -> {psp_master0=, psp_master1=, psp_keys=, eesp_sas=,
+ *                                                   reference_config=}
  *   keys:close()                                   frees and wipes now (also done by __gc)
  *
- * load_keyfile reads the project's key file (docs/keys.md): a PSP receiver
- * with the psp-master pair and every psp-key (pe_keyfile_psp_rx_new), and an
- * EESP receiver with one SA per eesp-sa line (ip_protocol from the first
- * line, default 49).  The parsed file is wiped right away; the receivers keep
- * their own copies until close/__gc.  message (from pe_keyfile_error) names
- * the file, line and field, never a value.
+ * load_keyfile reads what the plugin's key-file preference reads: the
+ * project's key file (docs/keys.md), or a google/psp reference config
+ * (psp_encrypt/psp_decrypt -c), told apart by the core's rule
+ * (pe_psp_refcfg_detect) so that every reader decides alike.  A key file
+ * gives a PSP receiver with the psp-master pair and every psp-key
+ * (pe_keyfile_psp_rx_new) and an EESP receiver with one SA per eesp-sa line
+ * (ip_protocol from the first line, default 49); a reference config gives a
+ * PSP receiver with its two master keys (whatever SA follows them, as
+ * psp_decrypt reads it) and no EESP SA.  The text is wiped right away; the
+ * receivers keep their own copies until close/__gc.  On failure message names
+ * the file, line and field, never a value ("path, line N: ..." or
+ * "path: ..."), and status is the core's status name of the problem
+ * ("keyfile-bad-value", "capture-io", ...), whose category says what kind of
+ * problem it is.
  *
  * status is pe_status_name() ("ok", "authentication-failed", "no-key", ...).
  * inner is the decrypted part (pe_psp_open / pe_eesp_open): the L4 segment in
@@ -30,13 +39,14 @@
  * psp info: next_header, hdr_ext_len, crypt_offset, version, version_name,
  *   virt, spi, iv (number: exact below 2^53 in Lua 5.2, an integer below 2^63
  *   in 5.4), iv_hex (16 hex digits), tunnel,
- *   icv_valid (status == "ok"), status, message (pe_status_message), and with
+ *   icv_valid (status == "ok"), status, category (the status's category,
+ *   pe_category_name(pe_status_category())), message (pe_status_message), and with
  *   status "ok" ext (the extension area as sent, VC decrypted when the crypt
  *   offset left it encrypted).
  * eesp info: spi, session_id, opt_len, seq (number), seq_hex, seq_present,
  *   iv_len, icv_len, payload_offset (0 until the SA and options are known),
  *   full_format, format ("full" / "optimized"; "" until the layout is known), next_header,
- *   pad_len, sa_found, icv_valid, status, message; with sa_found also suite
+ *   pad_len, sa_found, icv_valid, status, category, message; with sa_found also suite
  *   (pe_eesp_suite_name, e.g. "ENCR_AES_GCM_16"), key_bits and mode
  *   ("tunnel" / "transport").  eesp_open uses PE_EESP_OPEN_NO_REPLAY: a
  *   dissector revisits packets.  ip_version is 4 or 6; dst is the outer
@@ -47,9 +57,11 @@
  * length are fine as packet input (output buffers are sized from the input).
  * Nothing here ever returns or prints key material.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -60,17 +72,19 @@
 #endif
 
 #include "pe/eesp.h"
+#include "pe/kdf.h"
 #include "pe/keyfile.h"
 #include "pe/psp.h"
 #include "pe/status.h"
 
-#define PELUA_VERSION "0.1.0"
+#define PELUA_VERSION "0.2.0"
 #define KEYS_MT "pelua.keys"
 
 typedef struct pelua_keys {
     pe_psp_rx *psp;
     pe_eesp_rx *eesp;
     int psp_master0, psp_master1;
+    int reference_config; /* the keys came from a google/psp reference config */
     size_t n_psp_keys, n_eesp_sas;
 } pelua_keys;
 
@@ -109,6 +123,8 @@ static int keys_tostring(lua_State *L)
     pelua_keys *k = luaL_checkudata(L, 1, KEYS_MT);
     if (!k->psp)
         lua_pushstring(L, "pelua.keys (closed)");
+    else if (k->reference_config)
+        lua_pushstring(L, "pelua.keys (google/psp reference config: PSP master keys 0+1)");
     else
         lua_pushfstring(L, "pelua.keys (PSP master keys: %s%s, PSP derived keys: %d, EESP SAs: %d)",
                         k->psp_master0 ? "0" : "", k->psp_master1 ? (k->psp_master0 ? "+1" : "1") : "",
@@ -142,13 +158,15 @@ static void set_int(lua_State *L, const char *name, uint64_t v)
 static int keys_summary(lua_State *L)
 {
     pelua_keys *k = check_keys(L);
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 5);
     lua_pushboolean(L, k->psp_master0);
     lua_setfield(L, -2, "psp_master0");
     lua_pushboolean(L, k->psp_master1);
     lua_setfield(L, -2, "psp_master1");
     set_int(L, "psp_keys", k->n_psp_keys);
     set_int(L, "eesp_sas", k->n_eesp_sas);
+    lua_pushboolean(L, k->reference_config);
+    lua_setfield(L, -2, "reference_config");
     return 1;
 }
 
@@ -177,7 +195,97 @@ static void set_hex64(lua_State *L, const char *name, uint64_t v)
     set_str(L, name, hex);
 }
 
-/* pelua.load_keyfile(path) -> keys | nil, message */
+/* The core's limit for a key file (keyfile.c): anything bigger is a wrong path (a capture, /dev/zero), not keys. */
+#define KEY_TEXT_MAX ((size_t)16 * 1024 * 1024)
+
+/*
+ * The whole file, NUL-terminated, as the core's pe_keyfile_load reads it (the
+ * same statuses and messages); every block it leaves behind is wiped.
+ */
+static pe_status read_key_text(const char *path, char **text, size_t *len, pe_keyfile_error *err)
+{
+    *text = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err->message, sizeof err->message, "cannot open key file: %s", strerror(errno));
+        return PE_ERR_CAP_IO;
+    }
+    char *buf = NULL;
+    size_t cap = 0, got;
+    pe_status st = PE_OK;
+    do {
+        if (*len == cap) {
+            /* Grown by copying, so that no key is left behind in a freed block; +1 for the final NUL. */
+            size_t bigger_cap = cap ? 2 * cap : 65536;
+            char *bigger = malloc(bigger_cap + 1);
+            if (!bigger) {
+                snprintf(err->message, sizeof err->message, "out of memory");
+                st = PE_ERR_NOMEM;
+                break;
+            }
+            if (buf) {
+                memcpy(bigger, buf, *len);
+                pe_wipe(buf, cap);
+                free(buf);
+            }
+            buf = bigger;
+            cap = bigger_cap;
+        }
+        got = fread(buf + *len, 1, cap - *len, f);
+        *len += got;
+        if (*len > KEY_TEXT_MAX) {
+            snprintf(err->message, sizeof err->message, "key file is larger than %zu MiB", KEY_TEXT_MAX >> 20);
+            st = PE_ERR_INVALID_ARGUMENT;
+        } else if (got == 0 && ferror(f)) {
+            snprintf(err->message, sizeof err->message, "cannot read key file: %s", strerror(errno));
+            st = PE_ERR_CAP_IO;
+        }
+    } while (st == PE_OK && got != 0);
+    fclose(f);
+    if (st != PE_OK) {
+        if (buf)
+            pe_wipe(buf, cap);
+        free(buf);
+        *len = 0;
+        return st;
+    }
+    buf[*len] = '\0';
+    *text = buf;
+    return PE_OK;
+}
+
+/* nil, "path, line N: message" or "path: message", status name: a key file pelua could not use. */
+static int load_failed(lua_State *L, const char *path, pe_status st, size_t line, const char *kind, const char *message)
+{
+    lua_pushnil(L);
+    if (line)
+        lua_pushfstring(L, "%s, line %d: %s%s", path, (int)line, kind, message);
+    else
+        lua_pushfstring(L, "%s: %s%s", path, kind, message);
+    lua_pushstring(L, pe_status_name(st));
+    return 3;
+}
+
+/* A reference config's two master keys (psp_decrypt reads nothing else from it). */
+static pe_status load_refcfg(pelua_keys *k, const pe_psp_refcfg *ref)
+{
+    pe_psp_rx_config cfg;
+    pe_psp_rx_config_init(&cfg);
+    cfg.master_key0 = ref->key0;
+    cfg.master_key1 = ref->key1;
+    pe_status st = pe_psp_rx_new(&cfg, &k->psp);
+    if (st == PE_OK) {
+        pe_eesp_rx_config rc;
+        pe_eesp_rx_config_init(&rc);
+        st = pe_eesp_rx_new(&rc, &k->eesp);
+    }
+    k->psp_master0 = k->psp_master1 = st == PE_OK;
+    k->reference_config = 1;
+    return st;
+}
+
+/* pelua.load_keyfile(path) -> keys | nil, message, status */
 static int l_load_keyfile(lua_State *L)
 {
     size_t path_len;
@@ -188,25 +296,45 @@ static int l_load_keyfile(lua_State *L)
     memset(k, 0, sizeof *k);
     luaL_setmetatable(L, KEYS_MT);
 
-    pe_keyfile kf;
     pe_keyfile_error err;
     memset(&err, 0, sizeof err);
-    pe_status st = pe_keyfile_load(path, &kf, &err);
-    if (st != PE_OK) {
-        lua_pushnil(L);
-        if (err.line)
-            lua_pushfstring(L, "%s, line %d: %s", path, (int)err.line, err.message);
-        else
-            lua_pushfstring(L, "%s: %s", path, err.message[0] ? err.message : pe_status_message(st));
-        return 2;
+    char *text;
+    size_t len;
+    pe_status st = read_key_text(path, &text, &len, &err);
+    if (st != PE_OK)
+        return load_failed(L, path, st, 0, "", err.message[0] ? err.message : pe_status_message(st));
+
+    /* The core's rule decides which reader, as in the plugin: every reader of a key-file setting decides alike. */
+    pe_keyfile kf;
+    memset(&kf, 0, sizeof kf);
+    pe_psp_refcfg ref;
+    int refcfg = pe_psp_refcfg_detect(text, len);
+    if (refcfg)
+        st = pe_psp_refcfg_parse(text, len, &ref, &err);
+    else
+        st = pe_keyfile_parse(text, len, &kf, &err);
+    pe_wipe(text, len);
+    free(text);
+    if (st != PE_OK)
+        return load_failed(L, path, st, err.line, refcfg ? "google/psp reference config: " : "",
+                           err.message[0] ? err.message : pe_status_message(st));
+    if (refcfg) {
+        st = load_refcfg(k, &ref);
+        pe_wipe(&ref, sizeof ref);
+        if (st != PE_OK) {
+            keys_release(k);
+            return load_failed(L, path, st, 0, "google/psp reference config: ", pe_status_message(st));
+        }
+        return 1;
     }
 
     /* Everything from here may fail with a message naming a line, never a value. */
     char msg[256];
+    size_t line = 0;
     msg[0] = 0;
     st = pe_keyfile_psp_rx_new(&kf, &k->psp);
     if (st != PE_OK)
-        snprintf(msg, sizeof msg, "%s: PSP keys: %s", path, pe_status_message(st));
+        snprintf(msg, sizeof msg, "PSP keys: %s", pe_status_message(st));
     if (st == PE_OK) {
         pe_eesp_rx_config rc;
         pe_eesp_rx_config_init(&rc);
@@ -214,16 +342,21 @@ static int l_load_keyfile(lua_State *L)
             rc.ip_protocol = kf.eesp_sas[0].ip_protocol;
         st = pe_eesp_rx_new(&rc, &k->eesp);
         if (st != PE_OK)
-            snprintf(msg, sizeof msg, "%s: EESP receiver: %s", path, pe_status_message(st));
+            snprintf(msg, sizeof msg, "EESP receiver: %s", pe_status_message(st));
     }
     for (size_t i = 0; st == PE_OK && i < kf.n_eesp_sas; i++) {
         pe_eesp_sa_config cfg;
         pe_keyfile_eesp_sa_config(&kf.eesp_sas[i], 1, &cfg);
         st = pe_eesp_rx_add_sa(k->eesp, &cfg);
-        if (st != PE_OK)
-            snprintf(msg, sizeof msg, "%s, line %zu: eesp-sa: %s", path, kf.eesp_sas[i].line,
-                     st == PE_ERR_INVALID_ARGUMENT ? "a second SA with this SPI and destination"
-                                                   : pe_status_message(st));
+        if (st != PE_OK) {
+            line = kf.eesp_sas[i].line;
+            /* The plugin's words for the one refusal a parsed file can still meet. */
+            if (st == PE_ERR_INVALID_ARGUMENT)
+                snprintf(msg, sizeof msg, "an EESP SA with SPI 0x%08" PRIx32 " and this destination is already "
+                         "configured", kf.eesp_sas[i].spi);
+            else
+                snprintf(msg, sizeof msg, "eesp-sa: %s", pe_status_message(st));
+        }
     }
     k->psp_master0 = kf.n_psp_master && kf.psp_master.has_key0;
     k->psp_master1 = kf.n_psp_master && kf.psp_master.has_key1;
@@ -232,9 +365,7 @@ static int l_load_keyfile(lua_State *L)
     pe_keyfile_free(&kf); /* the receivers hold their own copies: wipe the file's now */
     if (st != PE_OK) {
         keys_release(k);
-        lua_pushnil(L);
-        lua_pushstring(L, msg);
-        return 2;
+        return load_failed(L, path, st, line, "", msg);
     }
     return 1;
 }
@@ -269,6 +400,7 @@ static int l_psp_open(lua_State *L)
     set_bool(L, "tunnel", hdr.next_header == 4 || hdr.next_header == 41);
     set_bool(L, "icv_valid", st == PE_OK);
     set_str(L, "status", pe_status_name(st));
+    set_str(L, "category", pe_category_name(pe_status_category(st)));
     set_str(L, "message", pe_status_message(st));
     /* The extension area as sent; decrypted when the crypt offset left part of the VC encrypted. */
     if (st == PE_OK && hdr.ext && hdr.ext_len <= len) {
@@ -334,6 +466,7 @@ static int l_eesp_open(lua_State *L)
     set_bool(L, "sa_found", info->sa_found);
     set_bool(L, "icv_valid", info->icv_valid);
     set_str(L, "status", pe_status_name(st));
+    set_str(L, "category", pe_category_name(pe_status_category(st)));
     set_str(L, "message", pe_status_message(st));
     return 3;
 }
