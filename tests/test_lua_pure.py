@@ -49,6 +49,7 @@ from cryptography.exceptions import InvalidTag  # noqa: E402
 
 from pecore._native import ffi, lib  # noqa: E402
 from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter, read_capture  # noqa: E402
+from pecore.errors import CATEGORIES, CATEGORY_BY_CODE  # noqa: E402
 
 LUA_DIR = REPO_ROOT / "dissectors" / "lua"
 SOURCE = LUA_DIR / "src" / "pecrypto.lua"
@@ -143,7 +144,7 @@ class CoreKeys:
         st = lib.pe_psp_open(self.psp, payload, len(payload), out, len(payload), out_len, h)
         info = dict(next_header=h.next_header, hdr_ext_len=h.hdr_ext_len, crypt_offset=h.crypt_offset,
                     version=h.version, virt=bool(h.virt), spi=h.spi, iv_hex=f"{h.iv:016x}",
-                    icv_valid=st == lib.PE_OK, status=status_name(st))
+                    icv_valid=st == lib.PE_OK, status=status_name(st), category=CATEGORY_BY_CODE[status_name(st)])
         inner = None
         if st == lib.PE_OK:
             inner = bytes(ffi.buffer(out, out_len[0]))
@@ -161,7 +162,7 @@ class CoreKeys:
                  icv_len=info.icv_len, payload_offset=info.payload_offset, full_format=bool(info.full_format),
                  format=("full" if info.full_format else "optimized") if info.payload_offset else "",
                  next_header=info.next_header, pad_len=info.pad_len, sa_found=bool(info.sa_found),
-                 icv_valid=bool(info.icv_valid), status=status_name(st))
+                 icv_valid=bool(info.icv_valid), status=status_name(st), category=CATEGORY_BY_CODE[status_name(st)])
         if info.sa_found:
             d["suite"] = ffi.string(lib.pe_eesp_suite_name(ffi.addressof(info, "suite"))).decode()
             d["key_bits"] = info.suite.key_len * 8
@@ -364,15 +365,18 @@ local commands = {
         return r
     end,
     load = function(path)
-        local k, err = pecrypto.load_keyfile(path, backend)
+        local k, err, st = pecrypto.load_keyfile(path, backend)
         keys = k
-        return { ok = k ~= nil, error = err }
+        return { ok = k ~= nil, error = err, status = st, reference_config = k and k:summary().reference_config }
     end,
     psp = function(p) return opened(keys:psp_open(h2s(p))) end,
     eesp = function(e, ipv, dst)
         return opened(keys:eesp_open(h2s(e), tonumber(ipv), dst ~= "none" and h2s(dst) or nil))
     end,
     statuses = function() return pecrypto.STATUS_LIST end,
+    categories = function() return pecrypto.CATEGORY_LIST end,
+    category = function(name) return pecrypto.status_category(name) end,
+    detect = function(text) return pecrypto.looks_like_refcfg(h2s(text)) end,
     state = function()
         local subs = 0
         for _, list in pairs(keys.eesp_by_spi) do
@@ -615,17 +619,18 @@ def test_psp_kdf_vectors(lua: Harness) -> None:
 
 
 def test_status_table_matches_core(lua: Harness) -> None:
-    text = (REPO_ROOT / "core" / "include" / "pe" / "status.h").read_text()
-    # X(code, name, [category,] message): rows of PE_STATUS_LIST, not of PE_CATEGORY_LIST.
-    row = r'X\(PE_(?!CAT_)\w+, "([^"]+)",(?: PE_CAT_\w+,)? "([^"]+)"\)'
-    core = [[name, msg] for name, msg in re.findall(row, text)]
-    assert len(core) > 70
+    """The source's copy of the core's statuses (name, category, message) and categories (name, meaning), row for
+    row: the scripts take every status's expert item from it on every path, pelua's included (build_scripts.py
+    copies it into them; test_scripts_are_generated_from_the_source checks the copies)."""
+    core = [[status_name(st), ffi.string(lib.pe_category_name(lib.pe_status_category(st))).decode(),
+             ffi.string(lib.pe_status_message(st)).decode()] for st in range(lib.PE_STATUS_COUNT)]
+    assert len(core) > 70 and all(CATEGORY_BY_CODE[name] == category for name, category, _ in core)
     assert lua.call("statuses") == core
-    # eesp.lua's sequence analysis quotes two of them itself: it must also run on Lua 5.2.
-    eesp = EESP_LUA.read_text()
-    for name, msg in core:
-        if name.startswith("replay-"):
-            assert f'["{name}"] = "{msg}"' in eesp, name
+    categories = [[name, meaning] for name, meaning in CATEGORIES.items()]
+    assert lua.call("categories") == categories
+    for name, category, _ in core:
+        assert lua.call("category", name) == category, name
+    assert lua.call("category", "no-such-status") == "internal"  # as pe_status_category out of range
 
 
 # ---------------------------------------------------------------------------------------------- 1. key files
@@ -866,34 +871,169 @@ def test_refcfg_reader_matches_core(lua: Harness) -> None:
     assert verdicts == {"ok", "keyfile-syntax", "keyfile-bad-value"}
 
 
-def test_load_keyfile_messages(lua: Harness, workdir: Path) -> None:
-    """pelua's message forms: "path, line N: message" for the text, "path: message" for the file itself."""
-    bad = workdir / "bad.keys"
-    bad.write_text("# ok\npsp-key spi=1 key=zz\n")
-    res = lua.call("load", str(bad))
-    assert res == {"ok": False, "error": f"{bad}, line 2: psp-key: field 'key' is not a hex string (optional 0x, "
-                                         "then hex digits)"}
-    assert CoreKeys(bad.read_bytes(), str(bad)).error == res["error"]
-    missing = workdir / "missing.keys"
-    assert lua.call("load", str(missing)) == {"ok": False,
-                                              "error": f"{missing}: cannot open key file: No such file or directory"}
-    assert lua.call("load", str(workdir)) == {"ok": False, "error": f"{workdir}: cannot read key file: Is a directory"}
-    cfg = workdir / "short.cfg"
-    cfg.write_text("34 44 8a\n")
-    assert lua.call("load", str(cfg)) == {"ok": False, "error": f"{cfg}, line 1: google/psp reference config: master "
-                                                                "key 0: expected 32 hex octets, the file ends after 3"}
-    good = workdir / "good.keys"
-    good.write_text(f"psp-master key0={MK0.hex()}\n")
-    assert lua.call("load", str(good)) == {"ok": True}
+# pelua itself, in the standalone Lua it was built for (it links no Lua: the interpreter provides one), answering
+# "load <path>" with what load_keyfile says, as JSON.
+PELUA_HARNESS = r"""
+package.cpath = arg[1] .. "/?.so;" .. package.cpath
+local pelua = require "pelua"
+local function json(v)
+    local t = type(v)
+    if t == "nil" then return "null" end
+    if t == "boolean" then return tostring(v) end
+    if t == "string" then
+        return '"' .. v:gsub('[%c"\\\128-\255]', function(c) return string.format("\\u%04x", c:byte()) end) .. '"'
+    end
+    local parts = {}
+    for k, x in pairs(v) do parts[#parts + 1] = json(tostring(k)) .. ":" .. json(x) end
+    return "{" .. table.concat(parts, ",") .. "}"
+end
+for line in io.stdin:lines() do
+    local path = line:match("^load (.*)$")
+    local k, err, st = pelua.load_keyfile(path)
+    local r = { ok = k ~= nil, error = err, status = st }
+    if k then
+        r.reference_config = k:summary().reference_config
+        k:close()
+    end
+    io.stdout:write(json(r), "\n")
+    io.stdout:flush()
+end
+"""
+
+
+class Pelua:
+    """pelua.load_keyfile, the real module (build/lua/pelua.so) in the standalone Lua of its build."""
+
+    def __init__(self, workdir: Path, lua: str) -> None:
+        script = workdir / "pelua_harness.lua"
+        script.write_text(PELUA_HARNESS)
+        self.proc = subprocess.Popen([lua, str(script), str(ws.LUA_MODULE_DIR)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+
+    def load(self, path: Path) -> dict:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(f"load {path}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the pelua harness exited: {self.proc.stderr.read() if self.proc.stderr else ''}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def pelua(workdir: Path) -> Iterator[Pelua]:
+    """pelua for the Lua of the system's tshark, built when missing, run by that Lua's interpreter."""
+    lua_version = ws.versions()[1] or "5.2"
+    interpreter = shutil.which(f"lua{lua_version}")
+    if interpreter is None:
+        pytest.skip(f"lua{lua_version} is not installed: pelua cannot run outside tshark")
+    if not (ws.LUA_MODULE_DIR / "pelua.so").exists():
+        if shutil.which("cmake") is None:
+            pytest.skip("cmake is needed to build pelua (cmake -S dissectors/lua -B build/lua)")
+        for cmd in (["cmake", "-S", str(LUA_DIR), "-B", str(ws.LUA_MODULE_DIR)],
+                    ["cmake", "--build", str(ws.LUA_MODULE_DIR)]):
+            subprocess.run(cmd, check=True, capture_output=True, cwd=REPO_ROOT)
+    h = Pelua(workdir, interpreter)
+    yield h
+    h.close()
+
+
+def key_text_files(workdir: Path) -> List[Path]:
+    """Key files every reader must take or refuse alike: good and bad lines, reference configs whole and cut, and
+    files that are no key text at all."""
+    octets = lambda k: " ".join(f"{b:02x}" for b in k)  # noqa: E731
+    texts = {
+        "bad.keys": "# ok\npsp-key spi=1 key=zz\n",
+        "good.keys": f"psp-master key0={MK0.hex()}\n",
+        "both.keys": f"psp-master key0={MK0.hex()} key1={MK1.hex()}\neesp-sa spi=1 suite=aes-gcm-16 key={K20}\n",
+        "duplicate.keys": f"{E16}\n{E16}\n",
+        "short.cfg": "34 44 8a\n",
+        "decrypt.cfg": f"{octets(MK0)}\n{octets(MK1)}\n",
+        "bad-octet.cfg": f"{octets(MK0)}\n{octets(MK1)[:-2]}zz\n",
+        "encrypt.cfg": f"{octets(MK0)}\n{octets(MK1)}\n9A345678\ntunnel\naes-gcm-256\n0\n6\n11\nvc\n",
+        "nul.keys": "psp-master key0=00\0\n",
+        "empty.keys": "",
+        "comments.keys": "# nothing but a comment\n\n",
+    }
+    paths = []
+    for name, text in texts.items():
+        paths.append(workdir / f"load-{name}")
+        paths[-1].write_bytes(text.encode("latin-1"))
+    shared = SHARED_DIR / "reference" / "psp" / "cfg"
+    paths += sorted(shared.glob("*.cfg")) if shared.is_dir() else []
+    huge = workdir / "load-huge.keys"  # above the 16 MiB every reader refuses (sparse: nothing is written)
+    with open(huge, "wb") as f:
+        f.truncate(16 * 1024 * 1024 + 1)
+    return paths + [huge, workdir / "load-missing.keys", workdir]
+
+
+def test_load_keyfile_matches_pelua(lua: Harness, pelua: Pelua, workdir: Path) -> None:
+    """pecrypto.load_keyfile says what pelua.load_keyfile says of every file: accepted (a key file or a reference
+    config, told apart by the core's rule), or refused with the same message ("path, line N: ..." for the text,
+    "path: ..." for the file) and the same status, whose category the dissectors show."""
+    statuses = set()
+    for path in key_text_files(workdir):
+        want, got = pelua.load(path), lua.call("load", str(path))
+        got = {k: v for k, v in got.items() if v is not None}
+        want = {k: v for k, v in want.items() if v is not None}
+        assert got == want, path
+        statuses.add(want.get("status", "ok"))
+    assert {"ok", "keyfile-syntax", "keyfile-bad-value", "keyfile-duplicate", "capture-io",
+            "invalid-argument"} <= statuses, statuses
+    bad = workdir / "load-bad.keys"
+    assert lua.call("load", str(bad)) == {
+        "ok": False, "status": "keyfile-bad-value",
+        "error": f"{bad}, line 2: psp-key: field 'key' is not a hex string (optional 0x, then hex digits)"}
+    assert CoreKeys(bad.read_bytes(), str(bad)).error == f"{bad}, line 2: psp-key: field 'key' is not a hex string " \
+                                                         "(optional 0x, then hex digits)"
+    missing = workdir / "load-missing.keys"
+    assert lua.call("load", str(missing))["error"] == f"{missing}: cannot open key file: No such file or directory"
+    assert lua.call("load", str(workdir))["error"] == f"{workdir}: cannot read key file: Is a directory"
+    cfg = workdir / "load-short.cfg"
+    assert lua.call("load", str(cfg))["error"] == (f"{cfg}, line 1: google/psp reference config: master key 0: "
+                                                   "expected 32 hex octets, the file ends after 3")
+
+
+def detection_corpus() -> List[bytes]:
+    """Texts on both sides of the rule: reference configs, key-file lines, and the edges of 'one or two hex
+    digits first, no =' (whitespace of every kind, NUL, signs, 0x, long tokens, an = anywhere)."""
+    edges = ["", " ", "\n\n", "1", "ab", "AB", "abc", "g", "0x12", "+1", "-1", "1\0", "\0", "a=b", "12 =", "12\n=",
+             "1 2 3", "\v\f\t\r\n 7f rest", "7f\x85", "\xa07f", "7f=", "12" + "\n" * 3 + "x=1", "zz 12", "1g",
+             "12\x0b34", "# 12", "12 # comment", "psp-master key0=" + MK0.hex(), MK0.hex()]
+    texts = [t.encode("latin-1") for t in edges]
+    texts += refcfg_corpus()
+    texts += [(line + "\n").encode("latin-1") for line in KEYFILE_LINES]
+    return texts
+
+
+def test_refcfg_detection_matches_core(lua: Harness, pelua: Pelua, workdir: Path) -> None:
+    """pecrypto's copy of the rule that tells a reference config from a key file decides as the core's
+    pe_psp_refcfg_detect does (through pelua, which asks it) on every text of the corpus."""
+    detected = set()
+    for i, text in enumerate(detection_corpus()):
+        path = workdir / f"detect-{i}.txt"
+        path.write_bytes(text)
+        res = pelua.load(path)
+        # pelua read it as a reference config when it took it as one, or refused it as one.
+        core = res.get("reference_config") is True or ": google/psp reference config: " in (res.get("error") or "")
+        assert lua.call("detect", hx(text)) is core, text
+        detected.add(core)
+        path.unlink()
+    assert detected == {True, False}
 
 
 # ---------------------------------------------------------------------------------------------- 1. opening packets
 
 PSP_INFO_KEYS = ("next_header", "hdr_ext_len", "crypt_offset", "version", "virt", "spi", "iv_hex", "icv_valid",
-                 "status")
+                 "status", "category")
 EESP_INFO_KEYS = ("spi", "session_id", "opt_len", "seq_hex", "seq_present", "iv_len", "icv_len", "payload_offset",
-                  "full_format", "format", "next_header", "pad_len", "sa_found", "icv_valid", "status", "suite",
-                  "key_bits", "mode")
+                  "full_format", "format", "next_header", "pad_len", "sa_found", "icv_valid", "status", "category",
+                  "suite", "key_bits", "mode")
 
 
 def mutations(data: bytes, rng: random.Random, hot: Sequence[int]) -> Iterator[bytes]:
@@ -909,6 +1049,10 @@ def mutations(data: bytes, rng: random.Random, hot: Sequence[int]) -> Iterator[b
         if 0 <= i < n:
             yield data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1 :]
             yield data[:i] + bytes([rng.randrange(256)]) + data[i + 1 :]
+
+
+# What the harness's load says of a key file (not a reference config) it took.
+LOADED = {"ok": True, "reference_config": False}
 
 
 def write_keys(dirpath: Path, name: str, text: bytes) -> Path:
@@ -937,7 +1081,7 @@ def test_psp_open_matches_core(lua: Harness, workdir: Path) -> None:
     for pcap, keys in vector_pcaps("psp"):
         text = keys.read_bytes()
         core = CoreKeys(text)
-        assert lua.call("load", str(write_keys(workdir, "psp.keys", text))) == {"ok": True}
+        assert lua.call("load", str(write_keys(workdir, "psp.keys", text))) == LOADED
         for pkt in frames(pcap):
             payload = psp_payload(pkt)
             if payload is None:
@@ -953,10 +1097,10 @@ def test_psp_open_matches_core(lua: Harness, workdir: Path) -> None:
 
 
 def test_psp_open_reference_config(lua: Harness, workdir: Path) -> None:
-    """A google/psp reference config serves as the key file: the master keys decrypt (pelua reads key files only)."""
+    """A google/psp reference config serves as the key file: its master keys decrypt, as in pelua and the plugin."""
     octets = " ".join(f"{b:02x}" for b in MK0) + "\n" + " ".join(f"{b:02x}" for b in MK1) + "\n"
     cfg = write_keys(workdir, "decrypt.cfg", octets.encode())
-    assert lua.call("load", str(cfg)) == {"ok": True}
+    assert lua.call("load", str(cfg)) == {"ok": True, "reference_config": True}
     core = CoreKeys.from_refcfg(cfg.read_bytes())
     for spi, version in ((0x9A345678, 0), (0x1A345678, 1), (0x1A345679, 2), (0x9A34567A, 3)):
         enc = pypsp.Encryptor(master_keys=(MK0, MK1), spi=spi, version=version, mode="transport")
@@ -974,7 +1118,7 @@ def test_eesp_open_matches_core(lua: Harness, workdir: Path) -> None:
     for pcap, keys in vector_pcaps("eesp"):
         text = keys.read_bytes()
         core = CoreKeys(text)
-        assert lua.call("load", str(write_keys(workdir, "eesp.keys", text))) == {"ok": True}
+        assert lua.call("load", str(write_keys(workdir, "eesp.keys", text))) == LOADED
         proto = keyfile_ip_protocol(text.decode())
         for pkt in frames(pcap):
             found = eesp_octets(pkt, proto)
@@ -1001,7 +1145,7 @@ def test_eesp_open_by_destination(lua: Harness, workdir: Path) -> None:
             f"eesp-sa spi=0x7000 suite=chacha20-poly1305 key={bytes(range(36)).hex()} mode=tunnel "
             "dst=2001:db8::9\n").encode()
     core = CoreKeys(text)
-    assert lua.call("load", str(write_keys(workdir, "dst.keys", text))) == {"ok": True}
+    assert lua.call("load", str(write_keys(workdir, "dst.keys", text))) == LOADED
     sas = [pyeesp.SA(0x7000, "aes-gcm-16", key=bytes(range(20))),
            pyeesp.SA(0x7000, "aes-ccm-8", key=bytes(range(5, 24)), dst="192.0.2.9"),
            pyeesp.SA(0x7000, "chacha20-poly1305", key=bytes(range(36)), key_bits=256, dst="2001:db8::9")]
@@ -1177,10 +1321,36 @@ def first(v):
     return v[0] if isinstance(v, list) else v
 
 
+def layer_experts(layer) -> List[Tuple[str, str]]:
+    """(field, message) of the expert items in one -T json layer."""
+    found: List[Tuple[str, str]] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "_ws.expert":
+                    for e in v if isinstance(v, list) else [v]:
+                        found.extend((n, e.get("_ws.expert.message", "")) for n in e if ".expert." in n)
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(layer)
+    return found
+
+
+def status_expert(proto: str, status: str) -> str:
+    """The expert item a status gets: the one its core category names (core/include/pe/status.h)."""
+    return f"{proto}.expert.{CATEGORY_BY_CODE[status].replace('-', '_')}"
+
+
 def dissected(t: Tshark, pcap: str, proto: str, scripts: Sequence[str], opts: Sequence[str]) -> List[dict]:
-    """Per frame: the octets the dissector was handed (its protocol item's), its status, the outer destination
-    and whether the frame was cut by the capture."""
-    proc = t.run(["-n", "-r", pcap, *opts, "-T", "json", "-x", "--no-duplicate-keys", "-j", f"frame ip ipv6 {proto}"],
+    """Per frame: the octets the dissector was handed (its protocol item's), its status, its expert items, the
+    outer destination and whether the frame was cut by the capture."""
+    # -J: the layers with everything below them (the expert items hang below the fields they are about).
+    proc = t.run(["-n", "-r", pcap, *opts, "-T", "json", "-x", "--no-duplicate-keys", "-J", f"frame ip ipv6 {proto}"],
                  scripts)
     assert "Lua Error" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     out = []
@@ -1199,14 +1369,16 @@ def dissected(t: Tshark, pcap: str, proto: str, scripts: Sequence[str], opts: Se
         elif ipv6 and "ipv6.dst" in ipv6:
             ipv, dst = 6, ipaddress.ip_address(first(ipv6["ipv6.dst"])).packed
         out.append(dict(raw=bytes.fromhex(raw[0]) if raw else None, status=first(fields.get(f"{proto}.status", "")),
-                        cut=int(frame["frame.cap_len"]) < int(frame["frame.len"]), ipv=ipv, dst=dst))
+                        cut=int(frame["frame.cap_len"]) < int(frame["frame.len"]), ipv=ipv, dst=dst,
+                        experts=layer_experts(first(layers.get(proto)))))
     return out
 
 
 def check_capture_against_core(t: Tshark, pcap: Path, keys: Path, proto: str, scripts: Sequence[str],
                                opts: Sequence[str] = ()) -> Dict[str, int]:
     """psp.status / eesp.status and the decrypted bytes of every frame, against pe_psp_open / pe_eesp_open on the
-    octets the dissector was handed."""
+    octets the dissector was handed (a frame the capture cut: capture-packet-cut, as the plugin says); and the
+    expert item of each status the one its core category names, with the core's message and the status's name."""
     text = keys.read_bytes()
     core = CoreKeys(text)
     opts = ["-o", f"{proto}.keyfile:{t.stage(keys)}", *opts]
@@ -1222,17 +1394,19 @@ def check_capture_against_core(t: Tshark, pcap: Path, keys: Path, proto: str, sc
         if v["raw"] is None:
             assert sources[n] is None, where
             continue
-        if not v["status"]:
-            # Not opened: no room for the fixed header, or octets missing from the capture.
-            assert v["cut"] or len(v["raw"]) < (16 if proto == "psp" else 8), where
-            assert sources[n] is None, where
-            continue
-        if proto == "psp":
+        if v["cut"]:
+            status, inner = "capture-packet-cut", None
+        elif proto == "psp":
             status, inner, _ = core.psp_open(v["raw"])
         else:
             status, inner, _ = core.eesp_open(v["raw"], v["ipv"], v["dst"])
         assert v["status"] == status, (where, v["status"], status)
         assert sources[n] == inner, where
+        if status != "ok":
+            message = ffi.string(lib.pe_status_message(
+                next(i for i in range(lib.PE_STATUS_COUNT) if status_name(i) == status))).decode()
+            titled = [m for name, m in v["experts"] if name == status_expert(proto, status)]
+            assert any(m.endswith(f": {message} ({status})") for m in titled), (where, v["experts"])
         statuses[status] = statuses.get(status, 0) + 1
     return statuses
 
@@ -1377,8 +1551,10 @@ def test_tshark_psp_capture(tshark46: Tshark, pure_captures) -> None:
     for row, pkt in zip(rows, frames(cap)):
         status, inner, info = core.psp_open(psp_payload(pkt))
         assert row["psp.status"] == status
-        assert row["psp.icv_good"] == ("1" if status == "ok" else "0")
-        assert row["psp.icv_bad"] == ("1" if status == "authentication-failed" else "0")
+        # As in the plugin: the ICV fields only where the ICV was checked.
+        checked = status in ("ok", "authentication-failed")
+        assert row["psp.icv_good"] == (("1" if status == "ok" else "0") if checked else "")
+        assert row["psp.icv_bad"] == (("1" if status == "authentication-failed" else "0") if checked else "")
         if status == "ok":
             assert "udp:psp" in row["frame.protocols"] and row["frame.protocols"].count(":ip") >= 1
             if info["virt"]:
@@ -1386,8 +1562,7 @@ def test_tshark_psp_capture(tshark46: Tshark, pure_captures) -> None:
                 assert int(row["psp.vc"], 16) == vc
                 assert int(row["psp.sectoken"], 16) == vc >> 32 and int(row["psp.virtkey"], 16) == vc & 0xFFFFFFFF
         else:
-            assert f"no key for SPI 0x{info['spi']:08x}, version {info['version']} in the key file" in \
-                row["_ws.expert.message"]
+            assert "No key: no key configured for this SPI (no-key)" in row["_ws.expert.message"]
 
 
 @pytest.mark.tshark
@@ -1429,28 +1604,96 @@ def test_tshark_eesp_capture(tshark46: Tshark, pure_captures) -> None:
 
 @pytest.mark.tshark
 def test_tshark_key_problems(tshark46: Tshark, pure_captures, workdir: Path) -> None:
-    """Wrong keys, no key file, a key file the core refuses: the statuses and notes pelua's path gives."""
+    """Wrong keys, no key file, a key file the core refuses or that cannot be read, a reference config: the
+    statuses and expert items the C plugin gives (pelua's path too); a key-file problem on every packet left
+    without a key (its category's item naming file, line and the core's message, never a key) and once per load
+    on the console."""
     cap, _ = pure_captures["psp"]
     staged, script = tshark46.stage(cap), tshark46.stage(PSP_LUA)
     names = ["psp.spi", "psp.status", "psp.icv_good", "psp.icv_bad", "_ws.expert.message"]
     wrong = tshark46.stage_bytes(f"psp-master key0={bytes(32).hex()} key1={K(32, 9).hex()}\n".encode(), "wrong.keys")
     for row in tshark_fields(tshark46, staged, names, [script], ["-o", f"psp.keyfile:{wrong}"]):
         assert row["psp.status"] == "authentication-failed" and row["psp.icv_bad"] == "1", row
-        assert "ICV verification failed: wrong key, or the packet was changed" in row["_ws.expert.message"]
+        assert "Authentication failed: ICV verification failed (authentication-failed)" in row["_ws.expert.message"]
     for row in tshark_fields(tshark46, staged, names, [script]):
-        assert row["psp.status"] == "" and "no key file set (preference psp.keyfile)" in row["_ws.expert.message"]
+        assert row["psp.status"] == "no-key" and row["psp.icv_good"] == row["psp.icv_bad"] == "", row
+        assert "No key: no key configured for this SPI (no-key)" in row["_ws.expert.message"], row
     bad_text = f"psp-master key0={MK0.hex()}\npsp-key spi=1 version=1 key={K(16).hex()}\n".encode()
     bad = tshark46.stage_bytes(bad_text, "bad.keys")
     want = CoreKeys(bad_text, bad).error  # what pelua.load_keyfile says
     assert want and "line 2" in want
-    for row in tshark_fields(tshark46, staged, names, [script], ["-o", f"psp.keyfile:{bad}"]):
-        assert row["psp.status"] == "" and f"key file not loaded: {want}" in row["_ws.expert.message"], row
+    args = ["-n", "-r", staged, "-2", "-T", "fields", "-e", "psp.status", "-e", "_ws.expert.message",
+            "-o", f"psp.keyfile:{bad}"]
+    proc = tshark46.run(args, [script])
+    assert [line for line in proc.stderr.splitlines() if bad in line] == [f"psp.lua: PSP key file {want}"]
+    assert K(16).hex() not in proc.stderr + proc.stdout and MK0.hex() not in proc.stderr + proc.stdout
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert rows and all(status == "no-key" for status, _ in rows), rows
+    assert all(f"Configuration: PSP key file {want} (keyfile-bad-value)" in msgs for _, msgs in rows), rows
+    missing = tshark46.seen(tshark46.stage_dir / "missing.keys")
+    for row in tshark_fields(tshark46, staged, names, [script], ["-o", f"psp.keyfile:{missing}"]):
+        assert row["psp.status"] == "no-key", row
+        assert (f"I/O error: PSP key file {missing}: cannot open key file: No such file or directory (capture-io)"
+                in row["_ws.expert.message"]), row
     # A google/psp decrypt config: its master keys decrypt what they derive for.
     cfg = tshark46.stage_bytes((" ".join(f"{b:02x}" for b in MK0) + "\n" + " ".join(f"{b:02x}" for b in MK1) +
                                 "\n").encode(), "decrypt.cfg")
     rows = tshark_fields(tshark46, staged, names, [script], ["-o", f"psp.keyfile:{cfg}"])
     by_spi = {int(r["psp.spi"], 16): r["psp.status"] for r in rows}
     assert all(by_spi[sa["spi"]] == "ok" for sa in PSP_SAS if "key" not in sa), by_spi
+
+
+@pytest.mark.tshark
+def test_tshark_truncated_and_cut(tshark54: Tshark, pure_captures, workdir: Path) -> None:
+    """A PSP payload of 9 octets and EESP of 5 (on IP and in UDP) are too short; cut by the snap length inside
+    the EESP Base Header (on IP, in UDP) or the PSP header, a packet says the capture cut it, never that it is
+    malformed: decrypting in Lua (4.6) and headers only (4.4) alike, as the plugin does."""
+    t = tshark54
+    editcap = shutil.which("editcap")
+    if editcap is None:
+        pytest.skip("editcap is not installed")
+    st = _sample_traffic()
+    inner = clear_packets(2, seed=3)
+    psp_ok = pypsp.Encryptor(master_keys=(MK0, MK1), spi=0x1A345678, version=0).encrypt(inner[0])
+    sa = pyeesp.SA(0x4000, "aes-gcm-8", key=K(20, 0x4000), key_bits=128, mode="tunnel")
+    eesp_ip = sa.encrypt(inner[1])
+    psp = psp_payload(psp_ok)
+    eesp, _, _ = eesp_octets(eesp_ip)
+
+    def on_ip(data: bytes) -> bytes:
+        return struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(data), 1, 0, 64, 49, 0, bytes([192, 0, 2, 1]),
+                           bytes([192, 0, 2, 2])) + data
+
+    def udp(dport: int, data: bytes) -> bytes:
+        return st.ipv4("192.0.2.1", "192.0.2.2", 17, 40000, dport, data, 4)
+
+    wire = write_frames(workdir / "short.pcap", [udp(1000, psp[:9]), on_ip(eesp[:5]), udp(4500, eesp[:6]),
+                                                 psp_ok, eesp_ip])
+    parts = [wire]
+    # Ethernet + IPv4 is 34 octets: 38 keeps 4 octets of EESP on IP, 45 three of EESP in UDP, 50 eight of PSP.
+    for snap in (38, 45, 50):
+        out = workdir / f"short_cut{snap}.pcap"
+        subprocess.run([editcap, "-s", str(snap), str(wire), str(out)], check=True)
+        parts.append(out)
+    merged = workdir / "short_all.pcap"
+    subprocess.run(["mergecap", "-a", "-F", "pcap", "-w", str(merged), *map(str, parts)], check=True)
+    names = ["frame.cap_len", "frame.len", "psp.status", "eesp.status", "_ws.expert.message"]
+    keys = t.stage_bytes(f"psp-master key0={MK0.hex()}\n{EESP_SAS[0][1]}\n".encode(), "short.keys")
+    assert EESP_SAS[0][0]["spi"] == 0x4000
+    rows = tshark_fields(t, t.stage(merged), names, [t.stage(PSP_LUA), t.stage(EESP_LUA)],
+                         ["-o", f"psp.keyfile:{keys}", "-o", f"eesp.keyfile:{keys}"])
+    assert len(rows) == 4 * 5
+    opened = "ok" if t.gcrypt else ""
+    statuses = [r["psp.status"] or r["eesp.status"] for r in rows]
+    assert statuses[:5] == ["psp-truncated", "eesp-truncated", "eesp-truncated", opened, opened], statuses
+    assert "Malformed: PSP packet shorter than its header and ICV (psp-truncated)" in rows[0]["_ws.expert.message"]
+    assert "Malformed: EESP packet shorter than its headers and ICV (eesp-truncated)" in rows[1]["_ws.expert.message"]
+    cut = "Cut by the capture: packet was cut by the capture snap length (capture-packet-cut)"
+    for snap, i, proto in ((38, 1, "eesp"), (38, 4, "eesp"), (45, 2, "eesp"), (50, 0, "psp")):
+        r = rows[5 * (1 + (38, 45, 50).index(snap)) + i]
+        assert int(r["frame.cap_len"]) == snap < int(r["frame.len"]), (snap, i, r)
+        assert r[f"{proto}.status"] == "capture-packet-cut", (snap, i, r)
+        assert cut in r["_ws.expert.message"] and "Malformed" not in r["_ws.expert.message"], (snap, i, r)
 
 
 @pytest.mark.tshark
@@ -1469,6 +1712,12 @@ def test_tshark_without_gcrypt_is_header_only(tshark54: Tshark, pure_captures) -
             assert r[f"{proto}.status"] == ""
             assert ("decryption needs the pelua module (see docs/wireshark.md) or Wireshark 4.6 or later (its Lua "
                     "has GcryptCipher)") in r["_ws.expert.message"]
+        # Without a key file the core could only say "no key" after its header checks: so do the scripts.
+        rows = tshark_fields(t, t.stage(cap), names, [*first, t.stage(lua_file)])
+        no_key = "no-key" if proto == "psp" else "eesp-no-sa"
+        assert rows and all(r[f"{proto}.status"] == no_key for r in rows), rows
+        assert all(f"No key: {'no key configured for this SPI' if proto == 'psp' else 'no EESP SA for this SPI'} "
+                   f"({no_key})" in r["_ws.expert.message"] for r in rows), rows
 
 
 def sequence_capture(workdir: Path) -> Tuple[Path, Path, List[str]]:
@@ -1507,9 +1756,9 @@ def check_sequence_rows(rows: List[dict], labels: List[str]) -> None:
         msg = row["_ws.expert.message"]
         if "dup" in label:
             assert row["eesp.replay"] == "1", label
-            assert "Replayed packet: sequence number already received (replay) (replay-duplicate)" in msg, label
+            assert "Replay: sequence number already received (replay) (replay-duplicate)" in msg, label
         else:
-            assert row["eesp.replay"] == "" and "Replayed" not in msg, label
+            assert row["eesp.replay"] == "" and "Replay:" not in msg, label
         if "gap" in label or "dup" in label:
             assert f"Wrong sequence number for this Sub SA: {want_seq[i]}, expected {want_expected[i]}" in msg, label
         else:
@@ -1574,9 +1823,12 @@ def test_tshark_fields_registered(tshark54: Tshark) -> None:
                         "eesp.sequence_analysis_expected_sn": "FT_UINT64",
                         "eesp.sequence_analysis_previous_frame": "FT_FRAMENUM", "eesp.replay": "FT_BOOLEAN"}.items():
         assert have.get(name) == ftype, name
-    for name in ("psp.expert.no_key", "psp.expert.icv_bad", "psp.expert.no_module", "eesp.expert.no_sa",
-                 "eesp.expert.dummy", "eesp.expert.dropped", "eesp.expert.replay", "eesp.expert.seq_wrong"):
-        assert f"\t{name}\t" in proc.stdout, name
+    registered = {c[2] for c in (line.split("\t") for line in proc.stdout.splitlines())
+                  if len(c) > 2 and c[0] == "F" and ".expert." in c[2]}
+    for proto, extra in (("psp", {"gmac_unverified", "udp_zero_checksum", "no_module"}),
+                         ("eesp", {"seq_wrong", "udp_zero_checksum", "no_module"})):
+        want = {c.replace("-", "_") for c in CATEGORIES if c != "ok"} | extra
+        assert {n for n in registered if n.startswith(f"{proto}.expert.")} == {f"{proto}.expert.{w}" for w in want}
 
 
 def normalized(v):
@@ -1592,8 +1844,9 @@ INNER_FAILED = "decrypted packet could not be dissected"
 
 
 def without_inner_failure(layer):
-    """The layer less what only Wireshark 4.6 adds when a decrypted packet is malformed: its DissectorTable:try
-    raises where 4.0's marks the inner layer, so the script notes the failure and a Malformed item lands here."""
+    """The layer less what a Wireshark release may add when a decrypted packet is malformed: where its
+    DissectorTable:try raises (4.6 more often than 4.0) the script notes the failure and a Malformed item lands
+    here, where the other marks the inner layer."""
     if not isinstance(layer, dict):
         return layer
     out = {k: v for k, v in layer.items() if k != "_ws.malformed"}
@@ -1690,7 +1943,7 @@ def test_forged_packets_keep_no_keys(lua: Harness, workdir: Path) -> None:
     root = K(32, 1)
     text = (f"psp-master key0={MK0.hex()}\n"
             f"eesp-sa spi=0x100 suite=aes-gcm-16 root-key={root.hex()} sskdf=hkdf-sha256 mode=tunnel\n").encode()
-    assert lua.call("load", str(write_keys(workdir, "state.keys", text))) == {"ok": True}
+    assert lua.call("load", str(write_keys(workdir, "state.keys", text))) == LOADED
     enc = pypsp.Encryptor(master_keys=(MK0, MK1), spi=0x1234, version=0, mode="transport")
     good = psp_payload(enc.encrypt(clear_packets(1)[0]))
     forged = good[:-1] + bytes([good[-1] ^ 1])

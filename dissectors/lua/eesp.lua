@@ -6,13 +6,16 @@
 --   tshark -X lua_script:eesp.lua -o eesp.keyfile:keys.txt -r capture.pcapng
 --
 -- and decrypts with the first of:
---   1. the project's C module "pelua" (dissectors/lua/pelua.c; LUA_CPATH_5_2 or the Lua 5.2 cpath), when
---      require finds it;
+--   1. the project's C module "pelua" (dissectors/lua/pelua.c; LUA_CPATH_5_2 / LUA_CPATH_5_4 or that Lua's
+--      cpath), when require finds it;
 --   2. Lua: Wireshark 4.6 and later give Lua the GcryptCipher API, and the rest (key file, Sub SA key
 --      derivation with HKDF-SHA-256/384/512) is the code below, generated from src/pecrypto.lua;
---   3. nothing: the headers are dissected and a note says what would decrypt.
--- Every path shows the same fields, statuses (the core's pe_status_name) and expert items, and the sequence
--- analysis per Sub SA (eesp.do_sequence_analysis) runs on whatever decrypted.
+--   3. nothing: the headers are dissected, the Base Header checked as the core checks it before it looks for
+--      an SA, and a note says what would decrypt.
+-- Every path shows the same fields, statuses (the core's pe_status_name) and expert items as the C plugin: one
+-- expert item per status category (eesp.expert.malformed, eesp.expert.no_key, ...), chosen by the category the
+-- core gives the status; and the sequence analysis per Sub SA (eesp.do_sequence_analysis) runs on whatever
+-- decrypted.
 --
 -- EESP is registered on IP protocol eesp.ip_protocol (default 49, provisional) and on UDP port eesp.udp_port
 -- (4500) through a dispatcher that claims only EESP (first octet's MSB set) and hands NAT keepalives, IKE
@@ -44,6 +47,102 @@ if not proto_ok then
 end
 
 -- BEGIN GENERATED pecrypto (from src/pecrypto.lua by build_scripts.py: edit that file, then run the script)
+local CATEGORY_LIST = {
+    { "ok", "success" },
+    { "malformed", "the packet breaks its format (IP, UDP, PSP or EESP), also when its ICV verified" },
+    { "authentication", "the ICV did not verify: wrong key, or altered in transit" },
+    { "replay", "a sequence number already received, or left of the replay window" },
+    { "policy", "well-formed, and dropped by the receiver's settings or by design (a dummy packet)" },
+    { "no-key", "no key or SA for the packet's SPI" },
+    { "not-this-protocol",
+        "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)" },
+    { "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest" },
+    { "configuration", "the caller's settings, keys or key file are wrong" },
+    { "io", "a capture file could not be read or written, or is not a capture" },
+    { "limit", "a size or counter limit was reached (output room, IV or sequence space)" },
+    { "internal", "out of memory, or OpenSSL failed" },
+}
+local STATUS_LIST = {
+    { "ok", "ok", "success" },
+    { "out-of-memory", "internal", "out of memory" },
+    { "invalid-argument", "configuration", "invalid argument" },
+    { "buffer-too-small", "limit", "output buffer too small" },
+    { "crypto-backend", "internal", "OpenSSL reported an internal failure" },
+    { "bad-key-length", "configuration", "key length does not match the algorithm" },
+    { "authentication-failed", "authentication", "ICV verification failed" },
+    { "no-key", "no-key", "no key configured for this SPI" },
+    { "iv-exhausted", "limit", "IV counter exhausted: refusing to wrap and reuse an IV" },
+    { "unsupported", "configuration", "operation not supported" },
+    { "batch-stopped", "limit", "not processed: the batch stopped at an earlier packet that failed" },
+    { "ip-truncated", "malformed", "IP packet truncated" },
+    { "ip-bad-version", "not-this-protocol", "not an IPv4 or IPv6 packet" },
+    { "ip-bad-header-length", "malformed", "bad IPv4 header length (IHL)" },
+    { "ip-bad-length", "malformed", "IP length field disagrees with the packet length" },
+    { "ip-fragment", "malformed", "IP fragment: reassemble before processing" },
+    { "ip-bad-extension-header", "malformed", "malformed or truncated IPv6 extension header" },
+    { "ip-too-long", "limit", "result would exceed the maximum IP packet length" },
+    { "not-udp", "not-this-protocol", "not a UDP packet" },
+    { "udp-wrong-port", "not-this-protocol", "UDP destination port is not the configured port" },
+    { "udp-truncated", "malformed", "UDP header truncated" },
+    { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
+    { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
+    { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
+    { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
+    { "psp-version-disabled", "policy", "PSP version is disabled on this receiver" },
+    { "psp-bad-hdr-ext-len", "malformed", "PSP Hdr Ext Len is 0 or runs past the packet" },
+    { "psp-vc-without-room", "malformed", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
+    { "psp-crypt-offset-past-payload", "malformed", "PSP crypt offset points past the end of the payload" },
+    { "psp-crypt-offset-out-of-range", "configuration", "PSP crypt offset must be 0..63 words" },
+    { "psp-gmac-crypt-offset", "configuration", "PSP GMAC versions (2, 3) send crypt offset 0" },
+    { "psp-too-long", "malformed", "PSP packet longer than any UDP payload can be" },
+    { "psp-bad-mode", "malformed", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
+    { "psp-bad-inner-packet", "malformed",
+        "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
+    { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
+    { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
+    { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
+    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
+    { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
+    { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
+    { "eesp-reserved-bits-set", "malformed", "EESP Base Header reserved bits are not zero" },
+    { "eesp-options-overrun", "malformed", "EESP options run past Opt Len, or would not fit in it" },
+    { "eesp-bad-crypt-offset-option", "malformed", "EESP Crypt Offset option has a bad length or appears twice" },
+    { "eesp-bad-payload-offset", "malformed", "EESP PayloadOffset disagrees with the header lengths" },
+    { "eesp-crypt-offset-past-payload", "malformed", "EESP crypt offset reaches past the payload" },
+    { "eesp-crypt-offset-not-allowed", "policy",
+        "EESP Crypt Offset option not allowed or above the announced maximum" },
+    { "eesp-unknown-option", "policy", "EESP packet carries an unknown option (strict receiver)" },
+    { "eesp-no-sa", "no-key", "no EESP SA for this SPI" },
+    { "eesp-sub-sa-out-of-range", "policy", "EESP Session ID is above the maximum Sub SA ID" },
+    { "eesp-sequence-zero", "malformed", "EESP sequence number 0 is never valid" },
+    { "replay-duplicate", "replay", "sequence number already received (replay)" },
+    { "replay-too-old", "replay", "sequence number is left of the replay window" },
+    { "sequence-exhausted", "limit", "sequence number would wrap: rekey the SA" },
+    { "eesp-bad-pad-length", "malformed", "EESP Pad Length does not fit the packet" },
+    { "eesp-bad-inner-packet", "malformed",
+        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
+    { "eesp-dummy-packet", "policy", "EESP dummy packet (Next Header 59): authenticated and discarded" },
+    { "sskdf-undefined", "configuration", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
+    { "eesp-bad-suite", "configuration", "unknown EESP AEAD suite or key size" },
+    { "eesp-bad-config", "configuration", "EESP SA settings contradict each other" },
+    { "eesp-iiv-needs-seq", "configuration", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
+    { "eesp-gmac-linux-xfrm", "configuration",
+        "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
+    { "eesp-optimized-needs-ip", "configuration", "the optimized format can only carry an IPv4/IPv6 packet" },
+    { "capture-io", "io", "capture file could not be read" },
+    { "capture-write-failed", "io", "output capture could not be written (errno tells why)" },
+    { "capture-bad-format", "io", "not a pcap or pcapng file, or a corrupt block" },
+    { "capture-truncated", "io", "capture file ends in the middle of a record" },
+    { "capture-unsupported-linktype", "io", "capture link type is not Ethernet or raw IP" },
+    { "capture-packet-cut", "cut-by-capture", "packet was cut by the capture snap length" },
+    { "not-ip", "not-this-protocol", "frame does not carry IPv4 or IPv6" },
+    { "capture-aborted", "io", "capture processing was aborted by the caller" },
+    { "keyfile-syntax", "configuration", "key file syntax error" },
+    { "keyfile-bad-value", "configuration", "key file value is invalid" },
+    { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
+}
 local PECRYPTO_SOURCE = [=[
 -- pecrypto: PSP and EESP decryption in pure Lua, for psp.lua and eesp.lua when the pelua C module is absent.
 --
@@ -76,92 +175,121 @@ local concat = table.concat
 
 -- Statuses -----------------------------------------------------------------------------------------------------
 
--- pe_status_name / pe_status_message (core/include/pe/status.h); tests/test_lua_pure.py checks this copy.
-local STATUS_LIST = {
+-- The core's categories (pe_category_name, pe_category_description) and statuses (pe_status_name, its category,
+-- pe_status_message), in core/include/pe/status.h's order; tests/test_lua_pure.py checks this copy.  The block is
+-- Lua 5.2 on purpose: build_scripts.py also copies it into psp.lua and eesp.lua as plain code, so that every path
+-- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category.
+-- BEGIN STATUS TABLE
+local CATEGORY_LIST = {
     { "ok", "success" },
-    { "out-of-memory", "out of memory" },
-    { "invalid-argument", "invalid argument" },
-    { "buffer-too-small", "output buffer too small" },
-    { "crypto-backend", "OpenSSL reported an internal failure" },
-    { "bad-key-length", "key length does not match the algorithm" },
-    { "authentication-failed", "ICV verification failed" },
-    { "no-key", "no key configured for this SPI" },
-    { "iv-exhausted", "IV counter exhausted: refusing to wrap and reuse an IV" },
-    { "unsupported", "operation not supported" },
-    { "batch-stopped", "not processed: the batch stopped at an earlier packet that failed" },
-    { "ip-truncated", "IP packet truncated" },
-    { "ip-bad-version", "not an IPv4 or IPv6 packet" },
-    { "ip-bad-header-length", "bad IPv4 header length (IHL)" },
-    { "ip-bad-length", "IP length field disagrees with the packet length" },
-    { "ip-fragment", "IP fragment: reassemble before processing" },
-    { "ip-bad-extension-header", "malformed or truncated IPv6 extension header" },
-    { "ip-too-long", "result would exceed the maximum IP packet length" },
-    { "not-udp", "not a UDP packet" },
-    { "udp-wrong-port", "UDP destination port is not the configured port" },
-    { "udp-truncated", "UDP header truncated" },
-    { "udp-bad-length", "UDP length disagrees with the IP length" },
-    { "udp-bad-checksum", "UDP checksum is wrong" },
-    { "psp-truncated", "PSP packet shorter than its header and ICV" },
-    { "psp-always-one-bit-clear", "PSP always-1 bit is clear" },
-    { "psp-unsupported-version", "PSP version is not supported (only 0-3)" },
-    { "psp-version-disabled", "PSP version is disabled on this receiver" },
-    { "psp-bad-hdr-ext-len", "PSP Hdr Ext Len is 0 or runs past the packet" },
-    { "psp-vc-without-room", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
-    { "psp-crypt-offset-past-payload", "PSP crypt offset points past the end of the payload" },
-    { "psp-crypt-offset-out-of-range", "PSP crypt offset must be 0..63 words" },
-    { "psp-gmac-crypt-offset", "PSP GMAC versions (2, 3) send crypt offset 0" },
-    { "psp-too-long", "PSP packet longer than any UDP payload can be" },
-    { "psp-bad-mode", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
-    { "psp-bad-inner-packet", "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
-    { "not-eesp", "not an EESP packet (other IP protocol or UDP port)" },
-    { "nat-keepalive", "UDP 4500 NAT keepalive, not EESP" },
-    { "ike-non-esp-marker", "UDP 4500 IKE message (non-ESP marker), not EESP" },
-    { "esp-in-udp", "UDP 4500 ESP packet (first bit 0), not EESP" },
-    { "eesp-truncated", "EESP packet shorter than its headers and ICV" },
-    { "eesp-compat-bit-clear", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
-    { "eesp-unsupported-version", "EESP version is not the negotiated version 0" },
-    { "eesp-reserved-bits-set", "EESP Base Header reserved bits are not zero" },
-    { "eesp-options-overrun", "EESP options run past Opt Len, or would not fit in it" },
-    { "eesp-bad-crypt-offset-option", "EESP Crypt Offset option has a bad length or appears twice" },
-    { "eesp-bad-payload-offset", "EESP PayloadOffset disagrees with the header lengths" },
-    { "eesp-crypt-offset-past-payload", "EESP crypt offset reaches past the payload" },
-    { "eesp-crypt-offset-not-allowed", "EESP Crypt Offset option not allowed or above the announced maximum" },
-    { "eesp-unknown-option", "EESP packet carries an unknown option (strict receiver)" },
-    { "eesp-no-sa", "no EESP SA for this SPI" },
-    { "eesp-sub-sa-out-of-range", "EESP Session ID is above the maximum Sub SA ID" },
-    { "eesp-sequence-zero", "EESP sequence number 0 is never valid" },
-    { "replay-duplicate", "sequence number already received (replay)" },
-    { "replay-too-old", "sequence number is left of the replay window" },
-    { "sequence-exhausted", "sequence number would wrap: rekey the SA" },
-    { "eesp-bad-pad-length", "EESP Pad Length does not fit the packet" },
-    { "eesp-bad-inner-packet",
-        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
-    { "eesp-dummy-packet", "EESP dummy packet (Next Header 59): authenticated and discarded" },
-    { "sskdf-undefined", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
-    { "eesp-bad-suite", "unknown EESP AEAD suite or key size" },
-    { "eesp-bad-config", "EESP SA settings contradict each other" },
-    { "eesp-iiv-needs-seq", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
-    { "eesp-gmac-linux-xfrm", "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
-    { "eesp-optimized-needs-ip", "the optimized format can only carry an IPv4/IPv6 packet" },
-    { "capture-io", "capture file could not be read or written" },
-    { "capture-bad-format", "not a pcap or pcapng file, or a corrupt block" },
-    { "capture-truncated", "capture file ends in the middle of a record" },
-    { "capture-unsupported-linktype", "capture link type is not Ethernet or raw IP" },
-    { "capture-packet-cut", "packet was cut by the capture snap length" },
-    { "not-ip", "frame does not carry IPv4 or IPv6" },
-    { "capture-aborted", "capture processing was aborted by the caller" },
-    { "keyfile-syntax", "key file syntax error" },
-    { "keyfile-bad-value", "key file value is invalid" },
-    { "keyfile-duplicate", "key file defines the same SA twice" },
+    { "malformed", "the packet breaks its format (IP, UDP, PSP or EESP), also when its ICV verified" },
+    { "authentication", "the ICV did not verify: wrong key, or altered in transit" },
+    { "replay", "a sequence number already received, or left of the replay window" },
+    { "policy", "well-formed, and dropped by the receiver's settings or by design (a dummy packet)" },
+    { "no-key", "no key or SA for the packet's SPI" },
+    { "not-this-protocol",
+        "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)" },
+    { "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest" },
+    { "configuration", "the caller's settings, keys or key file are wrong" },
+    { "io", "a capture file could not be read or written, or is not a capture" },
+    { "limit", "a size or counter limit was reached (output room, IV or sequence space)" },
+    { "internal", "out of memory, or OpenSSL failed" },
 }
-local STATUS_MESSAGE = {}
+local STATUS_LIST = {
+    { "ok", "ok", "success" },
+    { "out-of-memory", "internal", "out of memory" },
+    { "invalid-argument", "configuration", "invalid argument" },
+    { "buffer-too-small", "limit", "output buffer too small" },
+    { "crypto-backend", "internal", "OpenSSL reported an internal failure" },
+    { "bad-key-length", "configuration", "key length does not match the algorithm" },
+    { "authentication-failed", "authentication", "ICV verification failed" },
+    { "no-key", "no-key", "no key configured for this SPI" },
+    { "iv-exhausted", "limit", "IV counter exhausted: refusing to wrap and reuse an IV" },
+    { "unsupported", "configuration", "operation not supported" },
+    { "batch-stopped", "limit", "not processed: the batch stopped at an earlier packet that failed" },
+    { "ip-truncated", "malformed", "IP packet truncated" },
+    { "ip-bad-version", "not-this-protocol", "not an IPv4 or IPv6 packet" },
+    { "ip-bad-header-length", "malformed", "bad IPv4 header length (IHL)" },
+    { "ip-bad-length", "malformed", "IP length field disagrees with the packet length" },
+    { "ip-fragment", "malformed", "IP fragment: reassemble before processing" },
+    { "ip-bad-extension-header", "malformed", "malformed or truncated IPv6 extension header" },
+    { "ip-too-long", "limit", "result would exceed the maximum IP packet length" },
+    { "not-udp", "not-this-protocol", "not a UDP packet" },
+    { "udp-wrong-port", "not-this-protocol", "UDP destination port is not the configured port" },
+    { "udp-truncated", "malformed", "UDP header truncated" },
+    { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
+    { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
+    { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
+    { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
+    { "psp-version-disabled", "policy", "PSP version is disabled on this receiver" },
+    { "psp-bad-hdr-ext-len", "malformed", "PSP Hdr Ext Len is 0 or runs past the packet" },
+    { "psp-vc-without-room", "malformed", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
+    { "psp-crypt-offset-past-payload", "malformed", "PSP crypt offset points past the end of the payload" },
+    { "psp-crypt-offset-out-of-range", "configuration", "PSP crypt offset must be 0..63 words" },
+    { "psp-gmac-crypt-offset", "configuration", "PSP GMAC versions (2, 3) send crypt offset 0" },
+    { "psp-too-long", "malformed", "PSP packet longer than any UDP payload can be" },
+    { "psp-bad-mode", "malformed", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
+    { "psp-bad-inner-packet", "malformed",
+        "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
+    { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
+    { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
+    { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
+    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
+    { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
+    { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
+    { "eesp-reserved-bits-set", "malformed", "EESP Base Header reserved bits are not zero" },
+    { "eesp-options-overrun", "malformed", "EESP options run past Opt Len, or would not fit in it" },
+    { "eesp-bad-crypt-offset-option", "malformed", "EESP Crypt Offset option has a bad length or appears twice" },
+    { "eesp-bad-payload-offset", "malformed", "EESP PayloadOffset disagrees with the header lengths" },
+    { "eesp-crypt-offset-past-payload", "malformed", "EESP crypt offset reaches past the payload" },
+    { "eesp-crypt-offset-not-allowed", "policy",
+        "EESP Crypt Offset option not allowed or above the announced maximum" },
+    { "eesp-unknown-option", "policy", "EESP packet carries an unknown option (strict receiver)" },
+    { "eesp-no-sa", "no-key", "no EESP SA for this SPI" },
+    { "eesp-sub-sa-out-of-range", "policy", "EESP Session ID is above the maximum Sub SA ID" },
+    { "eesp-sequence-zero", "malformed", "EESP sequence number 0 is never valid" },
+    { "replay-duplicate", "replay", "sequence number already received (replay)" },
+    { "replay-too-old", "replay", "sequence number is left of the replay window" },
+    { "sequence-exhausted", "limit", "sequence number would wrap: rekey the SA" },
+    { "eesp-bad-pad-length", "malformed", "EESP Pad Length does not fit the packet" },
+    { "eesp-bad-inner-packet", "malformed",
+        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
+    { "eesp-dummy-packet", "policy", "EESP dummy packet (Next Header 59): authenticated and discarded" },
+    { "sskdf-undefined", "configuration", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
+    { "eesp-bad-suite", "configuration", "unknown EESP AEAD suite or key size" },
+    { "eesp-bad-config", "configuration", "EESP SA settings contradict each other" },
+    { "eesp-iiv-needs-seq", "configuration", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
+    { "eesp-gmac-linux-xfrm", "configuration",
+        "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
+    { "eesp-optimized-needs-ip", "configuration", "the optimized format can only carry an IPv4/IPv6 packet" },
+    { "capture-io", "io", "capture file could not be read" },
+    { "capture-write-failed", "io", "output capture could not be written (errno tells why)" },
+    { "capture-bad-format", "io", "not a pcap or pcapng file, or a corrupt block" },
+    { "capture-truncated", "io", "capture file ends in the middle of a record" },
+    { "capture-unsupported-linktype", "io", "capture link type is not Ethernet or raw IP" },
+    { "capture-packet-cut", "cut-by-capture", "packet was cut by the capture snap length" },
+    { "not-ip", "not-this-protocol", "frame does not carry IPv4 or IPv6" },
+    { "capture-aborted", "io", "capture processing was aborted by the caller" },
+    { "keyfile-syntax", "configuration", "key file syntax error" },
+    { "keyfile-bad-value", "configuration", "key file value is invalid" },
+    { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
+}
+-- END STATUS TABLE
+local STATUS_MESSAGE, STATUS_CATEGORY = {}, {}
 for _, row in ipairs(STATUS_LIST) do
-    STATUS_MESSAGE[row[1]] = row[2]
+    STATUS_CATEGORY[row[1]], STATUS_MESSAGE[row[1]] = row[2], row[3]
 end
-M.STATUS_LIST = STATUS_LIST
+M.STATUS_LIST, M.CATEGORY_LIST = STATUS_LIST, CATEGORY_LIST
 
 function M.status_message(name)
     return STATUS_MESSAGE[name] or "unknown status code"
+end
+
+-- As pe_status_category: a name the table lacks counts as internal.
+function M.status_category(name)
+    return STATUS_CATEGORY[name] or "internal"
 end
 
 -- Octets -------------------------------------------------------------------------------------------------------
@@ -1231,7 +1359,8 @@ function M.parse_refcfg(text)
 end
 
 -- A file with no '=' whose first token is one or two hex digits can only be a reference config: a key-file
--- line always holds name=value fields.
+-- line always holds name=value fields.  The core's rule (pe_psp_refcfg_detect), which the plugin and pelua ask:
+-- the same whitespace (C's isspace in the C locale) and hex digits; tests/test_lua_pure.py holds them together.
 function M.looks_like_refcfg(text)
     local first = text:match("^[ \t\n\v\f\r]*([^ \t\n\v\f\r]+)")
     return first ~= nil and not text:find("=", 1, true) and #first <= 2 and not first:find("[^0-9a-fA-F]")
@@ -1248,13 +1377,14 @@ local function guarded(f, ...)
     if ok then
         return st, inner, info
     end
-    local i = { status = "crypto-backend", icv_valid = false, sa_found = false, payload_offset = 0,
+    local i = { status = "crypto-backend", category = M.status_category("crypto-backend"), icv_valid = false,
+        sa_found = false, payload_offset = 0,
         message = M.status_message("crypto-backend") .. " (" .. tostring(st) .. ")" }
     return "crypto-backend", nil, i
 end
 
 local function finish(info, status)
-    info.status = status
+    info.status, info.category = status, M.status_category(status)
     info.message = M.status_message(status)
     info.icv_valid = info.icv_valid or false
     return status, nil, info
@@ -1358,7 +1488,7 @@ local function psp_open(self, p)
     end
     -- The extension area as sent, with the VC decrypted when the crypt offset left it encrypted.
     info.ext = sub(body, 1, ext_len)
-    info.status, info.message = "ok", M.status_message("ok")
+    finish(info, "ok")
     return "ok", sub(body, ext_len + 1), info
 end
 
@@ -1617,7 +1747,7 @@ local function eesp_open(self, e, family, daddr)
             return finish(info, "eesp-bad-inner-packet")
         end
     end
-    info.status, info.message = "ok", M.status_message("ok")
+    finish(info, "ok")
     return "ok", inner, info
 end
 
@@ -1643,7 +1773,7 @@ function Keys:summary()
         n_eesp = n_eesp + #list
     end
     return { psp_master0 = self.psp_master_block[0] ~= nil, psp_master1 = self.psp_master_block[1] ~= nil,
-        psp_keys = self.n_psp_keys, eesp_sas = n_eesp }
+        psp_keys = self.n_psp_keys, eesp_sas = n_eesp, reference_config = self.reference_config or false }
 end
 
 -- Receivers for a parsed key file (the equivalent of pe_keyfile_psp_rx_new and one pe_eesp_rx_add_sa per line).
@@ -1675,18 +1805,20 @@ local function build_keys(backend, master0, master1, psp_keys, eesp_sas)
     return k
 end
 
--- Keys from key-file (or reference config) text.  Returns keys, or nil, line (0: none) and message.
+-- Keys from key-file (or reference config) text.  Returns keys, or nil, line (0: none), message and status name.
 function M.load_keytext(text, backend)
     if M.looks_like_refcfg(text) then
-        local cfg, _, line, msg = M.parse_refcfg(text)
+        local cfg, st, line, msg = M.parse_refcfg(text)
         if not cfg then
-            return nil, line, "google/psp reference config: " .. msg
+            return nil, line, "google/psp reference config: " .. msg, st
         end
-        return build_keys(backend, cfg.key0, cfg.key1, {}, {})
+        local k = build_keys(backend, cfg.key0, cfg.key1, {}, {})
+        k.reference_config = true
+        return k
     end
-    local kf, _, line, msg = M.parse_keyfile(text)
+    local kf, st, line, msg = M.parse_keyfile(text)
     if not kf then
-        return nil, line, msg
+        return nil, line, msg, st
     end
     local m = kf.psp_master or {}
     return build_keys(backend, m.key0, m.key1, kf.psp_keys, kf.eesp_sas)
@@ -1695,7 +1827,8 @@ end
 -- Above any real key file: a wrong path (a capture, /dev/zero) is refused instead of read into memory.
 local KEYFILE_MAX_SIZE = 16 * 1024 * 1024
 
--- pelua.load_keyfile's contract: keys, or nil and "path, line N: message" / "path: message".
+-- pelua.load_keyfile's contract: keys, or nil, "path, line N: message" / "path: message" and the status name
+-- (the core's pe_keyfile_load statuses for the file itself).
 function M.load_keyfile(path, backend)
     local f, err = io.open(path, "rb")
     if not f then
@@ -1704,23 +1837,23 @@ function M.load_keyfile(path, backend)
         if sub(reason, 1, #path + 2) == path .. ": " then
             reason = sub(reason, #path + 3)
         end
-        return nil, fmt("%s: cannot open key file: %s", path, reason)
+        return nil, fmt("%s: cannot open key file: %s", path, reason), "capture-io"
     end
     local text, rerr = f:read(KEYFILE_MAX_SIZE + 1)
     f:close()
     if text == nil and rerr then
-        return nil, fmt("%s: cannot read key file: %s", path, tostring(rerr))
+        return nil, fmt("%s: cannot read key file: %s", path, tostring(rerr)), "capture-io"
     end
     text = text or ""
     if #text > KEYFILE_MAX_SIZE then
-        return nil, fmt("%s: key file is larger than %d MiB", path, KEYFILE_MAX_SIZE >> 20)
+        return nil, fmt("%s: key file is larger than %d MiB", path, KEYFILE_MAX_SIZE >> 20), "invalid-argument"
     end
-    local keys, line, msg = M.load_keytext(text, backend)
+    local keys, line, msg, st = M.load_keytext(text, backend)
     if not keys then
         if line and line > 0 then
-            return nil, fmt("%s, line %d: %s", path, line, msg)
+            return nil, fmt("%s, line %d: %s", path, line, msg), st
         end
-        return nil, fmt("%s: %s", path, msg)
+        return nil, fmt("%s: %s", path, msg), st
     end
     return keys
 end
@@ -1780,13 +1913,42 @@ return M
 ]=]
 -- END GENERATED pecrypto
 
--- The decryption engine: load_keyfile(path) -> keys | nil, message, keys having eesp_open (see pelua.c).
+-- The core's word on each status: its category (which expert item shows it) and its message.
+local STATUS_CATEGORY, STATUS_MESSAGE = {}, {}
+for _, row in ipairs(STATUS_LIST) do
+    STATUS_CATEGORY[row[1]], STATUS_MESSAGE[row[1]] = row[2], row[3]
+end
+
+-- Oldest pelua this script can use: 0.2.0 reads reference configs and says each status's category and why a key
+-- file failed, as the C plugin does.
+local PELUA_NEEDED = { 0, 2, 0 }
+
+local function version_at_least(text, want)
+    local got = {}
+    for n in tostring(text):gmatch("%d+") do
+        got[#got + 1] = tonumber(n)
+    end
+    for i = 1, #want do
+        if (got[i] or 0) ~= want[i] then
+            return (got[i] or 0) > want[i]
+        end
+    end
+    return true
+end
+
+-- The decryption engine: load_keyfile(path) -> keys | nil, message, status; keys:eesp_open (see pelua.c).
 local load_keyfile, no_engine_why
 do
     local have_pelua, pelua = pcall(require, "pelua")
     if have_pelua and type(pelua) == "table" and type(pelua.load_keyfile) == "function" then
-        load_keyfile = pelua.load_keyfile
-    elseif GcryptCipher and math.type then
+        if version_at_least(pelua.version, PELUA_NEEDED) then
+            load_keyfile = pelua.load_keyfile
+        else
+            note("pelua " .. tostring(pelua.version) .. " is older than this script needs (0.2.0): not using it; "
+                .. "rebuild it from dissectors/lua (docs/wireshark.md)")
+        end
+    end
+    if not load_keyfile and GcryptCipher and math.type then
         -- Lua 5.3+ with Wireshark's gcrypt binding: compile the inlined decryption code.
         local ok, res = pcall(function()
             local pecrypto = assert(load(PECRYPTO_SOURCE, "=pecrypto.lua", "t"))()
@@ -1855,26 +2017,67 @@ f.seq_previous_frame = ProtoField.framenum("eesp.sequence_analysis_previous_fram
 f.replay = ProtoField.bool("eesp.replay", "Replay", base.NONE, nil, nil,
     "A receiver's anti-replay window would drop this packet")
 
+-- Expert items ----------------------------------------------------------------------------------
+--
+-- One per status category, named, grouped and titled as the C plugin's (dissectors/plugin/experts.c: change
+-- both together): <proto>.expert.<category, '-' written '_'>, summary "<title>: <what the category means>",
+-- message "<title>: <the status's message> (<status name>)".  Which item a status gets comes from its
+-- category alone.
+local CATEGORY_LOOK = {
+    malformed = { expert.group.MALFORMED, expert.severity.ERROR, "Malformed" },
+    authentication = { expert.group.CHECKSUM, expert.severity.ERROR, "Authentication failed" },
+    replay = { expert.group.SEQUENCE, expert.severity.WARN, "Replay" },
+    -- well-formed and authenticated: a receiver's choice (or a dummy packet), nothing wrong on the wire
+    policy = { expert.group.SECURITY, expert.severity.NOTE, "Dropped by policy" },
+    ["no-key"] = { expert.group.DECRYPTION, expert.severity.NOTE, "No key" },
+    ["not-this-protocol"] = { expert.group.PROTOCOL, expert.severity.NOTE, "Not this protocol" },
+    ["cut-by-capture"] = { expert.group.UNDECODED, expert.severity.NOTE, "Cut by the capture" },
+    -- the user's keys are wrong or unreadable: every packet they should have opened says so, visibly
+    configuration = { expert.group.DECRYPTION, expert.severity.WARN, "Configuration" },
+    io = { expert.group.DECRYPTION, expert.severity.WARN, "I/O error" },
+    limit = { expert.group.UNDECODED, expert.severity.WARN, "Limit reached" },
+    internal = { expert.group.UNDECODED, expert.severity.ERROR, "Internal error" },
+}
+
+local category_expert = {} -- category -> { ProtoExpert, title }
+local experts = {}
+for _, row in ipairs(CATEGORY_LIST) do
+    local category, meaning = row[1], row[2]
+    if category ~= "ok" then
+        -- A category this script has no look for yet still gets an item, shown as the plugin shows "internal".
+        local look = CATEGORY_LOOK[category] or CATEGORY_LOOK.internal
+        local ei = ProtoExpert.new("eesp.expert." .. category:gsub("%-", "_"), look[3] .. ": " .. meaning, look[1],
+            look[2])
+        category_expert[category] = { ei, look[3] }
+        experts[#experts + 1] = ei
+    end
+end
+-- Not about a status.
 local e = {
-    no_sa = ProtoExpert.new("eesp.expert.no_sa", "No SA to decrypt this packet",
-        expert.group.UNDECODED, expert.severity.NOTE),
-    icv_bad = ProtoExpert.new("eesp.expert.icv_bad", "ICV verification failed",
-        expert.group.CHECKSUM, expert.severity.ERROR),
-    malformed = ProtoExpert.new("eesp.expert.malformed", "Malformed EESP packet",
-        expert.group.MALFORMED, expert.severity.ERROR),
-    version_unknown = ProtoExpert.new("eesp.expert.version_unknown", "Unknown EESP version",
-        expert.group.PROTOCOL, expert.severity.WARN),
-    no_module = ProtoExpert.new("eesp.expert.no_module", NO_ENGINE, expert.group.UNDECODED, expert.severity.NOTE),
-    dummy = ProtoExpert.new("eesp.expert.dummy", "Dummy packet (Next Header 59): authenticated and discarded",
-        expert.group.COMMENTS_GROUP, expert.severity.COMMENT),
-    dropped = ProtoExpert.new("eesp.expert.dropped", "A receiver drops this packet by policy",
-        expert.group.PROTOCOL, expert.severity.WARN),
-    replay = ProtoExpert.new("eesp.expert.replay", "Replayed packet", expert.group.SEQUENCE, expert.severity.WARN),
     seq_wrong = ProtoExpert.new("eesp.expert.seq_wrong", "Wrong sequence number", expert.group.SEQUENCE,
         expert.severity.WARN),
+    udp_zero_checksum = ProtoExpert.new("eesp.expert.udp_zero_checksum",
+        "UDP checksum 0 over IPv6 is allowed for EESP in UDP (RFC 6936); Wireshark's UDP preference "
+            .. "udp.ignore_ipv6_zero_checksum stops flagging it", expert.group.CHECKSUM, expert.severity.NOTE),
+    -- Lua only: the C plugin always has the core.
+    no_module = ProtoExpert.new("eesp.expert.no_module", NO_ENGINE, expert.group.UNDECODED, expert.severity.NOTE),
 }
-eesp.experts = { e.no_sa, e.icv_bad, e.malformed, e.version_unknown, e.no_module, e.dummy, e.dropped, e.replay,
-    e.seq_wrong }
+for _, name in ipairs({ "seq_wrong", "udp_zero_checksum", "no_module" }) do
+    experts[#experts + 1] = e[name]
+end
+eesp.experts = experts
+
+-- The item of status's category on item: "<title>: <text> (<status>)", text the status's message by default;
+-- nothing for a success.  category nil: the one the status table gives.
+local function status_expert(item, status, category, text)
+    category = category or STATUS_CATEGORY[status]
+    if category == "ok" then
+        return
+    end
+    local ce = category_expert[category] or category_expert.internal
+    item:add_proto_expert_info(ce[1], string.format("%s: %s (%s)", ce[2],
+        text or STATUS_MESSAGE[status] or "unknown status code", status))
+end
 
 eesp.prefs.keyfile = Pref.string("Key file", "",
     "Key file (docs/keys.md) with eesp-sa lines; decryption needs the pelua module or Wireshark 4.6 or later")
@@ -1896,12 +2099,6 @@ eesp.prefs.do_sequence_analysis = Pref.bool("Sequence number analysis", true,
 local WINDOW = 1024
 local WINDOW_WORDS = WINDOW / 64 + 1
 local U64_ZERO, U64_64, U64_WORDS, U64_WINDOW = UInt64(0), UInt64(64), UInt64(WINDOW_WORDS), UInt64(WINDOW)
--- pe_status_message of the two replay statuses (core/include/pe/status.h).
-local REPLAY_MESSAGE = {
-    ["replay-duplicate"] = "sequence number already received (replay)",
-    ["replay-too-old"] = "sequence number is left of the replay window",
-}
-
 local sub_sa_state, frame_seq = {}, {}
 
 function eesp.init()
@@ -1973,15 +2170,19 @@ local function show_seq_analysis(t, pinfo, seq_item, fs, seq)
     end
     if fs.replay then
         t:add(f.replay, true):set_generated()
-        at:add_proto_expert_info(e.replay, string.format("Replayed packet: %s (%s)", REPLAY_MESSAGE[fs.replay],
-            fs.replay))
+        status_expert(at, fs.replay)
         pinfo.cols.info:append(" [replay]")
     end
 end
 
 -- Key file, (re)loaded when the preference changes ----------------------------------------------
+--
+-- A file that cannot be used is said once per load on the console and on every packet it may have cost its key,
+-- as the C plugin does (a dialog would be seen once, then only "no key"): its problem is the core's status of
+-- it (keyfile-bad-value, capture-io, ...), whose category picks the expert item, and a text naming the file and
+-- line, never a key.
 
-local keys, keys_err, keys_path = nil, nil, nil
+local keys, keys_problem, keys_path = nil, nil, nil
 
 local function current_keys()
     local path = eesp.prefs.keyfile or ""
@@ -1989,17 +2190,20 @@ local function current_keys()
         if keys then
             keys:close() -- wipes the keys now rather than at the next collection
         end
-        keys, keys_err, keys_path = nil, nil, path
+        keys, keys_problem, keys_path = nil, nil, path
         if path ~= "" and load_keyfile then
-            local ok, k, err = pcall(load_keyfile, path)
+            local ok, k, err, st = pcall(load_keyfile, path)
             if ok and k then
                 keys = k
             else
-                keys_err = ok and err or tostring(k)
+                -- A Lua error here is a fault of the decryption code, not of the file: the core's internal status.
+                keys_problem = { status = ok and st or "crypto-backend",
+                    text = "EESP key file " .. (ok and tostring(err) or (path .. ": " .. tostring(k))) }
+                note(keys_problem.text)
             end
         end
     end
-    return keys, keys_err
+    return keys, keys_problem
 end
 
 -- Outer destination, for SAs bound to one (docs/keys.md) -----------------------------------------
@@ -2084,33 +2288,59 @@ end
 
 -- Dissection ------------------------------------------------------------------------------------
 
-local policy_status = {
-    ["eesp-sub-sa-out-of-range"] = true, ["eesp-crypt-offset-not-allowed"] = true,
-    ["eesp-unknown-option"] = true, ["eesp-sequence-zero"] = true,
-}
--- Statuses the Lua header checks have reported already.
-local header_status = {
-    ["eesp-truncated"] = true, ["eesp-compat-bit-clear"] = true, ["eesp-reserved-bits-set"] = true,
-    ["eesp-options-overrun"] = true, ["eesp-bad-crypt-offset-option"] = true,
-}
+-- pe_eesp_open's checks before it looks for an SA (core/src/eesp_hdr.c pe_eesp_base_parse), in its order: with
+-- no SA at all the core says this status, or eesp-no-sa.  nil when the Base Header passes.
+local function header_status(len, octet0)
+    if len < BASE_LEN then
+        return "eesp-truncated"
+    end
+    if band(octet0, 0x80) == 0 then
+        return "eesp-compat-bit-clear"
+    end
+    if band(octet0, 0x78) ~= 0 then
+        return "eesp-unsupported-version"
+    end
+    if band(octet0, 0x07) ~= 0 then
+        return "eesp-reserved-bits-set"
+    end
+end
+
+-- UDP flags checksum 0 over IPv6 as illegal (checksum status 4, PROTO_CHECKSUM_E_ILLEGAL) unless its preference
+-- udp.ignore_ipv6_zero_checksum is set; Lua cannot read that preference, but it can see what UDP concluded.  The
+-- status item sits on the checksum, the last 2 octets before this payload in the same data source (so EESP
+-- directly on IP never matches).
+local udp_checksum_status_field = Field.new("udp.checksum.status")
+local CHECKSUM_ILLEGAL = 4
+
+local function udp_zero_checksum_flagged(tvb)
+    local at = tvb:offset() - 2
+    local list = { udp_checksum_status_field() }
+    for i = #list, 1, -1 do
+        local fi = list[i]
+        if fi.offset == at then
+            return fi.value == CHECKSUM_ILLEGAL
+        end
+    end
+    return false
+end
 
 local function dissect_inner(inner, nh, pinfo, tree, etree)
     local tvb = ByteArray.new(inner, true):tvb("Decrypted EESP")
     local ok, err = pcall(function() ip_proto_table:try(nh, tvb, pinfo, tree) end)
     if not ok then
-        etree:add_proto_expert_info(e.malformed, "decrypted packet could not be dissected: " .. tostring(err))
+        etree:add_proto_expert_info(category_expert.malformed[1],
+            "decrypted packet could not be dissected: " .. tostring(err))
     end
 end
 
--- Options (§4): TLVs within Opt Len; returns the number of problems found.
+-- Options (§4): the TLVs within Opt Len, as far as they were captured.  Whether they break the format is the
+-- status's to say (the core checks them once an SA is found), so nothing here adds an expert item.
 local function dissect_options(tvb, t, opt_len, len)
-    local problems = 0
     local stop = BASE_LEN + opt_len
     if stop > len then
         stop = len
     end
     local off = BASE_LEN
-    local crypt_offsets = 0
     while off < stop do
         local otype = tvb(off, 1):uint()
         if otype == 0 then
@@ -2119,13 +2349,8 @@ local function dissect_options(tvb, t, opt_len, len)
             ot:add(f.option_type, tvb(off, 1))
             off = off + 1
         else
-            if off + 2 > BASE_LEN + opt_len then
-                t:add_proto_expert_info(e.malformed, "option header runs past Opt Len")
-                problems = problems + 1
-                break
-            end
             if off + 2 > stop then
-                break -- cut by the capture
+                break -- past Opt Len, or cut by the capture
             end
             local dlen = tvb(off + 1, 1):uint()
             if off + 2 + dlen > BASE_LEN + opt_len then
@@ -2133,8 +2358,6 @@ local function dissect_options(tvb, t, opt_len, len)
                 ot:set_text(string.format("Option: %s (runs past Opt Len)", option_types[otype] or ("type " .. otype)))
                 ot:add(f.option_type, tvb(off, 1))
                 ot:add(f.option_len, tvb(off + 1, 1))
-                ot:add_proto_expert_info(e.malformed, "option runs past Opt Len")
-                problems = problems + 1
                 break
             end
             if off + 2 + dlen > stop then
@@ -2146,24 +2369,15 @@ local function dissect_options(tvb, t, opt_len, len)
             if dlen > 0 then
                 ot:add(f.option_data, tvb(off + 2, dlen))
             end
-            if otype == 2 then
-                crypt_offsets = crypt_offsets + 1
-                if dlen == 2 then
-                    local v = tvb(off + 2, 2):uint()
-                    ot:add(f.option_payload_offset, tvb(off + 2, 2))
-                    ot:add(f.option_crypt_offset, tvb(off + 2, 2))
-                    ot:add(f.option_co_reserved, tvb(off + 2, 2))
-                    ot:set_text(string.format("Option: Crypt Offset (PayloadOffset %d, CryptOffset %d)",
-                        rshift(v, 10), band(rshift(v, 4), 0x3f)))
-                else
-                    ot:set_text(string.format("Option: Crypt Offset (bad Opt Data Len %d)", dlen))
-                    ot:add_proto_expert_info(e.malformed, "Crypt Offset option data is 2 octets")
-                    problems = problems + 1
-                end
-                if crypt_offsets == 2 then
-                    ot:add_proto_expert_info(e.malformed, "a second Crypt Offset option")
-                    problems = problems + 1
-                end
+            if otype == 2 and dlen == 2 then
+                local v = tvb(off + 2, 2):uint()
+                ot:add(f.option_payload_offset, tvb(off + 2, 2))
+                ot:add(f.option_crypt_offset, tvb(off + 2, 2))
+                ot:add(f.option_co_reserved, tvb(off + 2, 2))
+                ot:set_text(string.format("Option: Crypt Offset (PayloadOffset %d, CryptOffset %d)",
+                    rshift(v, 10), band(rshift(v, 4), 0x3f)))
+            elseif otype == 2 then
+                ot:set_text(string.format("Option: Crypt Offset (bad Opt Data Len %d)", dlen))
             else
                 ot:set_text(string.format("Option: %s (%d octets)", option_types[otype] or ("unknown type " .. otype),
                     2 + dlen))
@@ -2171,7 +2385,6 @@ local function dissect_options(tvb, t, opt_len, len)
             off = off + 2 + dlen
         end
     end
-    return problems
 end
 
 local function add_range(t, field, tvb, off, n, len)
@@ -2181,82 +2394,69 @@ local function add_range(t, field, tvb, off, n, len)
 end
 
 local function dissect_eesp(tvb, pinfo, tree)
+    -- Even no octet at all gets a status, as in the plugin: cut by the capture, or too short for EESP.
     local len = tvb:len()
     local reported = tvb:reported_len()
-    if len == 0 then
-        return 0
-    end
     pinfo.cols.protocol:set("EESP")
-    local t = tree:add(eesp, tvb())
-    local problems = 0
-    local function malformed(text)
-        problems = problems + 1
-        t:add_proto_expert_info(e.malformed, text)
+    local t = len > 0 and tree:add(eesp, tvb()) or tree:add(eesp)
+    if udp_zero_checksum_flagged(tvb) then
+        t:add_proto_expert_info(e.udp_zero_checksum)
     end
 
-    -- Base Header (§3).
-    t:add(f.compat, tvb(0, 1))
-    t:add(f.version, tvb(0, 1))
-    t:add(f.reserved, tvb(0, 1))
+    -- Base Header (§3), as far as it was captured.
+    if len >= 1 then
+        local r0 = tvb(0, 1)
+        t:add(f.compat, r0)
+        t:add(f.version, r0)
+        t:add(f.reserved, r0)
+    end
     if len >= 2 then t:add(f.opt_len, tvb(1, 1)) end
     if len >= 4 then t:add(f.session_id, tvb(2, 2)) end
     if len >= 8 then t:add(f.spi, tvb(4, 4)) end
-    if reported < BASE_LEN or len < BASE_LEN then
+    local octet0, opt_len, s1, s2, p1, p2, p3, p4
+    if len >= 1 then
+        octet0, opt_len, s1, s2, p1, p2, p3, p4 = string.byte(tvb:raw(0, math.min(len, BASE_LEN)), 1, BASE_LEN)
+    end
+    local version = octet0 and rshift(band(octet0, 0x78), 3)
+    local spi, session_id
+    if len >= BASE_LEN then
+        spi, session_id = ((p1 * 256 + p2) * 256 + p3) * 256 + p4, s1 * 256 + s2
+        pinfo.cols.info:set(string.format("EESP SPI=0x%08x Session=%d", spi, session_id))
+        t:append_text(string.format(", SPI: 0x%08x, Session ID: %d", spi, session_id))
+    else
         pinfo.cols.info:set("EESP (truncated)")
-        malformed(string.format("EESP packet of %d octets is shorter than its 8-octet Base Header", reported))
-        return len
     end
-    local octet0 = tvb(0, 1):uint()
-    local version = rshift(band(octet0, 0x78), 3)
-    local opt_len = tvb(1, 1):uint()
-    local session_id = tvb(2, 2):uint()
-    local spi = tvb(4, 4):uint()
-    pinfo.cols.info:set(string.format("EESP SPI=0x%08x Session=%d", spi, session_id))
-    t:append_text(string.format(", SPI: 0x%08x, Session ID: %d", spi, session_id))
 
-    if band(octet0, 0x80) == 0 then
-        malformed("ESP-compatibility bit is clear: this is ESP, not EESP")
+    -- What the packet's status is, as the C plugin finds it (packet-eesp.c): a cut packet cannot be checked;
+    -- otherwise the engine opens it with the key file's SAs, or, with no SA to try, the Base Header checks that
+    -- come before the SA lookup are all the core would do.  Without an engine and with a key file that might
+    -- hold the packet's SA, nothing more can be said than what those checks find.
+    local cut = reported > len
+    local status, inner, info
+    local k, problem = current_keys()
+    if cut then
+        status = "capture-packet-cut"
+    elseif k then
+        local ipv, dst = outer_destination(pinfo)
+        status, inner, info = k:eesp_open(tvb:raw(0, len), ipv, dst)
+    else
+        status = header_status(len, octet0)
+        if not status and (load_keyfile or (eesp.prefs.keyfile or "") == "") then
+            status = "eesp-no-sa"
+        end
     end
-    if version ~= 0 then
-        t:add_proto_expert_info(e.version_unknown, string.format("EESP version %d (only version 0 is defined)", version))
-    end
-    if band(octet0, 0x07) ~= 0 then
-        malformed("Base Header reserved bits are not zero (a receiver drops the packet)")
-    end
+    local category = status and (info and info.category or STATUS_CATEGORY[status])
 
     -- Options (not for an unknown version: its layout is unknown).
-    local after_options = BASE_LEN + opt_len
-    if version == 0 then
-        if after_options > reported then
-            malformed(string.format("Opt Len %d runs past the packet", opt_len))
-        end
-        problems = problems + dissect_options(tvb, t, opt_len, len)
-    else
-        after_options = BASE_LEN
+    local after_options = BASE_LEN
+    if len >= BASE_LEN and version == 0 then
+        after_options = BASE_LEN + opt_len
+        dissect_options(tvb, t, opt_len, len)
     end
 
-    -- Decryption: it also tells the layout after the options (the SA fixes Seq, IV and ICV).
-    local status, inner, info, why_not
-    local path = eesp.prefs.keyfile or ""
-    if path == "" then
-        why_not = function() t:add_proto_expert_info(e.no_sa, "no key file set (preference eesp.keyfile)") end
-    elseif not load_keyfile then
-        why_not = function() t:add_proto_expert_info(e.no_module, no_engine_why or NO_ENGINE) end
-    else
-        local k, kerr = current_keys()
-        if not k then
-            why_not = function() t:add_proto_expert_info(e.no_sa, "key file not loaded: " .. tostring(kerr)) end
-        elseif len < reported then
-            why_not = function() t:add_proto_expert_info(e.no_sa, "packet cut short by the capture: not decrypted") end
-        else
-            local ipv, dst = outer_destination(pinfo)
-            status, inner, info = k:eesp_open(tvb:raw(0, len), ipv, dst)
-        end
-    end
-
-    local shown_to = after_options -- octets dissected so far
-    local seq_item, seq
     -- The layout after the options is known once the SA matched and the options parsed (payload_offset set).
+    local shown_to = after_options -- octets dissected so far
+    local seq_item, seq, icv_item
     if info and info.sa_found and version == 0 and info.payload_offset > 0 then
         local off = after_options
         if info.seq_present then
@@ -2276,7 +2476,7 @@ local function dissect_eesp(tvb, pinfo, tree)
             add_range(t, f.payload, tvb, off, icv_off - off, len)
         end
         if icv_off >= off then
-            add_range(t, f.icv, tvb, icv_off, info.icv_len, len)
+            icv_item = add_range(t, f.icv, tvb, icv_off, info.icv_len, len)
             shown_to = reported
         else
             shown_to = off
@@ -2286,8 +2486,8 @@ local function dissect_eesp(tvb, pinfo, tree)
         t:add(f.data, tvb(shown_to, len - shown_to))
     end
 
-    if why_not then
-        why_not()
+    if not status then
+        t:add_proto_expert_info(e.no_module, no_engine_why or NO_ENGINE)
         return len
     end
 
@@ -2295,9 +2495,9 @@ local function dissect_eesp(tvb, pinfo, tree)
     local si = t:add(f.status, status)
     si:set_generated()
     if status ~= "ok" then
-        si:append_text(" (" .. info.message .. ")")
+        si:append_text(" (" .. (info and info.message or STATUS_MESSAGE[status] or "unknown status code") .. ")")
     end
-    if info.sa_found then
+    if info and info.sa_found then
         if info.payload_offset > 0 then
             t:add(f.format, info.format):set_generated()
         end
@@ -2305,6 +2505,25 @@ local function dissect_eesp(tvb, pinfo, tree)
         su:set_generated()
         su:append_text(string.format(" (%d-bit key, %s mode)", info.key_bits or 0, info.mode))
     end
+    -- The ICV was checked when it came out valid, or failed with a verification error.
+    if info and (info.icv_valid or status == "authentication-failed") then
+        t:add(f.icv_good, info.icv_valid):set_generated()
+        t:add(f.icv_bad, not info.icv_valid):set_generated()
+    end
+    status_expert(status == "authentication-failed" and icv_item or si, status, category, info and info.message)
+    if problem and (category == "no-key" or category == "authentication") then
+        -- An SA lost to a bad key file may be the one this packet needed.
+        status_expert(si, problem.status, nil, problem.text)
+    end
+    if status == "authentication-failed" then
+        pinfo.cols.info:append(" [ICV bad]")
+    elseif status == "eesp-dummy-packet" then
+        pinfo.cols.info:append(" [dummy]")
+    end
+    if category == "no-key" then
+        pinfo.cols.info:append(" [no key]")
+    end
+
     if status == "ok" or status == "eesp-dummy-packet" then
         t:add(f.next_header, info.next_header):set_generated()
         t:add(f.pad_len, info.pad_len):set_generated()
@@ -2315,29 +2534,11 @@ local function dissect_eesp(tvb, pinfo, tree)
             end
         end
     end
-    t:add(f.icv_good, info.icv_valid):set_generated()
-    t:add(f.icv_bad, status == "authentication-failed"):set_generated()
-
     if status == "ok" then
         pinfo.cols.info:append(" [decrypted]")
         if inner then
             dissect_inner(inner, info.next_header, pinfo, tree, t)
         end
-    elseif status == "authentication-failed" then
-        pinfo.cols.info:append(" [ICV bad]")
-        t:add_proto_expert_info(e.icv_bad, "ICV verification failed: wrong key, or the packet was changed")
-    elseif status == "eesp-no-sa" then
-        t:add_proto_expert_info(e.no_sa, string.format("no SA for SPI 0x%08x in the key file", spi))
-    elseif status == "eesp-dummy-packet" then
-        pinfo.cols.info:append(" [dummy]")
-        t:add_proto_expert_info(e.dummy)
-    elseif status == "eesp-unsupported-version" then
-        -- reported by the header checks
-    elseif policy_status[status] then
-        t:add_proto_expert_info(e.dropped, info.message ..
-            (info.icv_valid and " (the ICV was valid)" or ""))
-    elseif not (header_status[status] and problems > 0) then
-        t:add_proto_expert_info(e.malformed, info.message)
     end
     return len
 end
@@ -2354,8 +2555,8 @@ local function call_previous(tvb, pinfo, tree)
     end
     local ok, res = pcall(function() return d:call(tvb, pinfo, tree) end)
     if not ok then
-        tree:add_proto_expert_info(e.malformed, "dissector for UDP port " .. tostring(registered_port) ..
-            " failed: " .. tostring(res))
+        tree:add_proto_expert_info(category_expert.malformed[1], "dissector for UDP port "
+            .. tostring(registered_port) .. " failed: " .. tostring(res))
         return tvb:len()
     end
     return res

@@ -6,12 +6,15 @@
 --   tshark -X lua_script:psp.lua -o psp.keyfile:keys.txt -r capture.pcapng
 --
 -- and decrypts with the first of:
---   1. the project's C module "pelua" (dissectors/lua/pelua.c; LUA_CPATH_5_2 or the Lua 5.2 cpath), when
---      require finds it;
+--   1. the project's C module "pelua" (dissectors/lua/pelua.c; LUA_CPATH_5_2 / LUA_CPATH_5_4 or that Lua's
+--      cpath), when require finds it;
 --   2. Lua: Wireshark 4.6 and later give Lua the GcryptCipher API, and the rest (key file, AES-256-CMAC key
 --      derivation) is the code below, generated from src/pecrypto.lua;
---   3. nothing: the headers are dissected and a note says what would decrypt.
--- Every path shows the same fields, statuses (the core's pe_status_name) and expert items.
+--   3. nothing: the headers are dissected, checked as the core checks them before it looks for a key, and a
+--      note says what would decrypt.
+-- Every path shows the same fields, statuses (the core's pe_status_name) and expert items as the C plugin: one
+-- expert item per status category (psp.expert.malformed, psp.expert.no_key, ...), chosen by the category the
+-- core gives the status.
 --
 -- Field names follow google/psp's psp.lua and the project's C plugin, which registers the same names: load one
 -- or the other.  When a "psp" protocol is already registered this script says so on stderr and registers nothing.
@@ -39,6 +42,102 @@ if not proto_ok then
 end
 
 -- BEGIN GENERATED pecrypto (from src/pecrypto.lua by build_scripts.py: edit that file, then run the script)
+local CATEGORY_LIST = {
+    { "ok", "success" },
+    { "malformed", "the packet breaks its format (IP, UDP, PSP or EESP), also when its ICV verified" },
+    { "authentication", "the ICV did not verify: wrong key, or altered in transit" },
+    { "replay", "a sequence number already received, or left of the replay window" },
+    { "policy", "well-formed, and dropped by the receiver's settings or by design (a dummy packet)" },
+    { "no-key", "no key or SA for the packet's SPI" },
+    { "not-this-protocol",
+        "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)" },
+    { "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest" },
+    { "configuration", "the caller's settings, keys or key file are wrong" },
+    { "io", "a capture file could not be read or written, or is not a capture" },
+    { "limit", "a size or counter limit was reached (output room, IV or sequence space)" },
+    { "internal", "out of memory, or OpenSSL failed" },
+}
+local STATUS_LIST = {
+    { "ok", "ok", "success" },
+    { "out-of-memory", "internal", "out of memory" },
+    { "invalid-argument", "configuration", "invalid argument" },
+    { "buffer-too-small", "limit", "output buffer too small" },
+    { "crypto-backend", "internal", "OpenSSL reported an internal failure" },
+    { "bad-key-length", "configuration", "key length does not match the algorithm" },
+    { "authentication-failed", "authentication", "ICV verification failed" },
+    { "no-key", "no-key", "no key configured for this SPI" },
+    { "iv-exhausted", "limit", "IV counter exhausted: refusing to wrap and reuse an IV" },
+    { "unsupported", "configuration", "operation not supported" },
+    { "batch-stopped", "limit", "not processed: the batch stopped at an earlier packet that failed" },
+    { "ip-truncated", "malformed", "IP packet truncated" },
+    { "ip-bad-version", "not-this-protocol", "not an IPv4 or IPv6 packet" },
+    { "ip-bad-header-length", "malformed", "bad IPv4 header length (IHL)" },
+    { "ip-bad-length", "malformed", "IP length field disagrees with the packet length" },
+    { "ip-fragment", "malformed", "IP fragment: reassemble before processing" },
+    { "ip-bad-extension-header", "malformed", "malformed or truncated IPv6 extension header" },
+    { "ip-too-long", "limit", "result would exceed the maximum IP packet length" },
+    { "not-udp", "not-this-protocol", "not a UDP packet" },
+    { "udp-wrong-port", "not-this-protocol", "UDP destination port is not the configured port" },
+    { "udp-truncated", "malformed", "UDP header truncated" },
+    { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
+    { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
+    { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
+    { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
+    { "psp-version-disabled", "policy", "PSP version is disabled on this receiver" },
+    { "psp-bad-hdr-ext-len", "malformed", "PSP Hdr Ext Len is 0 or runs past the packet" },
+    { "psp-vc-without-room", "malformed", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
+    { "psp-crypt-offset-past-payload", "malformed", "PSP crypt offset points past the end of the payload" },
+    { "psp-crypt-offset-out-of-range", "configuration", "PSP crypt offset must be 0..63 words" },
+    { "psp-gmac-crypt-offset", "configuration", "PSP GMAC versions (2, 3) send crypt offset 0" },
+    { "psp-too-long", "malformed", "PSP packet longer than any UDP payload can be" },
+    { "psp-bad-mode", "malformed", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
+    { "psp-bad-inner-packet", "malformed",
+        "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
+    { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
+    { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
+    { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
+    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
+    { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
+    { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
+    { "eesp-reserved-bits-set", "malformed", "EESP Base Header reserved bits are not zero" },
+    { "eesp-options-overrun", "malformed", "EESP options run past Opt Len, or would not fit in it" },
+    { "eesp-bad-crypt-offset-option", "malformed", "EESP Crypt Offset option has a bad length or appears twice" },
+    { "eesp-bad-payload-offset", "malformed", "EESP PayloadOffset disagrees with the header lengths" },
+    { "eesp-crypt-offset-past-payload", "malformed", "EESP crypt offset reaches past the payload" },
+    { "eesp-crypt-offset-not-allowed", "policy",
+        "EESP Crypt Offset option not allowed or above the announced maximum" },
+    { "eesp-unknown-option", "policy", "EESP packet carries an unknown option (strict receiver)" },
+    { "eesp-no-sa", "no-key", "no EESP SA for this SPI" },
+    { "eesp-sub-sa-out-of-range", "policy", "EESP Session ID is above the maximum Sub SA ID" },
+    { "eesp-sequence-zero", "malformed", "EESP sequence number 0 is never valid" },
+    { "replay-duplicate", "replay", "sequence number already received (replay)" },
+    { "replay-too-old", "replay", "sequence number is left of the replay window" },
+    { "sequence-exhausted", "limit", "sequence number would wrap: rekey the SA" },
+    { "eesp-bad-pad-length", "malformed", "EESP Pad Length does not fit the packet" },
+    { "eesp-bad-inner-packet", "malformed",
+        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
+    { "eesp-dummy-packet", "policy", "EESP dummy packet (Next Header 59): authenticated and discarded" },
+    { "sskdf-undefined", "configuration", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
+    { "eesp-bad-suite", "configuration", "unknown EESP AEAD suite or key size" },
+    { "eesp-bad-config", "configuration", "EESP SA settings contradict each other" },
+    { "eesp-iiv-needs-seq", "configuration", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
+    { "eesp-gmac-linux-xfrm", "configuration",
+        "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
+    { "eesp-optimized-needs-ip", "configuration", "the optimized format can only carry an IPv4/IPv6 packet" },
+    { "capture-io", "io", "capture file could not be read" },
+    { "capture-write-failed", "io", "output capture could not be written (errno tells why)" },
+    { "capture-bad-format", "io", "not a pcap or pcapng file, or a corrupt block" },
+    { "capture-truncated", "io", "capture file ends in the middle of a record" },
+    { "capture-unsupported-linktype", "io", "capture link type is not Ethernet or raw IP" },
+    { "capture-packet-cut", "cut-by-capture", "packet was cut by the capture snap length" },
+    { "not-ip", "not-this-protocol", "frame does not carry IPv4 or IPv6" },
+    { "capture-aborted", "io", "capture processing was aborted by the caller" },
+    { "keyfile-syntax", "configuration", "key file syntax error" },
+    { "keyfile-bad-value", "configuration", "key file value is invalid" },
+    { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
+}
 local PECRYPTO_SOURCE = [=[
 -- pecrypto: PSP and EESP decryption in pure Lua, for psp.lua and eesp.lua when the pelua C module is absent.
 --
@@ -71,92 +170,121 @@ local concat = table.concat
 
 -- Statuses -----------------------------------------------------------------------------------------------------
 
--- pe_status_name / pe_status_message (core/include/pe/status.h); tests/test_lua_pure.py checks this copy.
-local STATUS_LIST = {
+-- The core's categories (pe_category_name, pe_category_description) and statuses (pe_status_name, its category,
+-- pe_status_message), in core/include/pe/status.h's order; tests/test_lua_pure.py checks this copy.  The block is
+-- Lua 5.2 on purpose: build_scripts.py also copies it into psp.lua and eesp.lua as plain code, so that every path
+-- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category.
+-- BEGIN STATUS TABLE
+local CATEGORY_LIST = {
     { "ok", "success" },
-    { "out-of-memory", "out of memory" },
-    { "invalid-argument", "invalid argument" },
-    { "buffer-too-small", "output buffer too small" },
-    { "crypto-backend", "OpenSSL reported an internal failure" },
-    { "bad-key-length", "key length does not match the algorithm" },
-    { "authentication-failed", "ICV verification failed" },
-    { "no-key", "no key configured for this SPI" },
-    { "iv-exhausted", "IV counter exhausted: refusing to wrap and reuse an IV" },
-    { "unsupported", "operation not supported" },
-    { "batch-stopped", "not processed: the batch stopped at an earlier packet that failed" },
-    { "ip-truncated", "IP packet truncated" },
-    { "ip-bad-version", "not an IPv4 or IPv6 packet" },
-    { "ip-bad-header-length", "bad IPv4 header length (IHL)" },
-    { "ip-bad-length", "IP length field disagrees with the packet length" },
-    { "ip-fragment", "IP fragment: reassemble before processing" },
-    { "ip-bad-extension-header", "malformed or truncated IPv6 extension header" },
-    { "ip-too-long", "result would exceed the maximum IP packet length" },
-    { "not-udp", "not a UDP packet" },
-    { "udp-wrong-port", "UDP destination port is not the configured port" },
-    { "udp-truncated", "UDP header truncated" },
-    { "udp-bad-length", "UDP length disagrees with the IP length" },
-    { "udp-bad-checksum", "UDP checksum is wrong" },
-    { "psp-truncated", "PSP packet shorter than its header and ICV" },
-    { "psp-always-one-bit-clear", "PSP always-1 bit is clear" },
-    { "psp-unsupported-version", "PSP version is not supported (only 0-3)" },
-    { "psp-version-disabled", "PSP version is disabled on this receiver" },
-    { "psp-bad-hdr-ext-len", "PSP Hdr Ext Len is 0 or runs past the packet" },
-    { "psp-vc-without-room", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
-    { "psp-crypt-offset-past-payload", "PSP crypt offset points past the end of the payload" },
-    { "psp-crypt-offset-out-of-range", "PSP crypt offset must be 0..63 words" },
-    { "psp-gmac-crypt-offset", "PSP GMAC versions (2, 3) send crypt offset 0" },
-    { "psp-too-long", "PSP packet longer than any UDP payload can be" },
-    { "psp-bad-mode", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
-    { "psp-bad-inner-packet", "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
-    { "not-eesp", "not an EESP packet (other IP protocol or UDP port)" },
-    { "nat-keepalive", "UDP 4500 NAT keepalive, not EESP" },
-    { "ike-non-esp-marker", "UDP 4500 IKE message (non-ESP marker), not EESP" },
-    { "esp-in-udp", "UDP 4500 ESP packet (first bit 0), not EESP" },
-    { "eesp-truncated", "EESP packet shorter than its headers and ICV" },
-    { "eesp-compat-bit-clear", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
-    { "eesp-unsupported-version", "EESP version is not the negotiated version 0" },
-    { "eesp-reserved-bits-set", "EESP Base Header reserved bits are not zero" },
-    { "eesp-options-overrun", "EESP options run past Opt Len, or would not fit in it" },
-    { "eesp-bad-crypt-offset-option", "EESP Crypt Offset option has a bad length or appears twice" },
-    { "eesp-bad-payload-offset", "EESP PayloadOffset disagrees with the header lengths" },
-    { "eesp-crypt-offset-past-payload", "EESP crypt offset reaches past the payload" },
-    { "eesp-crypt-offset-not-allowed", "EESP Crypt Offset option not allowed or above the announced maximum" },
-    { "eesp-unknown-option", "EESP packet carries an unknown option (strict receiver)" },
-    { "eesp-no-sa", "no EESP SA for this SPI" },
-    { "eesp-sub-sa-out-of-range", "EESP Session ID is above the maximum Sub SA ID" },
-    { "eesp-sequence-zero", "EESP sequence number 0 is never valid" },
-    { "replay-duplicate", "sequence number already received (replay)" },
-    { "replay-too-old", "sequence number is left of the replay window" },
-    { "sequence-exhausted", "sequence number would wrap: rekey the SA" },
-    { "eesp-bad-pad-length", "EESP Pad Length does not fit the packet" },
-    { "eesp-bad-inner-packet",
-        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
-    { "eesp-dummy-packet", "EESP dummy packet (Next Header 59): authenticated and discarded" },
-    { "sskdf-undefined", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
-    { "eesp-bad-suite", "unknown EESP AEAD suite or key size" },
-    { "eesp-bad-config", "EESP SA settings contradict each other" },
-    { "eesp-iiv-needs-seq", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
-    { "eesp-gmac-linux-xfrm", "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
-    { "eesp-optimized-needs-ip", "the optimized format can only carry an IPv4/IPv6 packet" },
-    { "capture-io", "capture file could not be read or written" },
-    { "capture-bad-format", "not a pcap or pcapng file, or a corrupt block" },
-    { "capture-truncated", "capture file ends in the middle of a record" },
-    { "capture-unsupported-linktype", "capture link type is not Ethernet or raw IP" },
-    { "capture-packet-cut", "packet was cut by the capture snap length" },
-    { "not-ip", "frame does not carry IPv4 or IPv6" },
-    { "capture-aborted", "capture processing was aborted by the caller" },
-    { "keyfile-syntax", "key file syntax error" },
-    { "keyfile-bad-value", "key file value is invalid" },
-    { "keyfile-duplicate", "key file defines the same SA twice" },
+    { "malformed", "the packet breaks its format (IP, UDP, PSP or EESP), also when its ICV verified" },
+    { "authentication", "the ICV did not verify: wrong key, or altered in transit" },
+    { "replay", "a sequence number already received, or left of the replay window" },
+    { "policy", "well-formed, and dropped by the receiver's settings or by design (a dummy packet)" },
+    { "no-key", "no key or SA for the packet's SPI" },
+    { "not-this-protocol",
+        "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)" },
+    { "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest" },
+    { "configuration", "the caller's settings, keys or key file are wrong" },
+    { "io", "a capture file could not be read or written, or is not a capture" },
+    { "limit", "a size or counter limit was reached (output room, IV or sequence space)" },
+    { "internal", "out of memory, or OpenSSL failed" },
 }
-local STATUS_MESSAGE = {}
+local STATUS_LIST = {
+    { "ok", "ok", "success" },
+    { "out-of-memory", "internal", "out of memory" },
+    { "invalid-argument", "configuration", "invalid argument" },
+    { "buffer-too-small", "limit", "output buffer too small" },
+    { "crypto-backend", "internal", "OpenSSL reported an internal failure" },
+    { "bad-key-length", "configuration", "key length does not match the algorithm" },
+    { "authentication-failed", "authentication", "ICV verification failed" },
+    { "no-key", "no-key", "no key configured for this SPI" },
+    { "iv-exhausted", "limit", "IV counter exhausted: refusing to wrap and reuse an IV" },
+    { "unsupported", "configuration", "operation not supported" },
+    { "batch-stopped", "limit", "not processed: the batch stopped at an earlier packet that failed" },
+    { "ip-truncated", "malformed", "IP packet truncated" },
+    { "ip-bad-version", "not-this-protocol", "not an IPv4 or IPv6 packet" },
+    { "ip-bad-header-length", "malformed", "bad IPv4 header length (IHL)" },
+    { "ip-bad-length", "malformed", "IP length field disagrees with the packet length" },
+    { "ip-fragment", "malformed", "IP fragment: reassemble before processing" },
+    { "ip-bad-extension-header", "malformed", "malformed or truncated IPv6 extension header" },
+    { "ip-too-long", "limit", "result would exceed the maximum IP packet length" },
+    { "not-udp", "not-this-protocol", "not a UDP packet" },
+    { "udp-wrong-port", "not-this-protocol", "UDP destination port is not the configured port" },
+    { "udp-truncated", "malformed", "UDP header truncated" },
+    { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
+    { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
+    { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
+    { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
+    { "psp-version-disabled", "policy", "PSP version is disabled on this receiver" },
+    { "psp-bad-hdr-ext-len", "malformed", "PSP Hdr Ext Len is 0 or runs past the packet" },
+    { "psp-vc-without-room", "malformed", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
+    { "psp-crypt-offset-past-payload", "malformed", "PSP crypt offset points past the end of the payload" },
+    { "psp-crypt-offset-out-of-range", "configuration", "PSP crypt offset must be 0..63 words" },
+    { "psp-gmac-crypt-offset", "configuration", "PSP GMAC versions (2, 3) send crypt offset 0" },
+    { "psp-too-long", "malformed", "PSP packet longer than any UDP payload can be" },
+    { "psp-bad-mode", "malformed", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
+    { "psp-bad-inner-packet", "malformed",
+        "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
+    { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
+    { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
+    { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
+    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
+    { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
+    { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
+    { "eesp-reserved-bits-set", "malformed", "EESP Base Header reserved bits are not zero" },
+    { "eesp-options-overrun", "malformed", "EESP options run past Opt Len, or would not fit in it" },
+    { "eesp-bad-crypt-offset-option", "malformed", "EESP Crypt Offset option has a bad length or appears twice" },
+    { "eesp-bad-payload-offset", "malformed", "EESP PayloadOffset disagrees with the header lengths" },
+    { "eesp-crypt-offset-past-payload", "malformed", "EESP crypt offset reaches past the payload" },
+    { "eesp-crypt-offset-not-allowed", "policy",
+        "EESP Crypt Offset option not allowed or above the announced maximum" },
+    { "eesp-unknown-option", "policy", "EESP packet carries an unknown option (strict receiver)" },
+    { "eesp-no-sa", "no-key", "no EESP SA for this SPI" },
+    { "eesp-sub-sa-out-of-range", "policy", "EESP Session ID is above the maximum Sub SA ID" },
+    { "eesp-sequence-zero", "malformed", "EESP sequence number 0 is never valid" },
+    { "replay-duplicate", "replay", "sequence number already received (replay)" },
+    { "replay-too-old", "replay", "sequence number is left of the replay window" },
+    { "sequence-exhausted", "limit", "sequence number would wrap: rekey the SA" },
+    { "eesp-bad-pad-length", "malformed", "EESP Pad Length does not fit the packet" },
+    { "eesp-bad-inner-packet", "malformed",
+        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
+    { "eesp-dummy-packet", "policy", "EESP dummy packet (Next Header 59): authenticated and discarded" },
+    { "sskdf-undefined", "configuration", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
+    { "eesp-bad-suite", "configuration", "unknown EESP AEAD suite or key size" },
+    { "eesp-bad-config", "configuration", "EESP SA settings contradict each other" },
+    { "eesp-iiv-needs-seq", "configuration", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
+    { "eesp-gmac-linux-xfrm", "configuration",
+        "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
+    { "eesp-optimized-needs-ip", "configuration", "the optimized format can only carry an IPv4/IPv6 packet" },
+    { "capture-io", "io", "capture file could not be read" },
+    { "capture-write-failed", "io", "output capture could not be written (errno tells why)" },
+    { "capture-bad-format", "io", "not a pcap or pcapng file, or a corrupt block" },
+    { "capture-truncated", "io", "capture file ends in the middle of a record" },
+    { "capture-unsupported-linktype", "io", "capture link type is not Ethernet or raw IP" },
+    { "capture-packet-cut", "cut-by-capture", "packet was cut by the capture snap length" },
+    { "not-ip", "not-this-protocol", "frame does not carry IPv4 or IPv6" },
+    { "capture-aborted", "io", "capture processing was aborted by the caller" },
+    { "keyfile-syntax", "configuration", "key file syntax error" },
+    { "keyfile-bad-value", "configuration", "key file value is invalid" },
+    { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
+}
+-- END STATUS TABLE
+local STATUS_MESSAGE, STATUS_CATEGORY = {}, {}
 for _, row in ipairs(STATUS_LIST) do
-    STATUS_MESSAGE[row[1]] = row[2]
+    STATUS_CATEGORY[row[1]], STATUS_MESSAGE[row[1]] = row[2], row[3]
 end
-M.STATUS_LIST = STATUS_LIST
+M.STATUS_LIST, M.CATEGORY_LIST = STATUS_LIST, CATEGORY_LIST
 
 function M.status_message(name)
     return STATUS_MESSAGE[name] or "unknown status code"
+end
+
+-- As pe_status_category: a name the table lacks counts as internal.
+function M.status_category(name)
+    return STATUS_CATEGORY[name] or "internal"
 end
 
 -- Octets -------------------------------------------------------------------------------------------------------
@@ -1226,7 +1354,8 @@ function M.parse_refcfg(text)
 end
 
 -- A file with no '=' whose first token is one or two hex digits can only be a reference config: a key-file
--- line always holds name=value fields.
+-- line always holds name=value fields.  The core's rule (pe_psp_refcfg_detect), which the plugin and pelua ask:
+-- the same whitespace (C's isspace in the C locale) and hex digits; tests/test_lua_pure.py holds them together.
 function M.looks_like_refcfg(text)
     local first = text:match("^[ \t\n\v\f\r]*([^ \t\n\v\f\r]+)")
     return first ~= nil and not text:find("=", 1, true) and #first <= 2 and not first:find("[^0-9a-fA-F]")
@@ -1243,13 +1372,14 @@ local function guarded(f, ...)
     if ok then
         return st, inner, info
     end
-    local i = { status = "crypto-backend", icv_valid = false, sa_found = false, payload_offset = 0,
+    local i = { status = "crypto-backend", category = M.status_category("crypto-backend"), icv_valid = false,
+        sa_found = false, payload_offset = 0,
         message = M.status_message("crypto-backend") .. " (" .. tostring(st) .. ")" }
     return "crypto-backend", nil, i
 end
 
 local function finish(info, status)
-    info.status = status
+    info.status, info.category = status, M.status_category(status)
     info.message = M.status_message(status)
     info.icv_valid = info.icv_valid or false
     return status, nil, info
@@ -1353,7 +1483,7 @@ local function psp_open(self, p)
     end
     -- The extension area as sent, with the VC decrypted when the crypt offset left it encrypted.
     info.ext = sub(body, 1, ext_len)
-    info.status, info.message = "ok", M.status_message("ok")
+    finish(info, "ok")
     return "ok", sub(body, ext_len + 1), info
 end
 
@@ -1612,7 +1742,7 @@ local function eesp_open(self, e, family, daddr)
             return finish(info, "eesp-bad-inner-packet")
         end
     end
-    info.status, info.message = "ok", M.status_message("ok")
+    finish(info, "ok")
     return "ok", inner, info
 end
 
@@ -1638,7 +1768,7 @@ function Keys:summary()
         n_eesp = n_eesp + #list
     end
     return { psp_master0 = self.psp_master_block[0] ~= nil, psp_master1 = self.psp_master_block[1] ~= nil,
-        psp_keys = self.n_psp_keys, eesp_sas = n_eesp }
+        psp_keys = self.n_psp_keys, eesp_sas = n_eesp, reference_config = self.reference_config or false }
 end
 
 -- Receivers for a parsed key file (the equivalent of pe_keyfile_psp_rx_new and one pe_eesp_rx_add_sa per line).
@@ -1670,18 +1800,20 @@ local function build_keys(backend, master0, master1, psp_keys, eesp_sas)
     return k
 end
 
--- Keys from key-file (or reference config) text.  Returns keys, or nil, line (0: none) and message.
+-- Keys from key-file (or reference config) text.  Returns keys, or nil, line (0: none), message and status name.
 function M.load_keytext(text, backend)
     if M.looks_like_refcfg(text) then
-        local cfg, _, line, msg = M.parse_refcfg(text)
+        local cfg, st, line, msg = M.parse_refcfg(text)
         if not cfg then
-            return nil, line, "google/psp reference config: " .. msg
+            return nil, line, "google/psp reference config: " .. msg, st
         end
-        return build_keys(backend, cfg.key0, cfg.key1, {}, {})
+        local k = build_keys(backend, cfg.key0, cfg.key1, {}, {})
+        k.reference_config = true
+        return k
     end
-    local kf, _, line, msg = M.parse_keyfile(text)
+    local kf, st, line, msg = M.parse_keyfile(text)
     if not kf then
-        return nil, line, msg
+        return nil, line, msg, st
     end
     local m = kf.psp_master or {}
     return build_keys(backend, m.key0, m.key1, kf.psp_keys, kf.eesp_sas)
@@ -1690,7 +1822,8 @@ end
 -- Above any real key file: a wrong path (a capture, /dev/zero) is refused instead of read into memory.
 local KEYFILE_MAX_SIZE = 16 * 1024 * 1024
 
--- pelua.load_keyfile's contract: keys, or nil and "path, line N: message" / "path: message".
+-- pelua.load_keyfile's contract: keys, or nil, "path, line N: message" / "path: message" and the status name
+-- (the core's pe_keyfile_load statuses for the file itself).
 function M.load_keyfile(path, backend)
     local f, err = io.open(path, "rb")
     if not f then
@@ -1699,23 +1832,23 @@ function M.load_keyfile(path, backend)
         if sub(reason, 1, #path + 2) == path .. ": " then
             reason = sub(reason, #path + 3)
         end
-        return nil, fmt("%s: cannot open key file: %s", path, reason)
+        return nil, fmt("%s: cannot open key file: %s", path, reason), "capture-io"
     end
     local text, rerr = f:read(KEYFILE_MAX_SIZE + 1)
     f:close()
     if text == nil and rerr then
-        return nil, fmt("%s: cannot read key file: %s", path, tostring(rerr))
+        return nil, fmt("%s: cannot read key file: %s", path, tostring(rerr)), "capture-io"
     end
     text = text or ""
     if #text > KEYFILE_MAX_SIZE then
-        return nil, fmt("%s: key file is larger than %d MiB", path, KEYFILE_MAX_SIZE >> 20)
+        return nil, fmt("%s: key file is larger than %d MiB", path, KEYFILE_MAX_SIZE >> 20), "invalid-argument"
     end
-    local keys, line, msg = M.load_keytext(text, backend)
+    local keys, line, msg, st = M.load_keytext(text, backend)
     if not keys then
         if line and line > 0 then
-            return nil, fmt("%s, line %d: %s", path, line, msg)
+            return nil, fmt("%s, line %d: %s", path, line, msg), st
         end
-        return nil, fmt("%s: %s", path, msg)
+        return nil, fmt("%s: %s", path, msg), st
     end
     return keys
 end
@@ -1775,13 +1908,42 @@ return M
 ]=]
 -- END GENERATED pecrypto
 
--- The decryption engine: load_keyfile(path) -> keys | nil, message, keys having psp_open (see pelua.c).
+-- The core's word on each status: its category (which expert item shows it) and its message.
+local STATUS_CATEGORY, STATUS_MESSAGE = {}, {}
+for _, row in ipairs(STATUS_LIST) do
+    STATUS_CATEGORY[row[1]], STATUS_MESSAGE[row[1]] = row[2], row[3]
+end
+
+-- Oldest pelua this script can use: 0.2.0 reads reference configs and says each status's category and why a key
+-- file failed, as the C plugin does.
+local PELUA_NEEDED = { 0, 2, 0 }
+
+local function version_at_least(text, want)
+    local got = {}
+    for n in tostring(text):gmatch("%d+") do
+        got[#got + 1] = tonumber(n)
+    end
+    for i = 1, #want do
+        if (got[i] or 0) ~= want[i] then
+            return (got[i] or 0) > want[i]
+        end
+    end
+    return true
+end
+
+-- The decryption engine: load_keyfile(path) -> keys | nil, message, status; keys:psp_open (see pelua.c).
 local load_keyfile, no_engine_why
 do
     local have_pelua, pelua = pcall(require, "pelua")
     if have_pelua and type(pelua) == "table" and type(pelua.load_keyfile) == "function" then
-        load_keyfile = pelua.load_keyfile
-    elseif GcryptCipher and math.type then
+        if version_at_least(pelua.version, PELUA_NEEDED) then
+            load_keyfile = pelua.load_keyfile
+        else
+            note("pelua " .. tostring(pelua.version) .. " is older than this script needs (0.2.0): not using it; "
+                .. "rebuild it from dissectors/lua (docs/wireshark.md)")
+        end
+    end
+    if not load_keyfile and GcryptCipher and math.type then
         -- Lua 5.3+ with Wireshark's gcrypt binding: compile the inlined decryption code.
         local ok, res = pcall(function()
             local pecrypto = assert(load(PECRYPTO_SOURCE, "=pecrypto.lua", "t"))()
@@ -1807,6 +1969,8 @@ local band, rshift = bitops.band, bitops.rshift
 local ICV_LEN = 16
 local BASE_LEN = 16
 local VC_LEN = 8
+-- The largest UDP payload: the core refuses anything longer before any other check of the rest.
+local MAX_LEN = 65535 - 8
 
 local ip_protocols = {
     [0] = "HOPOPT", [1] = "ICMP", [2] = "IGMP", [4] = "IPv4", [6] = "TCP", [17] = "UDP", [33] = "DCCP",
@@ -1844,18 +2008,69 @@ f.status = ProtoField.string("psp.status", "Decryption status")
 f.icv_good = ProtoField.bool("psp.icv_good", "ICV good")
 f.icv_bad = ProtoField.bool("psp.icv_bad", "ICV bad")
 
+-- Expert items ----------------------------------------------------------------------------------
+--
+-- One per status category, named, grouped and titled as the C plugin's (dissectors/plugin/experts.c: change
+-- both together): <proto>.expert.<category, '-' written '_'>, summary "<title>: <what the category means>",
+-- message "<title>: <the status's message> (<status name>)".  Which item a status gets comes from its
+-- category alone.
+local CATEGORY_LOOK = {
+    malformed = { expert.group.MALFORMED, expert.severity.ERROR, "Malformed" },
+    authentication = { expert.group.CHECKSUM, expert.severity.ERROR, "Authentication failed" },
+    replay = { expert.group.SEQUENCE, expert.severity.WARN, "Replay" },
+    -- well-formed and authenticated: a receiver's choice (or a dummy packet), nothing wrong on the wire
+    policy = { expert.group.SECURITY, expert.severity.NOTE, "Dropped by policy" },
+    ["no-key"] = { expert.group.DECRYPTION, expert.severity.NOTE, "No key" },
+    ["not-this-protocol"] = { expert.group.PROTOCOL, expert.severity.NOTE, "Not this protocol" },
+    ["cut-by-capture"] = { expert.group.UNDECODED, expert.severity.NOTE, "Cut by the capture" },
+    -- the user's keys are wrong or unreadable: every packet they should have opened says so, visibly
+    configuration = { expert.group.DECRYPTION, expert.severity.WARN, "Configuration" },
+    io = { expert.group.DECRYPTION, expert.severity.WARN, "I/O error" },
+    limit = { expert.group.UNDECODED, expert.severity.WARN, "Limit reached" },
+    internal = { expert.group.UNDECODED, expert.severity.ERROR, "Internal error" },
+}
+
+local category_expert = {} -- category -> { ProtoExpert, title }
+local experts = {}
+for _, row in ipairs(CATEGORY_LIST) do
+    local category, meaning = row[1], row[2]
+    if category ~= "ok" then
+        -- A category this script has no look for yet still gets an item, shown as the plugin shows "internal".
+        local look = CATEGORY_LOOK[category] or CATEGORY_LOOK.internal
+        local ei = ProtoExpert.new("psp.expert." .. category:gsub("%-", "_"), look[3] .. ": " .. meaning, look[1],
+            look[2])
+        category_expert[category] = { ei, look[3] }
+        experts[#experts + 1] = ei
+    end
+end
+-- Not about a status.
 local e = {
-    no_key = ProtoExpert.new("psp.expert.no_key", "No key to decrypt this packet",
-        expert.group.UNDECODED, expert.severity.NOTE),
-    icv_bad = ProtoExpert.new("psp.expert.icv_bad", "ICV verification failed",
-        expert.group.CHECKSUM, expert.severity.ERROR),
-    malformed = ProtoExpert.new("psp.expert.malformed", "Malformed PSP packet",
-        expert.group.MALFORMED, expert.severity.ERROR),
-    version_unknown = ProtoExpert.new("psp.expert.version_unknown", "Unknown PSP version",
-        expert.group.PROTOCOL, expert.severity.WARN),
+    gmac_unverified = ProtoExpert.new("psp.expert.gmac_unverified",
+        "GMAC payload shown in clear without verifying its ICV (no key)", expert.group.SECURITY,
+        expert.severity.NOTE),
+    udp_zero_checksum = ProtoExpert.new("psp.expert.udp_zero_checksum",
+        "UDP checksum 0 over IPv6 is allowed for PSP (RFC 6936, the PSP reference sends it); Wireshark's UDP "
+            .. "preference udp.ignore_ipv6_zero_checksum stops flagging it", expert.group.CHECKSUM,
+        expert.severity.NOTE),
+    -- Lua only: the C plugin always has the core.
     no_module = ProtoExpert.new("psp.expert.no_module", NO_ENGINE, expert.group.UNDECODED, expert.severity.NOTE),
 }
-psp.experts = { e.no_key, e.icv_bad, e.malformed, e.version_unknown, e.no_module }
+for _, name in ipairs({ "gmac_unverified", "udp_zero_checksum", "no_module" }) do
+    experts[#experts + 1] = e[name]
+end
+psp.experts = experts
+
+-- The item of status's category on item: "<title>: <text> (<status>)", text the status's message by default;
+-- nothing for a success.  category nil: the one the status table gives.
+local function status_expert(item, status, category, text)
+    category = category or STATUS_CATEGORY[status]
+    if category == "ok" then
+        return
+    end
+    local ce = category_expert[category] or category_expert.internal
+    item:add_proto_expert_info(ce[1], string.format("%s: %s (%s)", ce[2],
+        text or STATUS_MESSAGE[status] or "unknown status code", status))
+end
 
 psp.prefs.keyfile = Pref.string("Key file", "",
     "Key file (docs/keys.md) with psp-master / psp-key lines, or a google/psp reference config; decryption needs "
@@ -1863,8 +2078,13 @@ psp.prefs.keyfile = Pref.string("Key file", "",
 psp.prefs.udp_port = Pref.uint("UDP port", 1000, "UDP destination port of PSP")
 
 -- Key file, (re)loaded when the preference changes ----------------------------------------------
+--
+-- A file that cannot be used is said once per load on the console and on every packet it may have cost its key,
+-- as the C plugin does (a dialog would be seen once, then only "no key"): its problem is the core's status of
+-- it (keyfile-bad-value, capture-io, ...), whose category picks the expert item, and a text naming the file and
+-- line, never a key.
 
-local keys, keys_err, keys_path = nil, nil, nil
+local keys, keys_problem, keys_path = nil, nil, nil
 
 local function current_keys()
     local path = psp.prefs.keyfile or ""
@@ -1872,17 +2092,20 @@ local function current_keys()
         if keys then
             keys:close() -- wipes the keys now rather than at the next collection
         end
-        keys, keys_err, keys_path = nil, nil, path
+        keys, keys_problem, keys_path = nil, nil, path
         if path ~= "" and load_keyfile then
-            local ok, k, err = pcall(load_keyfile, path)
+            local ok, k, err, st = pcall(load_keyfile, path)
             if ok and k then
                 keys = k
             else
-                keys_err = ok and err or tostring(k)
+                -- A Lua error here is a fault of the decryption code, not of the file: the core's internal status.
+                keys_problem = { status = ok and st or "crypto-backend",
+                    text = "PSP key file " .. (ok and tostring(err) or (path .. ": " .. tostring(k))) }
+                note(keys_problem.text)
             end
         end
     end
-    return keys, keys_err
+    return keys, keys_problem
 end
 
 -- Registration ----------------------------------------------------------------------------------
@@ -1914,43 +2137,88 @@ end
 
 -- Dissection ------------------------------------------------------------------------------------
 
-local status_is_header_error = {
-    ["psp-truncated"] = true, ["psp-always-one-bit-clear"] = true, ["psp-bad-hdr-ext-len"] = true,
-    ["psp-vc-without-room"] = true, ["psp-crypt-offset-past-payload"] = true,
-    ["psp-unsupported-version"] = true,
-}
+-- pe_psp_open's checks before it looks for a key (core/src/psp.c, psp_hdr.c), in its order: with no key at all
+-- the core says this status, or no-key.  nil when the header passes.
+local function header_status(len, hdrextlen, octet2, octet3)
+    if len < BASE_LEN then
+        return "psp-truncated"
+    end
+    local version = rshift(band(octet3, 0x3c), 2)
+    local hlen = (hdrextlen + 1) * 8
+    local hdr_st
+    if band(octet3, 0x01) == 0 then
+        hdr_st = "psp-always-one-bit-clear"
+    elseif version > 3 then
+        hdr_st = "psp-unsupported-version"
+    elseif hdrextlen < 1 then
+        hdr_st = "psp-bad-hdr-ext-len"
+    elseif band(octet3, 0x02) ~= 0 and hdrextlen < 2 then
+        hdr_st = "psp-vc-without-room"
+    elseif hlen > len then
+        hdr_st = "psp-bad-hdr-ext-len"
+    end
+    if len < BASE_LEN + ICV_LEN then
+        return "psp-truncated"
+    end
+    if len > MAX_LEN then
+        return "psp-too-long"
+    end
+    if hdr_st then
+        return hdr_st
+    end
+    if hlen + ICV_LEN > len then
+        return "psp-bad-hdr-ext-len"
+    end
+    if band(octet2, 0x3f) * 4 > len - BASE_LEN - ICV_LEN then
+        return "psp-crypt-offset-past-payload"
+    end
+end
+
+-- UDP flags checksum 0 over IPv6 as illegal (checksum status 4, PROTO_CHECKSUM_E_ILLEGAL) unless its preference
+-- udp.ignore_ipv6_zero_checksum is set; Lua cannot read that preference, but it can see what UDP concluded.  The
+-- status item sits on the checksum, the last 2 octets before this payload in the same data source.
+local udp_checksum_status_field = Field.new("udp.checksum.status")
+local CHECKSUM_ILLEGAL = 4
+
+local function udp_zero_checksum_flagged(tvb)
+    local at = tvb:offset() - 2
+    local list = { udp_checksum_status_field() }
+    for i = #list, 1, -1 do
+        local fi = list[i]
+        if fi.offset == at then
+            return fi.value == CHECKSUM_ILLEGAL
+        end
+    end
+    return false
+end
 
 local function hex(s)
     return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
 end
 
-local function dissect_inner(inner, nh, pinfo, tree, ptree)
-    local tvb = ByteArray.new(inner, true):tvb("Decrypted PSP")
+local function dissect_inner(tvb, nh, pinfo, tree, ptree)
     local ok, err = pcall(function() ip_proto_table:try(nh, tvb, pinfo, tree) end)
     if not ok then
-        ptree:add_proto_expert_info(e.malformed, "decrypted packet could not be dissected: " .. tostring(err))
+        ptree:add_proto_expert_info(category_expert.malformed[1],
+            "decrypted packet could not be dissected: " .. tostring(err))
     end
 end
 
 function psp.dissector(tvb, pinfo, tree)
+    -- Even no octet at all gets a status, as in the plugin: cut by the capture, or too short for PSP.
     local len = tvb:len()
     local reported = tvb:reported_len()
-    if len == 0 then
-        return 0
-    end
     pinfo.cols.protocol:set("PSP")
-    local t = tree:add(psp, tvb(0, math.min(len, reported)))
+    local t = len > 0 and tree:add(psp, tvb(0, math.min(len, reported))) or tree:add(psp)
+    if udp_zero_checksum_flagged(tvb) then
+        t:add_proto_expert_info(e.udp_zero_checksum)
+    end
     local function have(off, n)
         return off + n <= len
     end
 
-    -- Fixed header, as far as the octets go.
-    local problems = 0
-    local function malformed(text)
-        problems = problems + 1
-        t:add_proto_expert_info(e.malformed, text)
-    end
-    -- One range object per octet group: every tvb(...) allocates, and this runs for every packet.
+    -- Fixed header, as far as the octets go.  One range object per octet group: every tvb(...) allocates, and
+    -- this runs for every packet.
     if have(0, 1) then t:add(f.nexthdr, tvb(0, 1)) end
     if have(1, 1) then t:add(f.hdrextlen, tvb(1, 1)) end
     if have(2, 1) then
@@ -1972,130 +2240,118 @@ function psp.dissector(tvb, pinfo, tree)
         t:add(f.spi, r):add(f.master_key, r)
     end
     if have(8, 8) then t:add(f.iv, tvb(8, 8)) end
-    if reported < BASE_LEN or not have(0, BASE_LEN) then
-        pinfo.cols.info:set("PSP (truncated)")
-        malformed(string.format("PSP packet of %d octets is shorter than its 16-octet header", reported))
-        return len
-    end
 
     -- The header octets in one string rather than one range object per field.
-    local nh, hdrextlen, octet2, octet3, s1, s2, s3, s4 = string.byte(tvb:raw(0, 8), 1, 8)
-    local co = band(octet2, 0x3f)
-    local version = rshift(band(octet3, 0x3c), 2)
-    local virt = band(octet3, 0x02) ~= 0
-    local spi = ((s1 * 256 + s2) * 256 + s3) * 256 + s4
-    local iv = tvb(8, 8):uint64()
-    local hlen = (hdrextlen + 1) * 8
-
-    pinfo.cols.info:set(string.format("PSP SPI=0x%08x IV=%s v%d %s", spi, tostring(iv), version,
-        versions[version] or "reserved"))
-
-    -- Receiver checks, in the decoder's order (psp.md §7).
-    if reported < BASE_LEN + ICV_LEN then
-        malformed(string.format("PSP packet of %d octets is shorter than header and ICV (32 octets)", reported))
+    local nh, hdrextlen, octet2, octet3, s1, s2, s3, s4
+    if len >= 1 then
+        nh, hdrextlen, octet2, octet3, s1, s2, s3, s4 = string.byte(tvb:raw(0, math.min(len, 8)), 1, 8)
     end
-    if band(octet3, 0x01) == 0 then
-        malformed("the always-one bit is clear")
-    end
-    if version > 3 then
-        t:add_proto_expert_info(e.version_unknown, string.format("PSP version %d is reserved (only 0-3 are defined)", version))
-    end
-    local header_ok = true
-    if hdrextlen < 1 then
-        malformed("Hdr Ext Len 0: the header is at least 16 octets (Hdr Ext Len 1)")
-        header_ok = false
-    elseif virt and hdrextlen < 2 then
-        malformed("V bit set but Hdr Ext Len leaves no room for the Virtualization Cookie")
-        header_ok = false
-    elseif hlen + ICV_LEN > reported then
-        malformed(string.format("Hdr Ext Len %d (header %d octets) runs past the packet", hdrextlen, hlen))
-        header_ok = false
-    elseif reported >= BASE_LEN + ICV_LEN and co * 4 > reported - BASE_LEN - ICV_LEN then
-        malformed(string.format("Crypt Offset %d words points past the end of the payload", co))
-    end
-
-    -- Decryption (its result also shapes how the VC is shown).
-    local status, inner, info, why_not
-    local path = psp.prefs.keyfile or ""
-    if path == "" then
-        why_not = function() t:add_proto_expert_info(e.no_key, "no key file set (preference psp.keyfile)") end
-    elseif not load_keyfile then
-        why_not = function() t:add_proto_expert_info(e.no_module, no_engine_why or NO_ENGINE) end
+    local version = octet3 and rshift(band(octet3, 0x3c), 2)
+    local hlen = hdrextlen and (hdrextlen + 1) * 8
+    if have(0, BASE_LEN) then
+        local spi = ((s1 * 256 + s2) * 256 + s3) * 256 + s4
+        pinfo.cols.info:set(string.format("PSP SPI=0x%08x IV=%s v%d %s", spi, tostring(tvb(8, 8):uint64()),
+            version, versions[version] or "reserved"))
     else
-        local k, kerr = current_keys()
-        if not k then
-            why_not = function() t:add_proto_expert_info(e.no_key, "key file not loaded: " .. tostring(kerr)) end
-        elseif len < reported then
-            why_not = function() t:add_proto_expert_info(e.no_key, "packet cut short by the capture: not decrypted") end
-        else
-            status, inner, info = k:psp_open(tvb:raw(0, len))
+        pinfo.cols.info:set("PSP (truncated)")
+    end
+
+    -- What the packet's status is, as the C plugin finds it (packet-psp.c): a cut packet cannot be checked;
+    -- otherwise the engine opens it with the key file's keys, or, with no keys to try, the header checks that come
+    -- before the key lookup are all the core would do.  Without an engine and with a key file that might open the
+    -- packet, nothing more can be said than what the header checks find.
+    local cut = reported > len
+    local status, inner, info
+    local k, problem = current_keys()
+    if cut then
+        status = "capture-packet-cut"
+    elseif k then
+        status, inner, info = k:psp_open(tvb:raw(0, len))
+    else
+        status = header_status(len, hdrextlen, octet2, octet3)
+        if not status and (load_keyfile or (psp.prefs.keyfile or "") == "") then
+            status = "no-key"
         end
     end
-    local vc_decrypted = status == "ok" and info.ext and #info.ext >= VC_LEN and co * 4 < VC_LEN
+    local category = status and (info and info.category or STATUS_CATEGORY[status])
+    local vc_decrypted = status == "ok" and info.ext and #info.ext >= VC_LEN and band(octet2, 0x3f) * 4 < VC_LEN
 
-    -- Extension area: VC first when V is set, then opaque octets.
-    local ext_end = header_ok and hlen or BASE_LEN
-    local vc_item
-    if header_ok and virt and have(BASE_LEN, VC_LEN) then
-        if vc_decrypted then
-            -- The crypt offset left (part of) the VC encrypted: show the decrypted value on its octets.
-            local vc = info.ext:sub(1, VC_LEN)
-            vc_item = t:add(f.vc, tvb(BASE_LEN, VC_LEN), UInt64.fromhex(hex(vc)))
-            vc_item:append_text(" (decrypted)")
-            vc_item:add(f.sectoken, tvb(BASE_LEN, 4), tonumber(hex(vc:sub(1, 4)), 16))
-            vc_item:add(f.virtkey, tvb(BASE_LEN + 4, 4), tonumber(hex(vc:sub(5, 8)), 16))
-        else
-            vc_item = t:add(f.vc, tvb(BASE_LEN, VC_LEN))
-            vc_item:add(f.sectoken, tvb(BASE_LEN, 4))
-            vc_item:add(f.virtkey, tvb(BASE_LEN + 4, 4))
-            if co * 4 < VC_LEN then
-                vc_item:append_text(" (encrypted)")
+    -- Where the header's length is credible (for a cut packet: against the packet as sent), the extension area,
+    -- payload and ICV, each as far as it was captured; the ICV closes the packet as sent.
+    local layout = have(0, BASE_LEN) and hdrextlen >= 1 and hlen + ICV_LEN <= reported
+    local icv_item
+    if layout then
+        local virt = band(octet3, 0x02) ~= 0
+        local ext_start = BASE_LEN
+        if virt and hlen >= BASE_LEN + VC_LEN then
+            if vc_decrypted then
+                -- The crypt offset left (part of) the VC encrypted: show the decrypted value on its octets.
+                local vc = info.ext:sub(1, VC_LEN)
+                local vc_item = t:add(f.vc, tvb(BASE_LEN, VC_LEN), UInt64.fromhex(hex(vc)))
+                vc_item:append_text(" (decrypted)")
+                vc_item:add(f.sectoken, tvb(BASE_LEN, 4), tonumber(hex(vc:sub(1, 4)), 16))
+                vc_item:add(f.virtkey, tvb(BASE_LEN + 4, 4), tonumber(hex(vc:sub(5, 8)), 16))
+            elseif have(BASE_LEN, VC_LEN) then
+                local vc_item = t:add(f.vc, tvb(BASE_LEN, VC_LEN))
+                vc_item:add(f.sectoken, tvb(BASE_LEN, 4))
+                vc_item:add(f.virtkey, tvb(BASE_LEN + 4, 4))
+                if band(octet2, 0x3f) * 4 < VC_LEN then
+                    vc_item:append_text(" (encrypted)")
+                end
             end
+            ext_start = BASE_LEN + VC_LEN
+        end
+        local ext_end = math.min(hlen, len)
+        if ext_end > ext_start then
+            t:add(f.ext, tvb(ext_start, ext_end - ext_start))
+        end
+        if not cut then
+            if len - ICV_LEN > hlen then
+                t:add(f.payload, tvb(hlen, len - ICV_LEN - hlen))
+            end
+            icv_item = t:add(f.icv, tvb(len - ICV_LEN, ICV_LEN))
         end
     end
-    local ext_start = (header_ok and virt) and BASE_LEN + VC_LEN or BASE_LEN
-    if header_ok and ext_end > ext_start and have(ext_start, ext_end - ext_start) then
-        t:add(f.ext, tvb(ext_start, ext_end - ext_start))
-    end
 
-    -- Payload and ICV (from the reported length: the ICV closes the packet).
-    local icv_off = reported - ICV_LEN
-    if header_ok and icv_off > ext_end and have(ext_end, icv_off - ext_end) then
-        t:add(f.payload, tvb(ext_end, icv_off - ext_end))
-    end
-    if reported >= BASE_LEN + ICV_LEN and have(icv_off, ICV_LEN) then
-        t:add(f.icv, tvb(icv_off, ICV_LEN))
-    end
-
-    if why_not then
-        why_not()
+    if not status then
+        t:add_proto_expert_info(e.no_module, no_engine_why or NO_ENGINE)
         return len
     end
 
     local si = t:add(f.status, status)
     si:set_generated()
     if status ~= "ok" then
-        si:append_text(" (" .. info.message .. ")")
+        si:append_text(" (" .. (info and info.message or STATUS_MESSAGE[status] or "unknown status code") .. ")")
     end
-    t:add(f.icv_good, status == "ok"):set_generated()
-    t:add(f.icv_bad, status == "authentication-failed"):set_generated()
+    -- The ICV was checked when it verified or failed to.
+    if status == "ok" or status == "authentication-failed" then
+        t:add(f.icv_good, status == "ok"):set_generated()
+        t:add(f.icv_bad, status == "authentication-failed"):set_generated()
+    end
+    status_expert(status == "authentication-failed" and icv_item or si, status, category, info and info.message)
+    if problem and (category == "no-key" or category == "authentication") then
+        -- A key lost to a bad key file may be the one this packet needed.
+        status_expert(si, problem.status, nil, problem.text)
+    end
+    if category == "no-key" then
+        pinfo.cols.info:append(" [no key]")
+    end
 
     if status == "ok" then
         pinfo.cols.info:append(" [decrypted]")
         if inner then
-            dissect_inner(inner, nh, pinfo, tree, t)
+            dissect_inner(ByteArray.new(inner, true):tvb("Decrypted PSP"), nh, pinfo, tree, t)
         end
     elseif status == "authentication-failed" then
         pinfo.cols.info:append(" [ICV bad]")
-        t:add_proto_expert_info(e.icv_bad, "ICV verification failed: wrong key, or the packet was changed")
-    elseif status == "no-key" then
-        t:add_proto_expert_info(e.no_key, string.format("no key for SPI 0x%08x, version %d in the key file", spi, version))
-    elseif status == "psp-unsupported-version" or status == "psp-version-disabled" then
-        if version <= 3 then
-            t:add_proto_expert_info(e.version_unknown, info.message)
+    elseif (status == "no-key" or status == "psp-version-disabled") and layout and version >= 2 then
+        -- GMAC leaves the payload in clear: show it, marked as not verified, after the "[no key]" it keeps.
+        (icv_item or t):add_proto_expert_info(e.gmac_unverified)
+        pinfo.cols.info:append(" ")
+        pinfo.cols.info:fence()
+        if len - ICV_LEN > hlen then
+            dissect_inner(tvb(hlen, len - ICV_LEN - hlen):tvb(), nh, pinfo, tree, t)
         end
-    elseif not (status_is_header_error[status] and problems > 0) then
-        t:add_proto_expert_info(e.malformed, info.message)
     end
     return len
 end

@@ -29,92 +29,121 @@ local concat = table.concat
 
 -- Statuses -----------------------------------------------------------------------------------------------------
 
--- pe_status_name / pe_status_message (core/include/pe/status.h); tests/test_lua_pure.py checks this copy.
-local STATUS_LIST = {
+-- The core's categories (pe_category_name, pe_category_description) and statuses (pe_status_name, its category,
+-- pe_status_message), in core/include/pe/status.h's order; tests/test_lua_pure.py checks this copy.  The block is
+-- Lua 5.2 on purpose: build_scripts.py also copies it into psp.lua and eesp.lua as plain code, so that every path
+-- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category.
+-- BEGIN STATUS TABLE
+local CATEGORY_LIST = {
     { "ok", "success" },
-    { "out-of-memory", "out of memory" },
-    { "invalid-argument", "invalid argument" },
-    { "buffer-too-small", "output buffer too small" },
-    { "crypto-backend", "OpenSSL reported an internal failure" },
-    { "bad-key-length", "key length does not match the algorithm" },
-    { "authentication-failed", "ICV verification failed" },
-    { "no-key", "no key configured for this SPI" },
-    { "iv-exhausted", "IV counter exhausted: refusing to wrap and reuse an IV" },
-    { "unsupported", "operation not supported" },
-    { "batch-stopped", "not processed: the batch stopped at an earlier packet that failed" },
-    { "ip-truncated", "IP packet truncated" },
-    { "ip-bad-version", "not an IPv4 or IPv6 packet" },
-    { "ip-bad-header-length", "bad IPv4 header length (IHL)" },
-    { "ip-bad-length", "IP length field disagrees with the packet length" },
-    { "ip-fragment", "IP fragment: reassemble before processing" },
-    { "ip-bad-extension-header", "malformed or truncated IPv6 extension header" },
-    { "ip-too-long", "result would exceed the maximum IP packet length" },
-    { "not-udp", "not a UDP packet" },
-    { "udp-wrong-port", "UDP destination port is not the configured port" },
-    { "udp-truncated", "UDP header truncated" },
-    { "udp-bad-length", "UDP length disagrees with the IP length" },
-    { "udp-bad-checksum", "UDP checksum is wrong" },
-    { "psp-truncated", "PSP packet shorter than its header and ICV" },
-    { "psp-always-one-bit-clear", "PSP always-1 bit is clear" },
-    { "psp-unsupported-version", "PSP version is not supported (only 0-3)" },
-    { "psp-version-disabled", "PSP version is disabled on this receiver" },
-    { "psp-bad-hdr-ext-len", "PSP Hdr Ext Len is 0 or runs past the packet" },
-    { "psp-vc-without-room", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
-    { "psp-crypt-offset-past-payload", "PSP crypt offset points past the end of the payload" },
-    { "psp-crypt-offset-out-of-range", "PSP crypt offset must be 0..63 words" },
-    { "psp-gmac-crypt-offset", "PSP GMAC versions (2, 3) send crypt offset 0" },
-    { "psp-too-long", "PSP packet longer than any UDP payload can be" },
-    { "psp-bad-mode", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
-    { "psp-bad-inner-packet", "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
-    { "not-eesp", "not an EESP packet (other IP protocol or UDP port)" },
-    { "nat-keepalive", "UDP 4500 NAT keepalive, not EESP" },
-    { "ike-non-esp-marker", "UDP 4500 IKE message (non-ESP marker), not EESP" },
-    { "esp-in-udp", "UDP 4500 ESP packet (first bit 0), not EESP" },
-    { "eesp-truncated", "EESP packet shorter than its headers and ICV" },
-    { "eesp-compat-bit-clear", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
-    { "eesp-unsupported-version", "EESP version is not the negotiated version 0" },
-    { "eesp-reserved-bits-set", "EESP Base Header reserved bits are not zero" },
-    { "eesp-options-overrun", "EESP options run past Opt Len, or would not fit in it" },
-    { "eesp-bad-crypt-offset-option", "EESP Crypt Offset option has a bad length or appears twice" },
-    { "eesp-bad-payload-offset", "EESP PayloadOffset disagrees with the header lengths" },
-    { "eesp-crypt-offset-past-payload", "EESP crypt offset reaches past the payload" },
-    { "eesp-crypt-offset-not-allowed", "EESP Crypt Offset option not allowed or above the announced maximum" },
-    { "eesp-unknown-option", "EESP packet carries an unknown option (strict receiver)" },
-    { "eesp-no-sa", "no EESP SA for this SPI" },
-    { "eesp-sub-sa-out-of-range", "EESP Session ID is above the maximum Sub SA ID" },
-    { "eesp-sequence-zero", "EESP sequence number 0 is never valid" },
-    { "replay-duplicate", "sequence number already received (replay)" },
-    { "replay-too-old", "sequence number is left of the replay window" },
-    { "sequence-exhausted", "sequence number would wrap: rekey the SA" },
-    { "eesp-bad-pad-length", "EESP Pad Length does not fit the packet" },
-    { "eesp-bad-inner-packet",
-        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
-    { "eesp-dummy-packet", "EESP dummy packet (Next Header 59): authenticated and discarded" },
-    { "sskdf-undefined", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
-    { "eesp-bad-suite", "unknown EESP AEAD suite or key size" },
-    { "eesp-bad-config", "EESP SA settings contradict each other" },
-    { "eesp-iiv-needs-seq", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
-    { "eesp-gmac-linux-xfrm", "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
-    { "eesp-optimized-needs-ip", "the optimized format can only carry an IPv4/IPv6 packet" },
-    { "capture-io", "capture file could not be read or written" },
-    { "capture-bad-format", "not a pcap or pcapng file, or a corrupt block" },
-    { "capture-truncated", "capture file ends in the middle of a record" },
-    { "capture-unsupported-linktype", "capture link type is not Ethernet or raw IP" },
-    { "capture-packet-cut", "packet was cut by the capture snap length" },
-    { "not-ip", "frame does not carry IPv4 or IPv6" },
-    { "capture-aborted", "capture processing was aborted by the caller" },
-    { "keyfile-syntax", "key file syntax error" },
-    { "keyfile-bad-value", "key file value is invalid" },
-    { "keyfile-duplicate", "key file defines the same SA twice" },
+    { "malformed", "the packet breaks its format (IP, UDP, PSP or EESP), also when its ICV verified" },
+    { "authentication", "the ICV did not verify: wrong key, or altered in transit" },
+    { "replay", "a sequence number already received, or left of the replay window" },
+    { "policy", "well-formed, and dropped by the receiver's settings or by design (a dummy packet)" },
+    { "no-key", "no key or SA for the packet's SPI" },
+    { "not-this-protocol",
+        "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)" },
+    { "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest" },
+    { "configuration", "the caller's settings, keys or key file are wrong" },
+    { "io", "a capture file could not be read or written, or is not a capture" },
+    { "limit", "a size or counter limit was reached (output room, IV or sequence space)" },
+    { "internal", "out of memory, or OpenSSL failed" },
 }
-local STATUS_MESSAGE = {}
+local STATUS_LIST = {
+    { "ok", "ok", "success" },
+    { "out-of-memory", "internal", "out of memory" },
+    { "invalid-argument", "configuration", "invalid argument" },
+    { "buffer-too-small", "limit", "output buffer too small" },
+    { "crypto-backend", "internal", "OpenSSL reported an internal failure" },
+    { "bad-key-length", "configuration", "key length does not match the algorithm" },
+    { "authentication-failed", "authentication", "ICV verification failed" },
+    { "no-key", "no-key", "no key configured for this SPI" },
+    { "iv-exhausted", "limit", "IV counter exhausted: refusing to wrap and reuse an IV" },
+    { "unsupported", "configuration", "operation not supported" },
+    { "batch-stopped", "limit", "not processed: the batch stopped at an earlier packet that failed" },
+    { "ip-truncated", "malformed", "IP packet truncated" },
+    { "ip-bad-version", "not-this-protocol", "not an IPv4 or IPv6 packet" },
+    { "ip-bad-header-length", "malformed", "bad IPv4 header length (IHL)" },
+    { "ip-bad-length", "malformed", "IP length field disagrees with the packet length" },
+    { "ip-fragment", "malformed", "IP fragment: reassemble before processing" },
+    { "ip-bad-extension-header", "malformed", "malformed or truncated IPv6 extension header" },
+    { "ip-too-long", "limit", "result would exceed the maximum IP packet length" },
+    { "not-udp", "not-this-protocol", "not a UDP packet" },
+    { "udp-wrong-port", "not-this-protocol", "UDP destination port is not the configured port" },
+    { "udp-truncated", "malformed", "UDP header truncated" },
+    { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
+    { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
+    { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
+    { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
+    { "psp-version-disabled", "policy", "PSP version is disabled on this receiver" },
+    { "psp-bad-hdr-ext-len", "malformed", "PSP Hdr Ext Len is 0 or runs past the packet" },
+    { "psp-vc-without-room", "malformed", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
+    { "psp-crypt-offset-past-payload", "malformed", "PSP crypt offset points past the end of the payload" },
+    { "psp-crypt-offset-out-of-range", "configuration", "PSP crypt offset must be 0..63 words" },
+    { "psp-gmac-crypt-offset", "configuration", "PSP GMAC versions (2, 3) send crypt offset 0" },
+    { "psp-too-long", "malformed", "PSP packet longer than any UDP payload can be" },
+    { "psp-bad-mode", "malformed", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
+    { "psp-bad-inner-packet", "malformed",
+        "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
+    { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
+    { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
+    { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
+    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
+    { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
+    { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
+    { "eesp-reserved-bits-set", "malformed", "EESP Base Header reserved bits are not zero" },
+    { "eesp-options-overrun", "malformed", "EESP options run past Opt Len, or would not fit in it" },
+    { "eesp-bad-crypt-offset-option", "malformed", "EESP Crypt Offset option has a bad length or appears twice" },
+    { "eesp-bad-payload-offset", "malformed", "EESP PayloadOffset disagrees with the header lengths" },
+    { "eesp-crypt-offset-past-payload", "malformed", "EESP crypt offset reaches past the payload" },
+    { "eesp-crypt-offset-not-allowed", "policy",
+        "EESP Crypt Offset option not allowed or above the announced maximum" },
+    { "eesp-unknown-option", "policy", "EESP packet carries an unknown option (strict receiver)" },
+    { "eesp-no-sa", "no-key", "no EESP SA for this SPI" },
+    { "eesp-sub-sa-out-of-range", "policy", "EESP Session ID is above the maximum Sub SA ID" },
+    { "eesp-sequence-zero", "malformed", "EESP sequence number 0 is never valid" },
+    { "replay-duplicate", "replay", "sequence number already received (replay)" },
+    { "replay-too-old", "replay", "sequence number is left of the replay window" },
+    { "sequence-exhausted", "limit", "sequence number would wrap: rekey the SA" },
+    { "eesp-bad-pad-length", "malformed", "EESP Pad Length does not fit the packet" },
+    { "eesp-bad-inner-packet", "malformed",
+        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
+    { "eesp-dummy-packet", "policy", "EESP dummy packet (Next Header 59): authenticated and discarded" },
+    { "sskdf-undefined", "configuration", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
+    { "eesp-bad-suite", "configuration", "unknown EESP AEAD suite or key size" },
+    { "eesp-bad-config", "configuration", "EESP SA settings contradict each other" },
+    { "eesp-iiv-needs-seq", "configuration", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
+    { "eesp-gmac-linux-xfrm", "configuration",
+        "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
+    { "eesp-optimized-needs-ip", "configuration", "the optimized format can only carry an IPv4/IPv6 packet" },
+    { "capture-io", "io", "capture file could not be read" },
+    { "capture-write-failed", "io", "output capture could not be written (errno tells why)" },
+    { "capture-bad-format", "io", "not a pcap or pcapng file, or a corrupt block" },
+    { "capture-truncated", "io", "capture file ends in the middle of a record" },
+    { "capture-unsupported-linktype", "io", "capture link type is not Ethernet or raw IP" },
+    { "capture-packet-cut", "cut-by-capture", "packet was cut by the capture snap length" },
+    { "not-ip", "not-this-protocol", "frame does not carry IPv4 or IPv6" },
+    { "capture-aborted", "io", "capture processing was aborted by the caller" },
+    { "keyfile-syntax", "configuration", "key file syntax error" },
+    { "keyfile-bad-value", "configuration", "key file value is invalid" },
+    { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
+}
+-- END STATUS TABLE
+local STATUS_MESSAGE, STATUS_CATEGORY = {}, {}
 for _, row in ipairs(STATUS_LIST) do
-    STATUS_MESSAGE[row[1]] = row[2]
+    STATUS_CATEGORY[row[1]], STATUS_MESSAGE[row[1]] = row[2], row[3]
 end
-M.STATUS_LIST = STATUS_LIST
+M.STATUS_LIST, M.CATEGORY_LIST = STATUS_LIST, CATEGORY_LIST
 
 function M.status_message(name)
     return STATUS_MESSAGE[name] or "unknown status code"
+end
+
+-- As pe_status_category: a name the table lacks counts as internal.
+function M.status_category(name)
+    return STATUS_CATEGORY[name] or "internal"
 end
 
 -- Octets -------------------------------------------------------------------------------------------------------
@@ -1184,7 +1213,8 @@ function M.parse_refcfg(text)
 end
 
 -- A file with no '=' whose first token is one or two hex digits can only be a reference config: a key-file
--- line always holds name=value fields.
+-- line always holds name=value fields.  The core's rule (pe_psp_refcfg_detect), which the plugin and pelua ask:
+-- the same whitespace (C's isspace in the C locale) and hex digits; tests/test_lua_pure.py holds them together.
 function M.looks_like_refcfg(text)
     local first = text:match("^[ \t\n\v\f\r]*([^ \t\n\v\f\r]+)")
     return first ~= nil and not text:find("=", 1, true) and #first <= 2 and not first:find("[^0-9a-fA-F]")
@@ -1201,13 +1231,14 @@ local function guarded(f, ...)
     if ok then
         return st, inner, info
     end
-    local i = { status = "crypto-backend", icv_valid = false, sa_found = false, payload_offset = 0,
+    local i = { status = "crypto-backend", category = M.status_category("crypto-backend"), icv_valid = false,
+        sa_found = false, payload_offset = 0,
         message = M.status_message("crypto-backend") .. " (" .. tostring(st) .. ")" }
     return "crypto-backend", nil, i
 end
 
 local function finish(info, status)
-    info.status = status
+    info.status, info.category = status, M.status_category(status)
     info.message = M.status_message(status)
     info.icv_valid = info.icv_valid or false
     return status, nil, info
@@ -1311,7 +1342,7 @@ local function psp_open(self, p)
     end
     -- The extension area as sent, with the VC decrypted when the crypt offset left it encrypted.
     info.ext = sub(body, 1, ext_len)
-    info.status, info.message = "ok", M.status_message("ok")
+    finish(info, "ok")
     return "ok", sub(body, ext_len + 1), info
 end
 
@@ -1570,7 +1601,7 @@ local function eesp_open(self, e, family, daddr)
             return finish(info, "eesp-bad-inner-packet")
         end
     end
-    info.status, info.message = "ok", M.status_message("ok")
+    finish(info, "ok")
     return "ok", inner, info
 end
 
@@ -1596,7 +1627,7 @@ function Keys:summary()
         n_eesp = n_eesp + #list
     end
     return { psp_master0 = self.psp_master_block[0] ~= nil, psp_master1 = self.psp_master_block[1] ~= nil,
-        psp_keys = self.n_psp_keys, eesp_sas = n_eesp }
+        psp_keys = self.n_psp_keys, eesp_sas = n_eesp, reference_config = self.reference_config or false }
 end
 
 -- Receivers for a parsed key file (the equivalent of pe_keyfile_psp_rx_new and one pe_eesp_rx_add_sa per line).
@@ -1628,18 +1659,20 @@ local function build_keys(backend, master0, master1, psp_keys, eesp_sas)
     return k
 end
 
--- Keys from key-file (or reference config) text.  Returns keys, or nil, line (0: none) and message.
+-- Keys from key-file (or reference config) text.  Returns keys, or nil, line (0: none), message and status name.
 function M.load_keytext(text, backend)
     if M.looks_like_refcfg(text) then
-        local cfg, _, line, msg = M.parse_refcfg(text)
+        local cfg, st, line, msg = M.parse_refcfg(text)
         if not cfg then
-            return nil, line, "google/psp reference config: " .. msg
+            return nil, line, "google/psp reference config: " .. msg, st
         end
-        return build_keys(backend, cfg.key0, cfg.key1, {}, {})
+        local k = build_keys(backend, cfg.key0, cfg.key1, {}, {})
+        k.reference_config = true
+        return k
     end
-    local kf, _, line, msg = M.parse_keyfile(text)
+    local kf, st, line, msg = M.parse_keyfile(text)
     if not kf then
-        return nil, line, msg
+        return nil, line, msg, st
     end
     local m = kf.psp_master or {}
     return build_keys(backend, m.key0, m.key1, kf.psp_keys, kf.eesp_sas)
@@ -1648,7 +1681,8 @@ end
 -- Above any real key file: a wrong path (a capture, /dev/zero) is refused instead of read into memory.
 local KEYFILE_MAX_SIZE = 16 * 1024 * 1024
 
--- pelua.load_keyfile's contract: keys, or nil and "path, line N: message" / "path: message".
+-- pelua.load_keyfile's contract: keys, or nil, "path, line N: message" / "path: message" and the status name
+-- (the core's pe_keyfile_load statuses for the file itself).
 function M.load_keyfile(path, backend)
     local f, err = io.open(path, "rb")
     if not f then
@@ -1657,23 +1691,23 @@ function M.load_keyfile(path, backend)
         if sub(reason, 1, #path + 2) == path .. ": " then
             reason = sub(reason, #path + 3)
         end
-        return nil, fmt("%s: cannot open key file: %s", path, reason)
+        return nil, fmt("%s: cannot open key file: %s", path, reason), "capture-io"
     end
     local text, rerr = f:read(KEYFILE_MAX_SIZE + 1)
     f:close()
     if text == nil and rerr then
-        return nil, fmt("%s: cannot read key file: %s", path, tostring(rerr))
+        return nil, fmt("%s: cannot read key file: %s", path, tostring(rerr)), "capture-io"
     end
     text = text or ""
     if #text > KEYFILE_MAX_SIZE then
-        return nil, fmt("%s: key file is larger than %d MiB", path, KEYFILE_MAX_SIZE >> 20)
+        return nil, fmt("%s: key file is larger than %d MiB", path, KEYFILE_MAX_SIZE >> 20), "invalid-argument"
     end
-    local keys, line, msg = M.load_keytext(text, backend)
+    local keys, line, msg, st = M.load_keytext(text, backend)
     if not keys then
         if line and line > 0 then
-            return nil, fmt("%s, line %d: %s", path, line, msg)
+            return nil, fmt("%s, line %d: %s", path, line, msg), st
         end
-        return nil, fmt("%s: %s", path, msg)
+        return nil, fmt("%s: %s", path, msg), st
     end
     return keys
 end
