@@ -6,6 +6,7 @@ writes every record; Python only sees progress every few thousand packets.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -169,7 +170,15 @@ def run_transform(
         pass
     if os.path.isdir(out_path):
         raise error(f"{os.fspath(out_path)}: is a directory, not an output file", "capture-write-failed")
-    tmp = _temp_beside(out_path, error)
+    # Only a regular file (or a new one) is written aside and renamed into place: a device such as
+    # /dev/null, a FIFO or a terminal is written to directly (renaming over it would replace the device
+    # node itself), and through a symbolic link the file it names is the one replaced.
+    target = os.path.realpath(out_path) if os.path.islink(out_path) else os.fspath(out_path)
+    try:
+        special = not stat.S_ISREG(os.stat(target).st_mode)
+    except FileNotFoundError:
+        special = False
+    tmp = os.fspath(out_path) if special else _temp_beside(target, error)
     c = ffi.new("pe_capture_summary *")
     run = _Run(progress)
     key = id(run)
@@ -199,15 +208,16 @@ def run_transform(
         elif st != lib.PE_OK:
             err = error(f"{os.fspath(in_path)}: {status_message(st)}", status_name(st))
         else:
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, out_path)
+            if not special:
+                os.chmod(tmp, 0o666 & ~_umask())
+                os.replace(tmp, target)
             done = True
             return summary
         err.summary = summary  # type: ignore[attr-defined]
         raise err
     finally:
         _runs.pop(key, None)
-        if not done:
+        if not done and not special:
             try:
                 os.unlink(tmp)
             except FileNotFoundError:

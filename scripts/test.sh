@@ -97,4 +97,8 @@ if [[ -x bench/run ]]; then bench/run --quick; else echo "bench/run missing" >&2
 step "demo"
 bash scripts/demo.sh >/dev/null
 
+step "the machine is left as found"
+# Nothing here may replace a device node (a rename of a capture output over /dev/null once did).
+[[ -c /dev/null ]] || { echo "/dev/null is no longer a character device" >&2; false; }
+
 printf '\n===== all steps passed =====\n'

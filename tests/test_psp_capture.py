@@ -441,3 +441,30 @@ def test_twenty_thousand_packets(tmp_path):
             off = 28 if ip[0] >> 4 == 4 else 48
             ivs.add(ip[off + 8 : off + 16])
     assert len(ivs) == n - n_arp
+
+
+def test_outputs_that_are_not_regular_files_are_written_in_place(tmp_path, sa):
+    """/dev/null, a FIFO and a symbolic link: written through, never replaced by a rename (a rename once turned
+    /dev/null into a regular file)."""
+    import stat
+    import threading
+
+    enc, _ = sa
+    src = tmp_path / "in"
+    build_capture(src, "pcap", LINKTYPE_RAW, n_ip=4)
+    pypsp.encrypt_capture(enc, src, os.devnull)
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    pypsp.encrypt_capture(enc, src, fifo)
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got and got[0][:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4")
+    real = tmp_path / "real.pcap"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.pcap"
+    link.symlink_to(real)
+    pypsp.encrypt_capture(enc, src, link)
+    assert link.is_symlink() and real.read_bytes() != b"old" and len(real.read_bytes()) > 24
