@@ -24,8 +24,15 @@ if [[ "${1:-}" == "--chroot" ]]; then
     cp out/demo/psp_1a345678.pcapng out/demo/eesp_1000.pcapng "$C$W/"
     chmod -R a+rwX "$C$W"
     mount -t proc proc "$C/proc"
-    mount --bind /dev "$C/dev"
-    trap 'umount "$C/dev" "$C/proc" 2>/dev/null || true' EXIT
+    # A private /dev (not a bind of the host's, which anything inside could alter) with what Xvfb needs.
+    mount -t tmpfs -o mode=755,size=1m pe-dev "$C/dev"
+    trap 'for m in "$C/dev" "$C/proc"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done' EXIT
+    for node in "null 1 3" "zero 1 5" "random 1 8" "urandom 1 9" "tty 5 0"; do
+        set -- $node
+        mknod -m 666 "$C/dev/$1" c "$2" "$3"
+    done
+    mkdir -p "$C/dev/shm" && chmod 1777 "$C/dev/shm"
+    ln -s /proc/self/fd "$C/dev/fd"
     chroot "$C" /usr/sbin/runuser -u nobody -- env -i PATH=/usr/bin:/bin HOME=$W/home LC_ALL=C.UTF-8 \
         bash $W/screenshots.sh --inside $W
     cp "$C$W/img/"*.png "$OUT/"

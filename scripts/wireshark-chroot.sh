@@ -73,6 +73,10 @@ cleanup() {
     for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
         umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" 2>/dev/null || true
     done
+    if [[ ! -c /dev/null ]]; then  # a guard: the chroot is meant to leave the host as it found it
+        printf '[%s] the host'"'"'s /dev/null is no longer a character device\n' "$SUITE" >&2
+        rc=1
+    fi
     ((rc == 0)) || printf '[%s] FAILED in phase: %s (exit %s)\n' "$SUITE" "${PHASE:-setup}" "$rc" >&2
     exit $rc
 }
@@ -100,7 +104,7 @@ flock -n 9 || { echo "[$SUITE] waiting for another run on $R"; flock 9; }
 # ----------------------------------------------------------------------------------- the chroot
 if [[ -f $STAMP && $(cat "$STAMP") != "$RECIPE_HASH" ]]; then
     phase "the package list changed: removing the old chroot"
-    for m in "$R/dev/pts" "$R/dev" "$R/proc"; do mountpoint -q "$m" && umount -l "$m"; done
+    for m in "$R/dev/shm" "$R/dev/pts" "$R/dev" "$R/proc"; do mountpoint -q "$m" && umount -l "$m"; done
     rm -rf --one-file-system "$R"
 fi
 
@@ -116,8 +120,19 @@ if [[ ! -f $STAMP ]]; then
 fi
 
 mount_in /proc -t proc proc
-mount_in /dev --bind /dev
-mount_in /dev/pts --bind /dev/pts
+# A private /dev with the few nodes builds and tests use, not a bind of the host's: a package script or a
+# test that replaces /dev/null inside (seen once here: a regular file in its place) must not do it to the host.
+mount_in /dev -t tmpfs -o mode=755,size=1m pe-dev
+for node in "null 1 3" "zero 1 5" "full 1 7" "random 1 8" "urandom 1 9" "tty 5 0"; do
+    set -- $node
+    [[ -e $R/dev/$1 ]] || mknod -m 666 "$R/dev/$1" c "$2" "$3"
+done
+mkdir -p "$R/dev/pts" "$R/dev/shm"
+ln -sfn /proc/self/fd "$R/dev/fd"
+ln -sfn /proc/self/fd/0 "$R/dev/stdin"; ln -sfn /proc/self/fd/1 "$R/dev/stdout"; ln -sfn /proc/self/fd/2 "$R/dev/stderr"
+mount_in /dev/pts -t devpts -o newinstance,ptmxmode=0666,mode=620 pe-devpts
+ln -sfn pts/ptmx "$R/dev/ptmx"
+mount_in /dev/shm -t tmpfs -o mode=1777,size=64m pe-shm
 cp -L /etc/resolv.conf "$R/etc/resolv.conf"
 # pip inside must trust what the host trusts (an intercepting egress proxy has its own CA).
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
