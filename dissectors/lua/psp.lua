@@ -2228,7 +2228,8 @@ function psp.dissector(tvb, pinfo, tree)
     end
     if have(3, 1) then
         local r = tvb(3, 1)
-        t:add(f.reserved1, r)
+        -- google/psp's name for the S and D bits: filterable, but hidden so the tree shows them once (as the plugin)
+        t:add(f.reserved1, r):set_hidden()
         t:add(f.sample, r)
         t:add(f.drop, r)
         t:add(f.version, r)
