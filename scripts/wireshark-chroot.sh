@@ -121,7 +121,7 @@ fi
 
 mount_in /proc -t proc proc
 # A private /dev with the few nodes builds and tests use, not a bind of the host's: a package script or a
-# test that replaces /dev/null inside (seen once here: a regular file in its place) must not do it to the host.
+# test that replaces a device node inside (as a capture rename once did to /dev/null) must not reach the host.
 mount_in /dev -t tmpfs -o mode=755,size=1m pe-dev
 for node in "null 1 3" "zero 1 5" "full 1 7" "random 1 8" "urandom 1 9" "tty 5 0"; do
     set -- $node
