@@ -196,6 +196,7 @@ typedef struct {
     ...;
 } pe_keyfile;
 pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyfile_error *err);
+pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *err);
 void pe_keyfile_free(pe_keyfile *kf);
 typedef struct {
     int has_sa;

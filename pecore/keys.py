@@ -140,14 +140,19 @@ def _eesp_entry(e) -> EespSaEntry:
     )
 
 
-def parse_key_file(text: str, source: str = "<key file>") -> KeyFile:
-    """Parse key-file text."""
-    data = text.encode()
+def parse_key_file(text: "str | bytes", source: str = "<key file>") -> KeyFile:
+    """Parse key-file text; bytes go to the core unchanged (the grammar is the core's, on octets)."""
+    data = text if isinstance(text, (bytes, bytearray, memoryview)) else text.encode()
     kf = ffi.new("pe_keyfile *")
     err = ffi.new("pe_keyfile_error *")
     st = lib.pe_keyfile_parse(data, len(data), kf, err)
     if st != lib.PE_OK:
         _fail(st, err, source)
+    return _from_c(kf)
+
+
+def _from_c(kf) -> KeyFile:  # type: ignore[no-untyped-def]
+    """The parsed file as Python values; the core's copy is wiped and freed."""
     try:
         out = KeyFile()
         if kf.n_psp_master:
@@ -191,14 +196,16 @@ def parse_key_file(text: str, source: str = "<key file>") -> KeyFile:
 
 def load_key_file(path: "os.PathLike[str] | str") -> KeyFile:
     """Read and parse a key file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise KeyFileError(f"{path}: cannot read key file: {e}", "keyfile-syntax") from None
-    kf = parse_key_file(text, str(path))
-    kf.path = str(path)
-    return kf
+    # The core reads the file (its raw octets, no decoding or newline translation, its size cap), exactly as
+    # the Wireshark plugin and pelua do: one reader, one grammar.
+    kf = ffi.new("pe_keyfile *")
+    err = ffi.new("pe_keyfile_error *")
+    st = lib.pe_keyfile_load(os.fsencode(path), kf, err)
+    if st != lib.PE_OK:
+        _fail(st, err, str(path))
+    out = _from_c(kf)
+    out.path = str(path)
+    return out
 
 
 @dataclass(frozen=True)

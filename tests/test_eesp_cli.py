@@ -399,7 +399,7 @@ def test_missing_files(capsys, tmp_path, keyfile):
     clear = tmp_path / "c.pcap"
     write_frames(clear, packets(2))
     rc, _, err = run(capsys, "decrypt", clear, tmp_path / "o", "-k", tmp_path / "no-keys.txt")
-    assert rc == 2 and "no-keys.txt" in err and "cannot read key file" in err
+    assert rc == 2 and "no-keys.txt" in err and "cannot open key file: No such file or directory" in err
     rc, _, err = run(capsys, "encrypt", clear, tmp_path / "no-dir" / "o", "-k", keyfile, "--spi", "1000")
     assert rc == 2 and "capture-write-failed" in err and "No such file or directory" in err
 
