@@ -24,6 +24,8 @@ static const int PE_STATUS_COUNT;
 static const int PE_ERR_CAP_WRITE;
 const char *pe_status_name(pe_status s);
 const char *pe_status_message(pe_status s);
+const char *OpenSSL_version(int t); /* the libcrypto the core runs on, for --version */
+#define OPENSSL_VERSION ...
 typedef int... pe_category;
 static const int PE_CATEGORY_COUNT;
 pe_category pe_status_category(pe_status s);
@@ -482,7 +484,8 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "pecore._native",
     "\n".join(
-        f'#include "pe/{h}.h"' for h in ("status", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp")
+        ["#include <openssl/crypto.h>"]
+        + [f'#include "pe/{h}.h"' for h in ("status", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp")]
     ),
     sources=sorted(glob.glob(os.path.join(CORE, "src", "*.c"))),
     include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src"), *_ssl_include],

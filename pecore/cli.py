@@ -76,6 +76,14 @@ def report(summary, verb: str, quiet: bool) -> int:
     return 1 if summary.failed else 0
 
 
+def add_version(parser: argparse.ArgumentParser, version: str) -> None:
+    """--version: the package's version and the OpenSSL the core runs on."""
+    from pecore._native import ffi, lib
+
+    openssl = ffi.string(lib.OpenSSL_version(lib.OPENSSL_VERSION)).decode()
+    parser.add_argument("--version", action="version", version=f"{parser.prog} {version} (psp-eesp core on {openssl})")
+
+
 class Terminated(BaseException):
     """SIGTERM, turned into an exception so that a bulk run stops and cleans up as on Ctrl-C."""
 

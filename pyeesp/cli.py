@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 
 from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
+from pecore.cli import UsageError, add_version, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
@@ -211,6 +211,9 @@ def _format(info: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pyeesp", description="IPsec Enhanced ESP: Sub SA keys, capture encryption and decryption.")
+    from pyeesp import __version__
+
+    add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
+from pecore.cli import UsageError, add_version, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
@@ -273,6 +273,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pypsp", description="PSP Security Protocol: keys, capture encryption and decryption.")
+    from pypsp import __version__
+
+    add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("derive-key", help="derive an SA key from a master key (SP 800-108 / AES-256-CMAC)")

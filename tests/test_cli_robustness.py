@@ -81,3 +81,9 @@ def test_a_closed_pipe_ends_show_quietly(tmp_path):
 def test_options_are_checked_alike(argv, needle):
     p = cli(*argv)
     assert p.returncode == 2 and needle in p.stderr, (p.returncode, p.stderr)
+
+
+@pytest.mark.parametrize("prog", ["pypsp", "pyeesp"])
+def test_version(prog):
+    p = cli(f"{prog}.cli", "--version")
+    assert p.returncode == 0 and p.stdout.startswith(f"{prog} 0.") and "OpenSSL 3" in p.stdout, p.stdout + p.stderr
