@@ -1303,9 +1303,32 @@ static pe_status read_all(FILE *f, char **out, size_t *out_len, pe_keyfile_error
         buf_free(buf, cap);
         return st;
     }
+    buf[len] = '\0'; /* the last grow left room: cap >= len + 65536 when fread found the end */
     *out = buf;
     *out_len = len;
     return PE_OK;
+}
+
+pe_status pe_keyfile_read_text(const char *path, char **text, size_t *len, pe_keyfile_error *err)
+{
+    error_reset(err);
+    if (!text || !len)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no place for the key file's text given");
+    *text = NULL;
+    *len = 0;
+    if (!path)
+        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file path given");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(err, PE_ERR_CAP_IO, 0, "cannot open key file: %s", strerror(errno));
+    pe_status st = read_all(f, text, len, err);
+    fclose(f);
+    return st;
+}
+
+void pe_keyfile_text_free(char *text, size_t len)
+{
+    buf_free(text, text ? len + 1 : 0);
 }
 
 void pe_keyfile_eesp_sa_config(const pe_eesp_sa_entry *e, int for_receiver, pe_eesp_sa_config *cfg)
@@ -1361,7 +1384,6 @@ pe_status pe_keyfile_psp_rx_new(const pe_keyfile *kf, pe_psp_rx **out)
 
 pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *err)
 {
-    FILE *f;
     char *buf = NULL;
     size_t len = 0;
     pe_status st;
@@ -1372,15 +1394,10 @@ pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *er
     memset(kf, 0, sizeof *kf);
     if (!path)
         return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file path given");
-    f = fopen(path, "rb");
-    if (!f)
-        return fail(err, PE_ERR_CAP_IO, 0, "cannot open key file: %s", strerror(errno));
-    st = read_all(f, &buf, &len, err);
-    fclose(f);
-    if (st != PE_OK)
+    if ((st = pe_keyfile_read_text(path, &buf, &len, err)) != PE_OK)
         return st;
     st = pe_keyfile_parse(buf, len, kf, err);
-    buf_free(buf, len);
+    pe_keyfile_text_free(buf, len);
     return st;
 }
 

@@ -1088,6 +1088,21 @@ static void test_load(void)
     CHECK(write_file(path, "psp-key spi=1\n", 14) == 0);
     CHECK(pe_keyfile_load(path, &kf, &err) == PE_ERR_KEYFILE_SYNTAX && err.line == 1);
 
+    /* The text as the file holds it (CR, NUL and a high octet untouched), NUL-terminated after it. */
+    {
+        static const char raw[] = "# caf\xe9\r\x00x\r\n";
+        char *t = NULL;
+        size_t tl = 0;
+        CHECK(write_file(path, raw, sizeof raw - 1) == 0);
+        CHECK(pe_keyfile_read_text(path, &t, &tl, &err) == PE_OK);
+        CHECK(t && tl == sizeof raw - 1 && memcmp(t, raw, tl) == 0 && t[tl] == '\0');
+        pe_keyfile_text_free(t, tl);
+        CHECK(pe_keyfile_read_text("/nonexistent-dir/keys", &t, &tl, &err) == PE_ERR_CAP_IO);
+        CHECK(t == NULL && tl == 0 && strstr(err.message, "cannot open key file: No such file"));
+        CHECK(pe_keyfile_read_text(NULL, &t, &tl, &err) == PE_ERR_INVALID_ARGUMENT);
+        pe_keyfile_text_free(NULL, 0);
+    }
+
     /* Just over the size limit (a sparse file: quick to make). */
     f = fopen(path, "wb");
     CHECK(f != NULL);

@@ -195,65 +195,6 @@ static void set_hex64(lua_State *L, const char *name, uint64_t v)
     set_str(L, name, hex);
 }
 
-/* The core's limit for a key file (keyfile.c): anything bigger is a wrong path (a capture, /dev/zero), not keys. */
-#define KEY_TEXT_MAX ((size_t)16 * 1024 * 1024)
-
-/*
- * The whole file, NUL-terminated, as the core's pe_keyfile_load reads it (the
- * same statuses and messages); every block it leaves behind is wiped.
- */
-static pe_status read_key_text(const char *path, char **text, size_t *len, pe_keyfile_error *err)
-{
-    *text = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err->message, sizeof err->message, "cannot open key file: %s", strerror(errno));
-        return PE_ERR_CAP_IO;
-    }
-    char *buf = NULL;
-    size_t cap = 0, got;
-    pe_status st = PE_OK;
-    do {
-        if (*len == cap) {
-            /* Grown by copying, so that no key is left behind in a freed block; +1 for the final NUL. */
-            size_t bigger_cap = cap ? 2 * cap : 65536;
-            char *bigger = malloc(bigger_cap + 1);
-            if (!bigger) {
-                snprintf(err->message, sizeof err->message, "out of memory");
-                st = PE_ERR_NOMEM;
-                break;
-            }
-            if (buf) {
-                memcpy(bigger, buf, *len);
-                pe_wipe(buf, cap);
-                free(buf);
-            }
-            buf = bigger;
-            cap = bigger_cap;
-        }
-        got = fread(buf + *len, 1, cap - *len, f);
-        *len += got;
-        if (*len > KEY_TEXT_MAX) {
-            snprintf(err->message, sizeof err->message, "key file is larger than %zu MiB", KEY_TEXT_MAX >> 20);
-            st = PE_ERR_INVALID_ARGUMENT;
-        } else if (got == 0 && ferror(f)) {
-            snprintf(err->message, sizeof err->message, "cannot read key file: %s", strerror(errno));
-            st = PE_ERR_CAP_IO;
-        }
-    } while (st == PE_OK && got != 0);
-    fclose(f);
-    if (st != PE_OK) {
-        if (buf)
-            pe_wipe(buf, cap);
-        free(buf);
-        *len = 0;
-        return st;
-    }
-    buf[*len] = '\0';
-    *text = buf;
-    return PE_OK;
-}
 
 /* nil, "path, line N: message" or "path: message", status name: a key file pelua could not use. */
 static int load_failed(lua_State *L, const char *path, pe_status st, size_t line, const char *kind, const char *message)
@@ -300,7 +241,7 @@ static int l_load_keyfile(lua_State *L)
     memset(&err, 0, sizeof err);
     char *text;
     size_t len;
-    pe_status st = read_key_text(path, &text, &len, &err);
+    pe_status st = pe_keyfile_read_text(path, &text, &len, &err); /* the core's reader: its cap and messages */
     if (st != PE_OK)
         return load_failed(L, path, st, 0, "", err.message[0] ? err.message : pe_status_message(st));
 
@@ -313,8 +254,7 @@ static int l_load_keyfile(lua_State *L)
         st = pe_psp_refcfg_parse(text, len, &ref, &err);
     else
         st = pe_keyfile_parse(text, len, &kf, &err);
-    pe_wipe(text, len);
-    free(text);
+    pe_keyfile_text_free(text, len);
     if (st != PE_OK)
         return load_failed(L, path, st, err.line, refcfg ? "google/psp reference config: " : "",
                            err.message[0] ? err.message : pe_status_message(st));

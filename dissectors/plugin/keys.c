@@ -87,57 +87,6 @@ static void G_GNUC_PRINTF(3, 4) problem(pe_ws_key_problems *p, pe_status st, con
 
 /* ------------------------------------------------------------ key files */
 
-/* The core's limit for a key file: anything bigger is a wrong path (a capture, /dev/zero), not keys. */
-#define KEY_TEXT_MAX ((size_t)16 * 1024 * 1024)
-
-/* The whole file (to be wiped), as the core's pe_keyfile_load reads it, with its statuses and messages. */
-static pe_status read_key_text(const char *path, char **text, size_t *len, pe_keyfile_error *err)
-{
-    memset(err, 0, sizeof *err);
-    *text = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err->message, sizeof err->message, "cannot open key file: %s", g_strerror(errno));
-        return PE_ERR_CAP_IO;
-    }
-    size_t cap = 0, got;
-    char *buf = NULL;
-    pe_status st = PE_OK;
-    do {
-        if (*len == cap) {
-            /* Grown by copying, so that no key is left behind in a freed block; +1 for the final NUL. */
-            size_t bigger_cap = cap ? 2 * cap : 65536;
-            char *bigger = g_malloc(bigger_cap + 1);
-            if (buf) {
-                memcpy(bigger, buf, *len);
-                pe_wipe(buf, cap);
-                g_free(buf);
-            }
-            buf = bigger;
-            cap = bigger_cap;
-        }
-        got = fread(buf + *len, 1, cap - *len, f);
-        *len += got;
-        if (*len > KEY_TEXT_MAX) {
-            snprintf(err->message, sizeof err->message, "key file is larger than %zu MiB", KEY_TEXT_MAX >> 20);
-            st = PE_ERR_INVALID_ARGUMENT;
-        } else if (got == 0 && ferror(f)) {
-            snprintf(err->message, sizeof err->message, "cannot read key file: %s", g_strerror(errno));
-            st = PE_ERR_CAP_IO;
-        }
-    } while (st == PE_OK && got != 0);
-    fclose(f);
-    if (st != PE_OK) {
-        pe_wipe(buf, cap);
-        g_free(buf);
-        *len = 0;
-        return st;
-    }
-    buf[*len] = '\0';
-    *text = buf;
-    return PE_OK;
-}
 
 /* What the key-file preference named: a key file, or a reference config's master keys. */
 typedef struct key_source {
@@ -153,7 +102,7 @@ static gboolean key_source_load(key_source *ks, const char *what, const char *pa
     char *text;
     size_t len;
     pe_keyfile_error ke;
-    pe_status st = read_key_text(path, &text, &len, &ke);
+    pe_status st = pe_keyfile_read_text(path, &text, &len, &ke); /* the core's reader: its cap and messages */
     const char *kind = "";
     if (st == PE_OK) {
         ks->refcfg = pe_psp_refcfg_detect(text, len); /* the core's rule: every reader decides alike */
@@ -163,8 +112,7 @@ static gboolean key_source_load(key_source *ks, const char *what, const char *pa
         } else {
             st = pe_keyfile_parse(text, len, &ks->kf, &ke);
         }
-        pe_wipe(text, len);
-        g_free(text);
+        pe_keyfile_text_free(text, len);
     }
     if (st != PE_OK)
         problem(problems, st, "%s key file %s%s: %s%s", what, path, line_note(&ke), kind,

@@ -145,6 +145,15 @@ typedef struct pe_keyfile {
 /* Parse text (need not be NUL-terminated).  On error *err says where; kf is left empty. */
 pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyfile_error *err);
 pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *err);
+/*
+ * The file's octets as they are (no decoding, no newline translation; at
+ * most 16 MiB, as pe_keyfile_load), NUL-terminated after *len octets, for
+ * readers that look at the text before choosing a parser (a key file or a
+ * reference config: pe_psp_refcfg_detect).  Free with pe_keyfile_text_free,
+ * which wipes it.
+ */
+pe_status pe_keyfile_read_text(const char *path, char **text, size_t *len, pe_keyfile_error *err);
+void pe_keyfile_text_free(char *text, size_t len);
 /* Frees and wipes key material. */
 void pe_keyfile_free(pe_keyfile *kf);
 
