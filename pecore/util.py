@@ -82,12 +82,9 @@ def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list
     n = len(packets)
     if n == 0:
         return []
-    for i, p in enumerate(packets):
-        if isinstance(p, str) or p is None or isinstance(p, int):
-            packet_buffer(p, f"packets[{i}]")  # raises the TypeError that names it
     try:
         blob = b"".join(packets)  # one copy, which the batch needs anyway: the packets back to back
-    except TypeError:
+    except TypeError:  # str, None, int, a non-contiguous view: say which packet, as single calls do
         for i, p in enumerate(packets):
             packet_buffer(p, f"packets[{i}]")
         raise
