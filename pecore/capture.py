@@ -84,11 +84,13 @@ _runs: Dict[int, _Run] = {}
 
 
 def _progress_error(exc_type, exc_value, tb):  # type: ignore[no-untyped-def]
-    """cffi's onerror: an exception raised anywhere in the callback, also before its own code runs (a signal
-    handler runs at the first bytecode), stops the run and is raised again once the core has returned."""
-    for run in _runs.values():
-        if run.stopped_by is None:
-            run.stopped_by = exc_value
+    """cffi's onerror: an exception raised in the callback before its own ``try`` (a signal handler runs at
+    the first bytecode) stops the run whose callback it was, and is raised again once the core has returned."""
+    ctx = tb.tb_frame.f_locals.get("ctx") if tb is not None else None
+    run = _runs.get(int(ffi.cast("uintptr_t", ctx))) if ctx is not None else None
+    for r in [run] if run is not None else list(_runs.values()):  # no frame to tell: stop them all
+        if r.stopped_by is None:
+            r.stopped_by = exc_value
     return 1
 
 
