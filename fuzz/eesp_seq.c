@@ -20,6 +20,7 @@
 #include "eesp_seq.h"
 #include "pe/batch.h"
 #include "pe/ip.h"
+#include "pe/transforms.h"
 
 /* 16 octets each: pe_eesp_open reads 4 or 16 by the IP version it is told. */
 static const uint8_t DST4[16] = {192, 0, 2, 2};

@@ -20,6 +20,7 @@
 #include "pe/eesp.h"
 #include "pe/ip.h"
 #include "pe/psp.h"
+#include "pe/wipe.h"
 
 #define FUZZ_CHECK(cond, ...)                                                                      \
     do {                                                                                           \

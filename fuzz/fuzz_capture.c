@@ -19,6 +19,7 @@
 #include "fuzz.h"
 #include "pe/capture.h"
 #include "pe/ip.h"
+#include "pe/transforms.h"
 
 #define MAX_RECORDS 4096
 

@@ -27,6 +27,7 @@ __attribute__((destructor)) static void print_stats(void)
                 n_ok[1], n_ok[2], n_ok[3], n_runs);
 }
 #include "pe/ip.h"
+#include "pe/transforms.h"
 
 static void check_out(const char *name, const uint8_t *pkt, const pe_ip_info *ip, const pe_psp_hdr *h,
                       const uint8_t *out, size_t out_len, const uint8_t *plain, size_t psp_off, size_t psp_len)

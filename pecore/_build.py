@@ -1,7 +1,7 @@
 """cffi API-mode build of the C core into ``pecore._native``.
 
 Every public prototype the Python faces use is declared here once; the
-extension compiles the very same ``core/src/*.c`` files that the static
+extension compiles the very same ``core/src/**/*.c`` files that the static
 library (core/CMakeLists.txt) is built from.
 """
 from __future__ import annotations
@@ -485,9 +485,9 @@ ffibuilder.set_source(
     "pecore._native",
     "\n".join(
         ["#include <openssl/crypto.h>"]
-        + [f'#include "pe/{h}.h"' for h in ("status", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp")]
+        + [f'#include "pe/{h}.h"' for h in ("status", "wipe", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp", "transforms")]
     ),
-    sources=sorted(glob.glob(os.path.join(CORE, "src", "*.c"))),
+    sources=sorted(glob.glob(os.path.join(CORE, "src", "**", "*.c"), recursive=True)),
     include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src"), *_ssl_include],
     library_dirs=_ssl_libdirs,
     libraries=["crypto"],

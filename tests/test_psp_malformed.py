@@ -431,7 +431,7 @@ OVERSIZE_SCRIPT = textwrap.dedent(
 
 
 def test_open_of_an_oversized_psp_packet_is_memory_safe(tmp_path):
-    # BUG (core/src/psp.c pe_psp_open): when the crypt offset leaves part of the extension area
+    # BUG (core/src/proto/psp.c pe_psp_open): when the crypt offset leaves part of the extension area
     # encrypted, the plaintext is rebuilt in rx->scratch (PE_IP_MAX_LEN + 64 octets) without a
     # length check, so a PSP buffer longer than that overflows the heap (glibc then aborts with
     # "double free or corruption").  Run in a child process: the overflow can take the

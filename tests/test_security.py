@@ -413,28 +413,28 @@ _CMP_CALL = re.compile(r"\b(memcmp|CRYPTO_memcmp|bcmp|strcmp|strncmp|strcasecmp|
 
 #: Every byte/string comparison in the C sources, with why it is not a secret: (file, function, first two arguments).
 ALLOWED_COMPARISONS = {
-    ("core/src/eesp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
-    ("core/src/keyfile.c", "strcmp", "l->names[i], name"): "key-file field names",
-    ("core/src/keyfile.c", "strcmp", "l->names[i], allowed[k]"): "key-file field names",
-    ("core/src/keyfile.c", "strcmp", 'mode, "transport"'): "keyword",
-    ("core/src/keyfile.c", "strcmp", 'mode, "tunnel"'): "keyword",
-    ("core/src/keyfile.c", "strcmp", "v, eesp_suite_names[i].name"): "suite names",
-    ("core/src/keyfile.c", "strcmp", "v, words[k]"): "keywords",
-    ("core/src/keyfile.c", "strcmp", 'v, "*"'): "address wildcard",
-    ("core/src/keyfile.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",
-    ("core/src/keyfile.c", "memcmp", "a->dst, b->dst"): "duplicate-SA check on addresses",
-    ("core/src/keyfile.c", "strcmp", "l->names[i], tok"): "key-file field names",
-    ("core/src/keyfile.c", "strcmp", "l.kind, known_kinds[k].kind"): "line kinds",
-    ("core/src/keyfile.c", "memcmp", 's, "\\xEF\\xBB\\xBF"'): "byte-order mark",
-    ("core/src/keyfile.c", "memcmp", "lx->tok, word"): "reference-config keywords",
-    ("core/src/capture.c", "strcmp", "a, b"): "file paths (same-file check)",
+    ("core/src/proto/eesp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
+    ("core/src/io/keyfile.c", "strcmp", "l->names[i], name"): "key-file field names",
+    ("core/src/io/keyfile.c", "strcmp", "l->names[i], allowed[k]"): "key-file field names",
+    ("core/src/io/keyfile.c", "strcmp", 'mode, "transport"'): "keyword",
+    ("core/src/io/keyfile.c", "strcmp", 'mode, "tunnel"'): "keyword",
+    ("core/src/io/keyfile.c", "strcmp", "v, eesp_suite_names[i].name"): "suite names",
+    ("core/src/io/keyfile.c", "strcmp", "v, words[k]"): "keywords",
+    ("core/src/io/keyfile.c", "strcmp", 'v, "*"'): "address wildcard",
+    ("core/src/io/keyfile.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",
+    ("core/src/io/keyfile.c", "memcmp", "a->dst, b->dst"): "duplicate-SA check on addresses",
+    ("core/src/io/keyfile.c", "strcmp", "l->names[i], tok"): "key-file field names",
+    ("core/src/io/keyfile.c", "strcmp", "l.kind, known_kinds[k].kind"): "line kinds",
+    ("core/src/io/keyfile.c", "memcmp", 's, "\\xEF\\xBB\\xBF"'): "byte-order mark",
+    ("core/src/io/keyfile.c", "memcmp", "lx->tok, word"): "reference-config keywords",
+    ("core/src/io/capture.c", "strcmp", "a, b"): "file paths (same-file check)",
     ("dissectors/plugin/keys.c", "strcmp", 's, "*"'): "UAT wildcard",
     ("dissectors/plugin/packet-eesp.c", "memcmp", "x->dst, y->dst"): "destination address lookup",
 }
 
 
 def _c_sources():
-    pats = ["core/src/*.c", "core/src/*.h", "core/include/pe/*.h", "dissectors/plugin/*.c", "dissectors/plugin/*.h",
+    pats = ["core/src/**/*.c", "core/src/**/*.h", "core/include/pe/*.h", "dissectors/plugin/*.c", "dissectors/plugin/*.h",
             "dissectors/lua/*.c"]
     for pat in pats:
         yield from sorted(ROOT.glob(pat))
@@ -496,7 +496,7 @@ def _function_body(src: str, name: str) -> str:
 
 
 def test_tags_are_verified_by_openssl_aead_final():
-    src = _strip_comments((ROOT / "core/src/aead.c").read_text())
+    src = _strip_comments((ROOT / "core/src/crypto/aead.c").read_text())
     body = _function_body(src, "pe_aead_open")
     # GCM / ChaCha20-Poly1305: the expected tag goes to OpenSSL, whose final step compares in constant time.
     assert "EVP_CTRL_AEAD_SET_TAG" in body and "EVP_CipherFinal_ex" in body
@@ -506,13 +506,13 @@ def test_tags_are_verified_by_openssl_aead_final():
     assert "EVP_CTRL_AEAD_SET_TAG" in begin and "PE_AEAD_OPEN" in begin
     assert re.search(r"EVP_CipherUpdate\([^;]*\)\s*==\s*1\s*\?\s*PE_OK\s*:\s*PE_ERR_AUTH", body)
     # The only place that decides "authentication failed" is pe_aead_open.
-    for path in sorted((ROOT / "core/src").glob("*.c")):
+    for path in sorted((ROOT / "core/src").rglob("*.c")):
         text = _strip_comments(path.read_text())
         if path.name != "aead.c":
             assert not re.search(r"return\s+PE_ERR_AUTH\b", text), f"{path.name} decides an ICV outside pe_aead_open"
     # Receivers verify with pe_aead_open and never recompute a tag to compare it.
     for fname, func in (("psp.c", "pe_psp_open"), ("eesp.c", "open_eesp")):
-        body = _function_body(_strip_comments((ROOT / "core/src" / fname).read_text()), func)
+        body = _function_body(_strip_comments((ROOT / "core/src/proto" / fname).read_text()), func)
         assert "pe_aead_open(" in body and "pe_aead_seal(" not in body, func
 
 

@@ -41,6 +41,7 @@
 #include "pe/status.h"
 
 #include "check.h"
+#include "pe/transforms.h"
 
 /* A CHECK with a printf-style context, for the big loops. */
 #define CHECKF(cond, ...)                                                                          \

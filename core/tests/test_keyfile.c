@@ -1,6 +1,6 @@
 /*
  * Tests for the key-file reader and the google/psp reference-config reader
- * (core/src/keyfile.c, docs/keys.md).  eesp-sa entries are also handed to the
+ * (core/src/io/keyfile.c, docs/keys.md).  eesp-sa entries are also handed to the
  * EESP code, so this links the whole core.  Run from the repository root; the
  * reference configs are taken from /work/shared/reference/psp/cfg or from
  * $PE_PSP_REF_CFG_DIR, and skipped when absent.

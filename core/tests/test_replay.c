@@ -1,5 +1,5 @@
 /*
- * Tests for the anti-replay window (core/src/replay.c, eesp.md §11).
+ * Tests for the anti-replay window (core/src/proto/replay.c, eesp.md §11).
  *
  * Besides directed edge cases, the window is driven through hundreds of
  * thousands of random arrivals and compared, every time, with a reference

@@ -36,7 +36,8 @@
 #include "pe/keyfile.h"
 #include "pe/psp.h"
 #include "pe/replay.h"
-#include "../src/keytable.h"
+#include "pe/wipe.h"
+#include "../src/proto/keytable.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define PE_ALLOC_HOOK 0

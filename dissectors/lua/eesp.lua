@@ -151,7 +151,7 @@ local PECRYPTO_SOURCE = [=[
 -- only when the Lua is 5.3+ and Wireshark has GcryptCipher (4.6 and later).  Lua 5.2 (Wireshark 4.0) never
 -- parses it, so the operators below cost the 5.2 scripts nothing.  Edit this file, then run build_scripts.py.
 --
--- It mirrors the project's C core (core/src/psp.c, eesp.c, eesp_hdr.c, kdf.c, keyfile.c) step by step, with the
+-- It mirrors the project's C core (core/src/proto/psp.c, eesp.c, eesp_hdr.c, kdf.c, keyfile.c) step by step, with the
 -- same status names (pe_status_name) and messages, so that a dissector shows the same thing whether pelua or this
 -- module decrypted.  The hashes, HMAC, HKDF and CMAC are written here; the AEADs and the AES block come from a
 -- "backend" (gcrypt_backend() inside Wireshark; the tests inject their own), so no second AES lives in Lua.
@@ -541,7 +541,7 @@ function M.psp_derive_key(encrypt_block, spi, version, label)
     return concat(out)
 end
 
--- EESP suites (core/src/eesp_hdr.c) -----------------------------------------------------------------------------
+-- EESP suites (core/src/proto/eesp_hdr.c) -----------------------------------------------------------------------------
 
 local SUITES = {}
 for _, r in ipairs({
@@ -577,7 +577,7 @@ function M.derive_sub_sa_key(sskdf, root, session_id, length)
     return M.hkdf_expand(SSKDF_HASH[sskdf], root, pack(">I2", session_id), length)
 end
 
--- Key files (docs/keys.md, core/src/keyfile.c) ------------------------------------------------------------------
+-- Key files (docs/keys.md, core/src/io/keyfile.c) ------------------------------------------------------------------
 --
 -- The same grammar, checks, order of checks and messages as the C reader, so that a file the core refuses is
 -- refused here with the same words.  Messages name the line, kind and field, never a value.
@@ -1415,7 +1415,7 @@ function Keys:psp_keep(spi, version, k)
     self.psp_cache_count = self.psp_cache_count + 1
 end
 
--- core/src/psp.c pe_psp_open, with pe_psp_hdr_parse's checks, in the same order (psp.md §7).
+-- core/src/proto/psp.c pe_psp_open, with pe_psp_hdr_parse's checks, in the same order (psp.md §7).
 local function psp_open(self, p)
     local len = #p
     local info = { next_header = 0, hdr_ext_len = 0, crypt_offset = 0, version = 0, virt = false, spi = 0, iv = 0,
@@ -1501,7 +1501,7 @@ end
 local EESP_BASE_LEN, EESP_SEQ_LEN, EESP_PIH_LEN = 8, 8, 4
 local NH_NO_NEXT = 59
 
--- pe_ip_is_whole_packet (core/src/ip.c): one IPv4/IPv6 packet of that version, its length fields exact.
+-- pe_ip_is_whole_packet (core/src/proto/ip.c): one IPv4/IPv6 packet of that version, its length fields exact.
 local function whole_ip_packet(s, version)
     local len = #s
     if len < 1 or byte(s, 1) >> 4 ~= version then
@@ -1606,7 +1606,7 @@ function Keys:sub_sa(sa, sid)
         true
 end
 
--- core/src/eesp.c open_eesp (§16 steps 2-13) with PE_EESP_OPEN_NO_REPLAY: a dissector revisits packets.
+-- core/src/proto/eesp.c open_eesp (§16 steps 2-13) with PE_EESP_OPEN_NO_REPLAY: a dissector revisits packets.
 local function eesp_open(self, e, family, daddr)
     local elen = #e
     local info = { spi = 0, session_id = 0, opt_len = 0, seq = 0, seq_hex = "0000000000000000", seq_present = false,
@@ -2092,7 +2092,7 @@ eesp.prefs.do_sequence_analysis = Pref.bool("Sequence number analysis", true,
 --
 -- As the C plugin does it (packet-eesp.c): per Sub SA (SPI, Session ID, outer destination), on the first pass,
 -- for packets that verified; what each frame found is kept, since a dissector sees frames again in any order.
--- The window is the core's (core/src/replay.c, default size): RFC 4303 with RFC 6479's ring of 64-bit words,
+-- The window is the core's (core/src/proto/replay.c, default size): RFC 4303 with RFC 6479's ring of 64-bit words,
 -- here a ring of (WINDOW_WORDS * 64) slots.  Sequence numbers are 64-bit: Wireshark's UInt64 keeps them exact
 -- in Lua 5.2 as in 5.4.
 
@@ -2288,7 +2288,7 @@ end
 
 -- Dissection ------------------------------------------------------------------------------------
 
--- pe_eesp_open's checks before it looks for an SA (core/src/eesp_hdr.c pe_eesp_base_parse), in its order: with
+-- pe_eesp_open's checks before it looks for an SA (core/src/proto/eesp_hdr.c pe_eesp_base_parse), in its order: with
 -- no SA at all the core says this status, or eesp-no-sa.  nil when the Base Header passes.
 local function header_status(len, octet0)
     if len < BASE_LEN then

@@ -76,6 +76,7 @@
 #include "pe/keyfile.h"
 #include "pe/psp.h"
 #include "pe/status.h"
+#include "pe/wipe.h"
 
 #define PELUA_VERSION "0.2.0"
 #define KEYS_MT "pelua.keys"

@@ -13,6 +13,7 @@
 
 #include "keys.h"
 #include "pe/keyfile.h"
+#include "pe/wipe.h"
 #include "ws_compat.h"
 
 /* Wipe a string holding key material before it is freed. */

@@ -12,7 +12,6 @@
 #include <stdint.h>
 
 #include "pe/aead.h"
-#include "pe/capture.h"
 #include "pe/kdf.h"
 #include "pe/status.h"
 
@@ -185,6 +184,7 @@ uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id);
 pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t next);
 /* Captures: spread flows over Sub SAs 0..n-1 by a flow hash (default 1: all on Sub SA 0). */
 pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n);
+unsigned pe_eesp_tx_capture_sub_sas(const pe_eesp_tx *tx);
 /* Largest growth of a packet: outer IPv6 + UDP + base + options + seq + IV + PIH + padding + ICV. */
 #define PE_EESP_MAX_OVERHEAD (40u + 8u + 8u + 255u + 8u + 8u + 4u + 3u + 16u)
 pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
@@ -256,11 +256,6 @@ typedef enum pe_udp4500_kind {
     PE_UDP4500_ESP,
 } pe_udp4500_kind;
 pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len);
-
-pe_verdict pe_eesp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                 size_t *out_len, pe_status *why);
-pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                 size_t *out_len, pe_status *why);
 
 #ifdef __cplusplus
 }

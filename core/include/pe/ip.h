@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pe/bytes.h"
 #include "pe/status.h"
 
 #ifdef __cplusplus
@@ -80,19 +81,6 @@ void pe_ipv4_set_checksum(uint8_t *hdr);
 void pe_ip_set_length(uint8_t *pkt, size_t len);
 /* UDP checksum check (for the optional receive-side verification); udp points at the UDP header. */
 int pe_udp_checksum_ok(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len);
-
-static inline uint16_t pe_get16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
-static inline uint32_t pe_get32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline uint64_t pe_get64(const uint8_t *p) { return ((uint64_t)pe_get32(p) << 32) | pe_get32(p + 4); }
-static inline void pe_put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
-static inline void pe_put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
-}
-static inline void pe_put64(uint8_t *p, uint64_t v) { pe_put32(p, (uint32_t)(v >> 32)); pe_put32(p + 4, (uint32_t)v); }
 
 #ifdef __cplusplus
 }

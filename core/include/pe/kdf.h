@@ -35,9 +35,6 @@ typedef enum pe_hash { PE_HASH_SHA256 = 0, PE_HASH_SHA384, PE_HASH_SHA512 } pe_h
 pe_status pe_hkdf_expand(pe_hash hash, const uint8_t *prk, size_t prk_len, const uint8_t *info,
                          size_t info_len, uint8_t *out, size_t out_len);
 
-/* Overwrite secrets so the compiler cannot drop it. */
-void pe_wipe(void *p, size_t n);
-
 #ifdef __cplusplus
 }
 #endif

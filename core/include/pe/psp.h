@@ -169,22 +169,6 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
 pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len, pe_psp_hdr *hdr);
 
-/* pe_ip_transform_fn adapters for pe_capture_transform_file(); ctx is the tx / rx. */
-#include "pe/capture.h"
-pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                size_t *out_len, pe_status *why);
-pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                size_t *out_len, pe_status *why);
-
-/* For pe_batch_transform(): decap like pe_psp_capture_decap and record each packet's header in hdrs[next++]. */
-typedef struct pe_psp_batch_ctx {
-    pe_psp_rx *rx;
-    pe_psp_hdr *hdrs;
-    size_t next;
-} pe_psp_batch_ctx;
-pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                              size_t *out_len, pe_status *why);
-
 #ifdef __cplusplus
 }
 #endif

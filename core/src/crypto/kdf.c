@@ -8,12 +8,8 @@
 #include <openssl/kdf.h>
 #include <openssl/params.h>
 
-#include "pe/ip.h"
-
-void pe_wipe(void *p, size_t n)
-{
-    OPENSSL_cleanse(p, n);
-}
+#include "pe/bytes.h"
+#include "pe/wipe.h"
 
 pe_status pe_kdf_ctr_cmac_aes256(const uint8_t key[32], uint32_t label, uint32_t context,
                                  uint8_t *out, size_t out_len)

@@ -7,6 +7,7 @@
 #include "pe/eesp.h"
 #include "pe/ip.h"
 #include "pe/replay.h"
+#include "pe/wipe.h"
 
 #define KEYMAT_MAX (32u + 4u)
 #define ROOT_MAX 64u
@@ -316,6 +317,11 @@ pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t n
         return PE_ERR_INVALID_ARGUMENT;
     slot->counter = next - 1;
     return PE_OK;
+}
+
+unsigned pe_eesp_tx_capture_sub_sas(const pe_eesp_tx *tx)
+{
+    return tx->capture_sub_sas;
 }
 
 pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n)
@@ -912,52 +918,4 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
         pe_ipv4_set_checksum(out);
     *out_len = keep + inner_len;
     return PE_OK;
-}
-
-/* ------------------------------------------------------------ capture glue */
-
-/* Flows spread over Sub SAs by a hash of addresses, protocol and ports (§14: ECMP/RSS per Sub SA). */
-static uint16_t flow_sub_sa(const pe_eesp_tx *tx, const uint8_t *pkt, size_t len)
-{
-    if (tx->capture_sub_sas <= 1)
-        return 0;
-    pe_ip_info ip;
-    if (pe_ip_parse(pkt, len, &ip) != PE_OK)
-        return 0;
-    uint32_t hash = 2166136261u; /* FNV-1a */
-    size_t addr_off = ip.version == 4 ? 12 : 8, addr_len = ip.version == 4 ? 8 : 32;
-    for (size_t i = 0; i < addr_len; i++)
-        hash = (hash ^ pkt[addr_off + i]) * 16777619u;
-    hash = (hash ^ ip.protocol) * 16777619u;
-    if ((ip.protocol == PE_IPPROTO_TCP || ip.protocol == PE_IPPROTO_UDP) && ip.l4_offset + 4 <= ip.len)
-        for (size_t i = 0; i < 4; i++)
-            hash = (hash ^ pkt[ip.l4_offset + i]) * 16777619u;
-    return (uint16_t)(hash % tx->capture_sub_sas);
-}
-
-pe_verdict pe_eesp_capture_encap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                 size_t *out_len, pe_status *why)
-{
-    pe_eesp_tx *tx = ctx;
-    *why = encap_sub_sa(tx, ip, len, flow_sub_sa(tx, ip, len), out, cap, out_len);
-    return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
-}
-
-pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                 size_t *out_len, pe_status *why)
-{
-    *why = pe_eesp_decap(rx, ip, len, out, cap, out_len, NULL);
-    switch (*why) {
-    case PE_OK:
-        return PE_VERDICT_TRANSFORMED;
-    case PE_ERR_NOT_EESP:
-    case PE_ERR_NAT_KEEPALIVE:
-    case PE_ERR_IKE_MARKER:
-    case PE_ERR_ESP_IN_UDP:
-    case PE_ERR_IP_VERSION:
-    case PE_ERR_EESP_DUMMY: /* valid, and discarded by design: keep it as captured */
-        return PE_VERDICT_PASSED;
-    default:
-        return PE_VERDICT_FAILED;
-    }
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "pe/kdf.h"
+#include "pe/wipe.h"
 
 static size_t slot_index(uint64_t id, size_t cap)
 {

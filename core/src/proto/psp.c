@@ -6,6 +6,7 @@
 #include "pe/ip.h"
 #include "pe/kdf.h"
 #include "pe/psp.h"
+#include "pe/wipe.h"
 
 /* ------------------------------------------------------------------ sending */
 
@@ -576,42 +577,4 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
         pe_ipv4_set_checksum(out);
     *out_len = keep + inner_len;
     return PE_OK;
-}
-
-/* ------------------------------------------------------------ capture glue */
-
-pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                size_t *out_len, pe_status *why)
-{
-    *why = pe_psp_encap(tx, ip, len, out, cap, out_len);
-    return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
-}
-
-static pe_verdict decap_verdict(pe_status st)
-{
-    switch (st) {
-    case PE_OK:
-        return PE_VERDICT_TRANSFORMED;
-    case PE_ERR_NOT_UDP:
-    case PE_ERR_UDP_PORT:
-    case PE_ERR_IP_VERSION:
-        return PE_VERDICT_PASSED;
-    default:
-        return PE_VERDICT_FAILED;
-    }
-}
-
-pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                size_t *out_len, pe_status *why)
-{
-    *why = pe_psp_decap(rx, ip, len, out, cap, out_len, NULL);
-    return decap_verdict(*why);
-}
-
-pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                              size_t *out_len, pe_status *why)
-{
-    pe_psp_batch_ctx *b = ctx;
-    *why = pe_psp_decap(b->rx, ip, len, out, cap, out_len, &b->hdrs[b->next++]);
-    return decap_verdict(*why);
 }
