@@ -247,7 +247,7 @@ def test_longer_than_sealed_fails_authentication(name, kw, ipv, sid):
 
 def test_truncated_crypt_offset_packet_follows_the_spec_order():
     # §16 step 5 (4·(PayloadOffset + CryptOffset) must not pass the end of the data before the
-    # ICV) comes before step 6 (Session ID) and step 7 (length); docs/eesp.md lists the codes in
+    # ICV) comes before step 6 (Session ID) and step 7 (length); docs/guide-eesp.md lists the codes in
     # that order too, and the model agrees.  (The core checked the Sub SA and the length first
     # until commit 2857c63.)
     kw = dict(suite="aes-gcm-16", key=KEY, crypt_offset=8, max_crypt_offset=8)
