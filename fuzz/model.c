@@ -1,7 +1,7 @@
 /*
  * An independent mini-implementation of PSP and EESP packet protection, for
  * the differential harness and for re-sealing fuzzed packets.  Written from
- * ../shared/spec/psp.md §4-§5 and eesp.md §9-§12 over raw OpenSSL EVP calls;
+ * docs/spec/psp.md §4-§5 and eesp.md §9-§12 over raw OpenSSL EVP calls;
  * it shares no code with the core's aead.c / kdf.c / psp.c / eesp.c.
  */
 #include <string.h>

@@ -26,7 +26,7 @@ names and defaults (``nexthdr``, ``hdrextlen``, ``reserved``, ``cryptoffset``,
   contrib layer keeps it at the end of ``data``);
 - a VC with a crypt offset below 2 is partly encrypted, as in the reference
   implementation (scapy's contrib layer always keeps the VC in clear and
-  cannot open such packets: ../shared/spec/psp.md §9.3).
+  cannot open such packets: docs/spec/psp.md §9.3).
 
 Never modifies scapy's own classes.  When both layers are loaded, this one
 takes UDP port 1000 for dissection.

@@ -1,5 +1,5 @@
 /*
- * EESP core tests (shared/spec/eesp.md §3-§16, decisions D1-D16, vectors §19).
+ * EESP core tests (docs/spec/eesp.md §3-§16, decisions D1-D16, vectors §19).
  *
  *  1. KATs: the SSKDF table and the self-computed vectors E1 (both AAD
  *     variants), E2, E3, E4 and E5, reproduced byte for byte through

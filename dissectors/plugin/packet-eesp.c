@@ -1,5 +1,5 @@
 /*
- * IPsec Enhanced ESP (../shared/spec/eesp.md): directly on an IP protocol
+ * IPsec Enhanced ESP (docs/spec/eesp.md): directly on an IP protocol
  * number (a preference, default the provisional 49), and in UDP 4500 beside
  * Wireshark's own ESP-in-UDP handling: a dispatcher claims only payloads
  * whose first bit is set and hands keepalives, IKE (non-ESP marker) and ESP

@@ -1,5 +1,5 @@
 /*
- * PSP Security Protocol (../shared/spec/psp.md) on UDP port 1000.  Field
+ * PSP Security Protocol (docs/spec/psp.md) on UDP port 1000.  Field
  * names follow google/psp's wireshark/psp.lua (psp.nexthdr, psp.spi, ...)
  * so that filters written for it keep working; the S and D bits and the
  * master-key selector are added.  Decryption goes through the core with the

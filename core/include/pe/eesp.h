@@ -1,6 +1,6 @@
 /*
  * IPsec Enhanced ESP (draft-ietf-ipsecme-eesp-04, -ikev2-02), with the
- * project's decisions D1-D16 (../shared/spec/eesp.md §18).
+ * project's decisions D1-D16 (docs/spec/eesp.md §18).
  *
  * Wire: Base Header (8) | Options (Opt Len) | [Seq 8] | [IV] | [PIH 4] |
  *       payload | padding | ICV.

@@ -1,6 +1,6 @@
 /*
  * PSP Security Protocol, header version 0, crypto versions 0-3
- * (../shared/spec/psp.md).  Field and mask names follow the spec and Linux
+ * (docs/spec/psp.md).  Field and mask names follow the spec and Linux
  * include/net/psp/types.h.
  */
 #ifndef PE_PSP_H
