@@ -1,6 +1,6 @@
 """Shared pytest fixtures and settings for the test suite.
 
-- `shared_dir` fixture: `<repo>/../shared` (the project's spec and reference captures), as a Path.
+- `shared_dir` fixture: `<repo>/../shared` (the google/psp reference captures, under reference/), as a Path.
 - `@pytest.mark.needs_shared`: skips a test when that directory is absent. The module-level object
   `needs_shared` is the same marker for `from conftest import needs_shared` users.
 - hypothesis profiles: "ci" (derandomize, no deadline, max_examples from env PE_HYPOTHESIS_EXAMPLES,
@@ -55,7 +55,7 @@ except ImportError:  # hypothesis is only needed by the property tests
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "needs_shared: needs the ../shared spec/reference directory")
+    config.addinivalue_line("markers", "needs_shared: needs the ../shared reference-capture directory")
     config.addinivalue_line("markers", "tshark: drives tshark with the project's dissectors (tests/wireshark.py)")
 
 

@@ -1,6 +1,6 @@
 """Independent pure-Python model of IPsec Enhanced ESP (EESP v0, draft-ietf-ipsecme-eesp-03/-04).
 
-A second implementation written only from the project's spec notes (shared/spec/eesp.md) for the tests. It
+A second implementation written only from the project's specification (docs/spec/eesp.md) for the tests. It
 shares no code with the C core and uses only the standard library and the `cryptography` package. It favours
 being obviously right over being fast or complete. Section numbers (§) and decisions (D1-D16) refer to eesp.md.
 

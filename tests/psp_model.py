@@ -1,6 +1,6 @@
 """Independent pure-Python model of the PSP Security Protocol (header version 0, crypto versions 0-3).
 
-This is a second implementation written from the project's spec notes (shared/spec/psp.md) for the tests.
+This is a second implementation written from the project's specification (docs/spec/psp.md) for the tests.
 It shares no code with the C core or with pypsp and uses only the standard library and the `cryptography`
 package. It favours being obviously right over being fast or complete.
 

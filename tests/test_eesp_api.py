@@ -3,7 +3,7 @@ Header / Option codec, round trips of every suite, Decrypted fields, Sub SAs,
 batches, threads, Receiver and the exception hierarchy.
 
 Packets are built here with struct.  Expected values come from the spec
-(../shared/spec/eesp.md §3, §4, §7, §10, §12, §19, D1-D16) or from an
+(docs/spec/eesp.md §3, §4, §7, §10, §12, §19, D1-D16) or from an
 independent computation with the `cryptography` package, never from the core.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Malformed EESP input through pyeesp: every rejection is a specific EespError
-subclass with a specific code, in the order of ../shared/spec/eesp.md §16, and
+subclass with a specific code, in the order of docs/spec/eesp.md §16, and
 no error message ever carries key material.
 
 Packets are sealed by the core and then edited.  When a later check must be

@@ -1,6 +1,6 @@
 """Known-answer and property tests of the independent EESP model (tests/eesp_model.py). No core needed.
 
-Data: tests/data/eesp_kat.json, typed from shared/spec/eesp.md §19. Those vectors are self-computed
+Data: tests/data/eesp_kat.json, typed from docs/spec/eesp.md §19. Those vectors are self-computed
 (source = self): they anchor our reading of the drafts, they do not prove it.
 """
 

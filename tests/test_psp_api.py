@@ -2,7 +2,7 @@
 behaviour, batches, threads and the exception hierarchy.
 
 Packets are built here with struct (no dependency on the other test helpers);
-expected values come from the spec (../shared/spec/psp.md §5, §10.4, §11) or
+expected values come from the spec (docs/spec/psp.md §5, §10.4, §11) or
 from an independent computation with the `cryptography` package.
 """
 from __future__ import annotations

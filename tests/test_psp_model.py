@@ -1,6 +1,6 @@
 """Known-answer and property tests of the independent PSP model (tests/psp_model.py). No core needed.
 
-Data: tests/data/psp_kat.json (typed from shared/spec/psp.md). Tests marked needs_shared also compare
+Data: tests/data/psp_kat.json (typed from docs/spec/psp.md). Tests marked needs_shared also compare
 with the google/psp reference captures in <repo>/../shared/reference/psp and skip when it is absent.
 """
 
