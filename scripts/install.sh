@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cmake
-              # the Wireshark plugin and Lua module (conventions.md §1: wireshark-dev does not pull libgcrypt20-dev)
+              # the Wireshark plugin and Lua module (wireshark-dev does not pull libgcrypt20-dev: docs/wireshark.md)
               tshark wireshark-dev libgcrypt20-dev liblua5.2-dev
-              # fuzzing (conventions.md §1: without libclang-rt-14-dev, -fsanitize=fuzzer does not link)
+              # fuzzing (without libclang-rt-14-dev, -fsanitize=fuzzer does not link: docs/wireshark.md)
               clang-14 libclang-rt-14-dev llvm-14
               # scripts/valgrind.sh (docs/security.md)
               valgrind

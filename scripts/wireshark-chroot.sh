@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tshark tests against a newer Wireshark, in a Debian chroot (conventions.md §3.3a):
+# The tshark tests against a newer Wireshark, in a Debian chroot (docs/wireshark.md, Platform notes):
 #
 #   scripts/wireshark-chroot.sh trixie            Wireshark 4.4, Lua 5.4 (Debian 13)
 #   scripts/wireshark-chroot.sh sid               Wireshark 4.6, Lua 5.4 (Debian unstable)
@@ -108,7 +108,7 @@ if [[ -f $STAMP && $(cat "$STAMP") != "$RECIPE_HASH" ]]; then
     rm -rf --one-file-system "$R"
 fi
 
-# sid's Release file on this mirror may be past its Valid-Until date (conventions.md §3.3a).
+# sid's Release file on this mirror may be past its Valid-Until date (docs/wireshark.md, Platform notes).
 APT_OPTS=(-o Acquire::Check-Valid-Until=false -o Acquire::Retries=3)
 fresh=0
 if [[ ! -f $STAMP ]]; then
@@ -165,7 +165,7 @@ in_chroot sh -c 'gcc --version | head -1; python3 --version; pkg-config --modver
 phase "copy the working tree to /src"
 # .gitignore'd files (build/, .venv/, *.so, ...) are neither copied nor deleted: the chroot keeps its own.
 rsync -a --delete --exclude=/.git --filter=':- .gitignore' "$ROOT/" "$R/src/"
-# The spec notes and reference captures beside the tree (tests/conftest.py: <repo>/../shared).
+# The reference captures beside the tree (tests/conftest.py: <repo>/../shared, under reference/).
 if [[ -d $ROOT/../shared ]]; then
     rsync -a --delete "$ROOT/../shared/" "$R/shared/"
 fi

@@ -155,7 +155,7 @@ def test_header_bytes_match_contrib_core_and_pypsp_header(nexthdr, reserved, co,
     if vc is None:
         ours = PSP(**common)
         theirs = contrib.PSP(**common)
-    else:  # same octets, sub-fields named in opposite order (conventions.md §2.2)
+    else:  # same octets, sub-fields named in opposite order (psp.md §3.3)
         ours = PSP(is_virt=1, sectoken=vc[0], virtkey=vc[1], **common)
         theirs = contrib.PSP(is_virt=1, hdrextlen=2, virtkey=vc[0], sectoken=vc[1], **common)
     wire = raw(ours)

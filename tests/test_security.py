@@ -664,7 +664,7 @@ BAD_KEY_LINES = [
     "psp-master key0={k32} \x01",
     "psp-master key0={k32}\x00",
     "PSP-MASTER key0={k32}",
-    # UAT-like rows (conventions.md §3.1) pasted into a key file
+    # UAT-like rows (docs/keys.md, the Wireshark eesp_sa table) pasted into a key file
     '"IPv4","*","*","0x00001000","AES-GCM with 16 octet ICV [RFC4106]","0x{k20}","NULL",""',
     "0x00001234,0,derived,{k16},",
     "psp_keys 0x1234 * master-pair {k32} {k32}",

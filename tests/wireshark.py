@@ -1,7 +1,7 @@
 """Running tshark on the project's dissectors from the tests.
 
 tshark run as root ignores WIRESHARK_PLUGIN_DIR and the personal plugin folder
-(../shared/spec/conventions.md §3.2), so as root every run goes through
+(docs/wireshark.md, Install the plugin), so as root every run goes through
 ``runuser -u nobody`` with WIRESHARK_PLUGIN_DIR pointing at the plugin built
 from this tree: the tests exercise the build under test, never whatever is in
 the global folder.  Files tshark reads must therefore be readable by

@@ -1,7 +1,7 @@
 /*
  * pelua: the project's C core as a Lua C module, so that the Lua dissectors
  * (psp.lua, eesp.lua) can decrypt inside Wireshark, whose Lua has no crypto
- * API before 4.6 (../../../shared/spec/conventions.md §3.3, §3.3a).  One
+ * API before 4.6 (docs/wireshark.md, Platform notes).  One
  * source for the Lua of each Wireshark: 5.2 (4.0) and 5.4 (4.4, 4.6).
  *
  * Build with the headers of that Lua (-I/usr/include/lua5.2 or lua5.4) and do
