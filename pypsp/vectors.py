@@ -822,8 +822,9 @@ def _tunnel_group(fb: PspFileBuilder, vc: bool) -> None:
         gb.valid("IPv6/UDP inner, crypt offset 63 (the maximum)", ["CryptOffset"], pkt, co=63)
     gb.valid("IPv4 inner, S set", [], inner.udp(4, 8), co=0 if gmac else d + 6, sample=True)
     s4, s6 = bases[(4, 0)], bases[(6, 0)]
-    # The inner packet of the other version behind NH 4/41.  psp.md §7 step 9 sets the Ethertype from the
-    # inner version nibble, so a receiver following it delivers these; the core drops them (psp-bad-mode).
+    # The inner packet of the other version behind NH 4/41.  The reference decapsulator sets the Ethertype from
+    # the inner version nibble and delivers these; psp.md §7 step 9 (the project's rule) drops them (psp-bad-mode).
+    # The test's comment below predates docs/spec and is kept so the vector files stay byte for byte the same.
     vcv = s4.body[:d * 4]
     for s, nh, what in ((s6, 4, "IPv6 packet behind Next Header 4"), (s4, 41, "IPv4 packet behind Next Header 41")):
         gb.crafted(f"tunnel: {what} (sealed correctly); psp.md takes the version from the inner packet, the core "

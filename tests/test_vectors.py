@@ -183,7 +183,7 @@ _UDP_KIND = {"esp": "esp-in-udp", "ike": "ike-non-esp-marker", "keepalive": "nat
 
 #: acceptable tests on which the core and the model legitimately reach different verdicts, by flag
 KNOWN_ACCEPTABLE_SPLITS = {
-    # psp.md §7 step 9 takes the inner version from the packet; the core drops a mismatch (psp-bad-mode)
+    # the reference decapsulator takes the inner version from the packet; psp.md §7 step 9 drops a mismatch (psp-bad-mode)
     "TunnelInnerMismatch": ("psp-bad-mode", "accepted"),
     # the spec says nothing on fragments; the core drops them, the model reads the first fragment
     "IpFraming": ("ip-fragment", "accepted"),
