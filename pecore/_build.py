@@ -371,6 +371,8 @@ typedef struct {
     uint8_t crypt_offset;
     uint8_t reserved;
 } pe_eesp_crypt_offset;
+#define PE_EESP_CO_PAYLOAD_OFFSET_SHIFT ...
+#define PE_EESP_CO_CRYPT_OFFSET_SHIFT ...
 pe_eesp_crypt_offset pe_eesp_crypt_offset_decode(uint16_t value);
 pe_status pe_eesp_crypt_offset_encode(const pe_eesp_crypt_offset *co, uint16_t *value);
 size_t pe_eesp_sskdf_root_len(pe_eesp_sskdf sskdf);

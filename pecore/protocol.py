@@ -110,6 +110,14 @@ PSP_VERSIONS: Tuple[PspVersion, ...] = tuple(v for v in map(psp_version, range(1
 # --------------------------------------------------------------------------- Crypt Offset option
 
 
+#: Bit widths of the option's fields, high to low: PayloadOffset, CryptOffset, R (for declarative layouts like scapy's).
+CRYPT_OFFSET_FIELD_BITS: Tuple[int, int, int] = (
+    16 - lib.PE_EESP_CO_PAYLOAD_OFFSET_SHIFT,
+    lib.PE_EESP_CO_PAYLOAD_OFFSET_SHIFT - lib.PE_EESP_CO_CRYPT_OFFSET_SHIFT,
+    lib.PE_EESP_CO_CRYPT_OFFSET_SHIFT,
+)
+
+
 def crypt_offset_decode(value: int) -> Tuple[int, int, int]:
     """(PayloadOffset, CryptOffset, R) of the Crypt Offset option's 16-bit data (D3)."""
     co = lib.pe_eesp_crypt_offset_decode(value & 0xFFFF)
@@ -208,7 +216,7 @@ def locate_eesp(ip_packet: Buffer, ip_protocol: int = EESP_IP_PROTOCOL, port: in
 
 
 __all__ = [
-    "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "EespLocation", "EespSuite", "PSP_UDP_PORT", "PSP_VERSIONS",
+    "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "EespLocation", "EespSuite", "PSP_UDP_PORT", "PSP_VERSIONS",
     "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode", "eesp_suite",
     "locate_eesp", "locate_psp", "psp_version", "udp_checksum",
 ]
