@@ -317,6 +317,8 @@ typedef struct {
     pe_psp_rx *rx;
     pe_psp_hdr *hdrs;
     size_t next;
+    uint8_t *ext_store;
+    size_t ext_store_cap, ext_store_used;
 } pe_psp_batch_ctx;
 pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                               size_t *out_len, pe_status *why);
