@@ -476,6 +476,30 @@ static void test_eesp_seal(void)
     pe_eesp_tx_free(t);
 }
 
+/* No SA: the status says so, and the options are still read for display (one parse in dissectors). */
+static void test_no_sa_options(void)
+{
+    pe_eesp_sa_config c;
+    eesp_cfg(&c, pe_eesp_suite_by_id(PE_ENCR_AES_GCM_16), PE_EESP_TUNNEL, 0);
+    pe_eesp_rx *rx = eesp_rx(&c);
+    pe_eesp_info *info = malloc(sizeof *info);
+    size_t ol;
+    /* SPI 0x2000 (no SA); a PadN and a Crypt Offset option. */
+    uint8_t e[64] = {0x80, 8, 0, 1, 0, 0, 0x20, 0, 1, 2, 0, 0, 2, 2, 0x1c, 0x30};
+    CHECK_ST(pe_eesp_open(rx, e, sizeof e, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA);
+    CHECK(!info->sa_found && info->hdr.spi == 0x2000 && info->hdr.session_id == 1);
+    CHECK(info->hdr.n_options == 2 && info->hdr.option[1].type == PE_EESP_OPT_CRYPT_OFFSET);
+    CHECK(info->hdr.has_crypt_offset && info->hdr.payload_offset == 7 && info->hdr.crypt_offset == 3);
+    /* Options that do not parse: the Base Header only, and still no-SA. */
+    e[13] = 40;
+    CHECK_ST(pe_eesp_open(rx, e, sizeof e, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA);
+    CHECK(info->hdr.n_options == 0 && !info->hdr.has_crypt_offset && info->hdr.spi == 0x2000);
+    CHECK_ST(pe_eesp_open(rx, e, 12, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA);
+    CHECK(info->hdr.n_options == 0 && info->hdr.opt_len == 8);
+    free(info);
+    pe_eesp_rx_free(rx);
+}
+
 int main(void)
 {
     test_eesp_suites();
@@ -486,6 +510,7 @@ int main(void)
     test_eesp_locate();
     test_psp_seal();
     test_eesp_seal();
+    test_no_sa_options();
     printf("test_exports: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

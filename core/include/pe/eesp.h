@@ -304,7 +304,8 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
  * tunnelled IP packet, or in transport mode the upper-layer segment whose
  * protocol is info->next_header.  With PE_EESP_OPEN_NO_REPLAY the replay
  * window is neither checked nor moved: a dissector revisits packets and
- * keeps its own per-Sub SA sequence analysis.
+ * keeps its own per-Sub SA sequence analysis.  With PE_ERR_EESP_NO_SA,
+ * info->hdr holds the Base Header and, when they parse, the options.
  */
 #define PE_EESP_OPEN_NO_REPLAY 1u
 pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_version, const uint8_t *dst,

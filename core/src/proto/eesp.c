@@ -885,8 +885,16 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if ((st = pe_eesp_base_parse(e, elen, h)) != PE_OK)
         return st;
     eesp_sa *sa = find_sa(rx, h->spi, family, daddr);
-    if (!sa)
+    if (!sa) {
+        /* For tools that show the packet: the options too, when they parse; the status stays no-SA. */
+        if (pe_eesp_options_parse(e, elen, h) != PE_OK) {
+            h->options = NULL;
+            h->n_options = h->n_unknown = 0;
+            h->has_crypt_offset = 0;
+            h->payload_offset = h->crypt_offset = h->crypt_offset_reserved = 0;
+        }
         return PE_ERR_EESP_NO_SA;
+    }
     info->sa_found = 1;
     info->suite = sa->suite;
     info->mode = sa->mode;
