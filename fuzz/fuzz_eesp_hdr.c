@@ -80,6 +80,13 @@ static void parse_side(const uint8_t *d, size_t n)
             FUZZ_CHECK(h.payload_offset == v >> 10 && h.crypt_offset == ((v >> 4) & 0x3f) &&
                            h.crypt_offset_reserved == (v & 0xf),
                        "crypt offset fields");
+            /* The exported codec: what the parser read, and back to the same octets. */
+            pe_eesp_crypt_offset co = pe_eesp_crypt_offset_decode(v);
+            uint16_t back = 0;
+            FUZZ_CHECK(co.payload_offset == h.payload_offset && co.crypt_offset == h.crypt_offset &&
+                           co.reserved == h.crypt_offset_reserved,
+                       "crypt offset codec");
+            FUZZ_CHECK(pe_eesp_crypt_offset_encode(&co, &back) == PE_OK && back == v, "crypt offset round trip");
         }
     }
     uint8_t buf[8 + 255];
