@@ -68,7 +68,7 @@ from pecore.diagnose import (
 )
 from pecore.errors import status_message, status_name
 from pecore.keys import EespSaEntry
-from pecore.protocol import crypt_offset_decode, eesp_suite, locate_eesp
+from pecore.protocol import eesp_suite, locate_eesp
 from pecore.util import key_bytes
 from pyeesp.errors import ConfigurationError, EespError, error_class
 from pyeesp.sa import SA, Receiver, suite_id
@@ -205,21 +205,17 @@ class _Options:
     co: Optional[Tuple[int, int, int]]  # PayloadOffset, CryptOffset, R
 
 
-def _parse_options(raw: bytes) -> Optional[_Options]:
-    items, i = [], 0
-    while i < len(raw):
-        t = raw[i]
-        if t == 0:
-            items.append((0, b""))
-            i += 1
-            continue
-        if i + 2 > len(raw) or i + 2 + raw[i + 1] > len(raw):
-            return None
-        items.append((t, raw[i + 2 : i + 2 + raw[i + 1]]))
-        i += 2 + raw[i + 1]
-    co = next((d for t, d in items if t == 2 and len(d) == 2), None)
-    value = None if co is None else crypt_offset_decode(int.from_bytes(co, "big"))
-    return _Options(len(raw), items, value)
+def _parse_options(eesp: bytes) -> Optional[_Options]:
+    """The options as the core walks them for display (past a bad Base Header or Crypt Offset option);
+    None when they run past Opt Len or the packet."""
+    h = ffi.new("pe_eesp_hdr *")
+    lib.pe_eesp_hdr_parse_lenient(eesp, len(eesp), h)
+    if len(eesp) < BASE_LEN or BASE_LEN + h.opt_len > len(eesp) or (h.opt_len and not h.n_options):
+        return None
+    items = [(o.type, bytes(ffi.buffer(o.data, o.data_len)) if o.data_len else b"")
+             for o in (h.option[i] for i in range(h.n_options))]
+    co = (h.payload_offset, h.crypt_offset, h.crypt_offset_reserved) if h.has_crypt_offset else None
+    return _Options(h.opt_len, items, co)
 
 
 _OPT_NAMES = {0: "Pad1", 1: "PadN", 2: "CryptOffset"}
@@ -699,7 +695,7 @@ class EespDiagnoser:
             return rep
         spi, sid = int.from_bytes(eesp[4:8], "big"), int.from_bytes(eesp[2:4], "big")
         rep.fields = {"spi": f"{spi:#010x}", "session_id": sid, "optlen": eesp[1], "len": len(eesp)}
-        opts = _parse_options(eesp[BASE_LEN : BASE_LEN + eesp[1]]) if BASE_LEN + eesp[1] <= len(eesp) else None
+        opts = _parse_options(eesp)
         if opts is not None and opts.items:
             rep.fields["options"] = ",".join(_OPT_NAMES.get(t, f"type{t}") for t, _ in opts.items)
         sas = self._sas_for(spi, dst)

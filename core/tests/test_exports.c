@@ -476,6 +476,43 @@ static void test_eesp_seal(void)
     pe_eesp_tx_free(t);
 }
 
+/* Lenient parsing for display: as much as is there, and what is wrong. */
+static void test_lenient_parse(void)
+{
+    pe_eesp_hdr *h = malloc(sizeof *h), *strict = malloc(sizeof *strict);
+    /* Two Crypt Offset options (D13) after a malformed one (D3): all listed, fields from the first good one. */
+    uint8_t e[] = {0x80, 12, 0, 5, 0, 0, 0, 9, 2, 1, 0xaa, 0, 2, 2, 0x1c, 0x30, 2, 2, 0x04, 0x10, 1, 0};
+    CHECK_ST(pe_eesp_hdr_parse(e, sizeof e, strict), PE_ERR_EESP_CRYPT_OFFSET_OPTION);
+    CHECK_ST(pe_eesp_hdr_parse_lenient(e, sizeof e, h), PE_ERR_EESP_CRYPT_OFFSET_OPTION);
+    CHECK(h->spi == 9 && h->session_id == 5 && h->n_options == 4 && h->option[0].data_len == 1);
+    CHECK(h->has_crypt_offset && h->payload_offset == 7 && h->crypt_offset == 3);
+    /* A bad Base Header does not stop the options from being read; its status comes first. */
+    e[0] = 0x87;
+    CHECK_ST(pe_eesp_hdr_parse_lenient(e, sizeof e, h), PE_ERR_EESP_RESERVED);
+    CHECK(h->reserved == 7 && h->n_options == 4);
+    e[0] = 0x00;
+    CHECK_ST(pe_eesp_hdr_parse_lenient(e, sizeof e, h), PE_ERR_EESP_COMPAT_BIT);
+    CHECK(h->n_options == 4);
+    /* A well-formed header: the same as the strict parse. */
+    uint8_t g[] = {0x80, 4, 0, 1, 0, 0, 0, 2, 2, 2, 0x1c, 0x30, 0xff};
+    CHECK_ST(pe_eesp_hdr_parse_lenient(g, sizeof g, h), PE_OK);
+    CHECK_ST(pe_eesp_hdr_parse(g, sizeof g, strict), PE_OK);
+    CHECK(h->n_options == strict->n_options && h->payload_offset == strict->payload_offset &&
+          h->crypt_offset == strict->crypt_offset && h->spi == strict->spi);
+    /* Truncation: the Base Header alone, or nothing. */
+    for (size_t n = 0; n < sizeof g; n++) {
+        pe_status want = n < 12 ? PE_ERR_EESP_TRUNCATED : PE_OK;
+        CHECK_STN(pe_eesp_hdr_parse_lenient(g, n, h), want, n);
+        CHECK(n < 8 ? h->spi == 0 : h->spi == 2 && h->n_options == (n < 12 ? 0u : 1u));
+    }
+    /* TLVs past Opt Len: no options. */
+    uint8_t t[] = {0x80, 3, 0, 0, 0, 0, 0, 1, 1, 5, 0};
+    CHECK_ST(pe_eesp_hdr_parse_lenient(t, sizeof t, h), PE_ERR_EESP_OPTIONS);
+    CHECK(h->n_options == 0 && h->spi == 1);
+    free(h);
+    free(strict);
+}
+
 /* No SA: the status says so, and the options are still read for display (one parse in dissectors). */
 static void test_no_sa_options(void)
 {
@@ -511,6 +548,7 @@ int main(void)
     test_psp_seal();
     test_eesp_seal();
     test_no_sa_options();
+    test_lenient_parse();
     printf("test_exports: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

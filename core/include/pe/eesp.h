@@ -158,6 +158,15 @@ pe_status pe_eesp_crypt_offset_encode(const pe_eesp_crypt_offset *co, uint16_t *
  */
 pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
 /*
+ * For tools that show a packet whatever is wrong with it: the Base Header
+ * (8 octets needed) and, whenever Opt Len octets are present and their TLVs
+ * are framed within it, every option -- also past a bad Base Header, a
+ * malformed or repeated Crypt Offset option (whose fields then come from the
+ * first well-formed one).  Returns the first problem in pe_eesp_hdr_parse's
+ * order; n_options is 0 when the options could not be walked.
+ */
+pe_status pe_eesp_hdr_parse_lenient(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
+/*
  * Write the Base Header and h->option[0..n_options) as TLVs (Pad1: type only;
  * others: type, data_len, data; a Crypt Offset option is written from its
  * data like any other).  Opt Len is computed; *len gets 8 + Opt Len.
