@@ -22,8 +22,10 @@ def _udp(sport: int, dport: int, payload: bytes) -> bytes:
 
 
 def test_suite_table_matches_the_python_names_and_ids():
-    assert [s.name for s in p.EESP_SUITES] == list(SUITES)
-    assert [s.id for s in p.EESP_SUITES] == list(SUITES.values())
+    assert {s.name: s.id for s in p.EESP_SUITES} == SUITES == {
+        "aes-ccm-8": 14, "aes-ccm-12": 15, "aes-ccm-16": 16, "aes-gcm-8": 18, "aes-gcm-12": 19, "aes-gcm-16": 20,
+        "aes-gmac": 21, "chacha20-poly1305": 28, "aes-ccm-8-iiv": 29, "aes-gcm-16-iiv": 30,
+        "chacha20-poly1305-iiv": 31}  # eesp.md §10
     gcm = p.eesp_suite("aes-gcm-16")
     assert gcm == p.eesp_suite(20) == p.eesp_suite("encr_aes_gcm_16")
     assert (gcm.salt_len, gcm.iv_len, gcm.icv_len, gcm.key_lens, gcm.aead) == (4, 8, 16, (16, 24, 32), "aes-gcm")
