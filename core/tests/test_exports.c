@@ -476,6 +476,81 @@ static void test_eesp_seal(void)
     pe_eesp_tx_free(t);
 }
 
+/* The receiver's SPI index: many SAs, several per SPI (by destination), duplicates refused. */
+static void test_many_sas(void)
+{
+    static uint8_t keys[3][36];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 36; i++)
+            keys[k][i] = (uint8_t)(k * 50 + i);
+    const pe_eesp_suite_info *gcm = pe_eesp_suite_by_id(PE_ENCR_AES_GCM_16);
+    pe_eesp_rx_config rc;
+    pe_eesp_rx_config_init(&rc);
+    pe_eesp_rx *rx = NULL;
+    CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_OK);
+    pe_eesp_sa_config c;
+    const uint8_t d1[4] = {10, 0, 0, 1}, d2[4] = {10, 0, 0, 2};
+    /* SPI 5: bound to 10.0.0.1 (key 1), then any destination (key 0), then 10.0.0.2 (key 2). */
+    for (int k = 0; k < 3; k++) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 5;
+        c.key = keys[k == 0 ? 1 : k == 1 ? 0 : 2];
+        c.dst_family = k == 1 ? 0 : 4;
+        memcpy(c.dst, k == 0 ? d1 : d2, 4);
+        CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_OK);
+    }
+    for (uint32_t i = 0; i < 3000; i++) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 1000 + i * 7919u;
+        c.key = keys[0];
+        CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_OK);
+    }
+    /* The same SPI and destination again: refused, whenever it was added. */
+    eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+    c.spi = 1000 + 1234 * 7919u;
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_INVALID_ARGUMENT);
+    c.spi = 5;
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_INVALID_ARGUMENT);
+    c.dst_family = 4;
+    memcpy(c.dst, d2, 4);
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_INVALID_ARGUMENT);
+
+    uint8_t inner[60] = {0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17};
+    size_t ol, bl;
+    pe_eesp_info *info = malloc(sizeof *info);
+    /* Each key seals for SPI 5; the destination decides which SA opens it. */
+    for (int k = 0; k < 3; k++) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 5;
+        c.key = keys[k];
+        pe_eesp_tx *tx = NULL;
+        CHECK_ST(pe_eesp_tx_new(&c, &tx), PE_OK);
+        CHECK_ST(pe_eesp_seal(tx, inner, sizeof inner, 4, 4, 0, NULL, out2, CAP, &bl), PE_OK);
+        const uint8_t *dst_for_key[3] = {(const uint8_t[]){10, 0, 0, 9}, d1, d2};
+        for (int d = 0; d < 3; d++) {
+            pe_status want = d == k ? PE_OK : PE_ERR_AUTH;
+            CHECK_STN(pe_eesp_open(rx, out2, bl, 4, dst_for_key[d], PE_EESP_OPEN_NO_REPLAY, opened, CAP, &ol, info),
+                      want, k * 3 + d);
+        }
+        pe_eesp_tx_free(tx);
+    }
+    /* Every one of the 3000 is found; SPIs between them are not. */
+    for (uint32_t i = 0; i < 3000; i += 37) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 1000 + i * 7919u;
+        c.key = keys[0];
+        pe_eesp_tx *tx = NULL;
+        CHECK_ST(pe_eesp_tx_new(&c, &tx), PE_OK);
+        CHECK_ST(pe_eesp_seal(tx, inner, sizeof inner, 4, 4, 0, NULL, out2, CAP, &bl), PE_OK);
+        CHECK_STN(pe_eesp_open(rx, out2, bl, 4, NULL, 0, opened, CAP, &ol, info), PE_OK, i);
+        out2[7] ^= 1; /* SPI + 1 (or - 1): between two SAs */
+        CHECK_STN(pe_eesp_open(rx, out2, bl, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA, i);
+        pe_eesp_tx_free(tx);
+    }
+    free(info);
+    pe_eesp_rx_free(rx);
+}
+
 /* Lenient parsing for display: as much as is there, and what is wrong. */
 static void test_lenient_parse(void)
 {
@@ -549,6 +624,7 @@ int main(void)
     test_eesp_seal();
     test_no_sa_options();
     test_lenient_parse();
+    test_many_sas();
     printf("test_exports: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
