@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from pecore._native import ffi, lib
+from pecore.protocol import crypt_offset_decode, crypt_offset_encode, parse_lenient
 from pecore.util import Buffer, check_range, packet_buffer
 from pyeesp.errors import ConfigurationError, raise_eesp
 
@@ -39,10 +40,10 @@ class Option:
     @classmethod
     def crypt_offset(cls, payload_offset: int, crypt_offset: int, reserved: int = 0) -> "Option":
         """A Crypt Offset option (D3: two data octets, PayloadOffset(6) | CryptOffset(6) | R(4))."""
-        v = (
-            check_range("payload_offset", payload_offset, 63, ConfigurationError) << 10
-            | check_range("crypt_offset", crypt_offset, 63, ConfigurationError) << 4
-            | check_range("reserved", reserved, 15, ConfigurationError)
+        v = crypt_offset_encode(
+            check_range("payload_offset", payload_offset, 63, ConfigurationError),
+            check_range("crypt_offset", crypt_offset, 63, ConfigurationError),
+            check_range("reserved", reserved, 15, ConfigurationError),
         )
         return cls(CRYPT_OFFSET, v.to_bytes(2, "big"))
 
@@ -54,18 +55,20 @@ class Option:
     def wire_len(self) -> int:
         return 1 if self.type == PAD1 else 2 + len(self.data)
 
-    def _co_value(self) -> Optional[int]:
-        return int.from_bytes(self.data, "big") if self.type == CRYPT_OFFSET and len(self.data) == 2 else None
+    def _co_fields(self) -> Optional[Tuple[int, int, int]]:
+        if self.type != CRYPT_OFFSET or len(self.data) != 2:
+            return None
+        return crypt_offset_decode(int.from_bytes(self.data, "big"))
 
     @property
     def payload_offset(self) -> Optional[int]:
-        v = self._co_value()
-        return None if v is None else v >> 10
+        f = self._co_fields()
+        return None if f is None else f[0]
 
     @property
     def crypt_offset_value(self) -> Optional[int]:
-        v = self._co_value()
-        return None if v is None else (v >> 4) & 0x3F
+        f = self._co_fields()
+        return None if f is None else f[1]
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,16 @@ class Header:
         if st != lib.PE_OK:
             raise_eesp(st)
         return cls._from_c(h)
+
+    @classmethod
+    def parse_lenient(cls, data: Buffer) -> "tuple[Optional[Header], str]":
+        """Parse as far as possible (for display): the fields read and the status name ("ok" when valid).
+
+        None below the 8-octet Base Header; the options are listed whenever they are framed within
+        Opt Len, also past a bad Base Header or Crypt Offset option (the core's lenient parse).
+        """
+        h, status = parse_lenient("pe_eesp_hdr", lib.pe_eesp_hdr_parse_lenient, data, lib.PE_EESP_BASE_LEN)
+        return (None if h is None else cls._from_c(h)), status
 
     def build(self) -> bytes:
         """Base Header and options as wire octets."""

@@ -14,6 +14,7 @@ import pytest
 
 import pypsp
 from pecore.errors import CoreError
+from pecore.protocol import checksum
 from pypsp import (
     AuthenticationError,
     CaptureError,
@@ -61,12 +62,8 @@ KDF_TABLE = [
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 V4_SRC, V4_DST = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
@@ -713,6 +710,23 @@ def test_decrypt_batch_equals_per_packet(co):
     single = [dec.decrypt(o) for o in outs]
     assert [r.packet for r in batch] == [r.packet for r in single] == _mixed_packets()
     assert batch == single
+
+
+def test_decrypt_batch_opens_each_packet_once(monkeypatch):
+    # A VC decrypted in the receiver's work buffer is copied out by the batch itself: no packet is
+    # decrypted a second time to show it (distinct VCs per packet, so a stale buffer would show).
+    pkts = _mixed_packets()
+    outs = []
+    for i, p in enumerate(pkts):
+        enc, dec = enc_dec(0, crypt_offset=1, vc=bytes([i]) * 8)
+        outs.append(enc.encrypt(p))
+    calls = []
+    real = Decryptor.decrypt
+    monkeypatch.setattr(Decryptor, "decrypt", lambda self, p: calls.append(p) or real(self, p))
+    batch = dec.decrypt_batch(outs)
+    assert not calls
+    assert [r.header.vc for r in batch] == [bytes([i]) * 8 for i in range(len(pkts))]
+    assert [r.packet for r in batch] == pkts
 
 
 def test_encrypt_batch_failure_raises_with_earlier_results():
