@@ -140,7 +140,7 @@ typedef struct pe_eesp_hdr {
     uint8_t crypt_offset_reserved;
 } pe_eesp_hdr;
 
-/* The Crypt Offset option's two data octets (§4.2, D3): PayloadOffset(6) | CryptOffset(6) | R(4). */
+/* The Crypt Offset option's two data octets (eesp.md §4, D3): PayloadOffset(6) | CryptOffset(6) | R(4). */
 typedef struct pe_eesp_crypt_offset {
     uint8_t payload_offset; /* 4-octet units from the Base Header start */
     uint8_t crypt_offset;   /* 4-octet units from the PIH / payload start */
