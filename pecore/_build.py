@@ -182,6 +182,7 @@ typedef struct {
     int src_family, dst_family;
     uint8_t src[16], dst[16];
     unsigned sub_sas;
+    unsigned max_live_sub_sas;
     ...;
 } pe_eesp_sa_entry;
 typedef struct {
@@ -384,6 +385,7 @@ typedef struct {
     size_t outer_header_len;
     int dst_family;
     uint8_t dst[16];
+    unsigned max_live_sub_sas;
 } pe_eesp_sa_config;
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);
 typedef struct pe_eesp_tx pe_eesp_tx;

@@ -50,6 +50,9 @@ def corpus() -> list:
     out.append(("just under the size cap", b"#" * (16 * 1024 * 1024 - 64) + b"\n" + LINES[1].encode() + b"\n"))
     out.append(("empty", b""))
     out.append(("only whitespace", b" \t\r\n\n"))
+    root_sa = "eesp-sa spi=0x2000 suite=aes-gcm-16 root-key=" + "33" * 32 + " sskdf=hkdf-sha256"
+    for live in ("1", "2", "65536", "0", "65537", "-1", "0x10", ""):
+        out.append((f"max-live-sub-sas={live}", f"{root_sa} max-live-sub-sas={live}\n".encode()))
     ref = ROOT.parent / "shared" / "reference" / "psp" / "cfg" / "decrypt.cfg"
     if ref.exists():
         out.append(("reference config", ref.read_bytes()))
@@ -78,7 +81,8 @@ def outcome(kf_or_error):
         return ("refused", kf_or_error.code)
     kf = kf_or_error
     return ("ok", kf.psp_master_keys, tuple(sorted(kf.psp_keys.items(), key=repr)),
-            tuple((e.spi, e.settings.get("key"), e.line) for e in kf.eesp_sas))
+            tuple((e.spi, e.settings.get("key"), e.settings.get("root_key"), e.settings.get("max_live_sub_sas"), e.line)
+                  for e in kf.eesp_sas))
 
 
 def via(fn, *args):
