@@ -211,6 +211,7 @@ typedef struct {
     int vc;
 } pe_psp_refcfg;
 pe_status pe_psp_refcfg_parse(const char *text, size_t len, pe_psp_refcfg *cfg, pe_keyfile_error *err);
+int pe_psp_refcfg_detect(const char *text, size_t len);
 
 /* psp.h */
 #define PE_PSP_MAX_OVERHEAD ...
