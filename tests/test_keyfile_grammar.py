@@ -70,6 +70,11 @@ def corpus() -> list:
     root_sa = "eesp-sa spi=0x2000 suite=aes-gcm-16 root-key=" + "33" * 32 + " sskdf=hkdf-sha256"
     for live in ("1", "2", "65536", "0", "65537", "-1", "0x10", ""):
         out.append((f"max-live-sub-sas={live}", f"{root_sa} max-live-sub-sas={live}\n".encode()))
+    # google/psp reference configs (what psp_decrypt -c reads): the dissectors take their master keys; a key-file
+    # reader refuses them
+    spaced = " ".join(MK0[i:i + 2] for i in range(0, 64, 2)) + "\n" + " ".join(MK1[i:i + 2] for i in range(0, 64, 2))
+    out.append(("reference config, master keys only", (spaced + "\n").encode()))
+    out.append(("reference config cut short", b"34 44 8a\n"))
     ref = ROOT.parent / "shared" / "reference" / "psp" / "cfg" / "decrypt.cfg"
     if ref.exists():
         out.append(("reference config", ref.read_bytes()))
