@@ -72,6 +72,7 @@ EESP_QUIET = 0.05  # a threads run is "quiet" when other jobs used under 5% of t
 PYPSP_VS_SCAPY_MIN = 100.0  # per-packet API, same size and version
 CAPTURE_VS_CORE_MIN = 0.50  # decrypt_capture vs the core's in-memory decap, 1500 octets
 FLOOD_RSS_MAX_KIB = 1024  # receiver memory growth over 65,536 forged keys (was 87 MB before staging)
+FLOOD_VALID_RSS_MAX_KIB = 4096  # valid packets on every Session ID: max_live_sub_sas (1024) contexts, not 65,536
 FLOOD_KEPT_MAX = 8.0  # the first cached packet after the flood vs a warm one (a flushed key costs ~90x: a KDF run)
 
 SPI = 0x1234
@@ -180,16 +181,16 @@ def run_c(exe: Path, min_time: float, repeats: int) -> List[dict]:
 
 def run_flood(exe: Path, n_forged: int, repeats: int) -> dict:
     """flood_bench: forged packets for fresh SPIs / Session IDs against a cached packet, and memory growth."""
-    runs: Dict[str, List[dict]] = {}
+    runs: Dict[tuple, List[dict]] = {}
     for _ in range(repeats):
         p = subprocess.run([str(exe), str(n_forged)], capture_output=True, text=True)
         if p.returncode != 0:
             raise SystemExit(f"bench: flood_bench failed: {p.stderr.strip()}")
         for line in p.stdout.splitlines():
             row = json.loads(line)
-            runs.setdefault(row["protocol"], []).append(row)
+            runs.setdefault((row["protocol"], row["forged"]), []).append(row)
     rows = []
-    for proto, rs in runs.items():
+    for (proto, forged), rs in runs.items():
         pick = min(rs, key=lambda r: r["forged_ns"])
         row = {**pick, "forged_ns_runs": [r["forged_ns"] for r in rs],
                "cached_ns": min(r["cached_ns"] for r in rs),
@@ -197,8 +198,12 @@ def run_flood(exe: Path, n_forged: int, repeats: int) -> dict:
                "first_cached_after_ns": min(r["first_cached_after_ns"] for r in rs),
                "rss_growth_kib": max(r["rss_growth_kib"] for r in rs)}
         row["kept_ratio"] = row["first_cached_after_ns"] / row["cached_ns"]
-        row["target"] = f"<= {FLOOD_RSS_MAX_KIB} KiB growth, first cached packet after <= {FLOOD_KEPT_MAX:.0f}x warm"
-        row["pass"] = row["rss_growth_kib"] <= FLOOD_RSS_MAX_KIB and row["kept_ratio"] <= FLOOD_KEPT_MAX
+        if forged == "valid-session-id":  # every packet verifies: Sub SAs are evicted (and re-derived) by design
+            row["target"] = f"<= {FLOOD_VALID_RSS_MAX_KIB} KiB growth (Sub SA cap)"
+            row["pass"] = row["rss_growth_kib"] <= FLOOD_VALID_RSS_MAX_KIB
+        else:
+            row["target"] = f"<= {FLOOD_RSS_MAX_KIB} KiB growth, first cached packet after <= {FLOOD_KEPT_MAX:.0f}x warm"
+            row["pass"] = row["rss_growth_kib"] <= FLOOD_RSS_MAX_KIB and row["kept_ratio"] <= FLOOD_KEPT_MAX
         rows.append(row)
     return {"forged_packets": n_forged, "rows": rows}
 
@@ -699,7 +704,8 @@ def markdown(result: dict) -> str:
     if "flood" in result:
         fl = result["flood"]
         out += [
-            f"## Forged floods ({fl['forged_packets']:,} packets, each for a key the receiver has not seen, ICV wrong)",
+            f"## Forged floods ({fl['forged_packets']:,} packets, each for a key the receiver has not seen, ICV wrong; "
+            "`valid-session-id`: every packet genuine)",
             "",
             "| protocol | forged key by | cached packet ns | forged packet ns | cached packet ns after | "
             "first cached packet after, ns | receiver RSS growth | target |",

@@ -11,6 +11,12 @@
  *   - the cached packet's cost again after the flood, and whether its key
  *     survived (a flush would show as a cold derivation on the next packet).
  * Output: one JSON object per protocol on stdout.
+ *
+ * A third run floods with VALID packets: one for each of the 65,536 EESP
+ * Session IDs, every one sealed by a real sender (sealed up front, so the
+ * sender's memory is not counted).  Each verifies and so commits a Sub SA:
+ * what bounds the receiver here is max_live_sub_sas (eesp.h), the
+ * least-recently-used cap, not staging.
  */
 #define BENCH_NAME "flood_bench"
 #define _POSIX_C_SOURCE 200809L
@@ -18,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <unistd.h>
 
 #include "bench_common.h"
@@ -165,6 +174,75 @@ static void run_eesp(unsigned n, unsigned warm_n)
     pe_eesp_tx_free(etx);
 }
 
+/*
+ * n valid packets, each on a Session ID the receiver has not seen (n <= 65,536),
+ * with anti-replay on as SAs have it by default.  The cached packet is on a
+ * second SA of the same receiver (anti-replay off, so it can be opened again
+ * and again); the first packet after is a fresh one on Session ID 0, whose
+ * Sub SA the flood pushed out (its key is derived again).
+ */
+static void run_eesp_valid(unsigned n, unsigned warm_n)
+{
+    uint8_t inner[INNER_LEN], out[BUF_LEN], root[32], cached[BUF_LEN];
+    size_t out_len, cached_len;
+    make_packet(inner, sizeof inner);
+    for (int i = 0; i < 32; i++)
+        root[i] = (uint8_t)(0x40 + i);
+    if (n > 65536)
+        n = 65536;
+    pe_eesp_sa_config sc;
+    pe_eesp_sa_config_init(&sc);
+    sc.spi = 0x1000;
+    sc.sskdf = PE_SSKDF_HKDF_SHA2_256;
+    sc.root_key = root;
+    sc.root_key_len = sizeof root;
+    sc.mode = PE_EESP_TRANSPORT;
+    pe_eesp_sa_config warm = sc;
+    warm.spi = 0x1001;
+    warm.anti_replay = 0;
+    size_t stride = INNER_LEN + PE_EESP_MAX_OVERHEAD;
+    uint8_t *wires = malloc((size_t)(n + 1) * stride);
+    size_t *lens = malloc((size_t)(n + 1) * sizeof *lens);
+    pe_eesp_tx *etx, *wtx;
+    if (!wires || !lens || pe_eesp_tx_new(&sc, &etx) != PE_OK || pe_eesp_tx_new(&warm, &wtx) != PE_OK)
+        die("EESP valid flood setup");
+    /* Packet n: Session ID 0 again, its second sequence number. */
+    for (unsigned i = 0; i <= n; i++)
+        if (pe_eesp_encap(etx, inner, sizeof inner, (uint16_t)(i == n ? 0 : i), wires + i * stride, stride,
+                          &lens[i]) != PE_OK)
+            die("EESP encap");
+    if (pe_eesp_encap(wtx, inner, sizeof inner, 0, cached, sizeof cached, &cached_len) != PE_OK)
+        die("EESP encap");
+    pe_eesp_tx_free(etx);
+    pe_eesp_tx_free(wtx);
+#ifdef __GLIBC__
+    malloc_trim(0); /* what the sender freed must not be where the receiver grows unseen */
+#endif
+    pe_eesp_rx_config erc;
+    pe_eesp_rx_config_init(&erc);
+    pe_eesp_rx *erx;
+    if (pe_eesp_rx_new(&erc, &erx) != PE_OK || pe_eesp_rx_add_sa(erx, &sc) != PE_OK ||
+        pe_eesp_rx_add_sa(erx, &warm) != PE_OK)
+        die("EESP rx");
+    double warm_before = cached_ns(eesp_decap, erx, cached, cached_len, warm_n);
+    long rss0 = rss_kib();
+    double t0 = now();
+    for (unsigned i = 0; i < n; i++)
+        if (pe_eesp_decap(erx, wires + i * stride, lens[i], out, sizeof out, &out_len, NULL) != PE_OK)
+            die("a valid packet did not verify");
+    double per = (now() - t0) * 1e9 / n;
+    long growth = rss_kib() - rss0;
+    double t1 = now();
+    if (pe_eesp_decap(erx, wires + n * stride, lens[n], out, sizeof out, &out_len, NULL) != PE_OK)
+        die("Session ID 0's next packet did not decrypt after the flood");
+    double first_after = (now() - t1) * 1e9;
+    double warm_after = cached_ns(eesp_decap, erx, cached, cached_len, warm_n);
+    report("eesp", "valid-session-id", warm_before, per, warm_after, first_after, growth, n);
+    pe_eesp_rx_free(erx);
+    free(wires);
+    free(lens);
+}
+
 int main(int argc, char **argv)
 {
     unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 65536u;
@@ -172,7 +250,7 @@ int main(int argc, char **argv)
     if (n == 0 || n > 65535u * 65536u)
         die("usage: flood_bench [forged packets]");
     /* One process per protocol: memory the first run freed would hide the second run's growth. */
-    void (*runs[])(unsigned, unsigned) = {run_psp, run_eesp};
+    void (*runs[])(unsigned, unsigned) = {run_psp, run_eesp, run_eesp_valid};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         fflush(stdout);
         pid_t pid = fork();

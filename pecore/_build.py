@@ -184,6 +184,7 @@ typedef struct {
     int src_family, dst_family;
     uint8_t src[16], dst[16];
     unsigned sub_sas;
+    unsigned max_live_sub_sas;
     ...;
 } pe_eesp_sa_entry;
 typedef struct {
@@ -212,6 +213,7 @@ typedef struct {
     int vc;
 } pe_psp_refcfg;
 pe_status pe_psp_refcfg_parse(const char *text, size_t len, pe_psp_refcfg *cfg, pe_keyfile_error *err);
+int pe_psp_refcfg_detect(const char *text, size_t len);
 
 /* psp.h */
 #define PE_PSP_MAX_OVERHEAD ...
@@ -436,6 +438,7 @@ typedef struct {
     size_t outer_header_len;
     int dst_family;
     uint8_t dst[16];
+    unsigned max_live_sub_sas;
 } pe_eesp_sa_config;
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);
 typedef struct pe_eesp_tx pe_eesp_tx;

@@ -122,6 +122,7 @@ def _eesp_entry(e) -> EespSaEntry:
         strict=bool(e.strict),
         ip_protocol=e.ip_protocol,
         udp_encap=bool(e.udp_encap),
+        max_live_sub_sas=e.max_live_sub_sas,
     )
     if e.sskdf:
         settings["root_key"] = bytes(e.root_key[0 : e.root_key_len])

@@ -16,6 +16,11 @@ This module holds what both need exactly once:
   ``pyeesp vectors check`` (text or ``--json``);
 - pcap + key-file output per test group, and the counts table of
   ``vectors/README.md`` (``python -m pecore.vectors counts``).
+
+Files are never left half written: each is written to a temporary file
+beside it and renamed into place, and ``vectors generate`` renames its files
+only once every one of them is complete, so an exception or Ctrl-C leaves the
+previous files as they were.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,11 +316,63 @@ def dumps(doc: Any) -> str:
     return _pretty(canonical(doc), 0) + "\n"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def temp_beside(path: Path) -> Path:
+    """A new empty file next to `path` (same directory, so renaming it onto `path` is atomic), with the mode
+    a plain open() would give."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())
+    return Path(tmp)
+
+
+class Staged:
+    """Files written beside their targets and renamed into place together by commit(); on any exception
+    (Ctrl-C included) inside ``with``, the temporary files go and the targets stay as they were."""
+
+    def __init__(self) -> None:
+        self.pending: List[Tuple[Path, Path]] = []
+
+    def path_for(self, target: "os.PathLike[str] | str") -> Path:
+        tmp = temp_beside(Path(target))
+        self.pending.append((tmp, Path(target)))
+        return tmp
+
+    def text(self, target: "os.PathLike[str] | str", text: str) -> None:
+        with open(self.path_for(target), "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+
+    def commit(self) -> List[Path]:
+        done = []
+        for tmp, target in self.pending:
+            os.replace(tmp, target)
+            done.append(target)
+        self.pending = []
+        return done
+
+    def discard(self) -> None:
+        for tmp, _ in self.pending:
+            tmp.unlink(missing_ok=True)
+        self.pending = []
+
+    def __enter__(self) -> "Staged":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()  # after commit() there is nothing left to discard
+
+
 def write_text(path: "os.PathLike[str] | str", text: str) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with open(p, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
+    """Write one file whole or not at all (temporary file beside it, then a rename)."""
+    with Staged() as st:
+        st.text(path, text)
+        st.commit()
 
 
 @dataclass
@@ -386,21 +444,24 @@ def assemble(name: str, algorithm: str, schema: str, header: List[str], notes: D
 
 
 def write_vector_files(files: Sequence[VectorFile], out: "os.PathLike[str] | str", schemas: Dict[str, dict],
-                       pcap: bool = True) -> List[Path]:
-    """Write vector files, their schemas and (optionally) the pcaps and key files; returns the paths."""
+                       pcap: bool = True, stale: Sequence[Path] = ()) -> List[Path]:
+    """Write vector files, their schemas and (optionally) the pcaps and key files; returns the paths.
+
+    Every file is written beside its target first; only when all are complete are they renamed into place
+    (and the `stale` files that none of them replaces removed), so a failure leaves the old set untouched."""
     out = Path(out)
-    written = []
-    for name, schema in schemas.items():
-        p = out / "schema" / name
-        write_text(p, dumps_schema(schema))
-        written.append(p)
-    for vf in files:
-        p = out / vf.name
-        write_text(p, dumps(vf.doc))
-        written.append(p)
-        if pcap:
-            for stem, packets, keys in vf.pcaps:
-                written += write_pcap(out / "pcap", stem, packets, keys)
+    with Staged() as st:
+        for name, schema in schemas.items():
+            st.text(out / "schema" / name, dumps_schema(schema))
+        for vf in files:
+            st.text(out / vf.name, dumps(vf.doc))
+            if pcap:
+                for stem, packets, keys in vf.pcaps:
+                    write_pcap(out / "pcap", stem, packets, keys, st)
+        written = st.commit()
+    for old in stale:
+        if old not in written:
+            old.unlink(missing_ok=True)
     return written
 
 
@@ -408,17 +469,22 @@ def dumps_schema(schema: dict) -> str:
     return json.dumps(schema, indent=2, ensure_ascii=True) + "\n"
 
 
-def write_pcap(directory: Path, stem: str, packets: List[Tuple[int, bytes]], keys: str) -> List[Path]:
-    """A raw-IP pcap (frame timestamps = tcId seconds, so frame ↔ tcId) and its key file."""
+def write_pcap(directory: Path, stem: str, packets: List[Tuple[int, bytes]], keys: str,
+               staged: Optional[Staged] = None) -> List[Path]:
+    """A raw-IP pcap (frame timestamps = tcId seconds, so frame ↔ tcId) and its key file, renamed into place
+    when complete (by `staged`'s commit when given)."""
     from pecore.capture import LINKTYPE_RAW, CaptureWriter
 
-    directory.mkdir(parents=True, exist_ok=True)
-    pcap_path = directory / f"{stem}.pcap"
-    with CaptureWriter(pcap_path, LINKTYPE_RAW, "pcap", snaplen=65535) as w:
-        for tc, pkt in packets:
-            w.write(pkt, (tc, 0))
-    key_path = directory / f"{stem}.keys"
-    write_text(key_path, keys)
+    with Staged() as own:
+        st = staged or own
+        pcap_path = directory / f"{stem}.pcap"
+        with CaptureWriter(st.path_for(pcap_path), LINKTYPE_RAW, "pcap", snaplen=65535) as w:
+            for tc, pkt in packets:
+                w.write(pkt, (tc, 0))
+        key_path = directory / f"{stem}.keys"
+        st.text(key_path, keys)
+        if staged is None:
+            own.commit()
     return [pcap_path, key_path]
 
 
@@ -522,13 +588,25 @@ def all_schemas() -> Dict[str, dict]:
     return out
 
 
+NEEDS_JSONSCHEMA = ("the vector tools validate against JSON Schema and need jsonschema, which is not installed: "
+                    "pip install 'psp-eesp[vectors]' (or pip install jsonschema)")
+
+
+class MissingExtra(RuntimeError):
+    """An optional dependency (a package extra) is not installed; the message says which extra to install."""
+
+
+def require_jsonschema() -> None:
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError:
+        raise MissingExtra(NEEDS_JSONSCHEMA) from None
+
+
 def validate(doc: Any, schema: Optional[dict] = None) -> List[str]:
     """Schema errors of a vector document (empty when valid).  The schema is picked by ``doc["schema"]``."""
-    try:
-        import jsonschema
-    except ImportError as e:  # pragma: no cover - the test extra installs it
-        raise RuntimeError("schema validation needs jsonschema: pip install 'psp-eesp[vectors]' "
-                           "(or pip install jsonschema)") from e
+    require_jsonschema()
+    import jsonschema
     if schema is None:
         name = doc.get("schema") if isinstance(doc, dict) else None
         schema = all_schemas().get(name)  # type: ignore[arg-type]
@@ -765,8 +843,7 @@ def update_readme(directory: "os.PathLike[str] | str") -> bool:
         return False
     new = readme_with_counts(text, counts_markdown(count_rows(directory)))
     if new != text:
-        with open(readme, "w", encoding="utf-8", newline="\n") as f:
-            f.write(new)
+        write_text(readme, new)
     return True
 
 
@@ -779,18 +856,31 @@ def generate_family(family: str, seed: int = DEFAULT_SEED) -> List[VectorFile]:
     return importlib.import_module(FAMILIES[family]).generate(seed)
 
 
+def _needs_jsonschema() -> None:
+    """The CLI's usage/environment error (exit status 2) when the 'vectors' extra is missing."""
+    from pecore.cli import UsageError
+
+    try:
+        require_jsonschema()
+    except MissingExtra as e:
+        raise UsageError(str(e)) from None
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    if not args.no_check:
+        _needs_jsonschema()  # before anything is written
     mod = importlib.import_module(FAMILIES[args.family])
     files = mod.generate(args.seed)
     out = Path(args.out)
+    stale: List[Path] = []
     if args.pcap:
-        # stale pcaps of this family's files (a group that went away) must not linger
+        # stale pcaps of this family's files (a group that went away) must not linger: removed once the new
+        # set is in place
         for vf in files:
             stem = vf.name.removesuffix("_test.json")
-            for old in list((out / "pcap").glob(f"{stem}_g*.pcap")) + list((out / "pcap").glob(f"{stem}_g*.keys")):
-                old.unlink()
-    write_vector_files(files, out, mod.SCHEMAS, pcap=args.pcap)
+            stale += list((out / "pcap").glob(f"{stem}_g*.pcap")) + list((out / "pcap").glob(f"{stem}_g*.keys"))
+    write_vector_files(files, out, mod.SCHEMAS, pcap=args.pcap, stale=stale)
     reports = [check_doc(vf.doc, vf.name) for vf in files] if not args.no_check else []
     n = sum(vf.doc["numberOfTests"] for vf in files)
     print(f"{args.family}: wrote {len(files)} vector files, {n} tests, to {out} (seed {args.seed}) "
@@ -811,6 +901,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    _needs_jsonschema()
     reports = check_files(args.files, loose=args.loose)
     if args.json:
         print(json.dumps(reports_json(reports), indent=2))
@@ -863,6 +954,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             print(json.dumps(rows, indent=2))
         return 0
+    try:
+        require_jsonschema()
+    except MissingExtra as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
     bad = 0
     for f in args.files:
         errs = validate(load_doc(f))

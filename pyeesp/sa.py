@@ -93,7 +93,7 @@ class Decrypted:
 def _make_config(
     spi, suite, key, root_key, sskdf, key_bits, mode, format, seq, aad, anti_replay, replay_window,
     max_sub_sa_id, max_crypt_offset, crypt_offset, align_options, strict, options, ip_protocol, udp_encap,
-    udp_sport, udp_dport, tunnel_header, dst,
+    udp_sport, udp_dport, tunnel_header, dst, max_live_sub_sas=1024,
 ):
     """A pe_eesp_sa_config from SA settings, and the buffers it points to (keep them until the core copied them)."""
     err = ConfigurationError
@@ -132,6 +132,7 @@ def _make_config(
     c.extra_options, c.extra_options_len = (pin(keep, opts) if opts else ffi.NULL), len(opts)
     c.ip_protocol = check_range("ip_protocol", ip_protocol, 255, err)
     c.udp_encap = bool(udp_encap)
+    c.max_live_sub_sas = check_range("max_live_sub_sas", max_live_sub_sas, 65536, err, bottom=1)
     c.udp_sport = check_range("udp_sport", udp_sport, 0xFFFF, err)
     c.udp_dport = check_range("udp_dport", udp_dport, 0xFFFF, err)
     if tunnel_header is not None:
@@ -242,7 +243,10 @@ class SA:
     IPv4/IPv6 header template (default: a copy of the inner header).
 
     ``dst`` binds the SA to a destination address on receive, so one SPI can
-    serve several destinations.
+    serve several destinations.  ``max_live_sub_sas`` (1..65536) caps the Sub
+    SA key contexts kept at once, on send and on receive; the least recently
+    used one is evicted and derived again later, keeping its sequence number
+    and window top (docs/security.md).
 
     ``encrypt`` and ``decrypt`` may be called on the same object (the same
     keys serve both, as in tests); calls are serialised, so threads may share
@@ -276,6 +280,7 @@ class SA:
         udp_dport: int = 4500,
         tunnel_header: Optional[bytes] = None,
         dst: Optional[str] = None,
+        max_live_sub_sas: int = 1024,
     ) -> None:
         settings = dict(locals())
         del settings["self"]

@@ -1093,7 +1093,7 @@ end
 local function parse_eesp_sa(kf, l)
     l:check_fields({ "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad",
         "anti-replay", "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict",
-        "ip-protocol", "udp-encap", "src", "dst", "sub-sas" })
+        "ip-protocol", "udp-encap", "src", "dst", "sub-sas", "max-live-sub-sas" })
     local e = { line = l.line }
     e.spi = l:spi_field()
     eesp_suite_fields(l, e)
@@ -1138,6 +1138,8 @@ local function parse_eesp_sa(kf, l)
     if e.max_sub_sa_id ~= -1 and e.sub_sas > e.max_sub_sa_id + 1 then
         l:bad_value("sub-sas", "exceeds max-sub-sa-id + 1")
     end
+    -- Read for the grammar's sake: the pure path keeps no derived key contexts to bound.
+    e.max_live_sub_sas = l:range_field("max-live-sub-sas", 1, 65536) or 1024
     local same = kf.eesp_by_spi[e.spi] or {}
     for i = #same, 1, -1 do
         local o = same[i]

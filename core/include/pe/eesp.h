@@ -183,6 +183,21 @@ typedef enum pe_eesp_aad { PE_EESP_AAD_DRAFT = 0, PE_EESP_AAD_LINUX_XFRM } pe_ee
 
 #define PE_EESP_NO_LIMIT (-1)
 
+/*
+ * Sub SA state (eesp.md §12): an SA with an SSKDF derives a key per Session
+ * ID on first use.  At most max_live_sub_sas of those key contexts are kept
+ * (default PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS); past that the least recently
+ * used Sub SA is evicted and its key derived again when its Session ID comes
+ * back.  What must outlive the key is kept, 8 octets per Session ID: a
+ * sender's sequence number (never reused), a receiver's window top: after an
+ * eviction every sequence number up to that top counts as seen, so replays
+ * stay refused and only late reordered packets of that Sub SA are lost
+ * (docs/security.md).  Bounded: max_live_sub_sas contexts and windows plus
+ * 512 KiB once the SA evicts at all.
+ */
+#define PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS 1024u
+#define PE_EESP_MAX_LIVE_SUB_SAS 65536u
+
 typedef struct pe_eesp_sa_config {
     uint32_t spi;
     unsigned encr;               /* IKEv2 ENCR transform ID (pe_eesp_encr) */
@@ -213,6 +228,7 @@ typedef struct pe_eesp_sa_config {
     size_t outer_header_len;
     int dst_family;              /* receiver: 0 any destination, or 4 / 6 with dst (network order) */
     uint8_t dst[16];
+    unsigned max_live_sub_sas;   /* Sub SA key contexts kept at once, 1..65536 (LRU, see above); 0: default */
 } pe_eesp_sa_config;
 
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg);

@@ -20,6 +20,7 @@
  *               [max-sub-sa-id=0..65535] [max-crypt-offset=0..255] [crypt-offset=0..63]
  *               [align=1|0] [strict=1|0] [ip-protocol=0..255] [udp-encap=1|0]
  *               [src=<IPv4|IPv6|*>] [dst=<IPv4|IPv6|*>] [sub-sas=1..65536]
+ *               [max-live-sub-sas=1..65536]
  *
  * Parsing is strict: unknown names on a known kind, bad hex, out-of-range
  * numbers and duplicates are errors that name the line.  Lines of kinds this
@@ -125,6 +126,7 @@ typedef struct pe_eesp_sa_entry {
     int src_family, dst_family; /* PE_KEYFILE_ADDR_ANY, _IPV4 or _IPV6 */
     uint8_t src[16], dst[16]; /* network order; IPv4 in the first 4 octets, the rest 0 */
     unsigned sub_sas;         /* Sub SAs 0..n-1 a capture sender spreads flows over, default 1 */
+    unsigned max_live_sub_sas; /* Sub SA key contexts kept at once (eesp.h), default 1024 */
 } pe_eesp_sa_entry;
 
 typedef struct pe_keyfile {

@@ -41,6 +41,17 @@ pe_status pe_replay_check(const pe_replay_window *w, uint64_t seq);
 /* Accept `seq` (after its ICV verified): runs the same checks, then marks it and slides the window. */
 pe_status pe_replay_update(pe_replay_window *w, uint64_t seq);
 
+/*
+ * A window rebuilt from its top alone (an EESP Sub SA whose state was
+ * evicted keeps only that): every number up to `top` counts as accepted,
+ * so nothing old can be replayed, at the price of refusing late packets
+ * that never arrived.  pe_replay_seed resets an initialised window so;
+ * pe_replay_check_seeded says what such a window of `size` would answer,
+ * without one.
+ */
+void pe_replay_seed(pe_replay_window *w, uint64_t top);
+pe_status pe_replay_check_seeded(uint32_t size, uint64_t top, uint64_t seq);
+
 #ifdef __cplusplus
 }
 #endif

@@ -968,6 +968,10 @@ static pe_status eesp_sa_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_
     if ((st = range_field(p, l, "sub-sas", 1, 65536, &x, NULL)) != PE_OK)
         return st;
     e->sub_sas = (unsigned)x;
+    x = PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS;
+    if ((st = range_field(p, l, "max-live-sub-sas", 1, PE_EESP_MAX_LIVE_SUB_SAS, &x, NULL)) != PE_OK)
+        return st;
+    e->max_live_sub_sas = (unsigned)x;
     /* What pe_eesp_tx_set_capture_sub_sas would refuse (D9, D6). */
     if (e->sub_sas > 1 && e->sskdf == PE_SSKDF_NONE)
         return bad_value(p, l, "sub-sas", "above 1 needs Sub SAs: 'root-key' and 'sskdf' instead of 'key'");
@@ -990,7 +994,7 @@ static pe_status parse_eesp_sa(parser *p, const pe_keyfile_line *l)
                                           "seq",           "aad",          "anti-replay", "replay-window",
                                           "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align",
                                           "strict",        "ip-protocol",  "udp-encap",   "src",
-                                          "dst",           "sub-sas",      NULL};
+                                          "dst",           "sub-sas",      "max-live-sub-sas", NULL};
     pe_eesp_sa_entry *sas, *e;
     size_t it = 0;
     pe_status st;
@@ -1312,6 +1316,7 @@ void pe_keyfile_eesp_sa_config(const pe_eesp_sa_entry *e, int for_receiver, pe_e
     cfg->udp_encap = e->udp_encap;
     cfg->dst_family = e->has_dst ? e->dst_family : 0;
     memcpy(cfg->dst, e->dst, sizeof cfg->dst);
+    cfg->max_live_sub_sas = e->max_live_sub_sas;
 }
 
 pe_status pe_keyfile_psp_rx_new(const pe_keyfile *kf, pe_psp_rx **out)

@@ -40,7 +40,8 @@ typedef struct eesp_sa {
     int dst_family;   /* receiver: 0 any destination, else 4 or 6 */
     uint8_t dst[16];
     pe_aead_dir dir;
-    pe_keytable subs; /* Sub SA state by Session ID */
+    pe_keytable subs; /* live Sub SA state by Session ID, least recently used evicted (eesp.h) */
+    uint64_t *last_seq; /* by Session ID, from the first eviction on: sender counter / receiver window top */
     size_t next_same_spi; /* receiver: 1 + index in rx->sas of the next SA with this SPI, 0 for none */
 } eesp_sa;
 
@@ -105,6 +106,8 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_eesp_suite *s
         return PE_ERR_INVALID_ARGUMENT;
     if (c->crypt_offset < -1 || c->crypt_offset > (int)PE_EESP_CO_FIELD_MASK)
         return PE_ERR_INVALID_ARGUMENT;
+    if (c->max_live_sub_sas > PE_EESP_MAX_LIVE_SUB_SAS)
+        return PE_ERR_INVALID_ARGUMENT;
     if (c->replay_window && (c->replay_window < PE_REPLAY_MIN_WINDOW || c->replay_window > PE_REPLAY_MAX_WINDOW))
         return PE_ERR_INVALID_ARGUMENT;
     if (c->extra_options_len && !c->extra_options)
@@ -154,13 +157,15 @@ static pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir di
     sa->dst_family = c->dst_family;
     memcpy(sa->dst, c->dst, sizeof sa->dst);
     sa->dir = dir;
-    /* Session IDs are 16 bits: the table never exceeds 65,536 Sub SAs. */
+    sa->subs.lru = 1;
+    sa->subs.limit = c->max_live_sub_sas ? c->max_live_sub_sas : PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS;
     return PE_OK;
 }
 
 static void sa_free(eesp_sa *sa)
 {
     pe_keytable_free(&sa->subs);
+    free(sa->last_seq);
     pe_wipe(sa, sizeof *sa);
 }
 
@@ -185,48 +190,74 @@ static pe_status sub_sa_keymat(const eesp_sa *sa, uint16_t sid, uint8_t keymat[K
     return pe_eesp_derive_sub_sa_key(sa->sskdf, sa->key, sa->key_len, sid, keymat, keymat_len);
 }
 
-/* Sending: the Sub SA's state, deriving its key on first use. */
-static pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
+/* What an evicted Sub SA left behind (0: never evicted). */
+static uint64_t last_seq_of(const eesp_sa *sa, uint16_t sid)
 {
-    if ((*out = pe_keytable_find(&sa->subs, sid)))
-        return PE_OK;
+    return sa->last_seq ? sa->last_seq[sid] : 0;
+}
+
+/*
+ * Move a derived key into the live table.  A full table evicts its least
+ * recently used Sub SA, whose sequence number is kept first (eesp.h); the
+ * record for all Session IDs is made on the first eviction, never per packet.
+ */
+static pe_status keep_sub_sa(eesp_sa *sa, pe_key_slot **slot)
+{
+    pe_keytable *t = &sa->subs;
+    if (!sa->last_seq && t->count >= t->limit && !(sa->last_seq = calloc(0x10000, sizeof *sa->last_seq)))
+        return PE_ERR_NOMEM;
+    pe_keytable_evicted ev;
+    pe_status st = pe_keytable_commit_evict(t, slot, &ev);
+    if (st == PE_OK && ev.any) {
+        /* A window never made (top 0) or a counter restored below nothing: keep the larger. */
+        uint64_t last = sa->dir == PE_AEAD_SEAL ? ev.counter : ev.replay_top;
+        uint64_t *rec = &sa->last_seq[(uint16_t)ev.id];
+        if (last > *rec)
+            *rec = last;
+    }
+    return st;
+}
+
+/* Stage the Sub SA's key (§12) in the table's spare context; the caller commits it. */
+static pe_status stage_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
+{
     const pe_eesp_suite *s = &sa->suite;
     uint8_t keymat[KEYMAT_MAX];
     pe_status st = sub_sa_keymat(sa, sid, keymat);
-    pe_aead a;
     if (st == PE_OK)
-        st = pe_aead_init(&a, s->alg, sa->dir, keymat, s->key_len, s->icv_len);
-    if (st == PE_OK) {
-        st = pe_keytable_insert(&sa->subs, sid, &a, out);
-        if (st != PE_OK)
-            pe_aead_free(&a);
-        else
-            memcpy((*out)->salt, keymat + s->key_len, s->salt_len);
-    }
+        st = pe_keytable_stage(&sa->subs, sid, s->alg, sa->dir, keymat, s->key_len, s->icv_len, out);
+    if (st == PE_OK)
+        memcpy((*out)->salt, keymat + s->key_len, s->salt_len);
     pe_wipe(keymat, sizeof keymat);
     return st;
 }
 
+/* Sending: the Sub SA's state, deriving its key on first use and after an eviction (counter restored). */
+static pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
+{
+    if ((*out = pe_keytable_find(&sa->subs, sid))) {
+        pe_keytable_touch(&sa->subs, *out);
+        return PE_OK;
+    }
+    pe_status st = stage_sub_sa(sa, sid, out);
+    if (st != PE_OK)
+        return st;
+    (*out)->counter = last_seq_of(sa, sid);
+    return keep_sub_sa(sa, out);
+}
+
 /*
- * Receiving: the Sub SA's state, or for a Session ID not seen yet a staged
- * key (*staged set) that pe_keytable_commit keeps once a packet verified:
- * forged Session IDs build no state (keytable.h).
+ * Receiving: the Sub SA's state, or for a Session ID not live a staged key
+ * (*staged set) that keep_sub_sa keeps once a packet verified: forged
+ * Session IDs build no state (keytable.h).
  */
 static pe_status rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged)
 {
     *staged = 0;
     if ((*out = pe_keytable_find(&sa->subs, sid)))
         return PE_OK;
-    const pe_eesp_suite *s = &sa->suite;
-    uint8_t keymat[KEYMAT_MAX];
-    pe_status st = sub_sa_keymat(sa, sid, keymat);
-    if (st == PE_OK)
-        st = pe_keytable_stage(&sa->subs, sid, s->alg, sa->dir, keymat, s->key_len, s->icv_len, out);
-    if (st == PE_OK) {
-        memcpy((*out)->salt, keymat + s->key_len, s->salt_len);
-        *staged = 1;
-    }
-    pe_wipe(keymat, sizeof keymat);
+    pe_status st = stage_sub_sa(sa, sid, out);
+    *staged = st == PE_OK;
     return st;
 }
 
@@ -302,7 +333,8 @@ void pe_eesp_tx_free(pe_eesp_tx *tx)
 uint64_t pe_eesp_tx_next_seq(const pe_eesp_tx *tx, uint16_t sub_sa_id)
 {
     const pe_key_slot *s = pe_keytable_find(&tx->sa.subs, sub_sa_id);
-    return s && s->counter == UINT64_MAX ? 0 : (s ? s->counter : 0) + 1;
+    uint64_t counter = s ? s->counter : last_seq_of(&tx->sa, sub_sa_id);
+    return counter == UINT64_MAX ? 0 : counter + 1;
 }
 
 pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t next)
@@ -1001,6 +1033,10 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
             return PE_ERR_EESP_SEQ_ZERO; /* D10 */
         if (replay && slot->replay.bits && (st = pe_replay_check(&slot->replay, seq)) != PE_OK)
             return st;
+        /* A re-derived Sub SA: its evicted window's top still refuses what it had accepted. */
+        if (replay && staged &&
+            (st = pe_replay_check_seeded(sa->replay_window, last_seq_of(sa, h->session_id), seq)) != PE_OK)
+            return st;
     }
 
     /* Step 9: open.  The region [payload_off, data_end) is placed so that its
@@ -1029,10 +1065,15 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
 
     /* Step 10: the window moves only now; a Sub SA's first verified packet makes it state worth keeping. */
     if (staged)
-        st = pe_keytable_commit(&sa->subs, &slot);
+        st = keep_sub_sa(sa, &slot);
+    else
+        pe_keytable_touch(&sa->subs, slot); /* only verified packets keep a Sub SA live */
     if (replay && st == PE_OK) {
-        if (!slot->replay.bits)
-            st = pe_replay_init(&slot->replay, sa->replay_window);
+        /* A new window, or the evicted one's memory handed over: it starts where this Sub SA left off. */
+        if (!slot->replay.bits && (st = pe_replay_init(&slot->replay, sa->replay_window)) == PE_OK)
+            pe_replay_seed(&slot->replay, last_seq_of(sa, h->session_id));
+        else if (staged)
+            pe_replay_seed(&slot->replay, last_seq_of(sa, h->session_id));
         if (st == PE_OK)
             st = pe_replay_update(&slot->replay, seq);
     }

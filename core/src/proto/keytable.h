@@ -17,6 +17,7 @@
 typedef struct pe_key_slot {
     uint64_t id;
     int used;
+    uint32_t newer, older;    /* recency list: slot index + 1, 0 at the ends */
     pe_aead aead;
     uint8_t salt[4];
     uint64_t counter;         /* sender: last sequence number / IV counter used */
@@ -29,16 +30,37 @@ typedef struct pe_key_slot {
  * verified.  Forged packets for fresh ids therefore cost a derivation and a
  * re-key of one reused context: they allocate nothing, and neither grow the
  * table nor evict (flush) the keys that verified traffic uses.
+ *
+ * A table full at `limit` is flushed on the next insert, unless `lru` is set:
+ * then the least recently used entry (pe_keytable_touch marks use) makes
+ * room, and what it held is handed out through pe_keytable_evicted so the
+ * caller can keep what must outlive the key (EESP: the last sequence number).
+ * Its AEAD context becomes the spare that the next stage re-keys, and its
+ * replay window's memory goes to the newcomer, cleared: an eviction allocates
+ * nothing.
  */
 typedef struct pe_keytable {
     pe_key_slot *slots;
     size_t cap;   /* power of two, or 0 */
     size_t count;
     size_t limit; /* at most this many entries; 0 = unbounded */
+    int lru;      /* at `limit`: evict the least recently used entry instead of flushing */
+    uint32_t newest, oldest; /* recency list ends: slot index + 1, 0 when empty */
+    uint64_t evictions;
     pe_key_slot pending; /* used: a staged key for pending.id */
 } pe_keytable;
 
+/* What an LRU eviction took out: the id and the state a protocol may want to keep for it. */
+typedef struct pe_keytable_evicted {
+    int any;
+    uint64_t id;
+    uint64_t counter;
+    uint64_t replay_top;
+} pe_keytable_evicted;
+
 pe_key_slot *pe_keytable_find(const pe_keytable *t, uint64_t id);
+/* Mark a slot most recently used (LRU tables; a few index writes, no allocation). */
+void pe_keytable_touch(pe_keytable *t, pe_key_slot *s);
 /*
  * Insert and take ownership of *aead (moved, then zeroed); the slot's other
  * state starts zeroed.  When full at `limit`, the table is flushed first.
@@ -53,6 +75,8 @@ pe_status pe_keytable_stage(pe_keytable *t, uint64_t id, pe_aead_alg alg, pe_aea
                             size_t key_len, size_t tag_len, pe_key_slot **pending);
 /* Move the staged key into the table; *stored points at it there. */
 pe_status pe_keytable_commit(pe_keytable *t, pe_key_slot **stored);
+/* The same; in an LRU table at `limit`, *evicted (optional) says what made room. */
+pe_status pe_keytable_commit_evict(pe_keytable *t, pe_key_slot **stored, pe_keytable_evicted *evicted);
 void pe_keytable_clear(pe_keytable *t);
 void pe_keytable_free(pe_keytable *t);
 

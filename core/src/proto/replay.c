@@ -137,3 +137,25 @@ pe_status pe_replay_update(pe_replay_window *w, uint64_t seq)
     *word_for(w, seq) |= mask_for(seq);
     return PE_OK;
 }
+
+void pe_replay_seed(pe_replay_window *w, uint64_t top)
+{
+    if (!usable(w))
+        return;
+    /* Every word holds numbers at or below top except top's own: there, keep the invariant (nothing above top set). */
+    memset(w->bits, top ? 0xff : 0, (size_t)w->words * sizeof w->bits[0]);
+    if (top)
+        *word_for(w, top) &= top % 64u == 63u ? ~(uint64_t)0 : ((uint64_t)1 << (top % 64u + 1u)) - 1u;
+    w->top = top;
+}
+
+pe_status pe_replay_check_seeded(uint32_t size, uint64_t top, uint64_t seq)
+{
+    if (seq == 0)
+        return PE_ERR_EESP_SEQ_ZERO;
+    if (seq > top)
+        return PE_OK;
+    size = (size ? size : PE_REPLAY_DEFAULT_WINDOW);
+    pe_replay_window w = {top, (size + 63u) / 64u * 64u, 0, NULL};
+    return too_old(&w, seq) ? PE_ERR_REPLAY_TOO_OLD : PE_ERR_REPLAY_DUPLICATE;
+}
