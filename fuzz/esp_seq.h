@@ -95,6 +95,17 @@ static int fz_esp_locate(const uint8_t *pkt, size_t len, size_t *off, size_t *ip
     return -1;
 }
 
+/* Statuses seen, printed at exit when FZ_STATS is set (to check the seeds get through). */
+static unsigned long fz_esp_seen[PE_STATUS_COUNT + 1];
+__attribute__((destructor)) static void fz_esp_print_stats(void)
+{
+    if (!getenv("FZ_STATS"))
+        return;
+    for (int i = 0; i <= PE_STATUS_COUNT; i++)
+        if (fz_esp_seen[i])
+            fprintf(stderr, "%8lu %s\n", fz_esp_seen[i], pe_status_name((pe_status)i));
+}
+
 static pe_status fz_esp_run(pe_esp_rx *rx, int open, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
                             size_t cap, size_t *out_len, pe_esp_info *info)
 {
@@ -170,6 +181,7 @@ static void fz_esp_sequence(const uint8_t *d, size_t n, int open)
             }
         }
         st = fz_esp_run(rx, open, in, len, flags, out, len, &ol, &info);
+        fz_esp_seen[st < PE_STATUS_COUNT ? st : PE_STATUS_COUNT]++;
         if (sealed_ok) {
             FUZZ_CHECK(st == PE_OK, "the sender's own packet fails: %s", pe_status_name(st));
             const uint8_t *orig = recs[r].data;
