@@ -461,6 +461,14 @@ static void test_ipv6_placement(void)
     CHECK_ST(pe_esp_encap(tx, pkt, len, wire, sizeof wire, &wl), PE_OK);
     CHECK(wire[6] == 0 && wire[40] == PE_ESP_IPPROTO && memcmp(wire + 41, pkt + 41, 7) == 0);
     CHECK(pe_get32(wire + 48) == 0x77 && pe_get16(wire + 4) == wl - 40);
+    /* RFC 4303 §2.6: a transport payload of protocol 59 (No Next Header) reads as a dummy packet. */
+    pe_esp_rx *rx = mk_rx(&c);
+    len = mk_ipv6_tcp(pkt, 0, 1, 0) - 20;
+    pkt[6] = 59;
+    pe_put16(pkt + 4, 0);
+    CHECK_ST(pe_esp_encap(tx, pkt, len, wire, sizeof wire, &wl), PE_OK);
+    CHECK_ST(dec(rx, wire, wl, NULL, NULL, NULL), PE_ERR_ESP_DUMMY);
+    pe_esp_rx_free(rx);
     pe_esp_tx_free(tx);
 }
 
