@@ -675,7 +675,7 @@ static void test_bad_trailer(void)
     size_t ol = 99;
     CHECK_ST(opn(rx, e, el, 0, o, &ol, &info), PE_OK);
     CHECK(ol == 0);
-    /* §2.6: a dummy packet is authenticated, then discarded. */
+    /* RFC 4303 §2.6: a dummy packet is authenticated, then discarded. */
     uint8_t dummy[] = {'x', 'y', 1, 2, 2, 59};
     el = forge(0x4242, 6, dummy, sizeof dummy, e);
     CHECK_ST(opn(rx, e, el, 0, o, NULL, &info), PE_ERR_ESP_DUMMY);

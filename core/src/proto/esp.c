@@ -233,12 +233,12 @@ static pe_status seal_into(esp_sa *sa, uint8_t next_header, const uint8_t *paylo
     size_t data_end = payload_off + len + pad_len + PE_ESP_TRAILER_LEN;
 
     pe_put32(e, sa->spi);
-    pe_put32(e + 4, (uint32_t)seq); /* the low half only: ESN's high half is implicit (§2.2.1) */
+    pe_put32(e + 4, (uint32_t)seq); /* the low half only: ESN's high half is implicit (RFC 4303 §2.2.1) */
     if (s->iv_len)
         pe_put64(e + iv_off, seq);  /* a counter never repeats under one key (RFC 4106 §3.1) */
     memcpy(e + payload_off, payload, len);
     for (size_t i = 0; i < pad_len; i++)
-        e[payload_off + len + i] = (uint8_t)(i + 1); /* §2.4 default padding: 1, 2, 3, ... */
+        e[payload_off + len + i] = (uint8_t)(i + 1); /* RFC 4303 §2.4 default padding: 1, 2, 3, ... */
     e[data_end - 2] = (uint8_t)pad_len;
     e[data_end - 1] = next_header;
 
@@ -286,7 +286,7 @@ pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
         carrier_v6 = outer_len == PE_IPV6_HDR_LEN;
     } else {
         if (ip.is_fragment)
-            return PE_ERR_IP_FRAGMENT; /* §3.3.4: ESP applies to whole packets */
+            return PE_ERR_IP_FRAGMENT; /* RFC 4303 §3.3.4: ESP applies to whole packets */
         pe_ip_transport_split(&ip, &split);
         nh = split.next_header;
         payload = pkt + split.keep;
@@ -310,7 +310,7 @@ pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
         out[split.proto_field] = proto;
     }
     uint8_t *e = out + outer_len;
-    if (sa->udp_encap) { /* RFC 3948 §2.1; checksum 0 (§3.1.2 allows it for IPv4) */
+    if (sa->udp_encap) { /* RFC 3948 §2.1, which also asks for checksum 0 */
         pe_put16(e, sa->udp_sport);
         pe_put16(e + 2, sa->udp_dport);
         pe_put16(e + 4, (uint16_t)(udp_len + esp_len));
@@ -457,7 +457,7 @@ static uint64_t sa_top(const esp_sa *sa)
 }
 
 /*
- * RFC 4303 §2.4-§2.6 and §3.4.4.1 on the verified region `dst` (payload,
+ * RFC 4303 sections 2.4-2.6 and 3.4.4.1 on the verified region `dst` (payload,
  * padding, trailer): Pad Length, the padding octets, dummy packets, and in
  * tunnel mode one whole IP packet of the announced version.
  */
@@ -473,7 +473,7 @@ static pe_status after_icv(const esp_sa *sa, const uint8_t *dst, size_t region_l
         if (dst[*inner_len + i] != (uint8_t)(i + 1))
             return PE_ERR_ESP_PADDING;
     if (info->next_header == PE_ESP_NH_NO_NEXT)
-        return PE_ERR_ESP_DUMMY; /* §2.6: well-formed, authenticated, and discarded */
+        return PE_ERR_ESP_DUMMY; /* RFC 4303 §2.6: well-formed, authenticated, and discarded */
     if (sa->mode == PE_ESP_TUNNEL) {
         if (info->next_header != PE_IPPROTO_IPV4 && info->next_header != PE_IPPROTO_IPV6)
             return PE_ERR_ESP_NEXT_HEADER;
@@ -484,7 +484,7 @@ static pe_status after_icv(const esp_sa *sa, const uint8_t *dst, size_t region_l
 }
 
 /*
- * RFC 4303 §3.4.2-§3.4.4 on the ESP octets `e`.  The payload lands at
+ * RFC 4303 sections 3.4.2-3.4.4 on the ESP octets `e`.  The payload lands at
  * out + lead (transport mode), so that a caller can put the IP header back
  * in front without moving it.
  */
@@ -494,7 +494,7 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
 {
     pe_status st;
 
-    /* Step 1 (§3.4.2): SPI and the SA. */
+    /* Step 1 (RFC 4303 §3.4.2): SPI and the SA. */
     if (elen < PE_ESP_HDR_LEN)
         return PE_ERR_ESP_TRUNCATED;
     info->spi = pe_get32(e);
@@ -519,7 +519,7 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (s->iv_len)
         info->iv = e + iv_off;
 
-    /* Step 3 (§3.4.3, Appendix A2.2): the sequence number, ESN's high half inferred, and the replay pre-check. */
+    /* Step 3 (RFC 4303 §3.4.3, Appendix A2.2): the sequence number, ESN's high half inferred, and the replay pre-check. */
     uint64_t seq = sa->esn ? pe_esp_infer_seq(sa_top(sa), sa->window_size, info->seq_low) : info->seq_low;
     info->seq = seq;
     if (seq == 0)
@@ -528,7 +528,7 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
         return st;
 
-    /* Step 4 (§3.4.4.2): ICV check and decryption in one pass, into out + lead. */
+    /* Step 4 (RFC 4303 §3.4.4.2): ICV check and decryption in one pass, into out + lead. */
     size_t region_len = data_end - payload_off;
     size_t lead = sa->mode == PE_ESP_TRANSPORT ? transport_lead : 0;
     if (cap < lead || cap - lead < region_len)
@@ -550,13 +550,13 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
         return st;
     }
 
-    /* Step 5 (§3.4.3): the window moves only now, and with it ESN's reference point. */
+    /* Step 5 (RFC 4303 §3.4.3): the window moves only now, and with it ESN's reference point. */
     if (replay)
         st = pe_replay_update(&sa->replay, seq);
     else if (!sa->anti_replay && seq > sa->top && !(flags & PE_ESP_OPEN_NO_REPLAY))
         sa->top = seq;
 
-    /* Step 6 (§3.4.4.1, §2.4-§2.6): trailer, padding, dummy packets, the tunnelled packet. */
+    /* Step 6 (RFC 4303 sections 3.4.4.1, 2.4-2.6): trailer, padding, dummy packets, the tunnelled packet. */
     if (st == PE_OK)
         st = after_icv(sa, dst, region_len, info, inner_len);
     if (st != PE_OK) {
