@@ -15,6 +15,7 @@
  *     length, bad Pad Length, bad padding, bad Next Header, dummy packets,
  *     wrong SPI, wrong key, sequence number 0), unauthenticated or
  *     undelivered plaintext wiped, UDP 4500 beside EESP.
+ *  6. The capture callbacks' verdicts.
  *
  * Buffers handed to the decoder are malloc'ed at their exact length so that
  * AddressSanitizer catches any read past the end.
@@ -30,6 +31,7 @@
 #include "pe/esp.h"
 #include "pe/ip.h"
 #include "pe/status.h"
+#include "pe/transforms.h"
 
 #include "check.h"
 
@@ -834,6 +836,39 @@ static void test_config(void)
     pe_esp_rx_free(rx);
 }
 
+/* The capture callbacks: ESP statuses become verdicts. */
+static void test_capture_callbacks(void)
+{
+    uint8_t pkt[128], wire[256], res[256], u[64];
+    size_t len = mk_ipv4_udp(pkt, 12, 2), wl = 0, rl = 0;
+    pe_esp_sa_config c;
+    cfg_for(&c, 0x321, PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 1);
+    pe_esp_tx *tx = mk_tx(&c);
+    pe_esp_rx *rx = mk_rx(&c);
+    pe_status why;
+    CHECK(pe_esp_capture_encap(tx, pkt, len, wire, sizeof wire, &wl, &why) == PE_VERDICT_TRANSFORMED && why == PE_OK);
+    CHECK(pe_esp_capture_decap(rx, wire, wl, res, sizeof res, &rl, &why) == PE_VERDICT_TRANSFORMED);
+    CHECK(rl == len && memcmp(res, pkt, len) == 0);
+    CHECK(pe_esp_capture_decap(rx, wire, wl, res, sizeof res, &rl, &why) == PE_VERDICT_FAILED &&
+          why == PE_ERR_REPLAY_DUPLICATE);
+    CHECK(pe_esp_capture_decap(rx, pkt, len, res, sizeof res, &rl, &why) == PE_VERDICT_PASSED && why == PE_ERR_NOT_ESP);
+    size_t ul = mk_ipv4_udp(u, 12, 0);
+    pe_put16(u + 22, 4500);
+    u[28] = 0x80; /* EESP's, on the shared port */
+    CHECK(pe_esp_capture_decap(rx, u, ul, res, sizeof res, &rl, &why) == PE_VERDICT_PASSED && why == PE_ERR_EESP_IN_UDP);
+    uint8_t junk[4] = {0};
+    size_t el;
+    CHECK_ST(pe_esp_seal(tx, PE_ESP_NH_NO_NEXT, junk, sizeof junk, wire + 20, sizeof wire - 20, &el), PE_OK);
+    memcpy(wire, pkt, 20);
+    wire[9] = PE_ESP_IPPROTO;
+    pe_put16(wire + 2, (uint16_t)(20 + el));
+    pe_ipv4_set_checksum(wire);
+    CHECK(pe_esp_capture_decap(rx, wire, 20 + el, res, sizeof res, &rl, &why) == PE_VERDICT_PASSED &&
+          why == PE_ERR_ESP_DUMMY);
+    pe_esp_tx_free(tx);
+    pe_esp_rx_free(rx);
+}
+
 int main(void)
 {
     init_keys();
@@ -848,6 +883,7 @@ int main(void)
     test_bad_trailer();
     test_framing();
     test_config();
+    test_capture_callbacks();
     printf("test_esp: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
