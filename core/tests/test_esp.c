@@ -3,8 +3,8 @@
  *
  *  1. Known answers from published vectors: the ESP packets of
  *     draft-mcgrew-gcm-test-01 §4 (AES-GCM, 32-bit and extended sequence
- *     numbers) and RFC 7634 Appendix A (ChaCha20-Poly1305), opened by the
- *     core.  Both documents use random IVs, so only the receiving side can
+ *     numbers; AES-GMAC) and RFC 7634 Appendix A (ChaCha20-Poly1305), opened
+ *     by the core.  Both documents use random IVs, so only the receiving side can
  *     be checked byte for byte against them; the sending side is checked by
  *     round trips and by the third-party cross-checks (tests/test_esp_interop.py).
  *  2. Round trips for every suite x mode x IP version x ESN x UDP.
@@ -356,6 +356,71 @@ static void test_mcgrew_tunnel_nh(void)
     CHECK(info.icv_valid && info.next_header == 1);
     CHECK(all_zero(out, elen - 16 - 16)); /* authenticated, not delivered: wiped */
     pe_esp_rx_free(rx);
+}
+
+/*
+ * draft-mcgrew-gcm-test-01 §4, the AES-GMAC case (RFC 4543; page 18 of the
+ * draft): SPI 0x4321, Seq 7, IV 0, the payload in clear; its AAD is
+ * SPI || Seq || IV || payload || trailer -- the IV included, which is the
+ * draft's clarification of RFC 4543.  And the draft's last two AES-GCM
+ * cases (pages 19 and 20, the second with ESN), given there as ciphertext
+ * only: they must open, with well-formed padding.
+ */
+static void test_mcgrew_gmac_and_last_cases(void)
+{
+    uint8_t keymat[36], e[256], out[256], payload[64];
+    unhex("4c80cdefbb5d10da906ac73c3613a634 22433c64", keymat);
+    size_t plen = unhex("45000030da3a00008001df3bc0a80005c0a800010800c6cd020007006162636465666768696a6b6c6d6e6f7071727374"
+                        "01020201",
+                        payload);
+    memcpy(e, "\x00\x00\x43\x21\x00\x00\x00\x07\0\0\0\0\0\0\0\0", 16);
+    memcpy(e + 16, payload, plen);
+    size_t elen = 16 + plen + unhex("f2a9a836e155106aa8dcd618e4099aaa", e + 16 + plen);
+    pe_esp_sa_config c;
+    pe_esp_sa_config_init(&c);
+    c.spi = 0x4321;
+    c.encr = PE_ENCR_NULL_AUTH_AES_GMAC;
+    c.key_bits = 128;
+    c.key = keymat;
+    c.key_len = 20;
+    c.replay_top = 6;
+    pe_esp_rx *rx = mk_rx(&c);
+    pe_esp_info info;
+    size_t n = 0;
+    CHECK_ST(opn(rx, e, elen, 0, out, &n, &info), PE_OK);
+    CHECK(n == plen - 4 && memcmp(out, payload, n) == 0 && info.next_header == 1 && info.pad_len == 2);
+    e[20] ^= 1; /* an IV octet: authenticated although it is no part of the nonce's secret */
+    CHECK_ST(opn(rx, e, elen, PE_ESP_OPEN_NO_REPLAY, out, &n, &info), PE_ERR_AUTH);
+    pe_esp_rx_free(rx);
+
+    static const struct {
+        const char *keymat, *aad, *iv, *ct_tag;
+    } LAST[] = {
+        {"3de09874b388e6491988d0c3607eae1f 57690e43", "3f7ef642 10101010 10101010", "4e280000a2fca1a3",
+         "fba2caa8c6c5f9f0f22ca54a061210ad3f6e5791cf1aca210d117cec9c35791765acbd8701ad79845bf9fe3fba487bc963219306"
+         "84eecadb56912546e7a95c9740d7cb05"},
+        {"4c80cdefbb5d10da906ac73c3613a634 22433c64", "00004321 87654321 00000007", "4855ec7d3a234bfd",
+         "74752e8aeb5d873cd7c0f4acc36c4bff84b7d7b98f0ca8b6acda6894bc619069 ef9cbc28fe1b56a7c4e0d58c86cd2bc0"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        uint8_t aad[12];
+        unhex(LAST[i].keymat, keymat);
+        unhex(LAST[i].aad, aad);
+        memcpy(e, aad, 4);
+        memcpy(e + 4, aad + 8, 4);
+        unhex(LAST[i].iv, e + 8);
+        elen = 16 + unhex(LAST[i].ct_tag, e + 16);
+        pe_esp_sa_config_init(&c);
+        c.spi = pe_get32(aad);
+        c.key = keymat;
+        c.key_len = 20;
+        c.esn = 1;
+        c.replay_top = pe_get64(aad + 4) - 1;
+        rx = mk_rx(&c);
+        CHECK_STN(opn(rx, e, elen, 0, out, &n, &info), PE_OK, i);
+        CHECK(info.seq == pe_get64(aad + 4));
+        pe_esp_rx_free(rx);
+    }
 }
 
 /* RFC 7634 Appendix A: ChaCha20-Poly1305 ESP, tunnel mode, SPI 0x01020304, Seq 5. */
@@ -874,6 +939,7 @@ int main(void)
     init_keys();
     test_mcgrew();
     test_mcgrew_tunnel_nh();
+    test_mcgrew_gmac_and_last_cases();
     test_rfc7634();
     test_round_trips();
     test_ipv6_placement();
