@@ -510,6 +510,77 @@ pe_verdict pe_eesp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_
                                  size_t *out_len, pe_status *why);
 pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                  size_t *out_len, pe_status *why);
+
+/* esp.h (reaches the extension through transforms.h) */
+#define PE_ESP_IPPROTO ...
+#define PE_ESP_UDP_PORT ...
+#define PE_ESP_NH_NO_NEXT ...
+#define PE_ESP_MAX_OVERHEAD ...
+#define PE_ESP_OPEN_NO_REPLAY ...
+typedef enum { PE_ESP_TRANSPORT = 0, PE_ESP_TUNNEL = 1 } pe_esp_mode;
+typedef struct {
+    uint32_t spi;
+    unsigned encr;
+    unsigned key_bits;
+    const uint8_t *key;
+    size_t key_len;
+    pe_esp_mode mode;
+    int esn;
+    int anti_replay;
+    uint32_t replay_window;
+    uint64_t replay_top;
+    int udp_encap;
+    uint16_t udp_sport, udp_dport;
+    const uint8_t *outer_header;
+    size_t outer_header_len;
+    int dst_family;
+    uint8_t dst[16];
+} pe_esp_sa_config;
+void pe_esp_sa_config_init(pe_esp_sa_config *cfg);
+typedef struct pe_esp_tx pe_esp_tx;
+pe_status pe_esp_tx_new(const pe_esp_sa_config *cfg, pe_esp_tx **out);
+void pe_esp_tx_free(pe_esp_tx *tx);
+uint64_t pe_esp_tx_next_seq(const pe_esp_tx *tx);
+pe_status pe_esp_tx_set_next_seq(pe_esp_tx *tx, uint64_t next);
+pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);
+pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload, size_t len, uint8_t *out,
+                      size_t cap, size_t *out_len);
+typedef struct {
+    uint16_t udp_port;
+    int check_udp_checksum;
+    int eesp_on_port;
+} pe_esp_rx_config;
+typedef struct pe_esp_rx pe_esp_rx;
+typedef struct {
+    uint32_t spi;
+    uint32_t seq_low;
+    uint64_t seq;
+    int udp_encap;
+    const uint8_t *iv;
+    size_t iv_len;
+    uint8_t next_header;
+    uint8_t pad_len;
+    int icv_valid;
+    int sa_found;
+    pe_eesp_suite suite;
+    pe_esp_mode mode;
+    int esn;
+    size_t payload_offset;
+    size_t icv_len;
+} pe_esp_info;
+void pe_esp_rx_config_init(pe_esp_rx_config *cfg);
+pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out);
+void pe_esp_rx_free(pe_esp_rx *rx);
+pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg);
+pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len,
+                       pe_esp_info *info);
+pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,
+                      unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_esp_info *info);
+uint64_t pe_esp_infer_seq(uint64_t top, uint32_t window, uint32_t seq_low);
+pe_verdict pe_esp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why);
+pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why);
 """
 
 NEEDS = (

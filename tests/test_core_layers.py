@@ -19,7 +19,7 @@ CORE = ROOT / "core"
 HEADER_LAYER = {
     "status.h": 0, "bytes.h": 0,
     "wipe.h": 1, "aead.h": 1, "kdf.h": 1,
-    "ip.h": 2, "replay.h": 2, "psp.h": 2, "eesp.h": 2,
+    "ip.h": 2, "replay.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
     "capture.h": 3, "batch.h": 3, "keyfile.h": 3, "transforms.h": 3,
 }
 FOLDER_LAYER = {"crypto": 1, "proto": 2, "io": 3}

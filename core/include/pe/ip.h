@@ -72,6 +72,28 @@ typedef struct pe_udp_view {
 } pe_udp_view;
 pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp);
 
+/*
+ * Transport mode (ESP and EESP): what stays in front of the security header.
+ * IPv4: the IP header.  IPv6 (RFC 4303 §3.1.1, eesp.md D14): Hop-by-Hop,
+ * Routing and Fragment headers and a Destination Options header that
+ * precedes a Routing header; what follows travels inside.
+ */
+typedef struct pe_ip_split {
+    size_t keep;         /* octets kept in front */
+    size_t proto_field;  /* offset of the octet in them that names what follows */
+    uint8_t next_header; /* what the kept headers named: the protected payload's protocol */
+} pe_ip_split;
+void pe_ip_transport_split(const pe_ip_info *ip, pe_ip_split *split);
+
+/*
+ * Tunnel mode: write the outer header naming `protocol` -- a copy of the
+ * template (IPv4 of 20 octets or IPv6), or else of the inner packet's fixed
+ * header, never marked as a fragment.  Length and checksum are the caller's.
+ * Returns the header's length.
+ */
+size_t pe_ip_write_tunnel_outer(const uint8_t *tmpl, size_t tmpl_len, const uint8_t *inner, unsigned inner_version,
+                                uint8_t protocol, uint8_t *out);
+
 /* RFC 1071 sum folded to 16 bits, not complemented. */
 uint32_t pe_csum_add(uint32_t sum, const uint8_t *p, size_t n);
 uint16_t pe_csum_fold(uint32_t sum);

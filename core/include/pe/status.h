@@ -110,6 +110,19 @@ typedef enum pe_category {
     X(PE_ERR_EESP_OPTIMIZED_PAYLOAD, "eesp-optimized-needs-ip", PE_CAT_CONFIGURATION, "the optimized format can only carry an IPv4/IPv6 packet") \
     X(PE_ERR_EESP_IMPLICIT_IV, "eesp-explicit-iv-with-implicit-iv-suite", PE_CAT_CONFIGURATION, "an explicit IV was given for a suite whose IV is the Sequence Number (RFC 8750)") \
     X(PE_ERR_EESP_PAD_LENGTH_RANGE, "eesp-pad-length-out-of-range", PE_CAT_CONFIGURATION, "the requested EESP Pad Length does not fit (0..255, and within the IP length)") \
+    /* ESP (RFC 4303) */ \
+    X(PE_ERR_NOT_ESP, "not-esp", PE_CAT_NOT_THIS_PROTOCOL, "not an ESP packet (other IP protocol or UDP port)") \
+    X(PE_ERR_EESP_IN_UDP, "eesp-in-udp", PE_CAT_NOT_THIS_PROTOCOL, "UDP 4500 EESP packet (first bit 1), not ESP") \
+    X(PE_ERR_ESP_TRUNCATED, "esp-truncated", PE_CAT_MALFORMED, "ESP packet shorter than its header, IV, trailer and ICV") \
+    X(PE_ERR_ESP_NO_SA, "esp-no-sa", PE_CAT_NO_KEY, "no ESP SA for this SPI") \
+    X(PE_ERR_ESP_SEQ_ZERO, "esp-sequence-zero", PE_CAT_MALFORMED, "ESP sequence number 0 is never sent") \
+    X(PE_ERR_ESP_PAD_LENGTH, "esp-bad-pad-length", PE_CAT_MALFORMED, "ESP Pad Length runs past the payload") \
+    X(PE_ERR_ESP_PADDING, "esp-bad-padding", PE_CAT_MALFORMED, "ESP padding octets are not 1, 2, 3, ...") \
+    X(PE_ERR_ESP_NEXT_HEADER, "esp-bad-next-header", PE_CAT_MALFORMED, "ESP Next Header does not fit the SA's mode (tunnel: 4 or 41)") \
+    X(PE_ERR_ESP_INNER, "esp-bad-inner-packet", PE_CAT_MALFORMED, "ESP tunnel payload is not one whole IPv4/IPv6 packet of the announced version") \
+    X(PE_ERR_ESP_DUMMY, "esp-dummy-packet", PE_CAT_POLICY, "ESP dummy packet (Next Header 59): authenticated and discarded") \
+    X(PE_ERR_ESP_SUITE, "esp-bad-suite", PE_CAT_CONFIGURATION, "unknown ESP AEAD suite or key size") \
+    X(PE_ERR_ESP_CONFIG, "esp-bad-config", PE_CAT_CONFIGURATION, "ESP SA settings contradict each other") \
     /* captures */ \
     X(PE_ERR_CAP_IO, "capture-io", PE_CAT_IO, "capture file could not be read") \
     X(PE_ERR_CAP_WRITE, "capture-write-failed", PE_CAT_IO, "output capture could not be written (errno tells why)") \

@@ -4,7 +4,7 @@
  * The protocols as pe_ip_transform_fn callbacks for the capture and batch
  * loops (pe_capture_transform_file, pe_batch_transform): each turns a
  * protocol status into a verdict (transformed, passed through as not this
- * protocol, failed).  This is the one place the I/O layer meets PSP and EESP;
+ * protocol, failed).  This is the one place the I/O layer meets PSP, EESP and ESP;
  * the protocol files know nothing of captures.
  */
 #include <stddef.h>
@@ -12,6 +12,7 @@
 
 #include "pe/capture.h"
 #include "pe/eesp.h"
+#include "pe/esp.h"
 #include "pe/psp.h"
 
 #ifdef __cplusplus
@@ -46,6 +47,12 @@ pe_verdict pe_eesp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_
                                  size_t *out_len, pe_status *why);
 pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                  size_t *out_len, pe_status *why);
+
+/* ctx is the pe_esp_tx / pe_esp_rx. */
+pe_verdict pe_esp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why);
+pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why);
 
 #ifdef __cplusplus
 }

@@ -100,3 +100,31 @@ pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_
         return PE_VERDICT_FAILED;
     }
 }
+
+/* ------------------------------------------------------------------ ESP */
+
+pe_verdict pe_esp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why)
+{
+    *why = pe_esp_encap(tx, ip, len, out, cap, out_len);
+    return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
+}
+
+pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why)
+{
+    *why = pe_esp_decap(rx, ip, len, out, cap, out_len, NULL);
+    switch (*why) {
+    case PE_OK:
+        return PE_VERDICT_TRANSFORMED;
+    case PE_ERR_NOT_ESP:
+    case PE_ERR_NAT_KEEPALIVE:
+    case PE_ERR_IKE_MARKER:
+    case PE_ERR_EESP_IN_UDP:
+    case PE_ERR_IP_VERSION:
+    case PE_ERR_ESP_DUMMY: /* valid, and discarded by design: keep it as captured */
+        return PE_VERDICT_PASSED;
+    default:
+        return PE_VERDICT_FAILED;
+    }
+}

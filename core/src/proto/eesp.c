@@ -365,28 +365,6 @@ pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n)
     return PE_OK;
 }
 
-/*
- * D14: in IPv6 transport mode EESP goes after Hop-by-Hop, Routing and Fragment
- * headers and after a Destination Options header that precedes a Routing
- * header; what follows travels inside.  Returns the number of extension
- * headers kept in front.
- */
-static unsigned ipv6_kept_ext(const pe_ip_info *ip)
-{
-    unsigned last_routing = 0, kept = 0;
-    for (unsigned i = 0; i < ip->n_ext; i++)
-        if (ip->ext[i].type == 43)
-            last_routing = i + 1;
-    for (unsigned i = 0; i < ip->n_ext; i++) {
-        uint8_t t = ip->ext[i].type;
-        if (t == 0 || t == 43 || t == 44 || (t == 60 && i < last_routing))
-            kept = i + 1;
-        else
-            break;
-    }
-    return kept;
-}
-
 typedef struct send_plan {
     size_t keep;          /* octets of the original packet kept in front (transport) */
     size_t proto_field;   /* where the kept header names what follows */
@@ -410,16 +388,11 @@ static pe_status plan_send(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_in
     if (ip->is_fragment)
         return PE_ERR_IP_FRAGMENT;
     p->carrier_v6 = ip->version == 6;
-    if (ip->version == 4) {
-        p->keep = ip->hdr_len;
-        p->proto_field = 9;
-        p->next_header = ip->protocol;
-    } else {
-        unsigned k = ipv6_kept_ext(ip);
-        p->keep = k ? (size_t)ip->ext[k - 1].offset + ip->ext[k - 1].len : PE_IPV6_HDR_LEN;
-        p->proto_field = k ? ip->ext[k - 1].offset : 6;
-        p->next_header = k < ip->n_ext ? ip->ext[k].type : ip->protocol;
-    }
+    pe_ip_split split; /* D14 */
+    pe_ip_transport_split(ip, &split);
+    p->keep = split.keep;
+    p->proto_field = split.proto_field;
+    p->next_header = split.next_header;
     p->payload = pkt + p->keep;
     p->payload_len = ip->len - p->keep;
     return PE_OK;
@@ -472,22 +445,7 @@ static size_t write_outer(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_inf
         out[p->proto_field] = proto;
         return p->keep;
     }
-    size_t n;
-    if (sa->outer_len) {
-        memcpy(out, sa->outer, sa->outer_len);
-        n = sa->outer_len;
-    } else if (ip->version == 4) {
-        memcpy(out, pkt, PE_IPV4_HDR_LEN);
-        out[0] = 0x45;
-        out[6] &= 0xc0; /* never make the outer packet a fragment */
-        out[7] = 0;
-        n = PE_IPV4_HDR_LEN;
-    } else {
-        memcpy(out, pkt, PE_IPV6_HDR_LEN);
-        n = PE_IPV6_HDR_LEN;
-    }
-    out[n == PE_IPV4_HDR_LEN ? 9 : 6] = proto;
-    return n;
+    return pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, ip->version, proto, out);
 }
 
 /* Where everything goes in the EESP octets of one packet (§5-§8). */

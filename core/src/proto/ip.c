@@ -251,3 +251,48 @@ int pe_ip_first_fragment(const uint8_t *pkt, const pe_ip_info *info)
     /* The walk stops at the (non-atomic) Fragment header, so it is the last one listed. */
     return (pe_get16(pkt + info->ext[info->n_ext - 1].offset + 2) >> 3) == 0;
 }
+
+void pe_ip_transport_split(const pe_ip_info *ip, pe_ip_split *split)
+{
+    if (ip->version == 4) {
+        split->keep = ip->hdr_len;
+        split->proto_field = 9;
+        split->next_header = ip->protocol;
+        return;
+    }
+    unsigned last_routing = 0, k = 0;
+    for (unsigned i = 0; i < ip->n_ext; i++)
+        if (ip->ext[i].type == 43)
+            last_routing = i + 1;
+    for (unsigned i = 0; i < ip->n_ext; i++) {
+        uint8_t t = ip->ext[i].type;
+        if (t == 0 || t == 43 || t == 44 || (t == 60 && i < last_routing))
+            k = i + 1;
+        else
+            break;
+    }
+    split->keep = k ? (size_t)ip->ext[k - 1].offset + ip->ext[k - 1].len : PE_IPV6_HDR_LEN;
+    split->proto_field = k ? ip->ext[k - 1].offset : 6;
+    split->next_header = k < ip->n_ext ? ip->ext[k].type : ip->protocol;
+}
+
+size_t pe_ip_write_tunnel_outer(const uint8_t *tmpl, size_t tmpl_len, const uint8_t *inner, unsigned inner_version,
+                                uint8_t protocol, uint8_t *out)
+{
+    size_t n;
+    if (tmpl_len) {
+        memcpy(out, tmpl, tmpl_len);
+        n = tmpl_len;
+    } else if (inner_version == 4) {
+        memcpy(out, inner, PE_IPV4_HDR_LEN);
+        out[0] = 0x45;
+        out[6] &= 0xc0; /* never make the outer packet a fragment */
+        out[7] = 0;
+        n = PE_IPV4_HDR_LEN;
+    } else {
+        memcpy(out, inner, PE_IPV6_HDR_LEN);
+        n = PE_IPV6_HDR_LEN;
+    }
+    out[n == PE_IPV4_HDR_LEN ? 9 : 6] = protocol;
+    return n;
+}

@@ -1,0 +1,160 @@
+/*
+ * IPsec ESP (RFC 4303) with the combined-mode AEAD suites that EESP uses too:
+ * AES-GCM (RFC 4106), AES-CCM (RFC 4309), ChaCha20-Poly1305 (RFC 7634),
+ * AES-GMAC (RFC 4543) and the implicit-IV variants (RFC 8750); 32-bit and
+ * extended (ESN) sequence numbers; tunnel and transport mode over IPv4 and
+ * IPv6; UDP encapsulation (RFC 3948) beside EESP on port 4500.  What the
+ * core chooses where the RFCs leave room: docs/guide-esp.md.
+ *
+ * Wire: SPI (4) | Sequence Number (4) | [IV 8] | payload | padding |
+ *       Pad Length (1) | Next Header (1) | ICV.
+ */
+#ifndef PE_ESP_H
+#define PE_ESP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe/aead.h"
+#include "pe/eesp.h"
+#include "pe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PE_ESP_IPPROTO 50u
+#define PE_ESP_HDR_LEN 8u     /* SPI and Sequence Number */
+#define PE_ESP_TRAILER_LEN 2u /* Pad Length and Next Header */
+#define PE_ESP_UDP_PORT 4500u
+#define PE_ESP_NH_NO_NEXT 59u /* dummy packet (RFC 4303 §2.6) */
+
+/*
+ * Suites are the IKEv2 ENCR transform IDs of pe_eesp_encr (14-16 CCM,
+ * 18-20 GCM, 21 GMAC, 28 ChaCha20-Poly1305, 29-31 implicit IV), described by
+ * the same pe_eesp_suite: one table for both protocols.
+ */
+typedef enum pe_esp_mode { PE_ESP_TRANSPORT = 0, PE_ESP_TUNNEL = 1 } pe_esp_mode;
+
+typedef struct pe_esp_sa_config {
+    uint32_t spi;
+    unsigned encr;               /* IKEv2 ENCR transform ID (pe_eesp_encr) */
+    unsigned key_bits;           /* AES key size; 0 for ChaCha20-Poly1305 */
+    const uint8_t *key;          /* KEYMAT: key || salt (4 octets, 3 for CCM: the salt ends the key material) */
+    size_t key_len;
+    pe_esp_mode mode;
+    int esn;                     /* extended (64-bit) sequence numbers (RFC 4303 §2.2.1) */
+    int anti_replay;             /* receiver window (default on) */
+    uint32_t replay_window;      /* packets; 0: PE_REPLAY_DEFAULT_WINDOW */
+    uint64_t replay_top;         /* receiver: highest sequence number already accepted, to resume an SA (and
+                                    to place the ESN inference); 0: a fresh SA */
+    int udp_encap;               /* sender: UDP encapsulation (RFC 3948) */
+    uint16_t udp_sport, udp_dport; /* defaults 4500 */
+    const uint8_t *outer_header; /* tunnel: IPv4 (20, IHL 5) or IPv6 (40) template; NULL: copy of the inner */
+    size_t outer_header_len;
+    int dst_family;              /* receiver: 0 any destination, or 4 / 6 with dst (network order) */
+    uint8_t dst[16];
+} pe_esp_sa_config;
+
+void pe_esp_sa_config_init(pe_esp_sa_config *cfg);
+
+/* ---- sending ---- */
+
+typedef struct pe_esp_tx pe_esp_tx;
+pe_status pe_esp_tx_new(const pe_esp_sa_config *cfg, pe_esp_tx **out);
+void pe_esp_tx_free(pe_esp_tx *tx);
+/* The sequence number the next packet carries (all 64 bits with ESN); 0 once exhausted. */
+uint64_t pe_esp_tx_next_seq(const pe_esp_tx *tx);
+/* Let the sequence numbers continue at `next` (forward only, and within 32 bits without ESN). */
+pe_status pe_esp_tx_set_next_seq(pe_esp_tx *tx, uint64_t next);
+
+/* Largest growth of a packet: outer IPv6 + UDP + header + IV + padding + trailer + ICV. */
+#define PE_ESP_MAX_OVERHEAD (40u + 8u + 8u + 8u + 3u + 2u + 16u)
+
+/* Encapsulate one whole IPv4/IPv6 packet (tunnel: all of it; transport: what follows the kept headers). */
+pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);
+
+/*
+ * The ESP octets alone, from the SPI to the ICV, around `payload` whose
+ * protocol is `next_header`: for callers that frame the packet themselves,
+ * and for dummy packets (next_header PE_ESP_NH_NO_NEXT, RFC 4303 §2.6).
+ * `payload` must not overlap `out`.
+ */
+pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload, size_t len, uint8_t *out,
+                      size_t cap, size_t *out_len);
+
+/* ---- receiving ---- */
+
+typedef struct pe_esp_rx_config {
+    uint16_t udp_port;      /* default 4500 */
+    int check_udp_checksum;
+    /*
+     * Default on: on the UDP port a first octet with its top bit set is EESP
+     * (eesp-in-udp), as pe_eesp_udp_classify says, so inbound ESP SPIs must
+     * be below 0x80000000 there.  Off for a host without EESP.
+     */
+    int eesp_on_port;
+} pe_esp_rx_config;
+
+typedef struct pe_esp_rx pe_esp_rx;
+
+/* What a received packet held, for callers and dissectors. */
+typedef struct pe_esp_info {
+    uint32_t spi;
+    uint32_t seq_low;      /* the Sequence Number field */
+    uint64_t seq;          /* with ESN the inferred 64-bit number, else seq_low */
+    int udp_encap;
+    const uint8_t *iv;     /* explicit IV (points into the packet), or NULL */
+    size_t iv_len;
+    uint8_t next_header;
+    uint8_t pad_len;
+    int icv_valid;         /* also set when the packet is dropped after the ICV check */
+    /* Known once an SA matched (sa_found): */
+    int sa_found;
+    pe_eesp_suite suite;
+    pe_esp_mode mode;
+    int esn;
+    size_t payload_offset; /* from the SPI */
+    size_t icv_len;
+} pe_esp_info;
+
+void pe_esp_rx_config_init(pe_esp_rx_config *cfg);
+pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out);
+void pe_esp_rx_free(pe_esp_rx *rx);
+/* Add a receiving SA, looked up by SPI and, when cfg->dst_family is set, destination address. */
+pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg);
+
+/*
+ * Decapsulate one IP packet carrying ESP (IP protocol 50, or UDP on the
+ * receiver's port).  Not ESP: not-esp, nat-keepalive, ike-non-esp-marker,
+ * eesp-in-udp (category not-this-protocol).  `out` needs len octets; tunnel
+ * mode gives the inner packet, transport mode the packet with its IP header
+ * back in front.  info (optional) is filled as far as processing got.
+ */
+pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len,
+                       pe_esp_info *info);
+
+/*
+ * Open the ESP octets alone (the IP payload, or the UDP payload on the
+ * port), for dissectors that parsed the outer headers themselves.
+ * ip_version (4 or 6) and dst (the outer destination, network order, or
+ * NULL) pick the SA as pe_esp_decap does.  `out` (len octets) receives the
+ * payload: the tunnelled packet, or the upper-layer segment whose protocol
+ * is info->next_header.  With PE_ESP_OPEN_NO_REPLAY the window is neither
+ * checked nor moved (ESN inference still reads it).
+ */
+#define PE_ESP_OPEN_NO_REPLAY 1u
+pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,
+                      unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_esp_info *info);
+
+/*
+ * RFC 4303 Appendix A2.2: the 64-bit sequence number a received low half
+ * stands for, given the highest number accepted so far (`top`) and the
+ * window size.  Exposed for tests and dissectors.
+ */
+uint64_t pe_esp_infer_seq(uint64_t top, uint32_t window, uint32_t seq_low);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,616 @@
+/*
+ * ESP SAs, encapsulation and decapsulation of whole IP packets (RFC 4303 with
+ * the AEAD suites of RFC 4106, 4309, 4543, 7634 and 8750; UDP per RFC 3948).
+ * The receiver's steps are numbered after RFC 4303 §3.4; docs/guide-esp.md
+ * says what the core chose where the RFCs leave room.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pe/esp.h"
+#include "pe/ip.h"
+#include "pe/replay.h"
+#include "pe/wipe.h"
+
+#define KEYMAT_MAX (32u + 4u)
+#define SEQ32_MAX 0xffffffffu
+
+typedef struct esp_sa {
+    uint32_t spi;
+    pe_eesp_suite suite;
+    uint8_t salt[4];
+    pe_aead aead; /* keyed once, when the SA is made */
+    pe_esp_mode mode;
+    int esn;
+    int anti_replay;
+    uint32_t window_size;
+    pe_replay_window replay; /* receiver with anti-replay */
+    uint64_t top;            /* receiver without anti-replay: highest number accepted (for ESN) */
+    uint64_t counter;        /* sender: last sequence number used */
+    int udp_encap;
+    uint16_t udp_sport, udp_dport;
+    uint8_t outer[PE_IPV6_HDR_LEN];
+    size_t outer_len;
+    int dst_family;
+    uint8_t dst[16];
+} esp_sa;
+
+void pe_esp_sa_config_init(pe_esp_sa_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->encr = PE_ENCR_AES_GCM_16;
+    cfg->key_bits = 128;
+    cfg->anti_replay = 1;
+    cfg->udp_sport = PE_ESP_UDP_PORT;
+    cfg->udp_dport = PE_ESP_UDP_PORT;
+}
+
+static pe_status check_config(const pe_esp_sa_config *c, const pe_eesp_suite *suite)
+{
+    if (c->mode != PE_ESP_TRANSPORT && c->mode != PE_ESP_TUNNEL)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (c->dst_family != 0 && c->dst_family != 4 && c->dst_family != 6)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (!c->key || c->key_len != suite->key_len + suite->salt_len)
+        return PE_ERR_KEY_LENGTH;
+    if (c->replay_window && (c->replay_window < PE_REPLAY_MIN_WINDOW || c->replay_window > PE_REPLAY_MAX_WINDOW))
+        return PE_ERR_INVALID_ARGUMENT;
+    /* Without ESN a number above 2^32 - 1 cannot have been received. */
+    if (!c->esn && c->replay_top > SEQ32_MAX)
+        return PE_ERR_ESP_CONFIG;
+    if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
+                             (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
+        return PE_ERR_INVALID_ARGUMENT;
+    return PE_OK;
+}
+
+/* The key schedule is made here, once per SA: packets only set the nonce. */
+static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
+{
+    memset(sa, 0, sizeof *sa);
+    if (pe_eesp_suite_get(c->encr, c->key_bits, &sa->suite) != PE_OK)
+        return PE_ERR_ESP_SUITE;
+    pe_status st = check_config(c, &sa->suite);
+    if (st != PE_OK)
+        return st;
+    const pe_eesp_suite *s = &sa->suite;
+    if ((st = pe_aead_init(&sa->aead, s->alg, dir, c->key, s->key_len, s->icv_len)) != PE_OK)
+        return st;
+    memcpy(sa->salt, c->key + s->key_len, s->salt_len); /* RFC 4106 §8.1: the salt ends the KEYMAT */
+    sa->spi = c->spi;
+    sa->mode = c->mode;
+    sa->esn = !!c->esn;
+    sa->anti_replay = !!c->anti_replay;
+    sa->window_size = c->replay_window ? c->replay_window : PE_REPLAY_DEFAULT_WINDOW;
+    sa->udp_encap = !!c->udp_encap;
+    sa->udp_sport = c->udp_sport;
+    sa->udp_dport = c->udp_dport;
+    if (c->outer_header) {
+        memcpy(sa->outer, c->outer_header, c->outer_header_len);
+        sa->outer_len = c->outer_header_len;
+    }
+    sa->dst_family = c->dst_family;
+    memcpy(sa->dst, c->dst, sizeof sa->dst);
+    if (dir == PE_AEAD_OPEN) {
+        sa->top = c->replay_top;
+        if (sa->anti_replay) {
+            if ((st = pe_replay_init(&sa->replay, sa->window_size)) != PE_OK) {
+                pe_aead_free(&sa->aead);
+                return st;
+            }
+            sa->window_size = sa->replay.size;
+            sa->replay.top = c->replay_top; /* numbers in the window below it count as not yet received */
+        }
+    }
+    return PE_OK;
+}
+
+static void sa_free(esp_sa *sa)
+{
+    pe_aead_free(&sa->aead);
+    pe_replay_free(&sa->replay);
+    pe_wipe(sa, sizeof *sa);
+}
+
+/* RFC 4106 §4, RFC 4309 §4, RFC 7634 §2: salt || IV; RFC 8750: the IV is the 64-bit sequence number. */
+static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[12])
+{
+    size_t salt = sa->suite.salt_len;
+    memcpy(nonce, sa->salt, salt);
+    if (sa->suite.iv_len)
+        memcpy(nonce + salt, iv, 8);
+    else
+        pe_put64(nonce + salt, seq);
+}
+
+/*
+ * RFC 4106 §5 (also RFC 4309 §5, RFC 7634 §2.1, RFC 8750 §4): SPI || Seq, or
+ * SPI || Seq high || Seq low with ESN.  RFC 4543 §3.3 (GMAC): the same
+ * followed by everything up to the ICV, IV included (`rest`).  `hdr` holds
+ * the 8 or 12 octets.
+ */
+static size_t aad_for(const esp_sa *sa, uint32_t spi, uint64_t seq, const uint8_t *rest, size_t rest_len,
+                      uint8_t hdr[12], pe_iov iov[2])
+{
+    size_t n = 0;
+    pe_put32(hdr, spi);
+    if (sa->esn) {
+        pe_put64(hdr + 4, seq);
+        n = 12;
+    } else {
+        pe_put32(hdr + 4, (uint32_t)seq);
+        n = 8;
+    }
+    iov[0] = (pe_iov){hdr, n};
+    if (!sa->suite.integrity_only)
+        return 1;
+    iov[1] = (pe_iov){rest, rest_len};
+    return 2;
+}
+
+uint64_t pe_esp_infer_seq(uint64_t top, uint32_t window, uint32_t seq_low)
+{
+    uint32_t tl = (uint32_t)top, th = (uint32_t)(top >> 32);
+    uint32_t bl = tl - window + 1; /* modulo 2^32, as the RFC's arithmetic is */
+    uint32_t sh;
+    if (tl >= window - 1) /* Case A: the window lies within one subspace */
+        sh = seq_low >= bl ? th : th + 1;
+    else                  /* Case B: it spans two -- but below subspace 0 there is none to go back to */
+        sh = seq_low >= bl && th ? th - 1 : th;
+    return (uint64_t)sh << 32 | seq_low;
+}
+
+/* ------------------------------------------------------------------ sending */
+
+struct pe_esp_tx {
+    esp_sa sa;
+};
+
+pe_status pe_esp_tx_new(const pe_esp_sa_config *cfg, pe_esp_tx **out)
+{
+    *out = NULL;
+    pe_esp_tx *tx = calloc(1, sizeof *tx);
+    if (!tx)
+        return PE_ERR_NOMEM;
+    pe_status st = sa_init(&tx->sa, cfg, PE_AEAD_SEAL);
+    if (st != PE_OK) {
+        pe_wipe(tx, sizeof *tx);
+        free(tx);
+        return st;
+    }
+    *out = tx;
+    return PE_OK;
+}
+
+void pe_esp_tx_free(pe_esp_tx *tx)
+{
+    if (!tx)
+        return;
+    sa_free(&tx->sa);
+    free(tx);
+}
+
+static uint64_t seq_limit(const esp_sa *sa)
+{
+    return sa->esn ? UINT64_MAX : SEQ32_MAX;
+}
+
+uint64_t pe_esp_tx_next_seq(const pe_esp_tx *tx)
+{
+    return tx->sa.counter == seq_limit(&tx->sa) ? 0 : tx->sa.counter + 1;
+}
+
+pe_status pe_esp_tx_set_next_seq(pe_esp_tx *tx, uint64_t next)
+{
+    /* Only forward: a number once sent (and its IV) must never come again. */
+    if (next == 0 || next - 1 < tx->sa.counter || next > seq_limit(&tx->sa))
+        return PE_ERR_INVALID_ARGUMENT;
+    tx->sa.counter = next - 1;
+    return PE_OK;
+}
+
+/* RFC 4303 §2.4: payload, padding and trailer end on a 4-octet boundary (the AEADs' block size is 1). */
+static size_t pad_len_for(size_t payload_len)
+{
+    return (4 - (payload_len + PE_ESP_TRAILER_LEN) % 4) % 4;
+}
+
+static size_t esp_len_for(const esp_sa *sa, size_t payload_len)
+{
+    return PE_ESP_HDR_LEN + sa->suite.iv_len + payload_len + pad_len_for(payload_len) + PE_ESP_TRAILER_LEN +
+           sa->suite.icv_len;
+}
+
+/* Write the ESP octets for a payload at e (cap checked by the caller); spends one sequence number. */
+static pe_status seal_into(esp_sa *sa, uint8_t next_header, const uint8_t *payload, size_t len, uint8_t *e)
+{
+    const pe_eesp_suite *s = &sa->suite;
+    if (sa->counter == seq_limit(sa))
+        return PE_ERR_SEQ_EXHAUSTED; /* RFC 4303 §3.3.3: never cycle; rekey */
+    uint64_t seq = ++sa->counter;    /* spent from here on, whatever happens */
+    size_t iv_off = PE_ESP_HDR_LEN, payload_off = iv_off + s->iv_len;
+    size_t pad_len = pad_len_for(len);
+    size_t data_end = payload_off + len + pad_len + PE_ESP_TRAILER_LEN;
+
+    pe_put32(e, sa->spi);
+    pe_put32(e + 4, (uint32_t)seq); /* the low half only: ESN's high half is implicit (RFC 4303 §2.2.1) */
+    if (s->iv_len)
+        pe_put64(e + iv_off, seq);  /* a counter never repeats under one key (RFC 4106 §3.1) */
+    memcpy(e + payload_off, payload, len);
+    for (size_t i = 0; i < pad_len; i++)
+        e[payload_off + len + i] = (uint8_t)(i + 1); /* RFC 4303 §2.4 default padding: 1, 2, 3, ... */
+    e[data_end - 2] = (uint8_t)pad_len;
+    e[data_end - 1] = next_header;
+
+    uint8_t nonce[12], hdr[12];
+    nonce_for(sa, e + iv_off, seq, nonce);
+    pe_iov aad[2];
+    size_t n_aad = aad_for(sa, sa->spi, seq, e + iv_off, data_end - iv_off, hdr, aad);
+    size_t enc_off = s->integrity_only ? data_end : payload_off;
+    return pe_aead_seal(&sa->aead, nonce, aad, n_aad, e + enc_off, data_end - enc_off, e + enc_off, e + data_end);
+}
+
+pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload, size_t len, uint8_t *out,
+                      size_t cap, size_t *out_len)
+{
+    if (len > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG;
+    size_t n = esp_len_for(&tx->sa, len);
+    if (cap < n)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    pe_status st = seal_into(&tx->sa, next_header, payload, len, out);
+    if (st == PE_OK)
+        *out_len = n;
+    return st;
+}
+
+pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len)
+{
+    esp_sa *sa = &tx->sa;
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    if (st != PE_OK)
+        return st;
+
+    /* RFC 4303 §3.1: transport mode keeps the IP header (and IPv6's kept extension headers) in front. */
+    pe_ip_split split = {0};
+    int carrier_v6;
+    const uint8_t *payload;
+    size_t payload_len, outer_len;
+    uint8_t nh;
+    if (sa->mode == PE_ESP_TUNNEL) {
+        nh = ip.version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
+        payload = pkt;
+        payload_len = ip.len;
+        outer_len = sa->outer_len ? sa->outer_len : ip.version == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN;
+        carrier_v6 = outer_len == PE_IPV6_HDR_LEN;
+    } else {
+        if (ip.is_fragment)
+            return PE_ERR_IP_FRAGMENT; /* RFC 4303 §3.3.4: ESP applies to whole packets */
+        pe_ip_transport_split(&ip, &split);
+        nh = split.next_header;
+        payload = pkt + split.keep;
+        payload_len = ip.len - split.keep;
+        outer_len = split.keep;
+        carrier_v6 = ip.version == 6;
+    }
+    size_t udp_len = sa->udp_encap ? PE_UDP_HDR_LEN : 0;
+    size_t esp_len = esp_len_for(sa, payload_len);
+    size_t total = outer_len + udp_len + esp_len;
+    if (total - (carrier_v6 ? PE_IPV6_HDR_LEN : 0) > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG;
+    if (cap < total)
+        return PE_ERR_BUFFER_TOO_SMALL;
+
+    uint8_t proto = sa->udp_encap ? PE_IPPROTO_UDP : PE_ESP_IPPROTO;
+    if (sa->mode == PE_ESP_TUNNEL) {
+        pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, ip.version, proto, out);
+    } else {
+        memcpy(out, pkt, split.keep);
+        out[split.proto_field] = proto;
+    }
+    uint8_t *e = out + outer_len;
+    if (sa->udp_encap) { /* RFC 3948 §2.1, which also asks for checksum 0 */
+        pe_put16(e, sa->udp_sport);
+        pe_put16(e + 2, sa->udp_dport);
+        pe_put16(e + 4, (uint16_t)(udp_len + esp_len));
+        pe_put16(e + 6, 0);
+        e += udp_len;
+    }
+    if ((st = seal_into(sa, nh, payload, payload_len, e)) != PE_OK)
+        return st;
+    pe_ip_set_length(out, total);
+    if (!carrier_v6)
+        pe_ipv4_set_checksum(out);
+    *out_len = total;
+    return PE_OK;
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+struct pe_esp_rx {
+    uint16_t udp_port;
+    int check_udp_checksum;
+    int eesp_on_port;
+    size_t n_sas, cap_sas;
+    esp_sa **sas;
+};
+
+void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->udp_port = PE_ESP_UDP_PORT;
+    cfg->eesp_on_port = 1;
+}
+
+pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return PE_ERR_NOMEM;
+    (*out)->udp_port = cfg->udp_port;
+    (*out)->check_udp_checksum = cfg->check_udp_checksum;
+    (*out)->eesp_on_port = cfg->eesp_on_port;
+    return PE_OK;
+}
+
+void pe_esp_rx_free(pe_esp_rx *rx)
+{
+    if (!rx)
+        return;
+    for (size_t i = 0; i < rx->n_sas; i++) {
+        sa_free(rx->sas[i]);
+        free(rx->sas[i]);
+    }
+    free(rx->sas);
+    free(rx);
+}
+
+static int same_dst(const esp_sa *a, int family, const uint8_t *dst)
+{
+    return a->dst_family == family && memcmp(a->dst, dst, family == 4 ? 4 : 16) == 0;
+}
+
+/* RFC 4301 §4.1: by SPI, and destination where the SA is bound to one (which beats an SA for any). */
+static esp_sa *find_sa(const pe_esp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
+{
+    esp_sa *any = NULL;
+    for (size_t i = 0; i < rx->n_sas; i++) {
+        esp_sa *sa = rx->sas[i];
+        if (sa->spi != spi)
+            continue;
+        if (sa->dst_family == 0)
+            any = sa;
+        else if (dst && same_dst(sa, family, dst))
+            return sa;
+    }
+    return any;
+}
+
+pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg)
+{
+    for (size_t i = 0; i < rx->n_sas; i++)
+        if (rx->sas[i]->spi == cfg->spi && rx->sas[i]->dst_family == cfg->dst_family &&
+            (cfg->dst_family == 0 || same_dst(rx->sas[i], cfg->dst_family, cfg->dst)))
+            return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
+    if (rx->n_sas == rx->cap_sas) {
+        size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
+        esp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
+        if (!sas)
+            return PE_ERR_NOMEM;
+        rx->sas = sas;
+        rx->cap_sas = cap;
+    }
+    esp_sa *sa = malloc(sizeof *sa);
+    if (!sa)
+        return PE_ERR_NOMEM;
+    pe_status st = sa_init(sa, cfg, PE_AEAD_OPEN);
+    if (st != PE_OK) {
+        pe_wipe(sa, sizeof *sa);
+        free(sa);
+        return st;
+    }
+    rx->sas[rx->n_sas++] = sa;
+    return PE_OK;
+}
+
+/* Where the ESP packet is: after the IP (extension) headers, or in UDP (RFC 3948 §2, eesp.md §14). */
+static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, size_t *esp_off, int *udp)
+{
+    *udp = 0;
+    if (ip->protocol == PE_ESP_IPPROTO) {
+        if (ip->is_fragment)
+            return PE_ERR_IP_FRAGMENT; /* RFC 4303 §3.4.1: reassembly comes first */
+        *esp_off = ip->l4_offset;
+        return PE_OK;
+    }
+    if (ip->protocol != PE_IPPROTO_UDP || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
+        return PE_ERR_NOT_ESP;
+    const uint8_t *u = pkt + ip->l4_offset;
+    if (ip->is_fragment)
+        return pe_ip_first_fragment(pkt, ip) && pe_get16(u + 2) == rx->udp_port ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_ESP;
+    if (pe_get16(u + 2) != rx->udp_port)
+        return PE_ERR_NOT_ESP;
+    size_t udp_len = pe_get16(u + 4);
+    if (udp_len != ip->len - ip->l4_offset)
+        return PE_ERR_UDP_LENGTH;
+    if (rx->check_udp_checksum && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
+        return PE_ERR_UDP_CHECKSUM;
+    /* One classifier for both protocols, so that each passes over exactly what the other takes. */
+    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN)) {
+    case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
+    case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
+    case PE_UDP4500_EESP:
+        if (rx->eesp_on_port)
+            return PE_ERR_EESP_IN_UDP;
+        break;
+    case PE_UDP4500_ESP: break;
+    }
+    *udp = 1;
+    *esp_off = ip->l4_offset + PE_UDP_HDR_LEN;
+    return PE_OK;
+}
+
+static uint64_t sa_top(const esp_sa *sa)
+{
+    return sa->anti_replay ? sa->replay.top : sa->top;
+}
+
+/*
+ * RFC 4303 sections 2.4-2.6 and 3.4.4.1 on the verified region `dst` (payload,
+ * padding, trailer): Pad Length, the padding octets, dummy packets, and in
+ * tunnel mode one whole IP packet of the announced version.
+ */
+static pe_status after_icv(const esp_sa *sa, const uint8_t *dst, size_t region_len, pe_esp_info *info,
+                           size_t *inner_len)
+{
+    info->pad_len = dst[region_len - 2];
+    info->next_header = dst[region_len - 1];
+    if ((size_t)info->pad_len + PE_ESP_TRAILER_LEN > region_len)
+        return PE_ERR_ESP_PAD_LENGTH;
+    *inner_len = region_len - PE_ESP_TRAILER_LEN - info->pad_len;
+    for (size_t i = 0; i < info->pad_len; i++)
+        if (dst[*inner_len + i] != (uint8_t)(i + 1))
+            return PE_ERR_ESP_PADDING;
+    if (info->next_header == PE_ESP_NH_NO_NEXT)
+        return PE_ERR_ESP_DUMMY; /* RFC 4303 §2.6: well-formed, authenticated, and discarded */
+    if (sa->mode == PE_ESP_TUNNEL) {
+        if (info->next_header != PE_IPPROTO_IPV4 && info->next_header != PE_IPPROTO_IPV6)
+            return PE_ERR_ESP_NEXT_HEADER;
+        if (!pe_ip_is_whole_packet(dst, *inner_len, info->next_header == PE_IPPROTO_IPV4 ? 4 : 6))
+            return PE_ERR_ESP_INNER;
+    }
+    return PE_OK;
+}
+
+/*
+ * RFC 4303 sections 3.4.2-3.4.4 on the ESP octets `e`.  The payload lands at
+ * out + lead (transport mode), so that a caller can put the IP header back
+ * in front without moving it.
+ */
+static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int family, const uint8_t *daddr,
+                          unsigned flags, uint8_t *out, size_t cap, size_t transport_lead, size_t *inner_len,
+                          pe_esp_info *info)
+{
+    pe_status st;
+
+    /* Step 1 (RFC 4303 §3.4.2): SPI and the SA. */
+    if (elen < PE_ESP_HDR_LEN)
+        return PE_ERR_ESP_TRUNCATED;
+    info->spi = pe_get32(e);
+    info->seq_low = pe_get32(e + 4);
+    esp_sa *sa = find_sa(rx, info->spi, family, daddr);
+    if (!sa)
+        return PE_ERR_ESP_NO_SA;
+    const pe_eesp_suite *s = &sa->suite;
+    info->sa_found = 1;
+    info->suite = *s;
+    info->mode = sa->mode;
+    info->esn = sa->esn;
+    info->icv_len = s->icv_len;
+    info->iv_len = s->iv_len;
+    size_t iv_off = PE_ESP_HDR_LEN, payload_off = iv_off + s->iv_len;
+    info->payload_offset = payload_off;
+
+    /* Step 2: length -- header, IV, trailer and ICV at least. */
+    if (payload_off + PE_ESP_TRAILER_LEN + s->icv_len > elen)
+        return PE_ERR_ESP_TRUNCATED;
+    size_t data_end = elen - s->icv_len;
+    if (s->iv_len)
+        info->iv = e + iv_off;
+
+    /* Step 3 (RFC 4303 §3.4.3, Appendix A2.2): the sequence number, ESN's high half inferred, and the replay pre-check. */
+    uint64_t seq = sa->esn ? pe_esp_infer_seq(sa_top(sa), sa->window_size, info->seq_low) : info->seq_low;
+    info->seq = seq;
+    if (seq == 0)
+        return PE_ERR_ESP_SEQ_ZERO;
+    int replay = sa->anti_replay && !(flags & PE_ESP_OPEN_NO_REPLAY);
+    if (replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
+        return st;
+
+    /* Step 4 (RFC 4303 §3.4.4.2): ICV check and decryption in one pass, into out + lead. */
+    size_t region_len = data_end - payload_off;
+    size_t lead = sa->mode == PE_ESP_TRANSPORT ? transport_lead : 0;
+    if (cap < lead || cap - lead < region_len)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    uint8_t *dst = out + lead;
+    uint8_t nonce[12], hdr[12];
+    nonce_for(sa, e + iv_off, seq, nonce);
+    pe_iov aad[2];
+    size_t n_aad = aad_for(sa, info->spi, seq, e + iv_off, data_end - iv_off, hdr, aad);
+    if (s->integrity_only) {
+        memcpy(dst, e + payload_off, region_len);
+        st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + data_end, 0, e + data_end, dst + region_len);
+    } else {
+        st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + payload_off, region_len, e + data_end, dst);
+    }
+    info->icv_valid = st == PE_OK;
+    if (st != PE_OK) {
+        pe_wipe(dst, region_len); /* never hand out unauthenticated plaintext */
+        return st;
+    }
+
+    /* Step 5 (RFC 4303 §3.4.3): the window moves only now, and with it ESN's reference point. */
+    if (replay)
+        st = pe_replay_update(&sa->replay, seq);
+    else if (!sa->anti_replay && seq > sa->top && !(flags & PE_ESP_OPEN_NO_REPLAY))
+        sa->top = seq;
+
+    /* Step 6 (RFC 4303 sections 3.4.4.1, 2.4-2.6): trailer, padding, dummy packets, the tunnelled packet. */
+    if (st == PE_OK)
+        st = after_icv(sa, dst, region_len, info, inner_len);
+    if (st != PE_OK) {
+        pe_wipe(dst, region_len); /* authenticated, but not delivered: nothing of it stays behind */
+        return st;
+    }
+    return PE_OK;
+}
+
+static void info_reset(pe_esp_info *info)
+{
+    memset(info, 0, sizeof *info);
+}
+
+pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,
+                      unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_esp_info *info)
+{
+    pe_esp_info local;
+    if (!info)
+        info = &local;
+    info_reset(info);
+    return open_esp(rx, esp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
+}
+
+pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len,
+                       pe_esp_info *info)
+{
+    pe_esp_info local;
+    if (!info)
+        info = &local;
+    info_reset(info);
+
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    if (st != PE_OK)
+        return st;
+    size_t esp_off;
+    if ((st = locate(rx, pkt, &ip, &esp_off, &info->udp_encap)) != PE_OK)
+        return st;
+    /* Tunnel mode hands out the inner packet alone; transport mode puts the IP header back in front. */
+    size_t keep = ip.l4_offset, inner_len;
+    st = open_esp(rx, pkt + esp_off, ip.len - esp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), 0, out,
+                  cap, keep, &inner_len, info);
+    if (st != PE_OK)
+        return st;
+    if (info->mode == PE_ESP_TUNNEL) {
+        *out_len = inner_len;
+        return PE_OK;
+    }
+    memcpy(out, pkt, keep);
+    out[ip.proto_field] = info->next_header; /* with UDP encapsulation the UDP header goes too */
+    pe_ip_set_length(out, keep + inner_len);
+    if (ip.version == 4)
+        pe_ipv4_set_checksum(out);
+    *out_len = keep + inner_len;
+    return PE_OK;
+}
