@@ -22,6 +22,8 @@ typedef int... pe_status;
 static const int PE_OK;
 static const int PE_STATUS_COUNT;
 static const int PE_ERR_CAP_WRITE;
+static const int PE_ERR_CAP_TRUNCATED;
+static const int PE_ERR_CAP_IO;
 const char *pe_status_name(pe_status s);
 const char *pe_status_message(pe_status s);
 const char *OpenSSL_version(int t); /* the libcrypto the core runs on, for --version */

@@ -1591,10 +1591,11 @@ static pe_status run_open(transform_run *t, unsigned flags)
     if (to_pcap && to_pcapng)
         return PE_ERR_INVALID_ARGUMENT;
     int in_ng = t->r->fmt == PE_CAPTURE_PCAPNG;
-    t->out_fmt = (to_pcapng || (in_ng && !to_pcap)) ? PE_CAPTURE_PCAPNG : t->r->fmt;
+    if (in_ng) /* to pcap: the resolution is the first IDB's (write_block) */
+        t->out_fmt = to_pcap ? PE_CAPTURE_PCAP : PE_CAPTURE_PCAPNG;
+    else
+        t->out_fmt = to_pcapng ? PE_CAPTURE_PCAPNG : t->r->fmt;
     t->convert = in_ng != (t->out_fmt == PE_CAPTURE_PCAPNG);
-    if (t->convert && in_ng)
-        t->out_fmt = PE_CAPTURE_PCAP; /* resolution decided by the first IDB */
     t->transform_chunk = chunk_transform_serial;
     t->recs = calloc(CHUNK_RECORDS, sizeof *t->recs);
     t->arena = malloc(CHUNK_RECORDS * (size_t)TRANSFORM_OUT_CAP);
