@@ -599,7 +599,7 @@ static pe_status reader_new(pe_capture_reader **out)
     return PE_OK;
 }
 
-static pe_status reader_open_fd(int fd, int own_fd, pe_capture_reader **out)
+static pe_status reader_open_fd(int fd, int own_fd, size_t window, pe_capture_reader **out)
 {
     pe_capture_reader *r;
     pe_status st = reader_new(&r);
@@ -615,8 +615,8 @@ static pe_status reader_open_fd(int fd, int own_fd, pe_capture_reader **out)
         off_t at = lseek(fd, 0, SEEK_CUR);
         r->size = (uint64_t)sb.st_size - (at > 0 && at <= sb.st_size ? (uint64_t)at : 0);
     }
-    r->owned = malloc(READ_BUFFER_SIZE);
-    r->owned_cap = READ_BUFFER_SIZE;
+    r->owned = malloc(window);
+    r->owned_cap = window;
     r->buf = r->owned;
     st = r->owned ? reader_start(r) : PE_ERR_NOMEM;
     if (st != PE_OK) {
@@ -629,10 +629,15 @@ static pe_status reader_open_fd(int fd, int own_fd, pe_capture_reader **out)
 
 pe_status pe_capture_open_fd(int fd, pe_capture_reader **out)
 {
-    if (fd < 0 || !out)
+    return pe_capture_open_fd_window(fd, READ_BUFFER_SIZE, out);
+}
+
+pe_status pe_capture_open_fd_window(int fd, size_t window, pe_capture_reader **out)
+{
+    if (fd < 0 || !out || window < 16 || window > PE_CAPTURE_RECORD_MAX)
         return PE_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    return reader_open_fd(fd, 0, out);
+    return reader_open_fd(fd, 0, window, out);
 }
 
 pe_status pe_capture_open_file(const char *path, pe_capture_reader **out)
@@ -643,7 +648,7 @@ pe_status pe_capture_open_file(const char *path, pe_capture_reader **out)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return PE_ERR_CAP_IO;
-    return reader_open_fd(fd, 1, out);
+    return reader_open_fd(fd, 1, READ_BUFFER_SIZE, out);
 }
 
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out)
