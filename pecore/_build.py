@@ -59,6 +59,7 @@ typedef struct pe_capture_writer pe_capture_writer;
 pe_status pe_capture_open_file(const char *path, pe_capture_reader **out);
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out);
 pe_status pe_capture_open_fd(int fd, pe_capture_reader **out);
+pe_status pe_capture_open_fd_window(int fd, size_t window, pe_capture_reader **out);
 uint64_t pe_capture_reader_offset(const pe_capture_reader *r);
 pe_capture_format pe_capture_reader_format(const pe_capture_reader *r);
 pe_status pe_capture_next(pe_capture_reader *r, pe_capture_record *rec, int *eof);

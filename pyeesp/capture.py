@@ -28,7 +28,8 @@ def encrypt_capture(
     progress: Optional[ProgressFn] = None,
     fmt: Optional[str] = None,
 ) -> Summary:
-    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out).
+    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     With ``sub_sas`` > 1, flows are spread over Sub SAs 0..sub_sas-1 by a hash
     of addresses, protocol and ports (the SA needs an SSKDF).  Non-IP frames
@@ -51,7 +52,8 @@ def decrypt_capture(
     progress: Optional[ProgressFn] = None,
     fmt: Optional[str] = None,
 ) -> Summary:
-    """Decrypt every EESP packet of a pcap/pcapng file (same format out).
+    """Decrypt every EESP packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     ESP, IKE and keepalives on UDP 4500 and other traffic pass unchanged and
     are counted by kind; EESP packets that fail (bad ICV, replay, no SA,

@@ -26,7 +26,8 @@ def encrypt_capture(
     progress: Optional[ProgressFn] = None,
     fmt: Optional[str] = None,
 ) -> Summary:
-    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file into ``out_path`` (same format).
+    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file into ``out_path`` (same format, or
+    ``fmt`` "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     Non-IP frames are copied unchanged; packets the SA refuses (e.g. fragments
     in transport mode) are copied unchanged and counted by reason, or left out
@@ -45,7 +46,8 @@ def decrypt_capture(
     progress: Optional[ProgressFn] = None,
     fmt: Optional[str] = None,
 ) -> Summary:
-    """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format).
+    """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format, or
+    ``fmt`` "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     Non-PSP packets are copied unchanged; PSP packets that fail (bad ICV, no
     key, malformed) are copied unchanged and counted by reason, or left out
