@@ -269,6 +269,7 @@ def run_transform(
         summary.seconds = time.perf_counter() - t0
         if run.stopped_by is not None:
             run.stopped_by.summary = summary  # type: ignore[attr-defined]
+            run.stopped_by.to_stdout = out_std  # type: ignore[attr-defined]  # what was written there stays
             raise run.stopped_by
         if st == lib.PE_ERR_CAP_WRITE and out_std and write_errno == errno.EPIPE:
             raise BrokenPipeError(errno.EPIPE, "standard output closed by its reader")

@@ -183,7 +183,11 @@ def _on_sigterm(signum, frame):  # type: ignore[no-untyped-def]
 
 def _how_far(e: BaseException) -> str:
     summary = getattr(e, "summary", None)
-    return f" after {summary.packets:,} packets; no output was written" if summary is not None else ""
+    if summary is None:
+        return ""
+    if getattr(e, "to_stdout", False):
+        return f" after {summary.packets:,} packets; standard output has the records written before"
+    return f" after {summary.packets:,} packets; no output was written"
 
 
 def run_main(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> int:

@@ -372,3 +372,26 @@ def test_decrypt_through_pipes_stays_under_64_mib(tmp_path):
     assert r["returncode"] == 0, r["stderr"]
     assert r["matches_clear"] and r["input_bytes"] > 300_000_000
     assert r["peak_rss_bytes"] < 64 << 20, f"peak RSS {r['peak_rss_bytes'] / (1 << 20):.1f} MiB"
+
+
+def test_ctrl_c_with_standard_output_says_what_was_written(tmp_path):
+    """Ctrl-C stops a run to standard output within a few thousand packets (status 130); what was written to
+    standard output stays there, and the message says so instead of "no output was written"."""
+    import signal
+    import threading
+
+    clear = _write(tmp_path / "c.pcap", pcap_bytes([eth(udp4(b"i" * 1000))] * 50_000))
+    proc = subprocess.Popen([sys.executable, "-m", "pypsp", "encrypt", str(clear), "-", "--master-key0", MK0,
+                             "--spi", "12345678"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT))
+    got = [proc.stdout.read(65536)]  # type: ignore[union-attr]  # the run is under way
+    proc.send_signal(signal.SIGINT)
+    t = threading.Thread(target=lambda: got.append(proc.stdout.read()))  # type: ignore[union-attr]
+    t.start()
+    err = proc.stderr.read().decode()  # type: ignore[union-attr]
+    proc.wait(timeout=60)
+    t.join()
+    assert proc.returncode == 130, err
+    assert "pypsp: interrupted after" in err and "standard output has the records written before" in err, err
+    assert "Traceback" not in err
+    out = b"".join(got)
+    assert out[:4] == struct.pack("<I", 0xA1B2C3D4) and len(out) < clear.stat().st_size
