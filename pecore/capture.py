@@ -276,7 +276,8 @@ def run_transform(
         if st == lib.PE_ERR_CAP_WRITE:
             why = os.strerror(write_errno) if write_errno else status_message(st)
             err = error(f"{out_name}: cannot write the output: {why}", status_name(st))
-        elif st not in (lib.PE_OK, lib.PE_ERR_CAP_TRUNCATED):
+        elif st != lib.PE_OK and (st != lib.PE_ERR_CAP_TRUNCATED or c.offset == 0):
+            # (a file header cut short is no capture at all: nothing to keep)
             err = error(f"{in_name}: {status_message(st)}", status_name(st))
         else:
             # A cut input keeps what was written: every record in it is whole (docs/captures.md).
@@ -290,7 +291,7 @@ def run_transform(
             if st == lib.PE_OK:
                 return summary
             err = error(f"{in_name}: {status_message(st)} (at octet {c.offset:,}; the {summary.packets:,} "
-                        f"packets before it are in the output)", status_name(st))
+                        f"packets before it were processed)", status_name(st))
             err.output_kept = True  # type: ignore[attr-defined]
         err.summary = summary  # type: ignore[attr-defined]
         err.offset = c.offset  # type: ignore[attr-defined]

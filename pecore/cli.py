@@ -138,7 +138,7 @@ def run_capture(args: argparse.Namespace, label: str, verb: str, transform: Call
     try:
         summary = transform(bar)
     except CoreError as e:
-        if e.code != "capture-truncated" or getattr(e, "summary", None) is None:
+        if e.code != "capture-truncated" or not getattr(e, "output_kept", False):
             raise
         bar.close()
         report(e.summary, verb, args.quiet, stream)  # type: ignore[attr-defined]

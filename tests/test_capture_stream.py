@@ -329,7 +329,7 @@ def test_truncated_input_summary_output_and_status(tool, tmp_path):
     assert out.startswith("packets read:    9\ndecrypted:       9\n")  # the summary a complete run prints
     assert err.strip().splitlines() == [
         f"{prog}: input truncated: {tmp_path / 'cut.pcap'}: capture file ends in the middle of a record "
-        f"(at octet {whole:,}; the 9 packets before it are in the output)"]
+        f"(at octet {whole:,}; the 9 packets before it were processed)"]
     assert (tmp_path / "d.pcap").read_bytes() == pcap_bytes(frames[:9], snaplen=262144)  # all whole records
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.pcap", "d.pcap"]
     # through pipes: the summary on standard error, the 9 records on standard output
@@ -395,3 +395,12 @@ def test_ctrl_c_with_standard_output_says_what_was_written(tmp_path):
     assert "Traceback" not in err
     out = b"".join(got)
     assert out[:4] == struct.pack("<I", 0xA1B2C3D4) and len(out) < clear.stat().st_size
+
+
+def test_a_cut_file_header_is_no_capture(tmp_path):
+    """Cut inside the file header there is nothing whole to keep: an error (status 2) and no output."""
+    clear = pcap_bytes([eth(udp4(b"h"))])
+    for cut in (clear[:10], sample_pcapng(1)[:40]):
+        r = psp("decrypt", "-", tmp_path / "o.pcap", stdin=cut)
+        assert r.returncode == 2 and b"capture-truncated" in r.stderr, r.stderr
+        assert list(tmp_path.iterdir()) == []
