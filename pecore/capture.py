@@ -344,6 +344,15 @@ class Record:
         return self.data[: off[0]]
 
 
+#: The first four octets of a pcap (both byte orders, usec and nsec magic) or a pcapng file.
+CAPTURE_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x0a\x0d\x0d\x0a")
+
+
+def looks_like_capture(data: bytes) -> bool:
+    """Whether data starts as a pcap or pcapng file does (a quick test, not a check)."""
+    return bytes(data[:4]) in CAPTURE_MAGICS
+
+
 def read_capture(path: "os.PathLike[str] | str") -> Iterator[Record]:
     """Yield every packet record of a pcap or pcapng file ("-": standard input), read as a stream.
 
@@ -353,9 +362,24 @@ def read_capture(path: "os.PathLike[str] | str") -> Iterator[Record]:
     reader = ffi.new("pe_capture_reader **")
     name = "standard input" if _is_stdio(path) else os.fspath(path)
     st = lib.pe_capture_open_fd(0, reader) if _is_stdio(path) else lib.pe_capture_open_file(os.fsencode(path), reader)
+    yield from _records(st, reader, name, None)  # a generator: errors come at the first next(), as ever
+
+
+def read_capture_bytes(data: bytes, name: str = "capture") -> Iterator[Record]:
+    """Yield every packet record of a pcap or pcapng file held in memory (``name`` for messages)."""
+    buf = ffi.from_buffer("uint8_t[]", data)
+    reader = ffi.new("pe_capture_reader **")
+    yield from _records(lib.pe_capture_open_mem(buf, len(data), reader), reader, name, buf)
+
+
+def _records(st: int, reader, name: str, keep) -> Iterator[Record]:  # type: ignore[no-untyped-def]
     if st != lib.PE_OK:
         raise CaptureError(f"{name}: {status_message(st)}", status_name(st))
-    r = ffi.gc(reader[0], lib.pe_capture_close)
+    return _iterate(ffi.gc(reader[0], lib.pe_capture_close), name, keep)
+
+
+def _iterate(r, name: str, keep) -> Iterator[Record]:  # type: ignore[no-untyped-def]
+    # `keep`: the memory a memory reader wraps, alive as long as the records are read
     rec = ffi.new("pe_capture_record *")
     eof = ffi.new("int *")
     while True:

@@ -404,3 +404,22 @@ def test_a_cut_file_header_is_no_capture(tmp_path):
         r = psp("decrypt", "-", tmp_path / "o.pcap", stdin=cut)
         assert r.returncode == 2 and b"capture-truncated" in r.stderr, r.stderr
         assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("prog", ["pypsp", "pyeesp"])
+def test_diagnose_reads_a_capture_or_hex_from_stdin(prog, tmp_path):
+    """diagnose -: a capture on standard input (by its magic), else the hex of one packet as before."""
+    if prog == "pypsp":
+        enc = psp("encrypt", "-", "-", stdin=pcap_bytes([eth(udp4(b"d" * 40))] * 2), check_rc=0).stdout
+        keys = ["--master-key0", MK0]
+    else:
+        enc = eesp("encrypt", "-", "-", stdin=pcap_bytes([eth(udp4(b"d" * 40))] * 2), check_rc=0).stdout
+        keys = EESP_SA
+    from_file = cli([prog, "diagnose", _write(tmp_path / "e.pcap", enc), *keys, "--json"])
+    from_stdin = cli([prog, "diagnose", "-", *keys, "--json"], stdin=enc)
+    assert from_stdin.returncode == from_file.returncode == 0, from_stdin.stderr
+    a, b = json.loads(from_file.stdout), json.loads(from_stdin.stdout)
+    assert a["counts"] == b["counts"] and sum(a["counts"].values()) == 2
+    first = list(read_capture(tmp_path / "e.pcap"))[0].ip_packet()
+    one = cli([prog, "diagnose", "-", *keys, "--json"], stdin=first.hex().encode() + b"\n")
+    assert one.returncode == 0 and sum(json.loads(one.stdout)["counts"].values()) == 1, one.stderr
