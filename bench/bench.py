@@ -468,6 +468,26 @@ def run_eesp_python(min_time: float, repeats: int, eesp_c: Optional[dict]) -> di
     return {"rows": rows, "ring": EESP_PY_RING}
 
 
+# ---------------------------------------------------------- capture memory section
+
+CAPTURE_MEMORY_MAX = 64 << 20  # peak RSS of `decrypt - -` on pipes, whatever the capture's size
+
+
+def run_capture_memory(megabytes: int, tmp_root: Optional[str]) -> dict:
+    """bench/capture_memory.py: a capture of `megabytes` MB through `pypsp decrypt - -` on pipes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import capture_memory
+
+    with tempfile.TemporaryDirectory(prefix="pe-bench-mem-", dir=tmp_root) as d:
+        r = capture_memory.measure(megabytes, Path(d))
+    if r["returncode"] != 0 or not r["matches_clear"]:
+        raise SystemExit(f"bench: decrypt - - failed or changed the capture: {r['stderr'][-500:]}")
+    r["megabytes"] = megabytes
+    r["target"] = f"peak RSS < {CAPTURE_MEMORY_MAX >> 20} MiB"
+    r["pass"] = r["peak_rss_bytes"] < CAPTURE_MEMORY_MAX
+    return r
+
+
 # ---------------------------------------------------------- capture section
 
 
@@ -647,6 +667,20 @@ def markdown(result: dict) -> str:
                 f"{fmt_pps(r['core_pps'])} | {fmt_ratio(r['ratio'], True)} ({fmt_ratio(med_ratio, True)}) | {fmt_target(r)} |"
             )
         out.append("")
+    if "capture_memory" in result:
+        m = result["capture_memory"]
+        out += [
+            "## Capture memory (pypsp decrypt - - between pipes)",
+            "",
+            f"`{m['command']}` over {m['input_bytes'] / 1e6:,.0f} MB of encrypted capture "
+            f"({m['megabytes']:,} MB clear, full-size frames): output identical to the clear capture.",
+            "",
+            "| input MB | peak RSS of the decrypting process | seconds | MB/s | target |",
+            "|---:|---:|---:|---:|---|",
+            f"| {m['input_bytes'] / 1e6:,.0f} | {m['peak_rss_bytes'] / (1 << 20):.1f} MiB | {m['seconds']:.1f} | "
+            f"{m['input_bytes'] / 1e6 / m['seconds']:,.0f} | {m['target']}: {verdict(m['pass'])} |",
+            "",
+        ]
     if "eesp" in result:
         e = result["eesp"]
         out += [
@@ -742,6 +776,11 @@ def collect_targets(result: dict) -> List[dict]:
         if "target" in r:
             targets.append({"name": f"`{r['api']}` {r['size']} B {r['target']} in-memory decap",
                             "measured": fmt_ratio(r["ratio"], True), "result": verdict(r["pass"]), "pass": r["pass"]})
+    m = result.get("capture_memory")
+    if m:
+        targets.append({"name": f"`decrypt - -` on {m['megabytes']:,} MB: {m['target']}",
+                        "measured": f"{m['peak_rss_bytes'] / (1 << 20):.1f} MiB", "result": verdict(m["pass"]),
+                        "pass": m["pass"]})
     for r in result.get("eesp", {}).get("rows", []):
         if "target" in r:
             targets.append({"name": f"EESP core {r['op']} {r['suite']} {r['size']} B {r['target']} of raw EVP",
@@ -785,8 +824,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--mt-repeats", type=int, help="EESP threads runs per figure, best and median (default 9; --quick 2)")
     ap.add_argument("--mt-wait", type=float,
                     help="before each EESP threads repeat, wait up to S seconds for other jobs to go quiet (default 5; --quick 0)")
-    ap.add_argument("--only", action="append", choices=("c", "python", "capture", "eesp", "eesp-python", "flood"),
-                    help="run only these sections (repeatable; capture needs c for its comparison)")
+    ap.add_argument("--only", action="append",
+                    choices=("c", "python", "capture", "capture-memory", "eesp", "eesp-python", "flood"),
+                    help="run only these sections (repeatable; capture needs c for its comparison; capture-memory "
+                         "runs in full runs and when named, not with --quick)")
+    ap.add_argument("--memory-mb", type=int, default=1024,
+                    help="clear capture size for capture-memory, MB (default 1024)")
     ap.add_argument("--tmpdir", help="where the capture files go (default: the system temp dir)")
     args = ap.parse_args(argv)
 
@@ -796,7 +839,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     mt_duration = args.mt_duration or (0.05 if args.quick else 0.5)
     mt_repeats = args.mt_repeats or (2 if args.quick else 9)
     mt_wait = args.mt_wait if args.mt_wait is not None else (0.0 if args.quick else 5.0)
-    sections = set(args.only or ("c", "python", "capture", "eesp", "eesp-python", "flood"))
+    sections = set(args.only or ("c", "python", "capture", "eesp", "eesp-python", "flood")
+                   + (() if args.quick else ("capture-memory",)))
     if "capture" in sections:
         sections.add("c")
     started = time.perf_counter()
@@ -814,7 +858,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "min_time": min_time, "repeats": repeats, "mt_duration": mt_duration, "mt_repeats": mt_repeats,
                    "mt_wait": mt_wait},
     }
-    if sections & {"python", "capture", "eesp-python"}:
+    if sections & {"python", "capture", "capture-memory", "eesp-python"}:
         warn_if_extension_stale()
     timings = result["section_seconds"] = {}
 
@@ -831,6 +875,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "capture" in sections:
         section("capture", f"capture path ({n_capture:,} packets)",
                 lambda: run_capture(n_capture, repeats, result["c"], args.tmpdir))
+    if "capture-memory" in sections:
+        section("capture_memory", f"capture memory ({args.memory_mb:,} MB through pipes)",
+                lambda: run_capture_memory(args.memory_mb, args.tmpdir))
     if "eesp" in sections:
         section("eesp", "EESP core vs raw EVP, and threads",
                 lambda: run_eesp(exe.parent / "eesp_bench", min_time, repeats, mt_duration, mt_repeats, mt_wait))

@@ -12,8 +12,10 @@ from pyeesp.sa import SA, Receiver
 PathLike = "os.PathLike[str] | str"
 
 
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn]) -> Summary:
-    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError)
+def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str] = None,
+         grows: bool = False) -> Summary:
+    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
+                         fmt=fmt, grows=grows)
 
 
 def encrypt_capture(
@@ -24,8 +26,10 @@ def encrypt_capture(
     sub_sas: int = 1,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
 ) -> Summary:
-    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out).
+    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     With ``sub_sas`` > 1, flows are spread over Sub SAs 0..sub_sas-1 by a hash
     of addresses, protocol and ports (the SA needs an SSKDF).  Non-IP frames
@@ -36,7 +40,7 @@ def encrypt_capture(
         st = lib.pe_eesp_tx_set_capture_sub_sas(sa._tx, check_range("sub_sas", sub_sas, 65536, ConfigurationError, 1))
         if st != lib.PE_OK:
             raise_eesp(st, f"{sub_sas} Sub SAs")
-        return _run(lib.pe_eesp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress)
+        return _run(lib.pe_eesp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, fmt, grows=True)
 
 
 def decrypt_capture(
@@ -46,8 +50,10 @@ def decrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
 ) -> Summary:
-    """Decrypt every EESP packet of a pcap/pcapng file (same format out).
+    """Decrypt every EESP packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     ESP, IKE and keepalives on UDP 4500 and other traffic pass unchanged and
     are counted by kind; EESP packets that fail (bad ICV, replay, no SA,
@@ -56,4 +62,4 @@ def decrypt_capture(
     """
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
     with rx._lock:
-        return _run(lib.pe_eesp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress)
+        return _run(lib.pe_eesp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, fmt)

@@ -11,8 +11,10 @@ from pypsp.errors import CaptureError
 PathLike = "os.PathLike[str] | str"
 
 
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn]) -> Summary:
-    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError)
+def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str] = None,
+         grows: bool = False) -> Summary:
+    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
+                         fmt=fmt, grows=grows)
 
 
 def encrypt_capture(
@@ -22,15 +24,17 @@ def encrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
 ) -> Summary:
-    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file into ``out_path`` (same format).
+    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file into ``out_path`` (same format, or
+    ``fmt`` "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     Non-IP frames are copied unchanged; packets the SA refuses (e.g. fragments
     in transport mode) are copied unchanged and counted by reason, or left out
     with ``drop_failed``.  Timestamps are kept.
     """
     with encryptor._lock:
-        return _run(lib.pe_psp_capture_encap, encryptor._tx, in_path, out_path, drop_failed, progress)
+        return _run(lib.pe_psp_capture_encap, encryptor._tx, in_path, out_path, drop_failed, progress, fmt, grows=True)
 
 
 def decrypt_capture(
@@ -40,12 +44,14 @@ def decrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
 ) -> Summary:
-    """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format).
+    """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format, or
+    ``fmt`` "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     Non-PSP packets are copied unchanged; PSP packets that fail (bad ICV, no
     key, malformed) are copied unchanged and counted by reason, or left out
     with ``drop_failed``.  Timestamps are kept.
     """
     with decryptor._lock:
-        return _run(lib.pe_psp_capture_decap, decryptor._rx, in_path, out_path, drop_failed, progress)
+        return _run(lib.pe_psp_capture_decap, decryptor._rx, in_path, out_path, drop_failed, progress, fmt)
