@@ -457,8 +457,14 @@ static size_t write_outer(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_inf
     return n;
 }
 
+/*
+ * One packet on Sub SA `sid`.  Sending on several threads splits it in two:
+ * with `reserve` set it stops once the sequence number is spent and hands
+ * it out; with `given` it builds the packet with that number, and leaves the
+ * Sub SA's counter alone.
+ */
 static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sid, uint8_t *out,
-                              size_t cap, size_t *out_len)
+                              size_t cap, size_t *out_len, uint64_t *reserve, const uint64_t *given)
 {
     eesp_sa *sa = &tx->sa;
     const pe_eesp_suite *s = &sa->suite;
@@ -502,9 +508,18 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
     pe_key_slot *slot;
     if ((st = sub_sa(sa, sid, &slot)) != PE_OK)
         return st;
-    if (slot->counter == UINT64_MAX)
-        return PE_ERR_SEQ_EXHAUSTED; /* D10: never wrap */
-    uint64_t seq = ++slot->counter;   /* spent from here on, whatever happens */
+    uint64_t seq;
+    if (given) {
+        seq = *given;
+    } else {
+        if (slot->counter == UINT64_MAX)
+            return PE_ERR_SEQ_EXHAUSTED; /* D10: never wrap */
+        seq = ++slot->counter;           /* spent from here on, whatever happens */
+        if (reserve) {
+            *reserve = seq;
+            return PE_OK;
+        }
+    }
 
     write_outer(sa, pkt, &ip, &p, out);
     pe_ip_set_length(out, total);
@@ -553,7 +568,41 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
 pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
                         size_t cap, size_t *out_len)
 {
-    return encap_sub_sa(tx, pkt, len, sub_sa_id, out, cap, out_len);
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, out, cap, out_len, NULL, NULL);
+}
+
+pe_status pe_eesp_encap_reserve(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, size_t cap,
+                                uint64_t *seq)
+{
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, NULL, cap, NULL, seq, NULL);
+}
+
+pe_status pe_eesp_encap_with_seq(pe_eesp_tx *tx, uint64_t seq, const uint8_t *pkt, size_t len, uint16_t sub_sa_id,
+                                 uint8_t *out, size_t cap, size_t *out_len)
+{
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, out, cap, out_len, NULL, &seq);
+}
+
+/* The SA without its Sub SAs' state: each copy derives the Sub SA keys it meets, once. */
+static pe_status sa_clone(eesp_sa *dst, const eesp_sa *src)
+{
+    *dst = *src;
+    return pe_keytable_clone(&dst->subs, &src->subs, 0);
+}
+
+pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return PE_ERR_NOMEM;
+    (*out)->capture_sub_sas = tx->capture_sub_sas;
+    pe_status st = sa_clone(&(*out)->sa, &tx->sa);
+    if (st != PE_OK) {
+        pe_wipe(*out, sizeof **out);
+        free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------- receiving */
@@ -594,6 +643,33 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
     }
     free(rx->sas);
     free(rx);
+}
+
+pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
+{
+    pe_eesp_rx_config cfg = {rx->ip_protocol, rx->udp_port, rx->check_udp_checksum};
+    pe_status st = pe_eesp_rx_new(&cfg, out);
+    for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
+        eesp_sa *sa = malloc(sizeof *sa);
+        eesp_sa **sas = realloc((*out)->sas, (i + 1) * sizeof *sas);
+        if (sas)
+            (*out)->sas = sas;
+        if (!sa || !sas) {
+            free(sa);
+            st = PE_ERR_NOMEM;
+        } else if ((st = sa_clone(sa, rx->sas[i])) != PE_OK) {
+            pe_wipe(sa, sizeof *sa);
+            free(sa);
+        } else {
+            (*out)->sas[i] = sa;
+            (*out)->n_sas = (*out)->cap_sas = i + 1;
+        }
+    }
+    if (st != PE_OK && *out) {
+        pe_eesp_rx_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 static int same_dst(const eesp_sa *a, int family, const uint8_t *dst)
@@ -757,15 +833,23 @@ static void info_reset(pe_eesp_info *info)
     memset(info, 0, sizeof *info);
 }
 
+/* What a worker's open without the window (PE_EESP_OPEN_NO_REPLAY) gave, for pe_eesp_decap_replay. */
+typedef struct opened {
+    pe_status status;
+    int icv_valid;
+} opened;
+
 /*
  * §16 steps 2-13 on the EESP octets `e`.  The inner part (tunnel: the IP
  * packet; transport: the upper-layer segment) lands at out, or in transport
  * mode at out + transport_lead, so that a caller can put the IP header back
- * in front without moving the segment.
+ * in front without moving the segment.  With `done` the packet was opened
+ * already (on another receiver): only the steps that read or move this
+ * receiver's Sub SA state run, in the same order, and step 9 is `done`.
  */
 static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int family, const uint8_t *daddr,
                            unsigned flags, uint8_t *out, size_t cap, size_t transport_lead, size_t *inner_len,
-                           pe_eesp_info *info)
+                           pe_eesp_info *info, const opened *done)
 {
     pe_eesp_hdr *h = &info->hdr;
     pe_status st;
@@ -831,6 +915,19 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
         if (replay && slot->replay.bits && (st = pe_replay_check(&slot->replay, seq)) != PE_OK)
             return st;
     }
+    if (done) {
+        /* Step 9 happened elsewhere; the window moves as below, on a verified packet policy keeps. */
+        if (!done->icv_valid || done->status == PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED)
+            return done->status;
+        st = staged ? pe_keytable_commit(&sa->subs, &slot) : PE_OK;
+        if (replay && st == PE_OK) {
+            if (!slot->replay.bits)
+                st = pe_replay_init(&slot->replay, sa->replay_window);
+            if (st == PE_OK)
+                st = pe_replay_update(&slot->replay, seq);
+        }
+        return st != PE_OK ? st : done->status;
+    }
 
     /* Step 9: open.  The region [payload_off, data_end) is placed so that its
      * PIH ends at out + lead: stripping it then needs no move. */
@@ -883,11 +980,11 @@ pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_v
     if (!info)
         info = &local;
     info_reset(info);
-    return open_eesp(rx, eesp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
+    return open_eesp(rx, eesp, len, ip_version, dst, flags, out, cap, 0, out_len, info, NULL);
 }
 
-pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
-                        size_t *out_len, pe_eesp_info *info)
+static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out, size_t cap,
+                       size_t *out_len, pe_eesp_info *info, const opened *done)
 {
     pe_eesp_info local;
     if (!info)
@@ -903,9 +1000,9 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
         return st;
     /* Tunnel mode hands out the inner packet alone; transport mode keeps the IP header in front. */
     size_t inner_len;
-    st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), 0,
-                   out, cap, keep, &inner_len, info);
-    if (st != PE_OK)
+    st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), flags,
+                   out, cap, keep, &inner_len, info, done);
+    if (st != PE_OK || done)
         return st;
     if (info->mode == PE_EESP_TUNNEL) {
         *out_len = inner_len;
@@ -918,4 +1015,23 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
         pe_ipv4_set_checksum(out);
     *out_len = keep + inner_len;
     return PE_OK;
+}
+
+pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                        size_t *out_len, pe_eesp_info *info)
+{
+    return decap(rx, pkt, len, 0, out, cap, out_len, info, NULL);
+}
+
+pe_status pe_eesp_decap_flags(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
+                              size_t cap, size_t *out_len, pe_eesp_info *info)
+{
+    return decap(rx, pkt, len, flags, out, cap, out_len, info, NULL);
+}
+
+pe_status pe_eesp_decap_replay(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid)
+{
+    opened done = {status, icv_valid};
+    pe_eesp_info info;
+    return decap(rx, pkt, len, 0, NULL, 0, NULL, &info, &done);
 }
