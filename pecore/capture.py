@@ -133,6 +133,39 @@ class ProgressBar:
             self.stream.flush()
 
 
+def default_jobs() -> int:
+    """Threads a capture run uses by default: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_jobs(jobs: Optional[int], error: type) -> int:
+    """``jobs`` as given (an int >= 1), or the default for None."""
+    if jobs is None:
+        return default_jobs()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise error(f"jobs must be a positive integer, not {jobs!r}")
+    return jobs
+
+
+class _Pool:
+    """A core worker pool (pe/parallel.h) for one run: ``jobs`` threads, each with its own copy of the SA."""
+
+    def __init__(self, eesp: bool, decrypt: bool, ctx, jobs: int, error: type) -> None:
+        p = ffi.new("pe_parallel **")
+        st = lib.pe_parallel_new(lib.pe_py_parallel_ops(int(eesp), int(decrypt)), ctx, jobs, p)
+        if st != lib.PE_OK:
+            raise error(f"cannot start {jobs} threads: {status_message(st)}", status_name(st))
+        self.p = p[0]
+
+    def close(self) -> None:
+        if self.p is not None:
+            lib.pe_parallel_free(self.p)
+            self.p = None
+
+
 def _temp_beside(out_path: "os.PathLike[str] | str", error: type) -> str:
     """A new file next to the output (same directory, so the final rename cannot cross file systems)."""
     out = os.fspath(out_path)
@@ -154,8 +187,13 @@ def run_transform(
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
     error: type = None,  # type: ignore[assignment]
+    parallel: Optional[Tuple[bool, bool, int]] = None,
 ) -> Summary:
     """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture file.
+
+    With ``parallel`` = (eesp, decrypt, jobs) and jobs > 1 the core's worker pool runs that protocol's
+    transform on ``jobs`` threads instead (the output, summary and SA state are those of one thread; the
+    GIL is released meanwhile; ``progress`` is still called on this thread).
 
     The output is written to a temporary file beside ``out_path`` and renamed into place only when the
     run completed: an error, Ctrl-C or a signal leaves no half-written file behind.  Failures raise
@@ -187,17 +225,25 @@ def run_transform(
     _runs[key] = run
     t0 = time.perf_counter()
     done = False
+    pool = None
+    flags = lib.PE_TRANSFORM_DROP_FAILED if drop_failed else 0
     try:
-        st = lib.pe_capture_transform_file(
-            os.fsencode(in_path),
-            os.fsencode(tmp),
-            fn,
-            fn_ctx,
-            lib.PE_TRANSFORM_DROP_FAILED if drop_failed else 0,
-            lib.pe_py_progress,  # always: it is where a pending Ctrl-C gets its chance to stop the run
-            ffi.cast("void *", key),
-            c,
-        )
+        if parallel is not None and parallel[2] > 1:
+            pool = _Pool(parallel[0], parallel[1], fn_ctx, parallel[2], error)
+            st = lib.pe_capture_transform_file_parallel(
+                os.fsencode(in_path), os.fsencode(tmp), pool.p, flags, lib.pe_py_progress, ffi.cast("void *", key), c
+            )
+        else:
+            st = lib.pe_capture_transform_file(
+                os.fsencode(in_path),
+                os.fsencode(tmp),
+                fn,
+                fn_ctx,
+                flags,
+                lib.pe_py_progress,  # always: it is where a pending Ctrl-C gets its chance to stop the run
+                ffi.cast("void *", key),
+                c,
+            )
         write_errno = ffi.errno
         summary = _summary_from_c(c)
         summary.seconds = time.perf_counter() - t0
@@ -218,6 +264,8 @@ def run_transform(
         err.summary = summary  # type: ignore[attr-defined]
         raise err
     finally:
+        if pool is not None:
+            pool.close()
         _runs.pop(key, None)
         if not done and not special:
             try:

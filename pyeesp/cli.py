@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 
 from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, add_version, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
+from pecore.cli import UsageError, add_jobs, add_version, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
@@ -120,7 +120,7 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
     bar = ProgressBar(label="encrypt ")
     try:
         summary = encrypt_capture(sa, args.input, args.output, sub_sas=args.sub_sas or entry.sub_sas,
-                                  drop_failed=args.drop_failed, progress=bar)
+                                  drop_failed=args.drop_failed, progress=bar, jobs=args.jobs)
     finally:
         bar.close()
     return report(summary, "encrypted", args.quiet)
@@ -130,7 +130,8 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
     rx = _receiver(args)
     bar = ProgressBar(label="decrypt ")
     try:
-        summary = decrypt_capture(rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar)
+        summary = decrypt_capture(rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar,
+                                  jobs=args.jobs)
     finally:
         bar.close()
     return report(summary, "decrypted", args.quiet)
@@ -228,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sa_options(e)
     e.add_argument("--sub-sas", type=int, help="spread flows over Sub SAs 0..N-1 (default: the key file's sub-sas, or 1)")
     e.add_argument("--drop-failed", action="store_true")
+    add_jobs(e)
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(func=cmd_encrypt)
 
@@ -236,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("output")
     _sa_options(x)
     x.add_argument("--drop-failed", action="store_true")
+    add_jobs(x)
     x.add_argument("-q", "--quiet", action="store_true")
     x.set_defaults(func=cmd_decrypt)
 

@@ -4,15 +4,17 @@ from __future__ import annotations
 from typing import Optional
 
 from pecore._native import lib
-from pecore.capture import ProgressFn, Summary, run_transform
+from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
 from pypsp.crypto import Decryptor, Encryptor
-from pypsp.errors import CaptureError
+from pypsp.errors import CaptureError, ConfigurationError
 
 PathLike = "os.PathLike[str] | str"
 
 
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn]) -> Summary:
-    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError)
+def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], decrypt: bool,
+         jobs: int) -> Summary:
+    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
+                         parallel=(False, decrypt, jobs))
 
 
 def encrypt_capture(
@@ -22,15 +24,22 @@ def encrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    jobs: Optional[int] = None,
 ) -> Summary:
     """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file into ``out_path`` (same format).
 
     Non-IP frames are copied unchanged; packets the SA refuses (e.g. fragments
     in transport mode) are copied unchanged and counted by reason, or left out
-    with ``drop_failed``.  Timestamps are kept.
+    with ``drop_failed``.  Timestamps are kept.  ``jobs`` threads share the
+    work (default: the CPUs this process may use); the output, the IVs and
+    the summary are those of one thread.  An encryptor with a ``udp_sport``
+    callable runs on one thread (its function is called in packet order).
     """
+    jobs = check_jobs(jobs, ConfigurationError)
+    if getattr(encryptor, "_sport_handle", None) is not None:
+        jobs = 1
     with encryptor._lock:
-        return _run(lib.pe_psp_capture_encap, encryptor._tx, in_path, out_path, drop_failed, progress)
+        return _run(lib.pe_psp_capture_encap, encryptor._tx, in_path, out_path, drop_failed, progress, False, jobs)
 
 
 def decrypt_capture(
@@ -40,12 +49,15 @@ def decrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    jobs: Optional[int] = None,
 ) -> Summary:
     """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format).
 
     Non-PSP packets are copied unchanged; PSP packets that fail (bad ICV, no
     key, malformed) are copied unchanged and counted by reason, or left out
-    with ``drop_failed``.  Timestamps are kept.
+    with ``drop_failed``.  Timestamps are kept.  ``jobs`` threads share the
+    work (default: the CPUs this process may use), with one thread's output.
     """
+    jobs = check_jobs(jobs, ConfigurationError)
     with decryptor._lock:
-        return _run(lib.pe_psp_capture_decap, decryptor._rx, in_path, out_path, drop_failed, progress)
+        return _run(lib.pe_psp_capture_decap, decryptor._rx, in_path, out_path, drop_failed, progress, True, jobs)

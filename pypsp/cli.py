@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, add_version, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
+from pecore.cli import UsageError, add_jobs, add_version, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
@@ -168,7 +168,8 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
         raise UsageError(f"no key for SPI {s['spi']:#010x}: give a master key or a derived key")
     bar = ProgressBar(label="encrypt ")
     try:
-        summary = encrypt_capture(enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar)
+        summary = encrypt_capture(enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar,
+                                  jobs=args.jobs)
     finally:
         bar.close()
     return _report(summary, "encrypted", args.quiet)
@@ -178,7 +179,8 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
     dec = Keys.from_args(args).decryptor(args)
     bar = ProgressBar(label="decrypt ")
     try:
-        summary = decrypt_capture(dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar)
+        summary = decrypt_capture(dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar,
+                                  jobs=args.jobs)
     finally:
         bar.close()
     return _report(summary, "decrypted", args.quiet)
@@ -303,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--first-iv", type=iv_arg)
     sa.add_argument("--udp-sport", metavar="xor|PORT")
     e.add_argument("--drop-failed", action="store_true", help="leave out packets that cannot be encrypted")
+    add_jobs(e)
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(func=cmd_encrypt)
 
@@ -313,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--port", type=port_arg, default=1000, help="PSP UDP port (default 1000)")
     x.add_argument("--check-udp-checksum", action="store_true", help="verify non-zero UDP checksums")
     x.add_argument("--drop-failed", action="store_true", help="leave out packets that fail to decrypt")
+    add_jobs(x)
     x.add_argument("-q", "--quiet", action="store_true")
     x.set_defaults(func=cmd_decrypt)
 

@@ -64,6 +64,7 @@ typedef struct pe_parallel pe_parallel;
 pe_status pe_parallel_new(const pe_parallel_ops *ops, void *shared, unsigned jobs, pe_parallel **out);
 void pe_parallel_free(pe_parallel *p);
 unsigned pe_parallel_jobs(const pe_parallel *p);
+size_t pe_parallel_growth(const pe_parallel *p); /* ops->growth */
 
 /*
  * Run `before` on items[0..n) in order, then hand the work to the workers and
@@ -71,8 +72,14 @@ unsigned pe_parallel_jobs(const pe_parallel *p);
  * the workers run, but must not touch the items before pe_parallel_wait.
  */
 void pe_parallel_submit(pe_parallel *p, pe_parallel_item *items, size_t n);
-/* Take part in the work until every item is done, then run `after` on each in order. */
+/* Take part in the work until every item of the chunk is done (nothing to do when none is out). */
 void pe_parallel_wait(pe_parallel *p);
+/*
+ * Then, on each item in input order as the caller consumes it: `after`, which
+ * may change its verdict.  An item not consumed (the run stopped) is not
+ * handed to `after`: receiver state moves only for the packets used.
+ */
+void pe_parallel_after(pe_parallel *p, pe_parallel_item *it);
 
 /*
  * Like pe_batch_transform, on the pool: packet i is in[in_off[i] .. +in_len[i]).
@@ -88,8 +95,11 @@ pe_status pe_parallel_transform(pe_parallel *p, size_t n, const uint8_t *in, con
                                 size_t *out_len, pe_status *status);
 
 /*
- * pe_capture_transform_file on the pool: the same output file, summary and
- * progress calls (the callback runs on the calling thread, never on a worker).
+ * pe_capture_transform_file on the pool: the same output file and summary,
+ * and progress called at the same packet counts, on the calling thread.
+ * Records go in chunks, the next read while the last is transformed; a run
+ * that stops part way (error, abort) may have spent the IVs or sequence
+ * numbers of up to one chunk past the stop.
  */
 pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *p,
                                              unsigned flags, pe_progress_fn progress, void *progress_ctx,

@@ -17,6 +17,7 @@
 
 #include "pe/capture.h"
 #include "pe/ip.h"
+#include "pe/parallel.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -1061,33 +1062,41 @@ static pe_status build_frame(const pe_capture_record *rec, size_t ip_off, size_t
     return PE_OK;
 }
 
+/* Where a record's IP packet is, for the transform. */
+typedef struct ip_at {
+    size_t ip_off, type_off, ip_len;
+} ip_at;
+
 /*
- * Hand one packet to the callback; returns the verdict as counted.
- * `max_frame` is the longest frame the rewritten record can describe.
+ * The part of a packet's handling before the transform: find its IP packet.
+ * Returns PE_VERDICT_TRANSFORMED when the transform is to run (on
+ * rec->data + at->ip_off, at->ip_len octets), else the verdict and *why,
+ * for finish_packet to count.
  */
-static pe_verdict transform_packet(transform_run *t, const pe_capture_record *rec, size_t max_frame,
-                                   new_frame *nf)
+static pe_verdict locate_packet(const pe_capture_record *rec, ip_at *at, pe_status *why)
 {
-    size_t ip_off, type_off, ip_len, wire_len, out_len = 0;
-    pe_status st = frame_locate(rec->linktype, rec->data, rec->caplen, &ip_off, &type_off);
-    if (st == PE_ERR_CAP_NOT_IP) {
-        count_passed(t, st);
+    size_t wire_len;
+    pe_status st = frame_locate(rec->linktype, rec->data, rec->caplen, &at->ip_off, &at->type_off);
+    *why = st;
+    if (st == PE_ERR_CAP_NOT_IP)
         return PE_VERDICT_PASSED;
-    }
     /* An unknown link type might carry IP we cannot find: refused, not "not for us". */
     if (st == PE_OK && rec->caplen < rec->origlen)
-        st = PE_ERR_CAP_SNAPLEN;
-    if (st != PE_OK) {
-        count_failed(t, st);
+        *why = st = PE_ERR_CAP_SNAPLEN;
+    if (st != PE_OK)
         return PE_VERDICT_FAILED;
-    }
-    const uint8_t *ip = rec->data + ip_off;
-    ip_len = rec->caplen - ip_off;
+    const uint8_t *ip = rec->data + at->ip_off;
+    at->ip_len = rec->caplen - at->ip_off;
     /* Drop Ethernet padding; a bad header goes through unclipped so the callback names the error. */
-    if (pe_ip_wire_length(ip, ip_len, &wire_len) == PE_OK && wire_len <= ip_len)
-        ip_len = wire_len;
-    pe_status why = PE_OK;
-    pe_verdict v = t->fn(t->fn_ctx, ip, ip_len, t->pkt, TRANSFORM_OUT_CAP, &out_len, &why);
+    if (pe_ip_wire_length(ip, at->ip_len, &wire_len) == PE_OK && wire_len <= at->ip_len)
+        at->ip_len = wire_len;
+    return PE_VERDICT_TRANSFORMED;
+}
+
+/* The part after: count the transform's verdict and build the new frame; returns the verdict as counted. */
+static pe_verdict finish_packet(transform_run *t, const pe_capture_record *rec, const ip_at *at, pe_verdict v,
+                                pe_status why, const uint8_t *pkt, size_t out_len, size_t max_frame, new_frame *nf)
+{
     if (v == PE_VERDICT_PASSED) {
         count_passed(t, why);
         return v;
@@ -1096,13 +1105,31 @@ static pe_verdict transform_packet(transform_run *t, const pe_capture_record *re
         count_failed(t, v == PE_VERDICT_FAILED ? why : PE_ERR_INVALID_ARGUMENT);
         return PE_VERDICT_FAILED;
     }
-    st = build_frame(rec, ip_off, type_off, t->pkt, out_len, max_frame, nf);
+    pe_status st = build_frame(rec, at->ip_off, at->type_off, pkt, out_len, max_frame, nf);
     if (st != PE_OK) {
         count_failed(t, st);
         return PE_VERDICT_FAILED;
     }
     t->sum->transformed++;
     return PE_VERDICT_TRANSFORMED;
+}
+
+/*
+ * Hand one packet to the callback; returns the verdict as counted.
+ * `max_frame` is the longest frame the rewritten record can describe.
+ */
+static pe_verdict transform_packet(transform_run *t, const pe_capture_record *rec, size_t max_frame,
+                                   new_frame *nf)
+{
+    ip_at at;
+    size_t out_len = 0;
+    pe_status why;
+    pe_verdict v = locate_packet(rec, &at, &why);
+    if (v != PE_VERDICT_TRANSFORMED)
+        return finish_packet(t, rec, &at, v, why, NULL, 0, max_frame, nf);
+    why = PE_OK;
+    v = t->fn(t->fn_ctx, rec->data + at.ip_off, at.ip_len, t->pkt, TRANSFORM_OUT_CAP, &out_len, &why);
+    return finish_packet(t, rec, &at, v, why, t->pkt, out_len, max_frame, nf);
 }
 
 /* Room left in a 32-bit Block Total Length once the block's fixed parts and options are counted. */
@@ -1114,16 +1141,22 @@ static size_t max_frame_len(const transform_run *t, const cap_block *b)
     return UINT32_MAX - 3u - fixed; /* 3: the padding */
 }
 
+static void write_packet(transform_run *t, const cap_block *b, pe_verdict v, const new_frame *nf);
+
 static void process_packet(transform_run *t, const cap_block *b)
 {
     new_frame nf;
     t->sum->packets++;
-    pe_verdict v = transform_packet(t, &b->rec, max_frame_len(t, b), &nf);
+    write_packet(t, b, transform_packet(t, &b->rec, max_frame_len(t, b), &nf), &nf);
+}
+
+static void write_packet(transform_run *t, const cap_block *b, pe_verdict v, const new_frame *nf)
+{
     if (v == PE_VERDICT_TRANSFORMED) {
         if (t->r->fmt == PE_CAPTURE_PCAPNG)
-            write_pcapng_transformed(t, b, &nf);
+            write_pcapng_transformed(t, b, nf);
         else
-            write_pcap_transformed(t, b, &nf);
+            write_pcap_transformed(t, b, nf);
     } else if (v == PE_VERDICT_PASSED || !(t->flags & PE_TRANSFORM_DROP_FAILED)) {
         out_write(&t->out, b->raw, b->raw_len);
     }
@@ -1205,6 +1238,143 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
     return PE_OK;
 }
 
+/* ---- transform on a worker pool (pe/parallel.h) ---------------------------- */
+
+/* Records per chunk: enough to keep the workers busy while the caller reads and writes. */
+#define CHUNK_BLOCKS 512u
+
+typedef struct chunk_entry {
+    cap_block b;
+    ip_at at;
+    pe_verdict v; /* from locate_packet: TRANSFORMED means items[item] holds the transform's */
+    pe_status why;
+    size_t item;
+} chunk_entry;
+
+typedef struct chunk {
+    chunk_entry e[CHUNK_BLOCKS];
+    pe_parallel_item items[CHUNK_BLOCKS];
+    size_t n, n_items;
+    uint8_t *arena; /* the items' outputs */
+    size_t arena_cap;
+    pe_status read_st; /* how reading ended after e[n - 1]: PE_OK, or an error to return once it is written */
+    int eof;
+} chunk;
+
+/* Read up to CHUNK_BLOCKS blocks and give each IP packet an item with room for its result. */
+static pe_status fill_chunk(transform_run *t, chunk *c, size_t growth)
+{
+    c->n = c->n_items = 0;
+    size_t need = 0;
+    while (c->n < CHUNK_BLOCKS) {
+        chunk_entry *e = &c->e[c->n];
+        int eof;
+        c->read_st = next_block(t->r, &e->b, &eof);
+        if (c->read_st != PE_OK || (c->eof = eof))
+            break;
+        c->n++;
+        if (!e->b.is_packet)
+            continue;
+        e->v = locate_packet(&e->b.rec, &e->at, &e->why);
+        if (e->v != PE_VERDICT_TRANSFORMED)
+            continue;
+        /* Room as the one-thread loop gives, bounded by what this packet can need. */
+        size_t cap = e->at.ip_len + growth < TRANSFORM_OUT_CAP ? e->at.ip_len + growth : TRANSFORM_OUT_CAP;
+        e->item = c->n_items++;
+        c->items[e->item] = (pe_parallel_item){.in = e->b.rec.data + e->at.ip_off, .in_len = e->at.ip_len,
+                                                .out_cap = cap};
+        need += cap;
+    }
+    if (need > c->arena_cap) {
+        uint8_t *a = realloc(c->arena, need);
+        if (!a)
+            return PE_ERR_NOMEM;
+        c->arena = a;
+        c->arena_cap = need;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < c->n_items; i++) {
+        c->items[i].out = c->arena + off;
+        off += c->items[i].out_cap;
+    }
+    return PE_OK;
+}
+
+/* Count, write and report each block of a transformed chunk, as transform_loop does block by block. */
+static pe_status write_chunk(transform_run *t, pe_parallel *p, chunk *c, pe_progress_fn progress, void *progress_ctx)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        chunk_entry *e = &c->e[i];
+        const cap_block *b = &e->b;
+        if (b->is_packet) {
+            new_frame nf;
+            pe_verdict v = e->v;
+            pe_status why = e->why;
+            const pe_parallel_item *it = NULL;
+            t->sum->packets++;
+            if (v == PE_VERDICT_TRANSFORMED) {
+                pe_parallel_after(p, &c->items[e->item]);
+                it = &c->items[e->item];
+                v = it->verdict;
+                why = it->why;
+            }
+            v = finish_packet(t, &b->rec, &e->at, v, why, it ? it->out : NULL, it ? it->out_len : 0,
+                              max_frame_len(t, b), &nf);
+            write_packet(t, b, v, &nf);
+        } else {
+            copy_block(t, b->raw, b->raw_len, b->type);
+        }
+        if (t->out.failed)
+            return PE_ERR_CAP_WRITE;
+        if (b->is_packet && progress && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
+            report_progress(t, progress, progress_ctx))
+            return PE_ERR_CAP_ABORTED;
+    }
+    return c->read_st;
+}
+
+/*
+ * The caller reads chunk k + 1 while the pool works on chunk k, then hands
+ * k + 1 to the pool and writes k while it works: reading, writing and the
+ * in-order steps overlap the AEAD.  One chunk is out at a time.
+ */
+static pe_status parallel_loop(transform_run *t, pe_parallel *p, size_t growth, pe_progress_fn progress,
+                               void *progress_ctx)
+{
+    chunk *c[2] = {calloc(1, sizeof(chunk)), calloc(1, sizeof(chunk))};
+    pe_status st = c[0] && c[1] ? PE_OK : PE_ERR_NOMEM;
+    if (st == PE_OK) {
+        write_file_header(t);
+        st = fill_chunk(t, c[0], growth);
+    }
+    if (st == PE_OK)
+        pe_parallel_submit(p, c[0]->items, c[0]->n_items);
+    for (unsigned k = 0; st == PE_OK; k ^= 1) {
+        chunk *cur = c[k], *next = c[k ^ 1];
+        int more = cur->read_st == PE_OK && !cur->eof;
+        if (more)
+            st = fill_chunk(t, next, growth);
+        pe_parallel_wait(p);
+        if (st != PE_OK)
+            break;
+        if (more)
+            pe_parallel_submit(p, next->items, next->n_items);
+        st = write_chunk(t, p, cur, progress, progress_ctx);
+        if (st != PE_OK || !more)
+            break;
+    }
+    pe_parallel_wait(p); /* a chunk still out when the run stopped: its items stay unused */
+    /* The final report may abort too: the caller asked to stop, so the run does not count as done. */
+    if (st == PE_OK && progress && report_progress(t, progress, progress_ctx))
+        st = PE_ERR_CAP_ABORTED;
+    for (int i = 0; i < 2; i++) {
+        if (c[i])
+            free(c[i]->arena);
+        free(c[i]);
+    }
+    return st;
+}
+
 /* Writing over the input would destroy it before (or while) it is read. */
 static int same_file(const char *a, const char *b)
 {
@@ -1216,14 +1386,15 @@ static int same_file(const char *a, const char *b)
 #endif
 }
 
-pe_status pe_capture_transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn,
-                                    void *fn_ctx, unsigned flags, pe_progress_fn progress,
-                                    void *progress_ctx, pe_capture_summary *summary)
+/* One run of either loop: fn on this thread, or the pool p. */
+static pe_status transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn, void *fn_ctx,
+                                pe_parallel *p, unsigned flags, pe_progress_fn progress, void *progress_ctx,
+                                pe_capture_summary *summary)
 {
     pe_capture_summary local;
     transform_run t = {.fn = fn, .fn_ctx = fn_ctx, .flags = flags, .sum = summary ? summary : &local};
     memset(t.sum, 0, sizeof *t.sum);
-    if (!in_path || !out_path || !fn)
+    if (!in_path || !out_path || !(fn || p))
         return PE_ERR_INVALID_ARGUMENT;
     if (same_file(in_path, out_path))
         return PE_ERR_INVALID_ARGUMENT;
@@ -1240,7 +1411,8 @@ pe_status pe_capture_transform_file(const char *in_path, const char *out_path, p
     if (st == PE_ERR_CAP_WRITE)
         werr = errno;
     if (st == PE_OK) {
-        st = transform_loop(&t, progress, progress_ctx);
+        st = p ? parallel_loop(&t, p, pe_parallel_growth(p), progress, progress_ctx)
+               : transform_loop(&t, progress, progress_ctx);
         pe_status cst = out_close(&t.out);
         if (st == PE_OK || (st == PE_ERR_CAP_WRITE && cst == PE_ERR_CAP_WRITE))
             st = cst;
@@ -1251,4 +1423,18 @@ pe_status pe_capture_transform_file(const char *in_path, const char *out_path, p
     if (st == PE_ERR_CAP_WRITE)
         errno = werr; /* the caller names the output and why (ENOSPC, EACCES, ...) */
     return st;
+}
+
+pe_status pe_capture_transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn,
+                                    void *fn_ctx, unsigned flags, pe_progress_fn progress,
+                                    void *progress_ctx, pe_capture_summary *summary)
+{
+    return transform_file(in_path, out_path, fn, fn_ctx, NULL, flags, progress, progress_ctx, summary);
+}
+
+pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *p,
+                                             unsigned flags, pe_progress_fn progress, void *progress_ctx,
+                                             pe_capture_summary *summary)
+{
+    return transform_file(in_path, out_path, NULL, NULL, p, flags, progress, progress_ctx, summary);
 }

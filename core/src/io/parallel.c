@@ -2,7 +2,7 @@
  * The worker pool behind pe/parallel.h.  One chunk is out at a time: the
  * caller submits it (after `before` in order), workers and the caller claim
  * items from a shared counter, and the caller runs `after` in order once the
- * last claimer has left the chunk.  No allocation per packet or per chunk.
+ * last claimer has left the chunk (pe_parallel_after, as it consumes them).  No allocation per packet or per chunk.
  */
 #include "pe/parallel.h"
 
@@ -145,6 +145,11 @@ unsigned pe_parallel_jobs(const pe_parallel *p)
     return p->jobs;
 }
 
+size_t pe_parallel_growth(const pe_parallel *p)
+{
+    return p->ops->growth;
+}
+
 void pe_parallel_submit(pe_parallel *p, pe_parallel_item *items, size_t n)
 {
     if (p->ops->before)
@@ -177,10 +182,13 @@ void pe_parallel_wait(pe_parallel *p)
         pthread_cond_wait(&p->idle, &p->mu);
     p->pending = 0;
     pthread_mutex_unlock(&p->mu);
-    if (p->ops->after)
-        for (size_t i = 0; i < n; i++)
-            if (!items[i].settled)
-                p->ops->after(p->shared, &items[i]);
+}
+
+void pe_parallel_after(pe_parallel *p, pe_parallel_item *it)
+{
+    if (p->ops->after && !it->settled)
+        p->ops->after(p->shared, it);
+    it->settled = 1;
 }
 
 /* Packets per chunk of pe_parallel_transform. */
@@ -216,6 +224,7 @@ pe_status pe_parallel_transform(pe_parallel *p, size_t n, const uint8_t *in, con
         pe_parallel_wait(p);
         for (size_t j = 0; j < k; j++) {
             size_t i = base + j;
+            pe_parallel_after(p, &items[j]);
             if (items[j].verdict == PE_VERDICT_TRANSFORMED) {
                 out_len[i] = items[j].out_len;
                 status[i] = PE_OK;
