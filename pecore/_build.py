@@ -56,6 +56,8 @@ typedef struct pe_capture_reader pe_capture_reader;
 typedef struct pe_capture_writer pe_capture_writer;
 pe_status pe_capture_open_file(const char *path, pe_capture_reader **out);
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out);
+pe_status pe_capture_open_fd(int fd, pe_capture_reader **out);
+uint64_t pe_capture_reader_offset(const pe_capture_reader *r);
 pe_capture_format pe_capture_reader_format(const pe_capture_reader *r);
 pe_status pe_capture_next(pe_capture_reader *r, pe_capture_record *rec, int *eof);
 void pe_capture_close(pe_capture_reader *r);
@@ -64,6 +66,8 @@ pe_status pe_capture_writer_open(const char *path, pe_capture_format fmt, uint32
 pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_nsec,
                            const uint8_t *data, size_t len);
 pe_status pe_capture_writer_close(pe_capture_writer *w);
+pe_status pe_capture_writer_open_fd(int fd, pe_capture_format fmt, uint32_t linktype, uint32_t snaplen,
+                                    pe_capture_writer **out);
 pe_status pe_frame_ip_offset(uint32_t linktype, const uint8_t *frame, size_t len, size_t *ip_off);
 typedef pe_verdict (*pe_ip_transform_fn)(void *ctx, const uint8_t *ip, size_t ip_len, uint8_t *out,
                                          size_t out_cap, size_t *out_len, pe_status *why);
@@ -75,11 +79,18 @@ typedef struct {
     uint64_t failed;
     uint64_t failed_by_status[...];
     uint64_t passed_by_status[...];
+    uint64_t offset;
 } pe_capture_summary;
 #define PE_TRANSFORM_DROP_FAILED ...
+#define PE_TRANSFORM_GROWS ...
+#define PE_TRANSFORM_TO_PCAP ...
+#define PE_TRANSFORM_TO_PCAPNG ...
+#define PE_CAPTURE_RECORD_MAX ...
 pe_status pe_capture_transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn,
                                     void *fn_ctx, unsigned flags, pe_progress_fn progress,
                                     void *progress_ctx, pe_capture_summary *summary);
+pe_status pe_capture_transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void *fn_ctx, unsigned flags,
+                                  pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary);
 extern "Python" int pe_py_progress(void *, uint64_t, uint64_t, uint64_t);
 
 /* ip.h */

@@ -5,10 +5,11 @@
  * draft-ietf-opsawg-pcapng ("PCAP Next Generation (pcapng) Capture File
  * Format").  Field and block names below follow those drafts.
  *
- * The reader works on one buffer holding the whole file (read, or the
- * caller's), so a record is a pointer into that buffer and nothing is copied
- * per packet.  Every length read from the file is checked against what is
- * left in the buffer before it is used: the input is untrusted and fuzzed.
+ * Captures are streamed: the reader holds a bounded window of the input (a
+ * file, a pipe, stdin, or the caller's buffer), a record is a pointer into
+ * that window and nothing is copied per packet, and memory does not grow with
+ * the capture.  Every length read from the file is checked against what is
+ * in the window before it is used: the input is untrusted and fuzzed.
  * File fields are assembled byte by byte, never through casted pointers, so
  * unaligned and foreign-endian data need no special care.
  */
@@ -25,12 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__unix__) || defined(__APPLE__)
-#define PE_CAPTURE_POSIX 1
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
-#endif
 
 /* ---- format constants ---------------------------------------------------- */
 
@@ -88,13 +87,17 @@
 #define ARPHRD_NETLINK 824u
 #define NO_ETHERTYPE SIZE_MAX
 
-/* Transform output: encryption grows packets, so never let a snap length cut them. */
+/* The snap length written where none can be kept: a stream output of a transform that lengthens packets. */
 #define TRANSFORM_SNAPLEN 262144u
 #define TRANSFORM_OUT_CAP (PE_IP_MAX_LEN + 512u)
 #define TRANSFORM_PROGRESS_EVERY 4096u
 /* Largest L2 prefix frame_locate accepts: SLL2 header plus the tag stack. */
 #define L2_PREFIX_MAX (SLL2_HDR_LEN + MAX_VLAN_TAGS * VLAN_TAG_LEN)
 #define OUT_BUFFER_SIZE (1u << 20)
+/* The reader's first window; it grows only for a larger record (to PE_CAPTURE_RECORD_MAX). */
+#define READ_BUFFER_SIZE (1u << 20)
+/* Records per chunk of the transform loop (each with TRANSFORM_OUT_CAP octets of output room). */
+#define CHUNK_RECORDS 64u
 
 /* ---- byte order ----------------------------------------------------------- */
 
@@ -192,66 +195,148 @@ typedef struct pcapng_if {
     uint64_t tsoffset; /* if_tsoffset, signed seconds applied modulo 2^64 */
 } pcapng_if;
 
+/*
+ * The reader holds a window of the input, buf[0..len), of which buf[pos..len)
+ * is not parsed yet.  A memory reader's window is the caller's whole buffer.
+ * A descriptor reader owns its window: READ_BUFFER_SIZE octets, grown only
+ * for a record that does not fit (up to PE_CAPTURE_RECORD_MAX); when the
+ * window is used up, the unparsed tail moves to the front and more is read
+ * behind it.  Records handed out point into the window, so the tail moves only
+ * when the caller holds none (pe_capture_next: the next call; the transform:
+ * between chunks).
+ */
 struct pe_capture_reader {
     const uint8_t *buf;
-    size_t len;
-    size_t pos;
+    size_t len, pos;
+    uint64_t base;  /* input offset of buf[0] */
+    uint64_t size;  /* whole input when known (memory, regular file), else 0 */
+    int fd;         /* -1: memory reader, nothing more to read */
+    int own_fd;     /* opened by path: closed with the reader */
+    int at_eof;     /* the descriptor said end of file */
+    int pinned;     /* records in the window are in use: it may fill behind them, not move */
+    uint8_t *owned; /* the window of a descriptor reader */
+    size_t owned_cap;
     pe_capture_format fmt;
     int be;         /* pcap: the file's byte order; pcapng: the current section's */
     pe_status err;  /* sticky: a corrupt file stays corrupt */
+    uint8_t pcap_hdr[PCAP_FILE_HDR_LEN]; /* the file header as read, for the transform to copy */
     uint32_t pcap_linktype;
     pcapng_if *ifs; /* Interface Description Blocks of the current section */
     size_t n_ifs, cap_ifs;
-    void *owned;    /* file contents when opened by path */
-    size_t owned_len;
 };
 
 /* One record or block as stored, and the packet it holds if it holds one. */
 typedef struct cap_block {
     int is_packet;
+    int be;            /* byte order of the block (pcapng sections may differ) */
     uint32_t type;     /* pcapng Block Type; 0 for pcap records */
     const uint8_t *raw;
     size_t raw_len;
     size_t opts_off;   /* EPB/PB: where the options start (after the padded data) */
+    uint8_t tsresol;   /* pcapng packets: their interface's if_tsresol */
     pe_capture_record rec;
 } cap_block;
 
+/* Internal: the record is not all in the window and the window may not move now. */
+#define WINDOW_PINNED PE_STATUS_COUNT
+
+/*
+ * Make buf[pos..pos+need) available.  PE_ERR_CAP_TRUNCATED when the input
+ * ends before, PE_ERR_CAP_RECORD_TOO_LARGE when need exceeds the cap.
+ */
+static pe_status window_need(pe_capture_reader *r, size_t need)
+{
+    if (r->len - r->pos >= need)
+        return PE_OK;
+    if (r->fd < 0 || r->at_eof)
+        return PE_ERR_CAP_TRUNCATED;
+    if (need > PE_CAPTURE_RECORD_MAX) /* longer than a whole regular file: cut, not merely large */
+        return r->size && r->base + r->pos + need > r->size ? PE_ERR_CAP_TRUNCATED : PE_ERR_CAP_RECORD_TOO_LARGE;
+    if (r->owned_cap - r->pos < need) {
+        if (r->pinned)
+            return (pe_status)WINDOW_PINNED;
+        size_t keep = r->len - r->pos;
+        memmove(r->owned, r->owned + r->pos, keep);
+        r->base += r->pos;
+        r->len = keep;
+        r->pos = 0;
+        if (r->owned_cap < need) {
+            size_t cap = r->owned_cap;
+            while (cap < need)
+                cap = cap > PE_CAPTURE_RECORD_MAX / 2 ? PE_CAPTURE_RECORD_MAX : cap * 2;
+            uint8_t *grown = realloc(r->owned, cap);
+            if (!grown)
+                return PE_ERR_NOMEM;
+            r->owned = grown;
+            r->owned_cap = cap;
+        }
+        r->buf = r->owned;
+    }
+    /* Fill what the window holds (fewer, larger reads), but return as soon as `need` is there. */
+    while (r->len - r->pos < need) {
+        ssize_t n = read(r->fd, r->owned + r->len, r->owned_cap - r->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return PE_ERR_CAP_IO;
+        if (n == 0) {
+            r->at_eof = 1;
+            return PE_ERR_CAP_TRUNCATED;
+        }
+        r->len += (size_t)n;
+    }
+    return PE_OK;
+}
+
+/* At a record boundary: 1 when no octet follows. */
+static pe_status window_at_end(pe_capture_reader *r, int *end)
+{
+    pe_status st = window_need(r, 1);
+    *end = st == PE_ERR_CAP_TRUNCATED;
+    return *end ? PE_OK : st;
+}
+
 static pe_status pcap_start(pe_capture_reader *r)
 {
-    const uint8_t *p = r->buf;
+    pe_status st = window_need(r, PCAP_FILE_HDR_LEN);
+    if (st != PE_OK)
+        return st;
+    const uint8_t *p = r->buf + r->pos;
     uint32_t magic = rd32(p, 0);
     if (magic == PCAP_MAGIC_USEC || magic == PCAP_MAGIC_NSEC)
         r->be = 0;
     else
         r->be = 1, magic = rd32(p, 1);
     r->fmt = magic == PCAP_MAGIC_NSEC ? PE_CAPTURE_PCAP_NSEC : PE_CAPTURE_PCAP;
-    if (r->len < PCAP_FILE_HDR_LEN)
-        return PE_ERR_CAP_TRUNCATED;
     /* Only version 2.x exists; anything else is not a file we can interpret. */
     if (rd16(p + 4, r->be) != PCAP_VERSION_MAJOR)
         return PE_ERR_CAP_FORMAT;
+    memcpy(r->pcap_hdr, p, PCAP_FILE_HDR_LEN);
     r->pcap_linktype = rd32(p + PCAP_LINKTYPE_OFF, r->be) & PCAP_LINKTYPE_MASK;
-    r->pos = PCAP_FILE_HDR_LEN;
+    r->pos += PCAP_FILE_HDR_LEN;
     return PE_OK;
 }
 
 static pe_status pcap_record(pe_capture_reader *r, cap_block *b)
 {
-    size_t avail = r->len - r->pos;
+    pe_status st = window_need(r, PCAP_REC_HDR_LEN);
+    if (st != PE_OK)
+        return st;
+    uint32_t incl_len = rd32(r->buf + r->pos + 8, r->be);
+    st = window_need(r, PCAP_REC_HDR_LEN + (size_t)incl_len);
+    if (st != PE_OK)
+        return st;
     const uint8_t *p = r->buf + r->pos;
-    if (avail < PCAP_REC_HDR_LEN)
-        return PE_ERR_CAP_TRUNCATED;
-    uint32_t sec = rd32(p, r->be), frac = rd32(p + 4, r->be);
-    uint32_t incl_len = rd32(p + 8, r->be), orig_len = rd32(p + 12, r->be);
-    if (incl_len > avail - PCAP_REC_HDR_LEN)
-        return PE_ERR_CAP_TRUNCATED;
+    uint32_t sec = rd32(p, r->be), frac = rd32(p + 4, r->be), orig_len = rd32(p + 12, r->be);
     /* Out-of-range fractions are not rejected (writers vary); they carry into the seconds. */
     uint32_t per_sec = r->fmt == PE_CAPTURE_PCAP_NSEC ? 1000000000u : 1000000u;
     b->is_packet = 1;
+    b->be = r->be;
     b->type = 0;
     b->raw = p;
     b->raw_len = PCAP_REC_HDR_LEN + (size_t)incl_len;
     b->opts_off = b->raw_len;
+    b->tsresol = r->fmt == PE_CAPTURE_PCAP_NSEC ? 9 : 6;
     b->rec.linktype = r->pcap_linktype;
     b->rec.interface_id = 0;
     b->rec.ts_sec = (uint64_t)sec + frac / per_sec;
@@ -342,6 +427,7 @@ static pe_status pcapng_epb(pe_capture_reader *r, const uint8_t *p, uint32_t tot
         return PE_ERR_CAP_FORMAT;
     b->rec.linktype = ifc->linktype;
     b->rec.interface_id = id;
+    b->tsresol = ifc->tsresol;
     packet_ts(&b->rec, ifc, rd32(p + 12, r->be), rd32(p + 16, r->be));
     b->rec.caplen = caplen;
     b->rec.origlen = rd32(p + 24, r->be);
@@ -367,6 +453,7 @@ static pe_status pcapng_spb(pe_capture_reader *r, const uint8_t *p, uint32_t tot
         caplen = ifc->snaplen;
     b->rec.linktype = ifc->linktype;
     b->rec.interface_id = 0;
+    b->tsresol = ifc->tsresol;
     b->rec.ts_sec = 0;
     b->rec.ts_nsec = 0;
     b->rec.caplen = caplen;
@@ -378,54 +465,59 @@ static pe_status pcapng_spb(pe_capture_reader *r, const uint8_t *p, uint32_t tot
 }
 
 /* SHB: the Byte-Order Magic decides how this block's length, and the whole section, is read. */
-static pe_status pcapng_shb(pe_capture_reader *r, const uint8_t *p, size_t avail, uint32_t *total)
+static pe_status pcapng_shb_head(const uint8_t *p, int *be, uint32_t *total)
 {
-    int be;
     if (rd32(p + 8, 0) == PCAPNG_BYTE_ORDER_MAGIC)
-        be = 0;
+        *be = 0;
     else if (rd32(p + 8, 1) == PCAPNG_BYTE_ORDER_MAGIC)
-        be = 1;
+        *be = 1;
     else
         return PE_ERR_CAP_FORMAT;
-    *total = rd32(p + 4, be);
+    *total = rd32(p + 4, *be);
     if (*total < PCAPNG_SHB_MIN || *total % 4 != 0)
         return PE_ERR_CAP_FORMAT;
-    if (*total > avail)
-        return PE_ERR_CAP_TRUNCATED;
-    if (rd16(p + 12, be) != PCAPNG_VERSION_MAJOR)
-        return PE_ERR_CAP_FORMAT;
-    r->be = be;
-    r->n_ifs = 0; /* interface IDs are per section */
     return PE_OK;
 }
 
 static pe_status pcapng_block(pe_capture_reader *r, cap_block *b)
 {
-    size_t avail = r->len - r->pos;
-    const uint8_t *p = r->buf + r->pos;
-    uint32_t total;
-    pe_status st = PE_OK;
+    uint32_t total, type;
+    int be = r->be;
     /* Every block, the SHB with its Byte-Order Magic included, has at least 12 octets. */
-    if (avail < PCAPNG_BLOCK_MIN)
-        return PE_ERR_CAP_TRUNCATED;
-    b->type = rd32(p, r->be); /* the SHB type is a palindrome, so any order finds it */
-    b->is_packet = 0;
-    if (b->type == PCAPNG_BT_SHB) {
-        st = pcapng_shb(r, p, avail, &total);
-        if (st != PE_OK)
-            return st;
+    pe_status st = window_need(r, PCAPNG_BLOCK_MIN);
+    if (st != PE_OK)
+        return st;
+    const uint8_t *p = r->buf + r->pos;
+    type = rd32(p, be); /* the SHB type is a palindrome, so any order finds it */
+    if (type == PCAPNG_BT_SHB) {
+        st = pcapng_shb_head(p, &be, &total);
     } else {
-        total = rd32(p + 4, r->be);
-        if (total < PCAPNG_BLOCK_MIN || total % 4 != 0)
-            return PE_ERR_CAP_FORMAT;
-        if (total > avail)
-            return PE_ERR_CAP_TRUNCATED;
+        total = rd32(p + 4, be);
+        st = total < PCAPNG_BLOCK_MIN || total % 4 != 0 ? PE_ERR_CAP_FORMAT : PE_OK;
     }
-    if (rd32(p + total - 4, r->be) != total)
+    if (st != PE_OK)
+        return st;
+    /* Nothing is changed in the reader until the whole block is in the window (see WINDOW_PINNED). */
+    st = window_need(r, total);
+    if (st != PE_OK)
+        return st;
+    p = r->buf + r->pos;
+    if (rd32(p + total - 4, be) != total)
         return PE_ERR_CAP_FORMAT;
-    switch (b->type) {
+    b->type = type;
+    b->is_packet = 0;
+    if (type == PCAPNG_BT_SHB) {
+        if (rd16(p + 12, be) != PCAPNG_VERSION_MAJOR)
+            return PE_ERR_CAP_FORMAT;
+        r->be = be;
+        r->n_ifs = 0; /* interface IDs are per section */
+    }
+    b->be = r->be;
+    switch (type) {
     case PCAPNG_BT_IDB:
         st = pcapng_idb(r, p, total);
+        if (st == PE_OK)
+            b->tsresol = r->ifs[r->n_ifs - 1].tsresol;
         break;
     case PCAPNG_BT_EPB:
     case PCAPNG_BT_PB:
@@ -434,7 +526,7 @@ static pe_status pcapng_block(pe_capture_reader *r, cap_block *b)
     case PCAPNG_BT_SPB:
         st = pcapng_spb(r, p, total, b);
         break;
-    default: /* NRB, ISB, DSB, custom and unknown blocks carry no packets */
+    default: /* SHB, NRB, ISB, DSB, custom and unknown blocks carry no packets */
         break;
     }
     if (st != PE_OK)
@@ -445,140 +537,117 @@ static pe_status pcapng_block(pe_capture_reader *r, cap_block *b)
     return PE_OK;
 }
 
+/*
+ * Recognise the format.  A pcapng reader is left before its first SHB (read
+ * and checked here), so that every block, that one included, comes out of
+ * next_block for the transform to copy.
+ */
 static pe_status reader_start(pe_capture_reader *r)
 {
-    if (r->len < 4)
+    pe_status st = window_need(r, 4);
+    if (st == PE_ERR_CAP_TRUNCATED)
         return PE_ERR_CAP_FORMAT;
-    uint32_t magic = rd32(r->buf, 0);
+    if (st != PE_OK)
+        return st;
+    const uint8_t *p = r->buf + r->pos;
+    uint32_t magic = rd32(p, 0);
     if (magic == PCAPNG_BT_SHB) {
         cap_block b;
+        size_t start = r->pos;
         r->fmt = PE_CAPTURE_PCAPNG;
-        return pcapng_block(r, &b);
+        st = pcapng_block(r, &b);
+        if (st == PE_OK)
+            r->pos = start; /* the window has not moved: nothing was handed out yet */
+        return st;
     }
-    if (magic == PCAP_MAGIC_USEC || magic == PCAP_MAGIC_NSEC || rd32(r->buf, 1) == PCAP_MAGIC_USEC ||
-        rd32(r->buf, 1) == PCAP_MAGIC_NSEC)
+    if (magic == PCAP_MAGIC_USEC || magic == PCAP_MAGIC_NSEC || rd32(p, 1) == PCAP_MAGIC_USEC ||
+        rd32(p, 1) == PCAP_MAGIC_NSEC)
         return pcap_start(r);
     return PE_ERR_CAP_FORMAT;
 }
 
-/* The next record or block, packet or not. */
-static pe_status next_block(pe_capture_reader *r, cap_block *b, int *eof)
+/*
+ * The next record or block, packet or not.  With `pinned` set, records read
+ * before are still in use: a record that would need the window moved is not
+ * read (WINDOW_PINNED, nothing consumed, not sticky).
+ */
+static pe_status next_block(pe_capture_reader *r, cap_block *b, int *eof, int pinned)
 {
     *eof = 0;
     if (r->err != PE_OK)
         return r->err;
-    if (r->pos == r->len) {
+    int end;
+    r->pinned = pinned;
+    pe_status st = window_at_end(r, &end);
+    if (st == PE_OK && end) {
         *eof = 1;
         return PE_OK;
     }
-    pe_status st = r->fmt == PE_CAPTURE_PCAPNG ? pcapng_block(r, b) : pcap_record(r, b);
-    r->err = st;
+    if (st == PE_OK)
+        st = r->fmt == PE_CAPTURE_PCAPNG ? pcapng_block(r, b) : pcap_record(r, b);
+    r->pinned = 0;
+    if ((int)st != WINDOW_PINNED)
+        r->err = st;
     return st;
 }
 
-#ifdef PE_CAPTURE_POSIX
-/*
- * Regular files are read whole, with pread, into one buffer of their size.
- * Not mapped: a file that another process truncates while it is read would
- * raise SIGBUS at the first access past the new end, in the caller's
- * process.  Read, a file cut meanwhile only comes out short, and the parser
- * reports capture-truncated at the record that lost its end.  The cost is
- * memory the size of the file (the streaming reader of a later release
- * removes it).  Returns 0 to fall back to the stream reader (not a regular
- * file), 1 on success, -1 on a read error.
- */
-static int load_regular(int fd, pe_capture_reader *r, pe_status *st)
+/* A descriptor reader's window grown to `size` before any record is handed out (a parallel run keeps two chunks). */
+static pe_status reader_window(pe_capture_reader *r, size_t size)
 {
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX)
-        return 0;
-    size_t size = (size_t)sb.st_size, got = 0;
-    uint8_t *buf = malloc(size);
-    if (!buf) {
-        *st = PE_ERR_NOMEM;
-        return -1;
-    }
-    while (got < size) {
-        ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            free(buf);
-            *st = PE_ERR_CAP_IO;
-            return -1;
-        }
-        if (n == 0)
-            break; /* cut since fstat: what is there is the file */
-        got += (size_t)n;
-    }
-    r->owned = buf;
-    r->owned_len = got;
-    return 1;
-}
-#endif
-
-/* Pipes, devices and systems without POSIX I/O. */
-static pe_status load_stream(FILE *f, pe_capture_reader *r)
-{
-    size_t cap = 0, len = 0;
-    uint8_t *buf = NULL;
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 1u << 16;
-            uint8_t *grown = ncap > cap ? realloc(buf, ncap) : NULL;
-            if (!grown) {
-                free(buf);
-                return PE_ERR_NOMEM;
-            }
-            buf = grown;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        free(buf);
-        return PE_ERR_CAP_IO;
-    }
-    r->owned = buf;
-    r->owned_len = len;
+    if (!r->owned || r->owned_cap >= size)
+        return PE_OK;
+    uint8_t *grown = realloc(r->owned, size);
+    if (!grown)
+        return PE_ERR_NOMEM;
+    r->owned = grown;
+    r->owned_cap = size;
+    r->buf = grown;
     return PE_OK;
-}
-
-static pe_status load_file(const char *path, pe_capture_reader *r)
-{
-    pe_status st;
-#ifdef PE_CAPTURE_POSIX
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return PE_ERR_CAP_IO;
-    st = PE_OK;
-    int loaded = load_regular(fd, r, &st);
-    if (loaded != 0) {
-        close(fd);
-        return st;
-    }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        return PE_ERR_CAP_IO;
-    }
-#else
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return PE_ERR_CAP_IO;
-#endif
-    st = load_stream(f, r);
-    fclose(f);
-    return st;
 }
 
 static pe_status reader_new(pe_capture_reader **out)
 {
     *out = calloc(1, sizeof **out);
-    return *out ? PE_OK : PE_ERR_NOMEM;
+    if (!*out)
+        return PE_ERR_NOMEM;
+    (*out)->fd = -1;
+    return PE_OK;
+}
+
+static pe_status reader_open_fd(int fd, int own_fd, pe_capture_reader **out)
+{
+    pe_capture_reader *r;
+    pe_status st = reader_new(&r);
+    if (st != PE_OK) {
+        if (own_fd)
+            close(fd);
+        return st;
+    }
+    r->fd = fd;
+    r->own_fd = own_fd;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        off_t at = lseek(fd, 0, SEEK_CUR);
+        r->size = (uint64_t)sb.st_size - (at > 0 && at <= sb.st_size ? (uint64_t)at : 0);
+    }
+    r->owned = malloc(READ_BUFFER_SIZE);
+    r->owned_cap = READ_BUFFER_SIZE;
+    r->buf = r->owned;
+    st = r->owned ? reader_start(r) : PE_ERR_NOMEM;
+    if (st != PE_OK) {
+        pe_capture_close(r);
+        return st;
+    }
+    *out = r;
+    return PE_OK;
+}
+
+pe_status pe_capture_open_fd(int fd, pe_capture_reader **out)
+{
+    if (fd < 0 || !out)
+        return PE_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    return reader_open_fd(fd, 0, out);
 }
 
 pe_status pe_capture_open_file(const char *path, pe_capture_reader **out)
@@ -586,22 +655,10 @@ pe_status pe_capture_open_file(const char *path, pe_capture_reader **out)
     if (!path || !out)
         return PE_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    pe_capture_reader *r;
-    pe_status st = reader_new(&r);
-    if (st != PE_OK)
-        return st;
-    st = load_file(path, r);
-    if (st == PE_OK) {
-        r->buf = r->owned;
-        r->len = r->owned_len;
-        st = reader_start(r);
-    }
-    if (st != PE_OK) {
-        pe_capture_close(r);
-        return st;
-    }
-    *out = r;
-    return PE_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return PE_ERR_CAP_IO;
+    return reader_open_fd(fd, 1, out);
 }
 
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out)
@@ -615,6 +672,8 @@ pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader 
         return st;
     r->buf = buf;
     r->len = len;
+    r->size = len;
+    r->at_eof = 1;
     st = reader_start(r);
     if (st != PE_OK) {
         pe_capture_close(r);
@@ -632,7 +691,7 @@ pe_status pe_capture_next(pe_capture_reader *r, pe_capture_record *rec, int *eof
         return PE_ERR_INVALID_ARGUMENT;
     cap_block b;
     for (;;) {
-        pe_status st = next_block(r, &b, eof);
+        pe_status st = next_block(r, &b, eof, 0);
         if (st != PE_OK || *eof)
             return st;
         if (b.is_packet) {
@@ -642,14 +701,16 @@ pe_status pe_capture_next(pe_capture_reader *r, pe_capture_record *rec, int *eof
     }
 }
 
-uint64_t pe_capture_reader_offset(const pe_capture_reader *r) { return r ? r->pos : 0; }
+uint64_t pe_capture_reader_offset(const pe_capture_reader *r) { return r ? r->base + r->pos : 0; }
 
-uint64_t pe_capture_reader_size(const pe_capture_reader *r) { return r ? r->len : 0; }
+uint64_t pe_capture_reader_size(const pe_capture_reader *r) { return r ? r->size : 0; }
 
 void pe_capture_close(pe_capture_reader *r)
 {
     if (!r)
         return;
+    if (r->own_fd)
+        close(r->fd);
     free(r->owned);
     free(r->ifs);
     free(r);
@@ -658,48 +719,77 @@ void pe_capture_close(pe_capture_reader *r)
 /* ---- buffered output ------------------------------------------------------- */
 
 /*
- * Buffered output that remembers the first failure, so callers can write a
- * whole record and check once.  Records are written in small pieces; our own
- * buffer turns them into large fwrite calls (no stdio locking per piece).
+ * Buffered output to a descriptor that remembers the first failure, so
+ * callers can write a whole record and check once.  Records are written in
+ * small pieces; the buffer turns them into large write calls.  A regular file
+ * (not opened for appending) is seekable: fields written early, such as a
+ * snap length, can be patched once the run knows better (out_patch32).
  */
 typedef struct out_file {
-    FILE *f;
+    int fd;
+    int own_fd;
     uint8_t *buf;
     size_t used;
+    uint64_t written;  /* octets handed to out_write: the output offset of the next one */
+    uint64_t start;    /* the descriptor's offset when the output began */
+    int seekable;
     int failed;
     int err; /* errno of the first failure, handed back to the caller in errno */
 } out_file;
 
-static void out_fail(out_file *o)
+static void out_fail(out_file *o, int e)
 {
     if (!o->failed)
-        o->err = errno;
+        o->err = e;
     o->failed = 1;
+}
+
+static pe_status out_open_fd(out_file *o, int fd, int own_fd)
+{
+    memset(o, 0, sizeof *o);
+    o->fd = fd;
+    o->own_fd = own_fd;
+    o->buf = malloc(OUT_BUFFER_SIZE);
+    if (!o->buf)
+        return PE_ERR_NOMEM;
+    struct stat sb;
+    int fl = fcntl(fd, F_GETFL);
+    off_t at = lseek(fd, 0, SEEK_CUR);
+    /* With O_APPEND, pwrite appends on Linux whatever the offset: such an output is not patched. */
+    o->seekable = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && fl != -1 && !(fl & O_APPEND) && at >= 0;
+    o->start = o->seekable ? (uint64_t)at : 0;
+    return PE_OK;
 }
 
 static pe_status out_open(out_file *o, const char *path)
 {
-    o->failed = 0;
-    o->err = 0;
-    o->used = 0;
-    o->buf = malloc(OUT_BUFFER_SIZE);
-    if (!o->buf)
-        return PE_ERR_NOMEM;
-    o->f = fopen(path, "wb");
-    if (!o->f) {
-        int e = errno;
-        free(o->buf);
-        o->buf = NULL;
-        errno = e;
-        return PE_ERR_CAP_WRITE;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return PE_ERR_CAP_WRITE; /* errno says why */
+    pe_status st = out_open_fd(o, fd, 1);
+    if (st != PE_OK)
+        close(fd);
+    return st;
+}
+
+static void out_raw(out_file *o, const uint8_t *p, size_t n)
+{
+    while (n && !o->failed) {
+        ssize_t k = write(o->fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            out_fail(o, k < 0 ? errno : EIO);
+            return;
+        }
+        p += k;
+        n -= (size_t)k;
     }
-    return PE_OK;
 }
 
 static void out_flush(out_file *o)
 {
-    if (!o->failed && o->used && fwrite(o->buf, 1, o->used, o->f) != o->used)
-        out_fail(o);
+    out_raw(o, o->buf, o->used);
     o->used = 0;
 }
 
@@ -707,11 +797,11 @@ static void out_write(out_file *o, const void *p, size_t n)
 {
     if (o->failed || n == 0)
         return;
+    o->written += n;
     if (n > OUT_BUFFER_SIZE - o->used)
         out_flush(o);
     if (n >= OUT_BUFFER_SIZE) {
-        if (!o->failed && fwrite(p, 1, n, o->f) != n)
-            out_fail(o);
+        out_raw(o, p, n);
         return;
     }
     memcpy(o->buf + o->used, p, n);
@@ -724,18 +814,87 @@ static void out_zeros(out_file *o, size_t n)
     out_write(o, zeros, n);
 }
 
+/* Rewrite a 32-bit field written earlier (seekable outputs only). */
+static void out_patch32(out_file *o, uint64_t off, uint32_t v, int be)
+{
+    uint8_t b[4];
+    wr32(b, v, be);
+    if (!o->seekable || o->failed)
+        return;
+    out_flush(o);
+    for (size_t done = 0; done < 4 && !o->failed;) {
+        ssize_t k = pwrite(o->fd, b + done, 4 - done, (off_t)(o->start + off + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            out_fail(o, k < 0 ? errno : EIO);
+        else
+            done += (size_t)k;
+    }
+}
+
+/* Flushes; closes the descriptor if it opened it.  A descriptor handed in stays open. */
 static pe_status out_close(out_file *o)
 {
-    if (o->f)
+    if (o->buf)
         out_flush(o);
-    if (o->f && fclose(o->f) != 0)
-        out_fail(o); /* a full disk may show only now, when the last buffer is written */
-    o->f = NULL;
+    if (o->own_fd && o->fd >= 0 && close(o->fd) != 0)
+        out_fail(o, errno); /* a full disk may show only now (NFS) */
+    o->fd = -1;
     free(o->buf);
     o->buf = NULL;
     if (o->failed)
         errno = o->err;
     return o->failed ? PE_ERR_CAP_WRITE : PE_OK;
+}
+
+/* ---- file headers ------------------------------------------------------------- */
+
+static void put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t linktype)
+{
+    uint8_t h[PCAP_FILE_HDR_LEN] = {0};
+    wr32(h, nsec ? PCAP_MAGIC_NSEC : PCAP_MAGIC_USEC, 0);
+    wr16(h + 4, PCAP_VERSION_MAJOR, 0);
+    wr16(h + 6, PCAP_VERSION_MINOR, 0);
+    /* thiszone and sigfigs stay 0 */
+    wr32(h + PCAP_SNAPLEN_OFF, snaplen, 0);
+    wr32(h + PCAP_LINKTYPE_OFF, linktype, 0);
+    out_write(o, h, sizeof h);
+}
+
+/*
+ * One little-endian section: SHB, then one IDB, with if_tsresol when it is
+ * not the default microseconds.  *snaplen_off: where the IDB's SnapLen went.
+ */
+static void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t tsresol,
+                              uint64_t *snaplen_off)
+{
+    uint8_t shb[PCAPNG_SHB_MIN] = {0};
+    wr32(shb, PCAPNG_BT_SHB, 0);
+    wr32(shb + 4, sizeof shb, 0);
+    wr32(shb + 8, PCAPNG_BYTE_ORDER_MAGIC, 0);
+    wr16(shb + 12, PCAPNG_VERSION_MAJOR, 0);
+    wr16(shb + 14, 0, 0);
+    memset(shb + PCAPNG_SHB_SECTION_LEN_OFF, 0xFF, 8); /* Section Length unknown (-1) */
+    wr32(shb + 24, sizeof shb, 0);
+    out_write(o, shb, sizeof shb);
+
+    uint8_t idb[PCAPNG_IDB_MIN + 12] = {0};
+    size_t len = tsresol == PCAPNG_TSRESOL_DEFAULT ? PCAPNG_IDB_MIN : sizeof idb;
+    wr32(idb, PCAPNG_BT_IDB, 0);
+    wr32(idb + 4, (uint32_t)len, 0);
+    wr16(idb + 8, (uint16_t)linktype, 0);
+    wr32(idb + PCAPNG_IDB_SNAPLEN_OFF, snaplen, 0);
+    if (len == sizeof idb) {
+        wr16(idb + 16, PCAPNG_OPT_IF_TSRESOL, 0);
+        wr16(idb + 18, 1, 0);
+        idb[20] = tsresol;
+        /* idb[24..27]: opt_endofopt (code 0, length 0) */
+    }
+    wr32(idb + len - 4, (uint32_t)len, 0);
+    if (snaplen_off)
+        *snaplen_off = o->written + sizeof shb + PCAPNG_IDB_SNAPLEN_OFF;
+    out_write(o, idb, len);
 }
 
 /* ---- writer ------------------------------------------------------------------ */
@@ -746,69 +905,21 @@ struct pe_capture_writer {
     uint32_t snaplen;
 };
 
-static void write_pcap_header(pe_capture_writer *w, uint32_t linktype)
+static pe_status writer_start(pe_capture_writer *w, pe_status opened, pe_capture_format fmt, uint32_t linktype,
+                              pe_capture_writer **out)
 {
-    uint8_t h[PCAP_FILE_HDR_LEN] = {0};
-    wr32(h, w->fmt == PE_CAPTURE_PCAP_NSEC ? PCAP_MAGIC_NSEC : PCAP_MAGIC_USEC, 0);
-    wr16(h + 4, PCAP_VERSION_MAJOR, 0);
-    wr16(h + 6, PCAP_VERSION_MINOR, 0);
-    /* thiszone and sigfigs stay 0; a SnapLen of 0 would mean nothing to pcap readers */
-    wr32(h + PCAP_SNAPLEN_OFF, w->snaplen ? w->snaplen : TRANSFORM_SNAPLEN, 0);
-    wr32(h + PCAP_LINKTYPE_OFF, linktype, 0);
-    out_write(&w->out, h, sizeof h);
-}
-
-/* One little-endian section: SHB, then an IDB with if_tsresol = 9 so nanoseconds survive. */
-static void write_pcapng_header(pe_capture_writer *w, uint32_t linktype)
-{
-    uint8_t shb[PCAPNG_SHB_MIN] = {0};
-    wr32(shb, PCAPNG_BT_SHB, 0);
-    wr32(shb + 4, sizeof shb, 0);
-    wr32(shb + 8, PCAPNG_BYTE_ORDER_MAGIC, 0);
-    wr16(shb + 12, PCAPNG_VERSION_MAJOR, 0);
-    wr16(shb + 14, 0, 0);
-    memset(shb + PCAPNG_SHB_SECTION_LEN_OFF, 0xFF, 8); /* Section Length unknown (-1) */
-    wr32(shb + 24, sizeof shb, 0);
-    out_write(&w->out, shb, sizeof shb);
-
-    uint8_t idb[PCAPNG_IDB_MIN + 12] = {0};
-    wr32(idb, PCAPNG_BT_IDB, 0);
-    wr32(idb + 4, sizeof idb, 0);
-    wr16(idb + 8, (uint16_t)linktype, 0);
-    wr32(idb + PCAPNG_IDB_SNAPLEN_OFF, w->snaplen, 0);
-    wr16(idb + 16, PCAPNG_OPT_IF_TSRESOL, 0);
-    wr16(idb + 18, 1, 0);
-    idb[20] = 9;
-    /* idb[24..27]: opt_endofopt (code 0, length 0) */
-    wr32(idb + 28, sizeof idb, 0);
-    out_write(&w->out, idb, sizeof idb);
-}
-
-pe_status pe_capture_writer_open(const char *path, pe_capture_format fmt, uint32_t linktype,
-                                 uint32_t snaplen, pe_capture_writer **out)
-{
-    if (!path || !out)
-        return PE_ERR_INVALID_ARGUMENT;
-    *out = NULL;
-    if (fmt != PE_CAPTURE_PCAP && fmt != PE_CAPTURE_PCAP_NSEC && fmt != PE_CAPTURE_PCAPNG)
-        return PE_ERR_INVALID_ARGUMENT;
-    /* pcapng's LinkType is 16 bits; pcap's field may carry FCS bits above them */
-    if (fmt == PE_CAPTURE_PCAPNG && linktype > 0xFFFFu)
-        return PE_ERR_INVALID_ARGUMENT;
-    pe_capture_writer *w = calloc(1, sizeof *w);
-    if (!w)
-        return PE_ERR_NOMEM;
-    w->fmt = fmt;
-    w->snaplen = snaplen;
-    pe_status st = out_open(&w->out, path);
-    if (st != PE_OK) {
+    if (opened != PE_OK) {
+        int e = errno;
+        free(w->out.buf);
         free(w);
-        return st;
+        errno = e;
+        return opened;
     }
     if (fmt == PE_CAPTURE_PCAPNG)
-        write_pcapng_header(w, linktype);
-    else
-        write_pcap_header(w, linktype);
+        put_pcapng_header(&w->out, linktype, w->snaplen, 9, NULL); /* nanoseconds survive */
+    else /* a SnapLen of 0 would mean nothing to pcap readers */
+        put_pcap_header(&w->out, fmt == PE_CAPTURE_PCAP_NSEC, w->snaplen ? w->snaplen : TRANSFORM_SNAPLEN,
+                        linktype);
     if (w->out.failed) {
         int e = w->out.err;
         (void)pe_capture_writer_close(w);
@@ -819,35 +930,79 @@ pe_status pe_capture_writer_open(const char *path, pe_capture_format fmt, uint32
     return PE_OK;
 }
 
-static void write_pcap_record(pe_capture_writer *w, uint32_t sec, uint32_t frac, const uint8_t *data,
-                              uint32_t caplen, uint32_t origlen)
+static pe_status writer_new(pe_capture_format fmt, uint32_t linktype, uint32_t snaplen, pe_capture_writer **out,
+                            pe_capture_writer **w)
+{
+    *out = NULL;
+    if (fmt != PE_CAPTURE_PCAP && fmt != PE_CAPTURE_PCAP_NSEC && fmt != PE_CAPTURE_PCAPNG)
+        return PE_ERR_INVALID_ARGUMENT;
+    /* pcapng's LinkType is 16 bits; pcap's field may carry FCS bits above them */
+    if (fmt == PE_CAPTURE_PCAPNG && linktype > 0xFFFFu)
+        return PE_ERR_INVALID_ARGUMENT;
+    *w = calloc(1, sizeof **w);
+    if (!*w)
+        return PE_ERR_NOMEM;
+    (*w)->fmt = fmt;
+    (*w)->snaplen = snaplen;
+    return PE_OK;
+}
+
+pe_status pe_capture_writer_open(const char *path, pe_capture_format fmt, uint32_t linktype,
+                                 uint32_t snaplen, pe_capture_writer **out)
+{
+    pe_capture_writer *w;
+    if (!path || !out)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_status st = writer_new(fmt, linktype, snaplen, out, &w);
+    if (st != PE_OK)
+        return st;
+    return writer_start(w, out_open(&w->out, path), fmt, linktype, out);
+}
+
+pe_status pe_capture_writer_open_fd(int fd, pe_capture_format fmt, uint32_t linktype, uint32_t snaplen,
+                                    pe_capture_writer **out)
+{
+    pe_capture_writer *w;
+    if (fd < 0 || !out)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_status st = writer_new(fmt, linktype, snaplen, out, &w);
+    if (st != PE_OK)
+        return st;
+    return writer_start(w, out_open_fd(&w->out, fd, 0), fmt, linktype, out);
+}
+
+static void write_pcap_record(out_file *o, uint32_t sec, uint32_t frac, const uint8_t *data, uint32_t caplen,
+                              uint32_t origlen)
 {
     uint8_t h[PCAP_REC_HDR_LEN];
     wr32(h, sec, 0);
     wr32(h + 4, frac, 0);
     wr32(h + 8, caplen, 0);
     wr32(h + 12, origlen, 0);
-    out_write(&w->out, h, sizeof h);
-    out_write(&w->out, data, caplen);
+    out_write(o, h, sizeof h);
+    out_write(o, data, caplen);
 }
 
-static void write_epb(pe_capture_writer *w, uint64_t ts, const uint8_t *data, uint32_t caplen,
+/* An EPB on interface 0 whose frame comes in two parts (an L2 prefix and the rest). */
+static void write_epb(out_file *o, uint64_t ts, const uint8_t *a, size_t a_len, const uint8_t *b, size_t b_len,
                       uint32_t origlen)
 {
     uint8_t h[PCAPNG_EPB_DATA_OFF], t[4];
+    size_t caplen = a_len + b_len;
     uint32_t total = (uint32_t)(PCAPNG_EPB_MIN + pad4(caplen));
     wr32(h, PCAPNG_BT_EPB, 0);
     wr32(h + 4, total, 0);
     wr32(h + 8, 0, 0);
     wr32(h + 12, (uint32_t)(ts >> 32), 0);
     wr32(h + 16, (uint32_t)ts, 0);
-    wr32(h + 20, caplen, 0);
+    wr32(h + 20, (uint32_t)caplen, 0);
     wr32(h + 24, origlen, 0);
     wr32(t, total, 0);
-    out_write(&w->out, h, sizeof h);
-    out_write(&w->out, data, caplen);
-    out_zeros(&w->out, pad4(caplen) - caplen);
-    out_write(&w->out, t, sizeof t);
+    out_write(o, h, sizeof h);
+    out_write(o, a, a_len);
+    out_write(o, b, b_len);
+    out_zeros(o, pad4(caplen) - caplen);
+    out_write(o, t, sizeof t);
 }
 
 pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_nsec, const uint8_t *data,
@@ -861,12 +1016,12 @@ pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_ns
     if (w->fmt == PE_CAPTURE_PCAPNG) {
         if (ts_sec > (UINT64_MAX - ts_nsec) / NSEC_PER_SEC)
             return PE_ERR_INVALID_ARGUMENT;
-        write_epb(w, ts_sec * NSEC_PER_SEC + ts_nsec, data, caplen, origlen);
+        write_epb(&w->out, ts_sec * NSEC_PER_SEC + ts_nsec, data, caplen, NULL, 0, origlen);
     } else {
         if (ts_sec > UINT32_MAX) /* pcap seconds are 32 bits (good until 2106) */
             return PE_ERR_INVALID_ARGUMENT;
         uint32_t frac = w->fmt == PE_CAPTURE_PCAP_NSEC ? ts_nsec : ts_nsec / 1000u;
-        write_pcap_record(w, (uint32_t)ts_sec, frac, data, caplen, origlen);
+        write_pcap_record(&w->out, (uint32_t)ts_sec, frac, data, caplen, origlen);
     }
     if (w->out.failed)
         errno = w->out.err;
@@ -961,15 +1116,55 @@ pe_status pe_frame_ip_offset(uint32_t linktype, const uint8_t *frame, size_t len
 
 /* ---- transform ------------------------------------------------------------- */
 
-typedef struct transform_run {
+/*
+ * The loop works in chunks: it reads up to CHUNK_RECORDS records that sit in
+ * the reader's window together (no copy), hands the chunk's IP packets to the
+ * callback (chunk_transform: one after the other here; the one place a
+ * parallel run would split the work), then counts and writes the chunk in
+ * input order.  Each record has its own TRANSFORM_OUT_CAP octets of the
+ * chunk's output arena, so the callbacks of one chunk never share a buffer.
+ */
+
+/* One record of a chunk: as read, then as the callback left it. */
+typedef struct chunk_rec {
+    cap_block b;
+    int to_fn;               /* the callback is to see ip[0..ip_len); else v and why are final */
+    const uint8_t *ip;
+    size_t ip_len, ip_off, type_off;
+    pe_verdict v;
+    pe_status why;
+    uint8_t *out;            /* TRANSFORM_OUT_CAP octets of the arena */
+    size_t out_len;
+} chunk_rec;
+
+/* An output interface, for the snap-length rule (docs/captures.md). */
+typedef struct out_if {
+    uint64_t snaplen_off; /* output offset of its SnapLen field */
+    uint32_t snaplen;     /* as written */
+    uint32_t longest;     /* longest transformed frame written on it */
+    int be;
+} out_if;
+
+typedef struct transform_run transform_run;
+typedef void (*chunk_transform_fn)(transform_run *t, chunk_rec *recs, size_t n);
+
+struct transform_run {
     pe_capture_reader *r;
     out_file out;
-    uint8_t *pkt; /* callback output, TRANSFORM_OUT_CAP octets, one per run */
+    pe_capture_format out_fmt;
+    int convert;      /* out_fmt is not the input's format family */
+    int header_done;  /* pcapng to pcap: the file header waits for the first IDB */
+    uint32_t pcap_linktype;
+    out_if *ifs;      /* output interfaces: every IDB written, in order */
+    size_t n_ifs, cap_ifs, section_first;
+    chunk_rec *recs;
+    uint8_t *arena;
+    chunk_transform_fn transform_chunk;
     pe_ip_transform_fn fn;
     void *fn_ctx;
     unsigned flags;
     pe_capture_summary *sum;
-} transform_run;
+};
 
 /* A transformed frame: the original L2 prefix (Ethertype fixed up) followed by the new packet. */
 typedef struct new_frame {
@@ -996,13 +1191,153 @@ static void count_failed(transform_run *t, pe_status why)
     t->sum->failed_by_status[clamp_status(why)]++;
 }
 
+/* ---- output interfaces and the snap-length rule ---- */
+
+static pe_status add_out_if(transform_run *t, uint64_t snaplen_off, uint32_t snaplen, int be)
+{
+    if (t->n_ifs == t->cap_ifs) {
+        size_t cap = t->cap_ifs ? t->cap_ifs * 2 : 4;
+        out_if *grown = realloc(t->ifs, cap * sizeof *grown);
+        if (!grown)
+            return PE_ERR_NOMEM;
+        t->ifs = grown;
+        t->cap_ifs = cap;
+    }
+    t->ifs[t->n_ifs++] = (out_if){snaplen_off, snaplen, 0, be};
+    return PE_OK;
+}
+
+/*
+ * A snap length that a lengthened packet could exceed, on an output that
+ * cannot be patched afterwards (a pipe): raised before it is written, to what
+ * the old tools wrote (pcap: TRANSFORM_SNAPLEN; pcapng: 0, no limit).
+ */
+static uint32_t stream_snaplen(const transform_run *t, uint32_t snaplen, int pcapng)
+{
+    if (t->out.seekable || !(t->flags & PE_TRANSFORM_GROWS) || snaplen >= TRANSFORM_SNAPLEN)
+        return snaplen;
+    if (pcapng)
+        return 0;
+    return TRANSFORM_SNAPLEN;
+}
+
+/* The interface a packet is written on, to remember its longest transformed frame. */
+static void note_length(transform_run *t, const cap_block *b, size_t n)
+{
+    size_t i = t->convert ? 0 : t->section_first + b->rec.interface_id;
+    if (t->r->fmt != PE_CAPTURE_PCAPNG || t->out_fmt != PE_CAPTURE_PCAPNG)
+        i = 0;
+    if (i < t->n_ifs && n > t->ifs[i].longest)
+        t->ifs[i].longest = (uint32_t)n;
+}
+
+/* Seekable outputs: a snap length some transformed frame exceeded becomes that frame's length. */
+static void patch_snaplens(transform_run *t)
+{
+    for (size_t i = 0; i < t->n_ifs; i++) {
+        out_if *f = &t->ifs[i];
+        if (f->snaplen != 0 && f->longest > f->snaplen)
+            out_patch32(&t->out, f->snaplen_off, f->longest, f->be);
+    }
+}
+
+/* ---- headers ---- */
+
+static int tsresol_is_nsec(uint8_t tsresol)
+{
+    unsigned v = tsresol & 0x7Fu;
+    return (tsresol & PCAPNG_TSRESOL_POW2) ? v > 20 : v > 6; /* finer than a microsecond */
+}
+
+/* What goes out before the first record: pcap's header, or a section for a pcap input written as pcapng. */
+static pe_status write_file_header(transform_run *t)
+{
+    const pe_capture_reader *r = t->r;
+    if (r->fmt == PE_CAPTURE_PCAPNG) {
+        if (t->out_fmt == PE_CAPTURE_PCAPNG)
+            t->header_done = 1; /* the input's own SHB comes through the loop */
+        return PE_OK;           /* pcapng to pcap: at the first IDB */
+    }
+    uint32_t snaplen = rd32(r->pcap_hdr + PCAP_SNAPLEN_OFF, r->be);
+    t->header_done = 1;
+    if (t->out_fmt == PE_CAPTURE_PCAPNG) {
+        uint64_t off;
+        snaplen = stream_snaplen(t, snaplen, 1);
+        put_pcapng_header(&t->out, r->pcap_linktype, snaplen, r->fmt == PE_CAPTURE_PCAP_NSEC ? 9 : 6, &off);
+        return add_out_if(t, off, snaplen, 0);
+    }
+    uint8_t h[PCAP_FILE_HDR_LEN];
+    memcpy(h, r->pcap_hdr, sizeof h);
+    uint32_t out_snaplen = stream_snaplen(t, snaplen, 0);
+    if (out_snaplen != snaplen)
+        wr32(h + PCAP_SNAPLEN_OFF, out_snaplen, r->be);
+    out_write(&t->out, h, sizeof h);
+    return add_out_if(t, PCAP_SNAPLEN_OFF, out_snaplen, r->be);
+}
+
+/*
+ * Non-packet pcapng blocks.  Kept as pcapng: copied, with the SHB's Section
+ * Length made -1 (unknown: packet blocks change size) and each IDB noted for
+ * the snap-length rule.  Written as pcap: the first IDB gives the file header
+ * (link type, SnapLen, resolution); an IDB of another link type cannot be
+ * held (PE_ERR_CAP_CONVERT); every other block has no place in pcap.
+ */
+static pe_status write_block(transform_run *t, const cap_block *b)
+{
+    const uint8_t *raw = b->raw;
+    size_t len = b->raw_len;
+    if (t->out_fmt != PE_CAPTURE_PCAPNG) {
+        if (b->type != PCAPNG_BT_IDB)
+            return PE_OK;
+        uint32_t linktype = rd16(raw + 8, b->be), snaplen = rd32(raw + PCAPNG_IDB_SNAPLEN_OFF, b->be);
+        if (t->header_done)
+            return linktype == t->pcap_linktype ? PE_OK : PE_ERR_CAP_CONVERT;
+        t->header_done = 1;
+        t->pcap_linktype = linktype;
+        t->out_fmt = tsresol_is_nsec(b->tsresol) ? PE_CAPTURE_PCAP_NSEC : PE_CAPTURE_PCAP;
+        snaplen = stream_snaplen(t, snaplen ? snaplen : TRANSFORM_SNAPLEN, 0);
+        put_pcap_header(&t->out, t->out_fmt == PE_CAPTURE_PCAP_NSEC, snaplen, linktype);
+        return add_out_if(t, PCAP_SNAPLEN_OFF, snaplen, 0);
+    }
+    if (b->type == PCAPNG_BT_SHB) {
+        static const uint8_t unknown[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+        t->section_first = t->n_ifs;
+        out_write(&t->out, raw, PCAPNG_SHB_SECTION_LEN_OFF);
+        out_write(&t->out, unknown, sizeof unknown);
+        out_write(&t->out, raw + PCAPNG_SHB_SECTION_LEN_OFF + 8, len - PCAPNG_SHB_SECTION_LEN_OFF - 8);
+        return PE_OK;
+    }
+    if (b->type != PCAPNG_BT_IDB) {
+        out_write(&t->out, raw, len);
+        return PE_OK;
+    }
+    uint32_t snaplen = rd32(raw + PCAPNG_IDB_SNAPLEN_OFF, b->be), out_snaplen = stream_snaplen(t, snaplen, 1);
+    pe_status st = add_out_if(t, t->out.written + PCAPNG_IDB_SNAPLEN_OFF, out_snaplen, b->be);
+    if (out_snaplen == snaplen) {
+        out_write(&t->out, raw, len);
+        return st;
+    }
+    /*
+     * Caveat: an SPB cut by the old SnapLen to a length that is not a multiple
+     * of 4 reads back with its padding as data once the SnapLen is gone.
+     */
+    uint8_t v[4];
+    wr32(v, out_snaplen, b->be);
+    out_write(&t->out, raw, PCAPNG_IDB_SNAPLEN_OFF);
+    out_write(&t->out, v, sizeof v);
+    out_write(&t->out, raw + PCAPNG_IDB_OPTIONS_OFF, len - PCAPNG_IDB_OPTIONS_OFF);
+    return st;
+}
+
+/* ---- packets ---- */
+
 static void write_pcap_transformed(transform_run *t, const cap_block *b, const new_frame *nf)
 {
     uint8_t h[PCAP_REC_HDR_LEN];
     uint32_t n = (uint32_t)(nf->l2_len + nf->pkt_len);
     memcpy(h, b->raw, 8); /* ts_sec and the usec/nsec fraction, in the file's byte order */
-    wr32(h + 8, n, t->r->be);
-    wr32(h + 12, n, t->r->be);
+    wr32(h + 8, n, b->be);
+    wr32(h + 12, n, b->be);
     out_write(&t->out, h, sizeof h);
     out_write(&t->out, nf->l2, nf->l2_len);
     out_write(&t->out, nf->pkt, nf->pkt_len);
@@ -1011,7 +1346,7 @@ static void write_pcap_transformed(transform_run *t, const cap_block *b, const n
 /* EPB/PB keep interface, timestamp and options; SPB has none of those. */
 static void write_pcapng_transformed(transform_run *t, const cap_block *b, const new_frame *nf)
 {
-    int be = t->r->be;
+    int be = b->be;
     size_t n = nf->l2_len + nf->pkt_len;
     int is_spb = b->type == PCAPNG_BT_SPB;
     size_t hdr_len = is_spb ? PCAPNG_SPB_DATA_OFF : PCAPNG_EPB_DATA_OFF;
@@ -1034,6 +1369,38 @@ static void write_pcapng_transformed(transform_run *t, const cap_block *b, const
     out_zeros(&t->out, pad4(n) - n);
     out_write(&t->out, b->raw + b->opts_off, opts_len);
     out_write(&t->out, trailer, sizeof trailer);
+}
+
+/*
+ * A packet in the other format family: pcap to pcapng as an EPB on the one
+ * interface (timestamp in the header's resolution), pcapng to pcap as a record
+ * (its options, and the SPB's missing timestamp, have no place there).
+ */
+static pe_status write_converted(transform_run *t, const cap_block *b, const new_frame *nf)
+{
+    const pe_capture_record *rec = &b->rec;
+    const uint8_t *a = nf ? nf->l2 : rec->data, *c = nf ? nf->pkt : NULL;
+    size_t a_len = nf ? nf->l2_len : rec->caplen, c_len = nf ? nf->pkt_len : 0;
+    uint32_t origlen = nf ? (uint32_t)(a_len + c_len) : rec->origlen;
+    if (t->out_fmt == PE_CAPTURE_PCAPNG) {
+        int nsec = t->r->fmt == PE_CAPTURE_PCAP_NSEC;
+        uint64_t ts = rec->ts_sec * (nsec ? NSEC_PER_SEC : 1000000u) + (nsec ? rec->ts_nsec : rec->ts_nsec / 1000u);
+        write_epb(&t->out, ts, a, a_len, c, c_len, origlen);
+        return PE_OK;
+    }
+    if (!t->header_done)
+        return PE_ERR_CAP_FORMAT; /* a packet before any IDB: the reader refuses that already */
+    if (rec->ts_sec > UINT32_MAX)
+        return PE_ERR_CAP_CONVERT; /* pcap seconds are 32 bits (good until 2106) */
+    uint8_t h[PCAP_REC_HDR_LEN];
+    wr32(h, (uint32_t)rec->ts_sec, 0);
+    wr32(h + 4, t->out_fmt == PE_CAPTURE_PCAP_NSEC ? rec->ts_nsec : rec->ts_nsec / 1000u, 0);
+    wr32(h + 8, (uint32_t)(a_len + c_len), 0);
+    wr32(h + 12, origlen, 0);
+    out_write(&t->out, h, sizeof h);
+    out_write(&t->out, a, a_len);
+    out_write(&t->out, c, c_len);
+    return PE_OK;
 }
 
 /*
@@ -1062,148 +1429,141 @@ static pe_status build_frame(const pe_capture_record *rec, size_t ip_off, size_t
     return PE_OK;
 }
 
-/* Where a record's IP packet is, for the transform. */
-typedef struct ip_at {
-    size_t ip_off, type_off, ip_len;
-} ip_at;
-
-/*
- * The part of a packet's handling before the transform: find its IP packet.
- * Returns PE_VERDICT_TRANSFORMED when the transform is to run (on
- * rec->data + at->ip_off, at->ip_len octets), else the verdict and *why,
- * for finish_packet to count.
- */
-static pe_verdict locate_packet(const pe_capture_record *rec, ip_at *at, pe_status *why)
-{
-    size_t wire_len;
-    pe_status st = frame_locate(rec->linktype, rec->data, rec->caplen, &at->ip_off, &at->type_off);
-    *why = st;
-    if (st == PE_ERR_CAP_NOT_IP)
-        return PE_VERDICT_PASSED;
-    /* An unknown link type might carry IP we cannot find: refused, not "not for us". */
-    if (st == PE_OK && rec->caplen < rec->origlen)
-        *why = st = PE_ERR_CAP_SNAPLEN;
-    if (st != PE_OK)
-        return PE_VERDICT_FAILED;
-    const uint8_t *ip = rec->data + at->ip_off;
-    at->ip_len = rec->caplen - at->ip_off;
-    /* Drop Ethernet padding; a bad header goes through unclipped so the callback names the error. */
-    if (pe_ip_wire_length(ip, at->ip_len, &wire_len) == PE_OK && wire_len <= at->ip_len)
-        at->ip_len = wire_len;
-    return PE_VERDICT_TRANSFORMED;
-}
-
-/* The part after: count the transform's verdict and build the new frame; returns the verdict as counted. */
-static pe_verdict finish_packet(transform_run *t, const pe_capture_record *rec, const ip_at *at, pe_verdict v,
-                                pe_status why, const uint8_t *pkt, size_t out_len, size_t max_frame, new_frame *nf)
-{
-    if (v == PE_VERDICT_PASSED) {
-        count_passed(t, why);
-        return v;
-    }
-    if (v != PE_VERDICT_TRANSFORMED) {
-        count_failed(t, v == PE_VERDICT_FAILED ? why : PE_ERR_INVALID_ARGUMENT);
-        return PE_VERDICT_FAILED;
-    }
-    pe_status st = build_frame(rec, at->ip_off, at->type_off, pkt, out_len, max_frame, nf);
-    if (st != PE_OK) {
-        count_failed(t, st);
-        return PE_VERDICT_FAILED;
-    }
-    t->sum->transformed++;
-    return PE_VERDICT_TRANSFORMED;
-}
-
-/*
- * Hand one packet to the callback; returns the verdict as counted.
- * `max_frame` is the longest frame the rewritten record can describe.
- */
-static pe_verdict transform_packet(transform_run *t, const pe_capture_record *rec, size_t max_frame,
-                                   new_frame *nf)
-{
-    ip_at at;
-    size_t out_len = 0;
-    pe_status why;
-    pe_verdict v = locate_packet(rec, &at, &why);
-    if (v != PE_VERDICT_TRANSFORMED)
-        return finish_packet(t, rec, &at, v, why, NULL, 0, max_frame, nf);
-    why = PE_OK;
-    v = t->fn(t->fn_ctx, rec->data + at.ip_off, at.ip_len, t->pkt, TRANSFORM_OUT_CAP, &out_len, &why);
-    return finish_packet(t, rec, &at, v, why, t->pkt, out_len, max_frame, nf);
-}
-
 /* Room left in a 32-bit Block Total Length once the block's fixed parts and options are counted. */
 static size_t max_frame_len(const transform_run *t, const cap_block *b)
 {
-    if (t->r->fmt != PE_CAPTURE_PCAPNG)
+    if (t->out_fmt != PE_CAPTURE_PCAPNG)
         return UINT32_MAX;
+    if (t->convert)
+        return UINT32_MAX - 3u - PCAPNG_EPB_MIN;
     size_t fixed = b->type == PCAPNG_BT_SPB ? PCAPNG_SPB_MIN : PCAPNG_EPB_MIN + (b->raw_len - 4 - b->opts_off);
     return UINT32_MAX - 3u - fixed; /* 3: the padding */
 }
 
-static void write_packet(transform_run *t, const cap_block *b, pe_verdict v, const new_frame *nf);
-
-static void process_packet(transform_run *t, const cap_block *b)
+/* Before the callback: where the IP packet is, or why the packet is passed or failed without it. */
+static void prepare_packet(chunk_rec *c)
 {
-    new_frame nf;
-    t->sum->packets++;
-    write_packet(t, b, transform_packet(t, &b->rec, max_frame_len(t, b), &nf), &nf);
+    const pe_capture_record *rec = &c->b.rec;
+    size_t wire_len;
+    c->to_fn = 0;
+    c->out_len = 0;
+    pe_status st = frame_locate(rec->linktype, rec->data, rec->caplen, &c->ip_off, &c->type_off);
+    if (st == PE_ERR_CAP_NOT_IP) {
+        c->v = PE_VERDICT_PASSED;
+        c->why = st;
+        return;
+    }
+    /* An unknown link type might carry IP we cannot find: refused, not "not for us". */
+    if (st == PE_OK && rec->caplen < rec->origlen)
+        st = PE_ERR_CAP_SNAPLEN;
+    if (st != PE_OK) {
+        c->v = PE_VERDICT_FAILED;
+        c->why = st;
+        return;
+    }
+    c->ip = rec->data + c->ip_off;
+    c->ip_len = rec->caplen - c->ip_off;
+    /* Drop Ethernet padding; a bad header goes through unclipped so the callback names the error. */
+    if (pe_ip_wire_length(c->ip, c->ip_len, &wire_len) == PE_OK && wire_len <= c->ip_len)
+        c->ip_len = wire_len;
+    c->to_fn = 1;
 }
 
-static void write_packet(transform_run *t, const cap_block *b, pe_verdict v, const new_frame *nf)
+/* The callback over a chunk's packets, in order. */
+static void chunk_transform_serial(transform_run *t, chunk_rec *recs, size_t n)
 {
-    if (v == PE_VERDICT_TRANSFORMED) {
-        if (t->r->fmt == PE_CAPTURE_PCAPNG)
-            write_pcapng_transformed(t, b, nf);
-        else
-            write_pcap_transformed(t, b, nf);
-    } else if (v == PE_VERDICT_PASSED || !(t->flags & PE_TRANSFORM_DROP_FAILED)) {
-        out_write(&t->out, b->raw, b->raw_len);
+    for (size_t i = 0; i < n; i++) {
+        chunk_rec *c = &recs[i];
+        if (!c->to_fn)
+            continue;
+        c->why = PE_OK;
+        c->v = t->fn(t->fn_ctx, c->ip, c->ip_len, c->out, TRANSFORM_OUT_CAP, &c->out_len, &c->why);
     }
+}
+
+/* After the callback: count the packet and write it (transformed, or as it was unless dropped). */
+static pe_status finish_packet(transform_run *t, chunk_rec *c)
+{
+    const cap_block *b = &c->b;
+    new_frame nf;
+    pe_verdict v = c->v;
+    t->sum->packets++;
+    if (v == PE_VERDICT_TRANSFORMED) {
+        pe_status st = build_frame(&b->rec, c->ip_off, c->type_off, c->out, c->out_len, max_frame_len(t, b), &nf);
+        if (st != PE_OK) {
+            v = PE_VERDICT_FAILED;
+            c->why = st;
+        }
+    } else if (v != PE_VERDICT_PASSED) {
+        if (v != PE_VERDICT_FAILED)
+            c->why = PE_ERR_INVALID_ARGUMENT;
+        v = PE_VERDICT_FAILED;
+    }
+    if (v == PE_VERDICT_PASSED)
+        count_passed(t, c->why);
+    else if (v == PE_VERDICT_FAILED)
+        count_failed(t, c->why);
+    else
+        t->sum->transformed++;
+    if (v == PE_VERDICT_FAILED && (t->flags & PE_TRANSFORM_DROP_FAILED))
+        return PE_OK;
+    const new_frame *f = v == PE_VERDICT_TRANSFORMED ? &nf : NULL;
+    if (f)
+        note_length(t, b, f->l2_len + f->pkt_len);
+    if (t->convert)
+        return write_converted(t, b, f);
+    if (!f)
+        out_write(&t->out, b->raw, b->raw_len);
+    else if (t->out_fmt == PE_CAPTURE_PCAPNG)
+        write_pcapng_transformed(t, b, f);
+    else
+        write_pcap_transformed(t, b, f);
+    return PE_OK;
 }
 
 /*
- * Non-packet pcapng blocks are copied, with two edits: an IDB SnapLen that
- * could cut grown packets becomes 0 (no limit), and an SHB Section Length
- * becomes -1 (unknown) since packet blocks change size.
+ * Read the next chunk: records that sit in the reader's window together, up
+ * to CHUNK_RECORDS and up to `packets_left` packets (so progress is reported
+ * at the same packet counts as ever).  *stop is the error that ended the
+ * input early, if any; the records before it are in the chunk.
  */
-static void copy_block(transform_run *t, const uint8_t *raw, size_t len, uint32_t type)
+static size_t read_chunk(transform_run *t, uint64_t packets_left, int *eof, pe_status *stop)
 {
-    if (type == PCAPNG_BT_SHB) {
-        static const uint8_t unknown[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
-        out_write(&t->out, raw, PCAPNG_SHB_SECTION_LEN_OFF);
-        out_write(&t->out, unknown, sizeof unknown);
-        out_write(&t->out, raw + PCAPNG_SHB_SECTION_LEN_OFF + 8, len - PCAPNG_SHB_SECTION_LEN_OFF - 8);
-        return;
+    size_t n = 0;
+    uint64_t packets = 0;
+    *eof = 0;
+    *stop = PE_OK;
+    while (n < CHUNK_RECORDS && packets < packets_left) {
+        chunk_rec *c = &t->recs[n];
+        pe_status st = next_block(t->r, &c->b, eof, n > 0);
+        if ((int)st == WINDOW_PINNED)
+            break;
+        if (st != PE_OK) {
+            *stop = st;
+            break;
+        }
+        if (*eof)
+            break;
+        c->out = t->arena + n * TRANSFORM_OUT_CAP;
+        if (c->b.is_packet) {
+            prepare_packet(c);
+            packets++;
+        }
+        n++;
     }
-    uint32_t snaplen = type == PCAPNG_BT_IDB ? rd32(raw + PCAPNG_IDB_SNAPLEN_OFF, t->r->be) : 0;
-    if (snaplen == 0 || snaplen >= TRANSFORM_SNAPLEN) {
-        out_write(&t->out, raw, len);
-        return;
-    }
-    /*
-     * Caveat: an SPB cut by the old SnapLen to a length that is not a multiple
-     * of 4 reads back with its padding as data once the SnapLen is gone.
-     */
-    uint8_t zero[4] = {0};
-    out_write(&t->out, raw, PCAPNG_IDB_SNAPLEN_OFF);
-    out_write(&t->out, zero, sizeof zero);
-    out_write(&t->out, raw + PCAPNG_IDB_OPTIONS_OFF, len - PCAPNG_IDB_OPTIONS_OFF);
+    return n;
 }
 
-/* The file header the reader consumed on open: pcap's with SnapLen raised, or the first SHB. */
-static void write_file_header(transform_run *t)
+static pe_status write_chunk(transform_run *t, chunk_rec *recs, size_t n)
 {
-    const pe_capture_reader *r = t->r;
-    if (r->fmt == PE_CAPTURE_PCAPNG) {
-        copy_block(t, r->buf, r->pos, PCAPNG_BT_SHB);
-        return;
+    for (size_t i = 0; i < n; i++) {
+        pe_status st = recs[i].b.is_packet ? finish_packet(t, &recs[i]) : write_block(t, &recs[i].b);
+        if (st != PE_OK)
+            return st;
+        if (t->out.failed)
+            return PE_ERR_CAP_WRITE;
     }
-    uint8_t h[PCAP_FILE_HDR_LEN];
-    memcpy(h, r->buf, sizeof h);
-    if (rd32(h + PCAP_SNAPLEN_OFF, r->be) < TRANSFORM_SNAPLEN)
-        wr32(h + PCAP_SNAPLEN_OFF, TRANSFORM_SNAPLEN, r->be);
-    out_write(&t->out, h, sizeof h);
+    return PE_OK;
 }
 
 static int report_progress(transform_run *t, pe_progress_fn progress, void *ctx)
@@ -1213,22 +1573,24 @@ static int report_progress(transform_run *t, pe_progress_fn progress, void *ctx)
 
 static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void *progress_ctx)
 {
-    cap_block b;
-    int eof;
-    write_file_header(t);
+    pe_status st = write_file_header(t);
+    if (st != PE_OK)
+        return st;
     for (;;) {
-        pe_status st = next_block(t->r, &b, &eof);
+        int eof;
+        pe_status stop;
+        uint64_t before = t->sum->packets;
+        size_t n = read_chunk(t, TRANSFORM_PROGRESS_EVERY - before % TRANSFORM_PROGRESS_EVERY, &eof, &stop);
+        t->transform_chunk(t, t->recs, n);
+        st = write_chunk(t, t->recs, n);
+        t->sum->offset = pe_capture_reader_offset(t->r);
         if (st != PE_OK)
             return st;
+        if (stop != PE_OK)
+            return stop;
         if (eof)
             break;
-        if (b.is_packet)
-            process_packet(t, &b);
-        else
-            copy_block(t, b.raw, b.raw_len, b.type);
-        if (t->out.failed)
-            return PE_ERR_CAP_WRITE;
-        if (b.is_packet && progress && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
+        if (progress && t->sum->packets != before && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
             report_progress(t, progress, progress_ctx))
             return PE_ERR_CAP_ABORTED;
     }
@@ -1238,53 +1600,63 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
     return PE_OK;
 }
 
-/* ---- transform on a worker pool (pe/parallel.h) ---------------------------- */
+/* ---- the same loop on a worker pool (pe/parallel.h) ---- */
 
-/* Records per chunk: enough to keep the workers busy while the caller reads and writes. */
-#define CHUNK_BLOCKS 512u
+/* Records per chunk of a parallel run: enough work per hand-over to keep the threads busy. */
+#define PAR_CHUNK_RECORDS 256u
+/* A parallel run's reader window: two chunks in flight, few stops for the window to move. */
+#define PAR_READ_BUFFER_SIZE (8u << 20)
 
-typedef struct chunk_entry {
-    cap_block b;
-    ip_at at;
-    pe_verdict v; /* from locate_packet: TRANSFORMED means items[item] holds the transform's */
-    pe_status why;
-    size_t item;
-} chunk_entry;
-
-typedef struct chunk {
-    chunk_entry e[CHUNK_BLOCKS];
-    pe_parallel_item items[CHUNK_BLOCKS];
+typedef struct par_chunk {
+    chunk_rec recs[PAR_CHUNK_RECORDS];
+    pe_parallel_item items[PAR_CHUNK_RECORDS];
+    size_t item_rec[PAR_CHUNK_RECORDS]; /* the record of each item */
     size_t n, n_items;
-    uint8_t *arena; /* the items' outputs */
+    uint8_t *arena;   /* the items' outputs, each as long as its packet can grow to */
     size_t arena_cap;
-    pe_status read_st; /* how reading ended after e[n - 1]: PE_OK, or an error to return once it is written */
-    int eof;
-} chunk;
+    uint64_t end_offset; /* the reader's offset after the chunk: summary->offset once it is written */
+    int eof, stalled; /* stalled: nothing read, the window must move first (chunk before still out) */
+    pe_status stop;
+} par_chunk;
 
-/* Read up to CHUNK_BLOCKS blocks and give each IP packet an item with room for its result. */
-static pe_status fill_chunk(transform_run *t, chunk *c, size_t growth)
+/*
+ * read_chunk for a parallel run: with `pinned` the chunk before is still out
+ * and its records must stay where they are in the window.
+ */
+static pe_status read_par_chunk(transform_run *t, par_chunk *c, uint64_t packets_left, int pinned, size_t growth)
 {
-    c->n = c->n_items = 0;
+    uint64_t packets = 0;
     size_t need = 0;
-    while (c->n < CHUNK_BLOCKS) {
-        chunk_entry *e = &c->e[c->n];
-        int eof;
-        c->read_st = next_block(t->r, &e->b, &eof);
-        if (c->read_st != PE_OK || (c->eof = eof))
+    c->n = c->n_items = 0;
+    c->eof = c->stalled = 0;
+    c->stop = PE_OK;
+    while (c->n < PAR_CHUNK_RECORDS && packets < packets_left) {
+        chunk_rec *r = &c->recs[c->n];
+        pe_status st = next_block(t->r, &r->b, &c->eof, pinned || c->n > 0);
+        if ((int)st == WINDOW_PINNED) {
+            c->stalled = c->n == 0;
             break;
+        }
+        if (st != PE_OK) {
+            c->stop = st;
+            break;
+        }
+        if (c->eof)
+            break;
+        if (r->b.is_packet) {
+            prepare_packet(r);
+            packets++;
+            if (r->to_fn) {
+                /* Room as the one-thread loop gives, bounded by what this packet can need. */
+                size_t room = r->ip_len + growth < TRANSFORM_OUT_CAP ? r->ip_len + growth : TRANSFORM_OUT_CAP;
+                c->item_rec[c->n_items] = c->n;
+                c->items[c->n_items++] = (pe_parallel_item){.in = r->ip, .in_len = r->ip_len, .out_cap = room};
+                need += room;
+            }
+        }
         c->n++;
-        if (!e->b.is_packet)
-            continue;
-        e->v = locate_packet(&e->b.rec, &e->at, &e->why);
-        if (e->v != PE_VERDICT_TRANSFORMED)
-            continue;
-        /* Room as the one-thread loop gives, bounded by what this packet can need. */
-        size_t cap = e->at.ip_len + growth < TRANSFORM_OUT_CAP ? e->at.ip_len + growth : TRANSFORM_OUT_CAP;
-        e->item = c->n_items++;
-        c->items[e->item] = (pe_parallel_item){.in = e->b.rec.data + e->at.ip_off, .in_len = e->at.ip_len,
-                                                .out_cap = cap};
-        need += cap;
     }
+    c->end_offset = pe_capture_reader_offset(t->r);
     if (need > c->arena_cap) {
         uint8_t *a = realloc(c->arena, need);
         if (!a)
@@ -1292,78 +1664,77 @@ static pe_status fill_chunk(transform_run *t, chunk *c, size_t growth)
         c->arena = a;
         c->arena_cap = need;
     }
-    size_t off = 0;
-    for (size_t i = 0; i < c->n_items; i++) {
-        c->items[i].out = c->arena + off;
-        off += c->items[i].out_cap;
-    }
+    for (size_t i = 0, off = 0; i < c->n_items; off += c->items[i].out_cap, i++)
+        c->recs[c->item_rec[i]].out = c->items[i].out = c->arena + off;
     return PE_OK;
 }
 
-/* Count, write and report each block of a transformed chunk, as transform_loop does block by block. */
-static pe_status write_chunk(transform_run *t, pe_parallel *p, chunk *c, pe_progress_fn progress, void *progress_ctx)
+/* The pool's results back into the records, with the in-order step of each (a receiver's replay window). */
+static void take_results(pe_parallel *p, par_chunk *c)
 {
-    for (size_t i = 0; i < c->n; i++) {
-        chunk_entry *e = &c->e[i];
-        const cap_block *b = &e->b;
-        if (b->is_packet) {
-            new_frame nf;
-            pe_verdict v = e->v;
-            pe_status why = e->why;
-            const pe_parallel_item *it = NULL;
-            t->sum->packets++;
-            if (v == PE_VERDICT_TRANSFORMED) {
-                pe_parallel_after(p, &c->items[e->item]);
-                it = &c->items[e->item];
-                v = it->verdict;
-                why = it->why;
-            }
-            v = finish_packet(t, &b->rec, &e->at, v, why, it ? it->out : NULL, it ? it->out_len : 0,
-                              max_frame_len(t, b), &nf);
-            write_packet(t, b, v, &nf);
-        } else {
-            copy_block(t, b->raw, b->raw_len, b->type);
-        }
-        if (t->out.failed)
-            return PE_ERR_CAP_WRITE;
-        if (b->is_packet && progress && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
-            report_progress(t, progress, progress_ctx))
-            return PE_ERR_CAP_ABORTED;
+    for (size_t i = 0; i < c->n_items; i++) {
+        pe_parallel_item *it = &c->items[i];
+        chunk_rec *r = &c->recs[c->item_rec[i]];
+        pe_parallel_after(p, it);
+        r->v = it->verdict;
+        r->why = it->why;
+        r->out_len = it->out_len;
     }
-    return c->read_st;
 }
 
 /*
- * The caller reads chunk k + 1 while the pool works on chunk k, then hands
- * k + 1 to the pool and writes k while it works: reading, writing and the
- * in-order steps overlap the AEAD.  One chunk is out at a time.
+ * transform_loop with the transform on a pool: the caller reads chunk k + 1
+ * while the pool works on chunk k, then hands k + 1 over and writes k while
+ * the pool works on it.  Counting, writing and progress are transform_loop's.
  */
-static pe_status parallel_loop(transform_run *t, pe_parallel *p, size_t growth, pe_progress_fn progress,
-                               void *progress_ctx)
+static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn progress, void *progress_ctx)
 {
-    chunk *c[2] = {calloc(1, sizeof(chunk)), calloc(1, sizeof(chunk))};
-    pe_status st = c[0] && c[1] ? PE_OK : PE_ERR_NOMEM;
-    if (st == PE_OK) {
-        write_file_header(t);
-        st = fill_chunk(t, c[0], growth);
-    }
+    size_t growth = pe_parallel_growth(p);
+    par_chunk *c[2] = {calloc(1, sizeof(par_chunk)), calloc(1, sizeof(par_chunk))};
+    pe_status st = c[0] && c[1] ? write_file_header(t) : PE_ERR_NOMEM;
+    uint64_t read_packets = 0;
+#define PACKETS_LEFT (TRANSFORM_PROGRESS_EVERY - read_packets % TRANSFORM_PROGRESS_EVERY)
+    if (st == PE_OK)
+        st = read_par_chunk(t, c[0], PACKETS_LEFT, 0, growth);
     if (st == PE_OK)
         pe_parallel_submit(p, c[0]->items, c[0]->n_items);
     for (unsigned k = 0; st == PE_OK; k ^= 1) {
-        chunk *cur = c[k], *next = c[k ^ 1];
-        int more = cur->read_st == PE_OK && !cur->eof;
+        par_chunk *cur = c[k], *next = c[k ^ 1];
+        for (size_t i = 0; i < cur->n; i++)
+            read_packets += cur->recs[i].b.is_packet;
+        int more = cur->stop == PE_OK && !cur->eof;
         if (more)
-            st = fill_chunk(t, next, growth);
+            st = read_par_chunk(t, next, PACKETS_LEFT, 1, growth);
         pe_parallel_wait(p);
         if (st != PE_OK)
             break;
-        if (more)
+        take_results(p, cur);
+        if (more && !next->stalled)
             pe_parallel_submit(p, next->items, next->n_items);
-        st = write_chunk(t, p, cur, progress, progress_ctx);
-        if (st != PE_OK || !more)
+        uint64_t before = t->sum->packets;
+        st = write_chunk(t, cur->recs, cur->n);
+        t->sum->offset = cur->end_offset;
+        if (st != PE_OK)
             break;
+        if (cur->stop != PE_OK) {
+            st = cur->stop;
+            break;
+        }
+        if (cur->eof)
+            break;
+        if (progress && t->sum->packets != before && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
+            report_progress(t, progress, progress_ctx)) {
+            st = PE_ERR_CAP_ABORTED;
+            break;
+        }
+        if (next->stalled) { /* chunk k is written: the window may move now */
+            st = read_par_chunk(t, next, PACKETS_LEFT, 0, growth);
+            if (st == PE_OK)
+                pe_parallel_submit(p, next->items, next->n_items);
+        }
     }
-    pe_parallel_wait(p); /* a chunk still out when the run stopped: its items stay unused */
+#undef PACKETS_LEFT
+    pe_parallel_wait(p); /* a chunk still out when the run stopped: its results go unused */
     /* The final report may abort too: the caller asked to stop, so the run does not count as done. */
     if (st == PE_OK && progress && report_progress(t, progress, progress_ctx))
         st = PE_ERR_CAP_ABORTED;
@@ -1375,53 +1746,98 @@ static pe_status parallel_loop(transform_run *t, pe_parallel *p, size_t growth, 
     return st;
 }
 
+static pe_status run_open(transform_run *t, unsigned flags)
+{
+    int to_pcap = (flags & PE_TRANSFORM_TO_PCAP) != 0, to_pcapng = (flags & PE_TRANSFORM_TO_PCAPNG) != 0;
+    if (to_pcap && to_pcapng)
+        return PE_ERR_INVALID_ARGUMENT;
+    int in_ng = t->r->fmt == PE_CAPTURE_PCAPNG;
+    t->out_fmt = (to_pcapng || (in_ng && !to_pcap)) ? PE_CAPTURE_PCAPNG : t->r->fmt;
+    t->convert = in_ng != (t->out_fmt == PE_CAPTURE_PCAPNG);
+    if (t->convert && in_ng)
+        t->out_fmt = PE_CAPTURE_PCAP; /* resolution decided by the first IDB */
+    t->transform_chunk = chunk_transform_serial;
+    t->recs = calloc(CHUNK_RECORDS, sizeof *t->recs);
+    t->arena = malloc(CHUNK_RECORDS * (size_t)TRANSFORM_OUT_CAP);
+    return t->recs && t->arena ? PE_OK : PE_ERR_NOMEM;
+}
+
+static void run_free(transform_run *t)
+{
+    free(t->recs);
+    free(t->arena);
+    free(t->ifs);
+}
+
+/*
+ * The run over an open reader and output.  The output is always closed
+ * (flushed up to the last whole record, snap lengths patched) and errno
+ * names a write failure.
+ */
+static pe_status transform_run_all(transform_run *t, pe_parallel *pool, pe_progress_fn progress, void *progress_ctx)
+{
+    pe_status st = run_open(t, t->flags);
+    if (st == PE_OK && pool)
+        st = reader_window(t->r, PAR_READ_BUFFER_SIZE);
+    if (st == PE_OK)
+        st = pool ? parallel_loop(t, pool, progress, progress_ctx) : transform_loop(t, progress, progress_ctx);
+    /* A pcapng input written as pcap that stopped (or ended) before any IDB still gets a file header. */
+    if (t->recs && !t->header_done)
+        put_pcap_header(&t->out, 0, TRANSFORM_SNAPLEN, PE_LINKTYPE_ETHERNET);
+    patch_snaplens(t);
+    pe_status cst = out_close(&t->out);
+    if (st == PE_OK || (st == PE_ERR_CAP_WRITE && cst == PE_ERR_CAP_WRITE))
+        st = cst;
+    int werr = t->out.err;
+    run_free(t);
+    if (st == PE_ERR_CAP_WRITE)
+        errno = werr; /* the caller names the output and why (ENOSPC, EACCES, EPIPE, ...) */
+    return st;
+}
+
+static pe_status transform_args(pe_ip_transform_fn fn, unsigned flags, pe_capture_summary *summary,
+                                pe_capture_summary *local, transform_run *t, void *fn_ctx, const pe_parallel *pool)
+{
+    memset(t, 0, sizeof *t);
+    t->fn = fn;
+    t->fn_ctx = fn_ctx;
+    t->flags = flags;
+    t->sum = summary ? summary : local;
+    memset(t->sum, 0, sizeof *t->sum);
+    if (!(fn || pool) || (flags & ~PE_TRANSFORM_FLAGS_ALL) ||
+        ((flags & PE_TRANSFORM_TO_PCAP) && (flags & PE_TRANSFORM_TO_PCAPNG)))
+        return PE_ERR_INVALID_ARGUMENT;
+    return PE_OK;
+}
+
 /* Writing over the input would destroy it before (or while) it is read. */
 static int same_file(const char *a, const char *b)
 {
-#ifdef PE_CAPTURE_POSIX
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-#else
-    return strcmp(a, b) == 0;
-#endif
 }
 
-/* One run of either loop: fn on this thread, or the pool p. */
+/* A file run: fn on this thread, or the pool. */
 static pe_status transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn, void *fn_ctx,
-                                pe_parallel *p, unsigned flags, pe_progress_fn progress, void *progress_ctx,
+                                pe_parallel *pool, unsigned flags, pe_progress_fn progress, void *progress_ctx,
                                 pe_capture_summary *summary)
 {
     pe_capture_summary local;
-    transform_run t = {.fn = fn, .fn_ctx = fn_ctx, .flags = flags, .sum = summary ? summary : &local};
-    memset(t.sum, 0, sizeof *t.sum);
-    if (!in_path || !out_path || !(fn || p))
-        return PE_ERR_INVALID_ARGUMENT;
-    if (same_file(in_path, out_path))
-        return PE_ERR_INVALID_ARGUMENT;
-    pe_status st = pe_capture_open_file(in_path, &t.r);
+    transform_run t;
+    pe_status st = transform_args(fn, flags, summary, &local, &t, fn_ctx, pool);
     if (st != PE_OK)
         return st;
-    t.pkt = malloc(TRANSFORM_OUT_CAP);
-    if (!t.pkt) {
-        pe_capture_close(t.r);
-        return PE_ERR_NOMEM;
-    }
-    int werr = 0;
+    if (!in_path || !out_path || same_file(in_path, out_path))
+        return PE_ERR_INVALID_ARGUMENT;
+    st = pe_capture_open_file(in_path, &t.r);
+    if (st != PE_OK)
+        return st;
     st = out_open(&t.out, out_path);
-    if (st == PE_ERR_CAP_WRITE)
-        werr = errno;
-    if (st == PE_OK) {
-        st = p ? parallel_loop(&t, p, pe_parallel_growth(p), progress, progress_ctx)
-               : transform_loop(&t, progress, progress_ctx);
-        pe_status cst = out_close(&t.out);
-        if (st == PE_OK || (st == PE_ERR_CAP_WRITE && cst == PE_ERR_CAP_WRITE))
-            st = cst;
-        werr = t.out.err;
-    }
-    free(t.pkt);
+    if (st == PE_OK)
+        st = transform_run_all(&t, pool, progress, progress_ctx);
+    int e = errno;
     pe_capture_close(t.r);
-    if (st == PE_ERR_CAP_WRITE)
-        errno = werr; /* the caller names the output and why (ENOSPC, EACCES, ...) */
+    errno = e;
     return st;
 }
 
@@ -1432,9 +1848,37 @@ pe_status pe_capture_transform_file(const char *in_path, const char *out_path, p
     return transform_file(in_path, out_path, fn, fn_ctx, NULL, flags, progress, progress_ctx, summary);
 }
 
-pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *p,
+pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *pool,
                                              unsigned flags, pe_progress_fn progress, void *progress_ctx,
                                              pe_capture_summary *summary)
 {
-    return transform_file(in_path, out_path, NULL, NULL, p, flags, progress, progress_ctx, summary);
+    if (!pool)
+        return PE_ERR_INVALID_ARGUMENT;
+    return transform_file(in_path, out_path, NULL, NULL, pool, flags, progress, progress_ctx, summary);
+}
+
+pe_status pe_capture_transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void *fn_ctx, unsigned flags,
+                                  pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary)
+{
+    pe_capture_summary local;
+    transform_run t;
+    pe_status st = transform_args(fn, flags, summary, &local, &t, fn_ctx, NULL);
+    if (st != PE_OK)
+        return st;
+    if (in_fd < 0 || out_fd < 0)
+        return PE_ERR_INVALID_ARGUMENT;
+    struct stat si, so;
+    if (fstat(in_fd, &si) == 0 && fstat(out_fd, &so) == 0 && S_ISREG(si.st_mode) && si.st_dev == so.st_dev &&
+        si.st_ino == so.st_ino)
+        return PE_ERR_INVALID_ARGUMENT;
+    st = pe_capture_open_fd(in_fd, &t.r);
+    if (st != PE_OK)
+        return st;
+    st = out_open_fd(&t.out, out_fd, 0);
+    if (st == PE_OK)
+        st = transform_run_all(&t, NULL, progress, progress_ctx);
+    int e = errno;
+    pe_capture_close(t.r);
+    errno = e;
+    return st;
 }
