@@ -1603,9 +1603,9 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
 /* ---- the same loop on a worker pool (pe/parallel.h) ---- */
 
 /* Records per chunk of a parallel run: enough work per hand-over to keep the threads busy. */
-#define PAR_CHUNK_RECORDS 256u
+#define PAR_CHUNK_RECORDS 128u
 /* A parallel run's reader window: two chunks in flight, few stops for the window to move. */
-#define PAR_READ_BUFFER_SIZE (8u << 20)
+#define PAR_READ_BUFFER_SIZE (1u << 20)
 
 typedef struct par_chunk {
     chunk_rec recs[PAR_CHUNK_RECORDS];
