@@ -514,6 +514,104 @@ static void test_transform_room(void)
     pl_free(&plain);
 }
 
+/* ------------------------------------------------------------------ capture files */
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+static void write_capture(const char *path, const plist *l, pe_capture_format fmt)
+{
+    pe_capture_writer *w = NULL;
+    CHECK_ST(pe_capture_writer_open(path, fmt, PE_LINKTYPE_RAW, 262144, &w), PE_OK);
+    for (size_t i = 0; w && i < l->n; i++)
+        CHECK_ST(pe_capture_write(w, 1700000000u + i, (uint32_t)i, l->buf + l->off[i], l->plen[i]), PE_OK);
+    if (w)
+        CHECK_ST(pe_capture_writer_close(w), PE_OK);
+}
+
+/* pe_capture_transform_file and its pool twin: the same file and summary, in both directions. */
+static void capture_case(const char *what, const char *in, pe_ip_transform_fn fn, void *ctx1,
+                         const pe_parallel_ops *ops, void *ctx2, unsigned jobs, const char *out1, const char *out2)
+{
+    pe_capture_summary s1, s2;
+    pe_status a = pe_capture_transform_file(in, out1, fn, ctx1, 0, NULL, NULL, &s1);
+    pe_parallel *p = NULL;
+    CHECK_ST(pe_parallel_new(ops, ctx2, jobs, &p), PE_OK);
+    pe_status b = pe_capture_transform_file_parallel(in, out2, p, 0, NULL, NULL, &s2);
+    pe_parallel_free(p);
+    CHECKF(a == PE_OK && b == PE_OK, "%s: %s / %s", what, pe_status_name(a), pe_status_name(b));
+    CHECKF(memcmp(&s1, &s2, sizeof s1) == 0, "%s, %u jobs: summaries differ", what, jobs);
+    size_t n1 = 0, n2 = 0;
+    uint8_t *f1 = slurp(out1, &n1), *f2 = slurp(out2, &n2);
+    CHECKF(f1 && f2 && n1 == n2 && memcmp(f1, f2, n1) == 0, "%s, %u jobs: files differ", what, jobs);
+    CHECKF(s1.transformed > 0, "%s: nothing transformed", what);
+    free(f1);
+    free(f2);
+}
+
+static void test_capture_files(void)
+{
+    const char *plain = "build/test_parallel_plain.pcapng", *enc = "build/test_parallel_enc.pcapng",
+               *enc2 = "build/test_parallel_enc2.pcapng", *wire = "build/test_parallel_wire.pcapng",
+               *d1 = "build/test_parallel_d1.pcapng", *d2 = "build/test_parallel_d2.pcapng";
+    plist l = {0};
+    make_plaintexts(&l, 5000);
+    write_capture(plain, &l, PE_CAPTURE_PCAPNG);
+    suite_case s = {PE_ENCR_AES_GCM_16, 128, PE_EESP_TUNNEL, 0, PE_EESP_NO_LIMIT};
+    for (unsigned jobs = 1; jobs <= 3; jobs++) {
+        pe_psp_tx *t1 = psp_tx(0x77, 1, PE_PSP_TRANSPORT, 1, 0), *t2 = psp_tx(0x77, 1, PE_PSP_TRANSPORT, 1, 0);
+        capture_case("PSP encrypt file", plain, pe_psp_capture_encap, t1, &pe_psp_parallel_encap, t2, jobs, enc, enc2);
+        pe_psp_tx_free(t1);
+        pe_psp_tx_free(t2);
+        pe_psp_rx *r1 = psp_rx(1), *r2 = psp_rx(1);
+        capture_case("PSP decrypt file", enc, pe_psp_capture_decap, r1, &pe_psp_parallel_decap, r2, jobs, d1, d2);
+        pe_psp_rx_free(r1);
+        pe_psp_rx_free(r2);
+
+        pe_eesp_sa_config c;
+        eesp_cfg(&c, &s, 0x4000, 0);
+        pe_eesp_tx *e1 = NULL, *e2 = NULL;
+        CHECK_ST(pe_eesp_tx_new(&c, &e1), PE_OK);
+        CHECK_ST(pe_eesp_tx_new(&c, &e2), PE_OK);
+        pe_eesp_tx_set_capture_sub_sas(e1, 3);
+        pe_eesp_tx_set_capture_sub_sas(e2, 3);
+        capture_case("EESP encrypt file", plain, pe_eesp_capture_encap, e1, &pe_eesp_parallel_encap, e2, jobs, enc, enc2);
+        pe_eesp_tx_free(e1);
+        pe_eesp_tx_free(e2);
+        /* The encrypted capture with replays and forged packets. */
+        size_t n = 0;
+        pe_capture_reader *r = NULL;
+        plist w = {0};
+        CHECK_ST(pe_capture_open_file(enc, &r), PE_OK);
+        pe_capture_record rec;
+        int eof = 0;
+        while (r && pe_capture_next(r, &rec, &eof) == PE_OK && !eof)
+            pl_add(&w, rec.data, rec.caplen), n++;
+        pe_capture_close(r);
+        add_replays(&w);
+        damage(&w, 11, 40);
+        write_capture(wire, &w, PE_CAPTURE_PCAPNG);
+        pl_free(&w);
+        pe_eesp_rx *x1 = eesp_rx(&s, 64), *x2 = eesp_rx(&s, 64);
+        capture_case("EESP decrypt file", wire, pe_eesp_capture_decap, x1, &pe_eesp_parallel_decap, x2, jobs, d1, d2);
+        pe_eesp_rx_free(x1);
+        pe_eesp_rx_free(x2);
+    }
+    pl_free(&l);
+    remove(plain), remove(enc), remove(enc2), remove(wire), remove(d1), remove(d2);
+}
+
 int main(void)
 {
     test_psp_sport_callback_refused();
@@ -521,6 +619,7 @@ int main(void)
     test_psp_iv_exhaustion();
     test_psp();
     test_eesp();
+    test_capture_files();
     printf("test_parallel: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
