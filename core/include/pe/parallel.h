@@ -68,8 +68,9 @@ size_t pe_parallel_growth(const pe_parallel *p); /* ops->growth */
 
 /*
  * Run `before` on items[0..n) in order, then hand the work to the workers and
- * return at once.  One chunk is out at a time; the caller may read on while
- * the workers run, but must not touch the items before pe_parallel_wait.
+ * return at once.  One chunk is out at a time (a chunk still out is finished
+ * first); the caller may read on while the workers run, but must not touch
+ * the items before pe_parallel_wait.
  */
 void pe_parallel_submit(pe_parallel *p, pe_parallel_item *items, size_t n);
 /* Take part in the work until every item of the chunk is done (nothing to do when none is out). */

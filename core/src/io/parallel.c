@@ -152,6 +152,7 @@ size_t pe_parallel_growth(const pe_parallel *p)
 
 void pe_parallel_submit(pe_parallel *p, pe_parallel_item *items, size_t n)
 {
+    pe_parallel_wait(p); /* one chunk out at a time: the last one is finished first */
     if (p->ops->before)
         for (size_t i = 0; i < n; i++)
             p->ops->before(p->shared, &items[i]);

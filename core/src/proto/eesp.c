@@ -647,7 +647,8 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
 
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
 {
-    pe_eesp_rx_config cfg = {rx->ip_protocol, rx->udp_port, rx->check_udp_checksum};
+    pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->udp_port,
+                             .check_udp_checksum = rx->check_udp_checksum};
     pe_status st = pe_eesp_rx_new(&cfg, out);
     for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
         eesp_sa *sa = malloc(sizeof *sa);
