@@ -467,6 +467,26 @@ def run_eesp_python(min_time: float, repeats: int, eesp_c: Optional[dict]) -> di
     return {"rows": rows, "ring": EESP_PY_RING}
 
 
+# ---------------------------------------------------------- capture memory section
+
+CAPTURE_MEMORY_MAX = 64 << 20  # peak RSS of `decrypt - -` on pipes, whatever the capture's size
+
+
+def run_capture_memory(megabytes: int, tmp_root: Optional[str]) -> dict:
+    """bench/capture_memory.py: a capture of `megabytes` MB through `pypsp decrypt - -` on pipes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import capture_memory
+
+    with tempfile.TemporaryDirectory(prefix="pe-bench-mem-", dir=tmp_root) as d:
+        r = capture_memory.measure(megabytes, Path(d))
+    if r["returncode"] != 0 or not r["matches_clear"]:
+        raise SystemExit(f"bench: decrypt - - failed or changed the capture: {r['stderr'][-500:]}")
+    r["megabytes"] = megabytes
+    r["target"] = f"peak RSS < {CAPTURE_MEMORY_MAX >> 20} MiB"
+    r["pass"] = r["peak_rss_bytes"] < CAPTURE_MEMORY_MAX
+    return r
+
+
 # ---------------------------------------------------------- capture section
 
 
@@ -783,6 +803,20 @@ def markdown(result: dict) -> str:
             f"{min(ref['ref_cpu_s']):.3f} s, {ref['cpu_ratio']:.2f}x.",
             "",
         ]
+    if "capture_memory" in result:
+        m = result["capture_memory"]
+        out += [
+            "## Capture memory (pypsp decrypt - - between pipes)",
+            "",
+            f"`{m['command']}` over {m['input_bytes'] / 1e6:,.0f} MB of encrypted capture "
+            f"({m['megabytes']:,} MB clear, full-size frames): output identical to the clear capture.",
+            "",
+            "| input MB | peak RSS of the decrypting process | seconds | MB/s | target |",
+            "|---:|---:|---:|---:|---|",
+            f"| {m['input_bytes'] / 1e6:,.0f} | {m['peak_rss_bytes'] / (1 << 20):.1f} MiB | {m['seconds']:.1f} | "
+            f"{m['input_bytes'] / 1e6 / m['seconds']:,.0f} | {m['target']}: {verdict(m['pass'])} |",
+            "",
+        ]
     if "eesp" in result:
         e = result["eesp"]
         out += [
@@ -887,6 +921,11 @@ def collect_targets(result: dict) -> List[dict]:
         targets.append({"name": f"`pypsp decrypt` vs psp_decrypt (google/psp), wall {r['target']}",
                         "measured": f"{r['speedup']:.2f}x (median {r['speedup_median']:.2f}x)",
                         "result": verdict(r["pass"]), "pass": r["pass"]})
+    m = result.get("capture_memory")
+    if m:
+        targets.append({"name": f"`decrypt - -` on {m['megabytes']:,} MB: {m['target']}",
+                        "measured": f"{m['peak_rss_bytes'] / (1 << 20):.1f} MiB", "result": verdict(m["pass"]),
+                        "pass": m["pass"]})
     for r in result.get("eesp", {}).get("rows", []):
         if "target" in r:
             targets.append({"name": f"EESP core {r['op']} {r['suite']} {r['size']} B {r['target']} of raw EVP",
@@ -931,8 +970,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--mt-wait", type=float,
                     help="before each EESP threads repeat, wait up to S seconds for other jobs to go quiet (default 5; --quick 0)")
     ap.add_argument("--only", action="append",
-                    choices=("c", "python", "capture", "eesp", "eesp-python", "flood", "reference"),
-                    help="run only these sections (repeatable; capture needs c for its comparison; reference needs "
+                    choices=("c", "python", "capture", "capture-memory", "eesp", "eesp-python", "flood", "reference"),
+                    help="run only these sections (repeatable; capture needs c for its comparison; capture-memory "
+                         "runs in full runs and when named, not with --quick; reference needs "
                          "PSP_DECRYPT=/path/to/psp_decrypt, google/psp's tool, and runs by default when that is set)")
     ap.add_argument("--tmpdir", help="where the capture files go (default: the system temp dir)")
     args = ap.parse_args(argv)
@@ -945,7 +985,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     mt_wait = args.mt_wait if args.mt_wait is not None else (0.0 if args.quick else 5.0)
     psp_decrypt = os.environ.get("PSP_DECRYPT")
     sections = set(args.only or ("c", "python", "capture", "eesp", "eesp-python", "flood")
-                   + (("reference",) if psp_decrypt else ()))
+                   + (() if args.quick else ("capture-memory",)) + (("reference",) if psp_decrypt else ()))
     if "reference" in sections and not psp_decrypt:
         ap.error("--only reference needs PSP_DECRYPT=/path/to/psp_decrypt (google/psp, built outside this repository)")
     if "capture" in sections:
@@ -965,7 +1005,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "min_time": min_time, "repeats": repeats, "mt_duration": mt_duration, "mt_repeats": mt_repeats,
                    "mt_wait": mt_wait},
     }
-    if sections & {"python", "capture", "eesp-python"}:
+    if sections & {"python", "capture", "capture-memory", "eesp-python"}:
         warn_if_extension_stale()
     timings = result["section_seconds"] = {}
 
@@ -985,6 +1025,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "reference" in sections:
         section("reference", f"pypsp decrypt vs {psp_decrypt} ({REF_PACKETS:,} packets)",
                 lambda: run_reference(psp_decrypt, repeats, args.tmpdir))
+    if "capture-memory" in sections:
+        section("capture_memory", f"capture memory ({args.memory_mb:,} MB through pipes)",
+                lambda: run_capture_memory(args.memory_mb, args.tmpdir))
     if "eesp" in sections:
         section("eesp", "EESP core vs raw EVP, and threads",
                 lambda: run_eesp(exe.parent / "eesp_bench", min_time, repeats, mt_duration, mt_repeats, mt_wait))

@@ -22,6 +22,8 @@ typedef int... pe_status;
 static const int PE_OK;
 static const int PE_STATUS_COUNT;
 static const int PE_ERR_CAP_WRITE;
+static const int PE_ERR_CAP_TRUNCATED;
+static const int PE_ERR_CAP_IO;
 const char *pe_status_name(pe_status s);
 const char *pe_status_message(pe_status s);
 const char *OpenSSL_version(int t); /* the libcrypto the core runs on, for --version */
@@ -57,6 +59,7 @@ typedef struct pe_capture_writer pe_capture_writer;
 pe_status pe_capture_open_file(const char *path, pe_capture_reader **out);
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out);
 pe_status pe_capture_open_fd(int fd, pe_capture_reader **out);
+pe_status pe_capture_open_fd_window(int fd, size_t window, pe_capture_reader **out);
 uint64_t pe_capture_reader_offset(const pe_capture_reader *r);
 pe_capture_format pe_capture_reader_format(const pe_capture_reader *r);
 pe_status pe_capture_next(pe_capture_reader *r, pe_capture_record *rec, int *eof);
@@ -453,6 +456,8 @@ void pe_parallel_free(pe_parallel *p);
 pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *p,
                                              unsigned flags, pe_progress_fn progress, void *progress_ctx,
                                              pe_capture_summary *summary);
+pe_status pe_capture_transform_fd_parallel(int in_fd, int out_fd, pe_parallel *p, unsigned flags,
+                                           pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary);
 """
 
 NEEDS = (

@@ -5,6 +5,7 @@ writes every record; Python only sees progress every few thousand packets.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -131,6 +132,7 @@ class ProgressBar:
         if self.shown:
             self.stream.write("\n")
             self.stream.flush()
+            self.shown = False
 
 
 def default_jobs() -> int:
@@ -178,6 +180,35 @@ def _temp_beside(out_path: "os.PathLike[str] | str", error: type) -> str:
     return tmp
 
 
+STDIO = "-"
+
+
+def _is_stdio(path: "os.PathLike[str] | str") -> bool:
+    return isinstance(path, str) and path == STDIO
+
+
+#: ``-F`` values: the format family written; pcap keeps the input's microsecond or nanosecond resolution.
+OUTPUT_FORMATS = ("pcap", "pcapng")
+
+
+def _format_flags(fmt: Optional[str]) -> int:
+    if fmt is None:
+        return 0
+    if fmt == "pcap":
+        return lib.PE_TRANSFORM_TO_PCAP
+    if fmt == "pcapng":
+        return lib.PE_TRANSFORM_TO_PCAPNG
+    raise ValueError(f"unknown output format {fmt!r}; one of {', '.join(OUTPUT_FORMATS)} (or None: the input's)")
+
+
+def _open_input(in_path: "os.PathLike[str] | str", error: type) -> int:
+    try:
+        return os.open(in_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        raise error(f"{os.fspath(in_path)}: {status_message(lib.PE_ERR_CAP_IO)}", status_name(lib.PE_ERR_CAP_IO)) \
+            from None
+
+
 def run_transform(
     in_path: "os.PathLike[str] | str",
     out_path: "os.PathLike[str] | str",
@@ -187,52 +218,89 @@ def run_transform(
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
     error: type = None,  # type: ignore[assignment]
+    fmt: Optional[str] = None,
+    grows: bool = False,
     parallel: Optional[Tuple[bool, bool, int]] = None,
 ) -> Summary:
-    """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture file.
+    """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture.
 
     With ``parallel`` = (eesp, decrypt, jobs) and jobs > 1 the core's worker pool runs that protocol's
     transform on ``jobs`` threads instead (the output, summary and SA state are those of one thread; the
     GIL is released meanwhile; ``progress`` is still called on this thread).
 
-    The output is written to a temporary file beside ``out_path`` and renamed into place only when the
-    run completed: an error, Ctrl-C or a signal leaves no half-written file behind.  Failures raise
-    ``error`` (a protocol package's CaptureError; default :class:`CaptureError`) naming the file at fault
-    (the input, or the output with the system's reason) with the partial summary in ``.summary``.  An
-    exception raised by ``progress`` or by a signal handler while the core runs (``KeyboardInterrupt``)
-    stops the run within a few thousand packets and is raised again here, with ``.summary`` set.
+    ``"-"`` as ``in_path`` reads standard input, as ``out_path`` writes standard output (nothing else is
+    written there).  The core streams: memory does not grow with the capture.  ``fmt`` ("pcap",
+    "pcapng") converts; ``None`` keeps the input's format.  ``grows``: the transform lengthens packets
+    (encryption), see docs/captures.md on snap lengths.
+
+    An output path is written to a temporary file beside it and renamed into place only when the run
+    completed: an error, Ctrl-C or a signal leaves no half-written file behind.  One exception: an input
+    that ends inside a record (``capture-truncated``) keeps the output of every whole record before the
+    cut, renamed into place, and the error says so (``.output_kept``) with the cut's offset in
+    ``.offset``.  Failures raise ``error`` (a protocol package's CaptureError; default
+    :class:`CaptureError`) naming the file at fault (the input, or the output with the system's reason)
+    with the partial summary in ``.summary``.  A reader of standard output that goes away raises
+    ``BrokenPipeError``.  An exception raised by ``progress`` or by a signal handler while the core runs
+    (``KeyboardInterrupt``) stops the run within a few thousand packets and is raised again here, with
+    ``.summary`` set.
     """
     error = error or CaptureError
-    try:
-        if os.path.samefile(in_path, out_path):
-            raise error(f"{os.fspath(in_path)}: input and output are the same file", "invalid-argument")
-    except FileNotFoundError:
-        pass
-    if os.path.isdir(out_path):
+    flags = _format_flags(fmt) | (lib.PE_TRANSFORM_DROP_FAILED if drop_failed else 0) \
+        | (lib.PE_TRANSFORM_GROWS if grows else 0)
+    in_std, out_std = _is_stdio(in_path), _is_stdio(out_path)
+    in_name = "standard input" if in_std else os.fspath(in_path)
+    out_name = "standard output" if out_std else os.fspath(out_path)
+    if not in_std and not out_std:
+        try:
+            if os.path.samefile(in_path, out_path):
+                raise error(f"{os.fspath(in_path)}: input and output are the same file", "invalid-argument")
+        except FileNotFoundError:
+            pass
+    if not out_std and os.path.isdir(out_path):
         raise error(f"{os.fspath(out_path)}: is a directory, not an output file", "capture-write-failed")
     # Only a regular file (or a new one) is written aside and renamed into place: a device such as
     # /dev/null, a FIFO or a terminal is written to directly (renaming over it would replace the device
     # node itself), and through a symbolic link the file it names is the one replaced.
-    target = os.path.realpath(out_path) if os.path.islink(out_path) else os.fspath(out_path)
-    try:
-        special = not stat.S_ISREG(os.stat(target).st_mode)
-    except FileNotFoundError:
-        special = False
-    tmp = os.fspath(out_path) if special else _temp_beside(target, error)
+    special = out_std
+    target = tmp = ""
+    if not out_std:
+        target = os.path.realpath(out_path) if os.path.islink(out_path) else os.fspath(out_path)
+        try:
+            special = not stat.S_ISREG(os.stat(target).st_mode)
+        except FileNotFoundError:
+            special = False
+        tmp = os.fspath(out_path) if special else _temp_beside(target, error)
     c = ffi.new("pe_capture_summary *")
     run = _Run(progress)
     key = id(run)
     _runs[key] = run
     t0 = time.perf_counter()
-    done = False
+    keep = False
+    in_fd = out_fd = -1
     pool = None
-    flags = lib.PE_TRANSFORM_DROP_FAILED if drop_failed else 0
     try:
         if parallel is not None and parallel[2] > 1:
             pool = _Pool(parallel[0], parallel[1], fn_ctx, parallel[2], error)
-            st = lib.pe_capture_transform_file_parallel(
-                os.fsencode(in_path), os.fsencode(tmp), pool.p, flags, lib.pe_py_progress, ffi.cast("void *", key), c
-            )
+        if in_std or out_std:
+            in_fd = 0 if in_std else _open_input(in_path, error)
+            if out_std:
+                sys.stdout.flush()  # whatever Python buffered goes first; the core writes the descriptor
+                out_fd = 1
+            else:
+                try:
+                    out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
+                except OSError as e:
+                    raise error(f"{out_name}: cannot write the output: {e.strerror}", "capture-write-failed") \
+                        from None
+            if pool is not None:
+                st = lib.pe_capture_transform_fd_parallel(in_fd, out_fd, pool.p, flags, lib.pe_py_progress,
+                                                          ffi.cast("void *", key), c)
+            else:
+                st = lib.pe_capture_transform_fd(in_fd, out_fd, fn, fn_ctx, flags, lib.pe_py_progress,
+                                                 ffi.cast("void *", key), c)
+        elif pool is not None:
+            st = lib.pe_capture_transform_file_parallel(os.fsencode(in_path), os.fsencode(tmp), pool.p, flags,
+                                                        lib.pe_py_progress, ffi.cast("void *", key), c)
         else:
             st = lib.pe_capture_transform_file(
                 os.fsencode(in_path),
@@ -249,25 +317,42 @@ def run_transform(
         summary.seconds = time.perf_counter() - t0
         if run.stopped_by is not None:
             run.stopped_by.summary = summary  # type: ignore[attr-defined]
+            run.stopped_by.to_stdout = out_std  # type: ignore[attr-defined]  # what was written there stays
             raise run.stopped_by
+        if st == lib.PE_ERR_CAP_WRITE and out_std and write_errno == errno.EPIPE:
+            raise BrokenPipeError(errno.EPIPE, "standard output closed by its reader")
         if st == lib.PE_ERR_CAP_WRITE:
             why = os.strerror(write_errno) if write_errno else status_message(st)
-            err = error(f"{os.fspath(out_path)}: cannot write the output: {why}", status_name(st))
-        elif st != lib.PE_OK:
-            err = error(f"{os.fspath(in_path)}: {status_message(st)}", status_name(st))
+            err = error(f"{out_name}: cannot write the output: {why}", status_name(st))
+        elif st != lib.PE_OK and (st != lib.PE_ERR_CAP_TRUNCATED or c.offset == 0):
+            # (a file header cut short is no capture at all: nothing to keep)
+            err = error(f"{in_name}: {status_message(st)}", status_name(st))
         else:
+            # A cut input keeps what was written: every record in it is whole (docs/captures.md).
             if not special:
+                if out_fd >= 0:
+                    os.close(out_fd)
+                    out_fd = -1
                 os.chmod(tmp, 0o666 & ~_umask())
                 os.replace(tmp, target)
-            done = True
-            return summary
+            keep = True
+            if st == lib.PE_OK:
+                return summary
+            err = error(f"{in_name}: {status_message(st)} (at octet {c.offset:,}; the {summary.packets:,} "
+                        f"packets before it were processed)", status_name(st))
+            err.output_kept = True  # type: ignore[attr-defined]
         err.summary = summary  # type: ignore[attr-defined]
+        err.offset = c.offset  # type: ignore[attr-defined]
         raise err
     finally:
         if pool is not None:
             pool.close()
         _runs.pop(key, None)
-        if not done and not special:
+        if in_fd > 0:
+            os.close(in_fd)
+        if out_fd > 1:
+            os.close(out_fd)
+        if not keep and not special:
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
@@ -309,19 +394,52 @@ class Record:
         return self.data[: off[0]]
 
 
+#: The first four octets of a pcap (both byte orders, usec and nsec magic) or a pcapng file.
+CAPTURE_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x0a\x0d\x0d\x0a")
+
+
+def looks_like_capture(data: bytes) -> bool:
+    """Whether data starts as a pcap or pcapng file does (a quick test, not a check)."""
+    return bytes(data[:4]) in CAPTURE_MAGICS
+
+
 def read_capture(path: "os.PathLike[str] | str") -> Iterator[Record]:
-    """Yield every packet record of a pcap or pcapng file."""
+    """Yield every packet record of a pcap or pcapng file ("-": standard input), read as a stream.
+
+    A capture that ends inside a record raises :class:`CaptureError` ``capture-truncated`` after the
+    records before it, with the cut's offset in ``.offset``.
+    """
     reader = ffi.new("pe_capture_reader **")
-    st = lib.pe_capture_open_file(os.fsencode(path), reader)
+    name = "standard input" if _is_stdio(path) else os.fspath(path)
+    st = lib.pe_capture_open_fd(0, reader) if _is_stdio(path) else lib.pe_capture_open_file(os.fsencode(path), reader)
+    yield from _records(st, reader, name, None)  # a generator: errors come at the first next(), as ever
+
+
+def read_capture_bytes(data: bytes, name: str = "capture") -> Iterator[Record]:
+    """Yield every packet record of a pcap or pcapng file held in memory (``name`` for messages)."""
+    buf = ffi.from_buffer("uint8_t[]", data)
+    reader = ffi.new("pe_capture_reader **")
+    yield from _records(lib.pe_capture_open_mem(buf, len(data), reader), reader, name, buf)
+
+
+def _records(st: int, reader, name: str, keep) -> Iterator[Record]:  # type: ignore[no-untyped-def]
     if st != lib.PE_OK:
-        raise CaptureError(f"{os.fspath(path)}: {status_message(st)}", status_name(st))
-    r = ffi.gc(reader[0], lib.pe_capture_close)
+        raise CaptureError(f"{name}: {status_message(st)}", status_name(st))
+    return _iterate(ffi.gc(reader[0], lib.pe_capture_close), name, keep)
+
+
+def _iterate(r, name: str, keep) -> Iterator[Record]:  # type: ignore[no-untyped-def]
+    # `keep`: the memory a memory reader wraps, alive as long as the records are read
     rec = ffi.new("pe_capture_record *")
     eof = ffi.new("int *")
     while True:
         st = lib.pe_capture_next(r, rec, eof)
         if st != lib.PE_OK:
-            raise CaptureError(f"{os.fspath(path)}: {status_message(st)}", status_name(st))
+            offset = lib.pe_capture_reader_offset(r)
+            at = f" (at octet {offset:,})" if st == lib.PE_ERR_CAP_TRUNCATED else ""
+            err = CaptureError(f"{name}: {status_message(st)}{at}", status_name(st))
+            err.offset = offset  # type: ignore[attr-defined]
+            raise err
         if eof[0]:
             return
         yield Record(

@@ -3,14 +3,27 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import os
 import re
 import signal
+import stat
 import sys
 import threading
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, TextIO, Tuple
 
 from pecore.errors import CoreError
+
+#: Exit statuses of both CLIs (README.md, "Exit status", has the table).
+EXIT_OK = 0
+EXIT_PACKETS_FAILED = 1  # some packets failed (the summary says why), or show found bad ones
+EXIT_ERROR = 2           # bad usage, or an input, output, key file or config that cannot be used
+EXIT_TRUNCATED = 3       # the input capture ends inside a record: what came before it was processed
+EXIT_INTERRUPTED = 130   # Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE = 141   # the reader of standard output went away (128 + SIGPIPE)
+EXIT_TERMINATED = 143    # SIGTERM (128 + SIGTERM)
+
+STDIO = "-"
 
 
 class UsageError(Exception):
@@ -76,11 +89,88 @@ def addresses(ip: bytes) -> Tuple[str, str]:
     return str(ipaddress.IPv6Address(ip[8:24])), str(ipaddress.IPv6Address(ip[24:40]))
 
 
-def report(summary, verb: str, quiet: bool) -> int:
+def report(summary, verb: str, quiet: bool, stream: Optional[TextIO] = None) -> int:
     """Print a bulk run's summary; exit status 1 when packets failed."""
     if not quiet:
-        print(summary.format(verb))
-    return 1 if summary.failed else 0
+        print(summary.format(verb), file=stream or sys.stdout)
+    return EXIT_PACKETS_FAILED if summary.failed else EXIT_OK
+
+
+# ------------------------------------------------------------------ capture commands
+
+
+def add_capture_args(p: argparse.ArgumentParser, output: bool = True) -> None:
+    """The capture arguments of encrypt, decrypt (input, output, -F) and show (input)."""
+    p.add_argument("input", help="a pcap or pcapng capture; - reads standard input (a pipe or a redirect)")
+    if output:
+        p.add_argument("output", help="the capture to write; - writes standard output (the summary then goes to "
+                                      "standard error)")
+        p.add_argument("-F", "--output-format", choices=("pcap", "pcapng"), default=None,
+                       help="format written (default: the input's; pcap keeps the input's microsecond or "
+                            "nanosecond resolution)")
+        add_jobs(p)
+
+
+def check_stdio(args: argparse.Namespace) -> None:
+    """``-`` is a pipe or a redirect, never a terminal: a capture is binary and cannot be typed or shown."""
+    if getattr(args, "input", None) == STDIO and sys.stdin.isatty():
+        raise UsageError("input - reads a capture from standard input, which is a terminal: pipe or redirect one in")
+    if getattr(args, "output", None) == STDIO and sys.stdout.isatty():
+        raise UsageError("output - writes a binary capture to standard output, which is a terminal: redirect it "
+                         "to a file or a pipe")
+
+
+def summary_stream(args: argparse.Namespace) -> TextIO:
+    """Where a command's own report goes: standard error when standard output carries the capture."""
+    return sys.stderr if getattr(args, "output", None) == STDIO else sys.stdout
+
+
+def truncated(args: argparse.Namespace, e: CoreError) -> int:
+    """The line naming a cut input (after the summary of what was processed), and its exit status."""
+    print(f"{getattr(args, 'prog', 'error')}: input truncated: {e}", file=sys.stderr)
+    return EXIT_TRUNCATED
+
+
+def run_capture(args: argparse.Namespace, label: str, verb: str, transform: Callable[..., object]) -> int:
+    """An encrypt/decrypt run: progress on a terminal, the summary, and the exit status.
+
+    ``transform(progress)`` runs the capture function and returns its summary.  An input that ends
+    inside a record gives the summary of every whole record (their output is written), one more line
+    naming the cut and its offset, and exit status 3.
+    """
+    from pecore.capture import ProgressBar
+
+    check_stdio(args)
+    stream = summary_stream(args)
+    bar = ProgressBar(label=label)
+    try:
+        summary = transform(bar)
+    except CoreError as e:
+        if e.code != "capture-truncated" or not getattr(e, "output_kept", False):
+            raise
+        bar.close()
+        report(e.summary, verb, args.quiet, stream)  # type: ignore[attr-defined]
+        return truncated(args, e)
+    finally:
+        bar.close()
+    return report(summary, verb, args.quiet, stream)
+
+
+class JsonLines:
+    """show --json: one JSON object per line, written as soon as it is made (flushed per line unless
+    standard output is a regular file), so a reader sees the first packet at once."""
+
+    def __init__(self, stream: Optional[TextIO] = None) -> None:
+        self.stream = stream or sys.stdout
+        try:
+            self.flush = not stat.S_ISREG(os.fstat(self.stream.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError):  # a stream without a descriptor (tests' capture)
+            self.flush = True
+
+    def write(self, obj: dict) -> None:
+        self.stream.write(json.dumps(obj) + "\n")
+        if self.flush:
+            self.stream.flush()
 
 
 def add_version(parser: argparse.ArgumentParser, version: str) -> None:
@@ -101,39 +191,45 @@ def _on_sigterm(signum, frame):  # type: ignore[no-untyped-def]
 
 def _how_far(e: BaseException) -> str:
     summary = getattr(e, "summary", None)
-    return f" after {summary.packets:,} packets; no output was written" if summary is not None else ""
+    if summary is None:
+        return ""
+    if getattr(e, "to_stdout", False):
+        return f" after {summary.packets:,} packets; standard output has the records written before"
+    return f" after {summary.packets:,} packets; no output was written"
 
 
 def run_main(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> int:
     """Parse, run the subcommand, and turn errors into a message and an exit status.
 
-    2: an error (named, with the core's status); 130 / 143: stopped by Ctrl-C / SIGTERM (outputs are
-    written to a temporary file and renamed only when complete, so none is left half-written); a reader
-    that closes our standard output early (``| head``) ends the run quietly, as coreutils do.
+    2: an error (named, with the core's status); 3: a truncated input (run_capture, show); 130 / 143:
+    stopped by Ctrl-C / SIGTERM (outputs are written to a temporary file and renamed only when complete,
+    so none is left half-written); 141: a reader that closes our standard output early (``| head``) ends
+    the run quietly, as coreutils do.
     """
     args = parser.parse_args(argv)
+    args.prog = parser.prog
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() \
         else None
     try:
         return args.func(args)
     except UsageError as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except CoreError as e:
         print(f"{parser.prog}: error: {e} [{e.code}]", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt as e:
         print(f"{parser.prog}: interrupted{_how_far(e)}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Terminated as e:
         print(f"{parser.prog}: terminated{_how_far(e)}", file=sys.stderr)
-        return 143
+        return EXIT_TERMINATED
     except BrokenPipeError:
         # Python would print a traceback, and again when it flushes stdout at exit: point stdout at
         # /dev/null and leave quietly with the status a shell shows for SIGPIPE.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 141
+        return EXIT_BROKEN_PIPE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from pecore.capture import CaptureError, read_capture
+from pecore.capture import CaptureError, looks_like_capture, read_capture, read_capture_bytes
 from pecore.errors import CoreError
 
 VERIFIES = "verifies"
@@ -366,22 +366,29 @@ def load_input(
 ) -> Tuple[str, Iterator[InputPacket], List[int]]:
     """Open the input: (description, packets, [skipped-frame counter]).
 
-    ``source`` is a capture path, a hex string ("-" reads hex from stdin) or
-    bytes.  ``locate(ip)`` returns the protocol part of an IP packet (None
+    ``source`` is a capture path, a hex string, "-" (standard input: a
+    capture, or the hex of one packet) or bytes.  ``locate(ip)`` returns the protocol part of an IP packet (None
     when it carries none); ``is_part(data)`` says whether data that is not an
     IP packet or Ethernet frame can be the protocol part itself.
     """
     skipped = [0]
     if isinstance(source, (bytes, bytearray, memoryview)):
         return "bytes", iter([_classify(bytes(source), locate, is_part, protocol)]), skipped
-    if source == "-":
-        return "stdin", iter([_classify(parse_hex(sys.stdin.read()), locate, is_part, protocol)]), skipped
-    if os.path.isfile(source):
+    name = None
+    if source == "-":  # a capture, or the hex of one packet
+        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        if not looks_like_capture(raw):
+            return "stdin", iter([_classify(parse_hex(raw.decode("ascii", "replace")), locate, is_part, protocol)]), \
+                skipped
+        name, open_records = "standard input", lambda: read_capture_bytes(raw, "standard input")
+    elif os.path.isfile(source):
+        name, open_records = source, lambda: read_capture(source)
+    if name is not None:
         try:
-            records = read_capture(source)
+            records = open_records()
             first = next(records, None)
         except CaptureError as e:
-            raise DiagnoseInputError(f"{source}: not a readable pcap/pcapng capture ({e})", e.code) from None
+            raise DiagnoseInputError(f"{name}: not a readable pcap/pcapng capture ({e})", e.code) from None
 
         def frames() -> Iterator[InputPacket]:
             n = 0
@@ -397,9 +404,9 @@ def load_input(
                     if limit and n >= limit:
                         return
             except CaptureError as e:
-                raise DiagnoseInputError(f"{source}: capture ends in a broken record ({e})", e.code) from None
+                raise DiagnoseInputError(f"{name}: capture ends in a broken record ({e})", e.code) from None
 
-        return source, frames(), skipped
+        return name, frames(), skipped
     if os.path.exists(source):
         raise DiagnoseInputError(f"{source}: not a regular file")
     try:
@@ -443,7 +450,7 @@ def max_mistakes_arg(text: str) -> int:
 
 def add_common_arguments(p: argparse.ArgumentParser, protocol: str) -> None:
     p.add_argument("input", help=f"a pcap/pcapng capture, or the hex of one packet (an IP packet, an Ethernet frame, "
-                                 f"or just the {protocol} part); '-' reads the hex from stdin")
+                                 f"or just the {protocol} part); '-' reads either from stdin")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--max-mistakes", type=max_mistakes_arg, default=DEFAULT_MAX_MISTAKES, metavar="N",
                    help=f"combine up to N mistakes in one explanation (0..{MAX_MISTAKES_LIMIT}, default {DEFAULT_MAX_MISTAKES})")

@@ -12,10 +12,11 @@ from pyeesp.sa import SA, Receiver
 PathLike = "os.PathLike[str] | str"
 
 
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], decrypt: bool,
-         jobs: int) -> Summary:
+def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str] = None,
+         grows: bool = False, jobs: int = 1) -> Summary:
+    # With jobs > 1 the core's pool runs this protocol's transform in fn's direction (encryption grows packets).
     return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
-                         parallel=(True, decrypt, jobs))
+                         fmt=fmt, grows=grows, parallel=(True, not grows, jobs))
 
 
 def encrypt_capture(
@@ -26,9 +27,11 @@ def encrypt_capture(
     sub_sas: int = 1,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
     jobs: Optional[int] = None,
 ) -> Summary:
-    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out).
+    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     With ``sub_sas`` > 1, flows are spread over Sub SAs 0..sub_sas-1 by a hash
     of addresses, protocol and ports (the SA needs an SSKDF).  Non-IP frames
@@ -42,7 +45,8 @@ def encrypt_capture(
         st = lib.pe_eesp_tx_set_capture_sub_sas(sa._tx, check_range("sub_sas", sub_sas, 65536, ConfigurationError, 1))
         if st != lib.PE_OK:
             raise_eesp(st, f"{sub_sas} Sub SAs")
-        return _run(lib.pe_eesp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, False, jobs)
+        return _run(lib.pe_eesp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, fmt, grows=True,
+                    jobs=jobs)
 
 
 def decrypt_capture(
@@ -52,9 +56,11 @@ def decrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
     jobs: Optional[int] = None,
 ) -> Summary:
-    """Decrypt every EESP packet of a pcap/pcapng file (same format out).
+    """Decrypt every EESP packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     ESP, IKE and keepalives on UDP 4500 and other traffic pass unchanged and
     are counted by kind; EESP packets that fail (bad ICV, replay, no SA,
@@ -66,4 +72,4 @@ def decrypt_capture(
     jobs = check_jobs(jobs, ConfigurationError)
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
     with rx._lock:
-        return _run(lib.pe_eesp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, True, jobs)
+        return _run(lib.pe_eesp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, fmt, jobs=jobs)

@@ -1,19 +1,21 @@
 """The ``pyeesp`` command line: derive-key, encrypt, decrypt, show.
 
 Exit status: 0 on success, 1 when some packets failed, 2 for usage, key-file
-or file errors.  SAs come from the key file's ``eesp-sa`` lines
+or file errors, 3 for an input capture that ends inside a record (README.md
+has the whole table).  ``-`` as a capture argument is standard input or
+output.  SAs come from the key file's ``eesp-sa`` lines
 (docs/keys.md) or from command-line options for a single SA.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import List, Optional, Sequence
 
 from pecore._native import ffi, lib
-from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, add_jobs, add_version, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
+from pecore.capture import CaptureError, read_capture
+from pecore.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
+                        protocol_arg, run_capture, run_main, spi_arg, truncated)
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
@@ -117,24 +119,16 @@ def cmd_derive_key(args: argparse.Namespace) -> int:
 def cmd_encrypt(args: argparse.Namespace) -> int:
     entry = _one_entry(args)
     sa = SA(**entry.settings)
-    bar = ProgressBar(label="encrypt ")
-    try:
-        summary = encrypt_capture(sa, args.input, args.output, sub_sas=args.sub_sas or entry.sub_sas,
-                                  drop_failed=args.drop_failed, progress=bar, jobs=args.jobs)
-    finally:
-        bar.close()
-    return report(summary, "encrypted", args.quiet)
+    return run_capture(args, "encrypt ", "encrypted", lambda bar: encrypt_capture(
+        sa, args.input, args.output, sub_sas=args.sub_sas or entry.sub_sas, drop_failed=args.drop_failed,
+        progress=bar, fmt=args.output_format, jobs=args.jobs))
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
     rx = _receiver(args)
-    bar = ProgressBar(label="decrypt ")
-    try:
-        summary = decrypt_capture(rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar,
-                                  jobs=args.jobs)
-    finally:
-        bar.close()
-    return report(summary, "decrypted", args.quiet)
+    return run_capture(args, "decrypt ", "decrypted", lambda bar: decrypt_capture(
+        rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
+        jobs=args.jobs))
 
 
 def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:
@@ -155,8 +149,19 @@ def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     rx = _receiver(args) if (args.key_file or args.key or args.root_key) else None
+    check_stdio(args)
+    lines = JsonLines() if args.json else None
+    try:
+        return _show(args, rx, lines)
+    except CaptureError as e:
+        if e.code != "capture-truncated":
+            raise
+        sys.stdout.flush()
+        return truncated(args, e)
+
+
+def _show(args: argparse.Namespace, rx: Optional[Receiver], lines: Optional[JsonLines]) -> int:
     shown = bad = 0
-    infos = []
     for index, rec in enumerate(read_capture(args.input), start=1):
         ip = rec.ip_packet()
         found = _eesp_part(ip, args.ip_protocol, 4500) if ip else None
@@ -182,15 +187,12 @@ def cmd_show(args: argparse.Namespace) -> int:
                 info["decrypt"] = e.code
         bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
         shown += 1
-        if args.json:
-            infos.append(info)
+        if lines is not None:
+            lines.write(info)
         else:
             print(_format(info))
         if args.limit and shown >= args.limit:
             break
-    if args.json:
-        json.dump(infos, sys.stdout, indent=1)
-        print()
     return 1 if bad else 0
 
 
@@ -224,28 +226,24 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_derive_key)
 
     e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
-    e.add_argument("input")
-    e.add_argument("output")
+    add_capture_args(e)
     _sa_options(e)
     e.add_argument("--sub-sas", type=int, help="spread flows over Sub SAs 0..N-1 (default: the key file's sub-sas, or 1)")
     e.add_argument("--drop-failed", action="store_true")
-    add_jobs(e)
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(func=cmd_encrypt)
 
     x = sub.add_parser("decrypt", help="decrypt every EESP packet of a pcap/pcapng file")
-    x.add_argument("input")
-    x.add_argument("output")
+    add_capture_args(x)
     _sa_options(x)
     x.add_argument("--drop-failed", action="store_true")
-    add_jobs(x)
     x.add_argument("-q", "--quiet", action="store_true")
     x.set_defaults(func=cmd_decrypt)
 
     s = sub.add_parser("show", help="print the EESP headers of a capture (and decrypt status with keys)")
-    s.add_argument("input")
+    add_capture_args(s, output=False)
     _sa_options(s)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="JSON Lines: one object per EESP packet, written as it is read")
     s.add_argument("--limit", type=count_arg, default=0)
     s.set_defaults(func=cmd_show)
 

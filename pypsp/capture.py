@@ -11,10 +11,11 @@ from pypsp.errors import CaptureError, ConfigurationError
 PathLike = "os.PathLike[str] | str"
 
 
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], decrypt: bool,
-         jobs: int) -> Summary:
+def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str] = None,
+         grows: bool = False, jobs: int = 1) -> Summary:
+    # With jobs > 1 the core's pool runs this protocol's transform in fn's direction (encryption grows packets).
     return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
-                         parallel=(False, decrypt, jobs))
+                         fmt=fmt, grows=grows, parallel=(False, not grows, jobs))
 
 
 def encrypt_capture(
@@ -24,9 +25,11 @@ def encrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
     jobs: Optional[int] = None,
 ) -> Summary:
-    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file into ``out_path`` (same format).
+    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file into ``out_path`` (same format, or
+    ``fmt`` "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     Non-IP frames are copied unchanged; packets the SA refuses (e.g. fragments
     in transport mode) are copied unchanged and counted by reason, or left out
@@ -39,7 +42,8 @@ def encrypt_capture(
     if getattr(encryptor, "_sport_handle", None) is not None:
         jobs = 1
     with encryptor._lock:
-        return _run(lib.pe_psp_capture_encap, encryptor._tx, in_path, out_path, drop_failed, progress, False, jobs)
+        return _run(lib.pe_psp_capture_encap, encryptor._tx, in_path, out_path, drop_failed, progress, fmt, grows=True,
+                    jobs=jobs)
 
 
 def decrypt_capture(
@@ -49,9 +53,11 @@ def decrypt_capture(
     *,
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
     jobs: Optional[int] = None,
 ) -> Summary:
-    """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format).
+    """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format, or
+    ``fmt`` "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     Non-PSP packets are copied unchanged; PSP packets that fail (bad ICV, no
     key, malformed) are copied unchanged and counted by reason, or left out
@@ -60,4 +66,4 @@ def decrypt_capture(
     """
     jobs = check_jobs(jobs, ConfigurationError)
     with decryptor._lock:
-        return _run(lib.pe_psp_capture_decap, decryptor._rx, in_path, out_path, drop_failed, progress, True, jobs)
+        return _run(lib.pe_psp_capture_decap, decryptor._rx, in_path, out_path, drop_failed, progress, fmt, jobs=jobs)

@@ -2,19 +2,20 @@
 
 Exit status: 0 on success, 1 when some packets failed (encrypt/decrypt) or a
 packet is malformed (show with keys), 2 for usage, key-file, config or file
-errors.  Keys come from the project's key file (docs/keys.md) or, unchanged,
+errors, 3 for an input capture that ends inside a record (README.md has the
+whole table).  ``-`` as a capture argument is standard input or output.  Keys come from the project's key file (docs/keys.md) or, unchanged,
 from the google/psp reference tools' config files (--ref-config).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from pecore._native import ffi, lib
-from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, add_jobs, add_version, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
+from pecore.capture import CaptureError, read_capture
+from pecore.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
+                        iv_arg, port_arg, run_capture, run_main, spi_arg, truncated, words_arg)
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
@@ -153,9 +154,6 @@ def _sa_settings(args: argparse.Namespace, keys: Keys) -> dict:
     return s
 
 
-_report = report
-
-
 def cmd_encrypt(args: argparse.Namespace) -> int:
     keys = Keys.from_args(args)
     s = _sa_settings(args, keys)
@@ -166,24 +164,16 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
         enc = Encryptor(master_keys=keys.master, **s)
     else:
         raise UsageError(f"no key for SPI {s['spi']:#010x}: give a master key or a derived key")
-    bar = ProgressBar(label="encrypt ")
-    try:
-        summary = encrypt_capture(enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar,
-                                  jobs=args.jobs)
-    finally:
-        bar.close()
-    return _report(summary, "encrypted", args.quiet)
+    return run_capture(args, "encrypt ", "encrypted", lambda bar: encrypt_capture(
+        enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
+        jobs=args.jobs))
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
     dec = Keys.from_args(args).decryptor(args)
-    bar = ProgressBar(label="decrypt ")
-    try:
-        summary = decrypt_capture(dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar,
-                                  jobs=args.jobs)
-    finally:
-        bar.close()
-    return _report(summary, "decrypted", args.quiet)
+    return run_capture(args, "decrypt ", "decrypted", lambda bar: decrypt_capture(
+        dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
+        jobs=args.jobs))
 
 
 _addresses = addresses
@@ -250,23 +240,27 @@ def _format_info(info: dict) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     keys = Keys.from_args(args)
     dec = keys.decryptor(args) if (keys.has_master() or keys.derived) else None
-    infos: List[dict] = []
+    check_stdio(args)
+    lines = JsonLines() if args.json else None
     bad = shown = 0
-    for index, rec in enumerate(read_capture(args.input), start=1):
-        info = _packet_info(index, rec, args.port, dec)
-        if info is None:
-            continue
-        bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
-        shown += 1
-        if args.json:
-            infos.append(info)
-        else:
-            print(_format_info(info))
-        if args.limit and shown >= args.limit:
-            break
-    if args.json:
-        json.dump(infos, sys.stdout, indent=1)
-        print()
+    try:
+        for index, rec in enumerate(read_capture(args.input), start=1):
+            info = _packet_info(index, rec, args.port, dec)
+            if info is None:
+                continue
+            bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
+            shown += 1
+            if lines is not None:
+                lines.write(info)
+            else:
+                print(_format_info(info))
+            if args.limit and shown >= args.limit:
+                break
+    except CaptureError as e:
+        if e.code != "capture-truncated":
+            raise
+        sys.stdout.flush()
+        return truncated(args, e)
     return 1 if bad else 0
 
 
@@ -289,8 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_derive_key)
 
     e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
-    e.add_argument("input")
-    e.add_argument("output")
+    add_capture_args(e)
     _add_key_options(e)
     sa = e.add_argument_group("sending SA (overrides the key file / reference config)")
     sa.add_argument("--spi", type=_spi)
@@ -305,26 +298,23 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--first-iv", type=iv_arg)
     sa.add_argument("--udp-sport", metavar="xor|PORT")
     e.add_argument("--drop-failed", action="store_true", help="leave out packets that cannot be encrypted")
-    add_jobs(e)
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(func=cmd_encrypt)
 
     x = sub.add_parser("decrypt", help="decrypt every PSP packet of a pcap/pcapng file")
-    x.add_argument("input")
-    x.add_argument("output")
+    add_capture_args(x)
     _add_key_options(x)
     x.add_argument("--port", type=port_arg, default=1000, help="PSP UDP port (default 1000)")
     x.add_argument("--check-udp-checksum", action="store_true", help="verify non-zero UDP checksums")
     x.add_argument("--drop-failed", action="store_true", help="leave out packets that fail to decrypt")
-    add_jobs(x)
     x.add_argument("-q", "--quiet", action="store_true")
     x.set_defaults(func=cmd_decrypt)
 
     s = sub.add_parser("show", help="print the PSP headers of a capture (and decrypt status with keys)")
-    s.add_argument("input")
+    add_capture_args(s, output=False)
     _add_key_options(s)
     s.add_argument("--port", type=port_arg, default=1000)
-    s.add_argument("--json", action="store_true", help="JSON output")
+    s.add_argument("--json", action="store_true", help="JSON Lines: one object per PSP packet, written as it is read")
     s.add_argument("--limit", type=count_arg, default=0, help="stop after N PSP packets (0: all)")
     s.set_defaults(func=cmd_show)
 

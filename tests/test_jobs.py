@@ -286,3 +286,23 @@ def test_default_jobs_is_the_affinity(monkeypatch):
 
     assert capture.default_jobs() == len(os.sched_getaffinity(0))
     assert re.search(r"--jobs", " ".join(["--jobs"]))
+
+
+def test_standard_input_and_output_alike(tmp_path):
+    """decrypt - - (pipes: the core's descriptor loop) gives the same octets on 1 and 2 jobs."""
+    import os
+    import subprocess
+    import sys
+
+    plain = _write(tmp_path / "plain.pcap", _plain_frames(1200, 5))
+    enc = tmp_path / "enc.pcap"
+    e = pypsp.Encryptor(master_keys=(bytes.fromhex(MK0), bytes.fromhex(MK1)), spi=0x10, version=1)
+    pypsp.encrypt_capture(e, plain, enc, jobs=1)
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    outs = []
+    for j in JOBS:
+        p = subprocess.run([sys.executable, "-m", "pypsp", "decrypt", "-", "-", "--master-key0", MK0, "--master-key1",
+                            MK1, "--jobs", str(j), "-q"], input=enc.read_bytes(), capture_output=True, env=env)
+        assert p.returncode in (0, 1), p.stderr
+        outs.append(p.stdout)
+    assert outs[0] == outs[1] == outs[2] and len(outs[0]) > 1000

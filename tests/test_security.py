@@ -427,7 +427,6 @@ ALLOWED_COMPARISONS = {
     ("core/src/io/keyfile.c", "strcmp", "l.kind, known_kinds[k].kind"): "line kinds",
     ("core/src/io/keyfile.c", "memcmp", 's, "\\xEF\\xBB\\xBF"'): "byte-order mark",
     ("core/src/io/keyfile.c", "memcmp", "lx->tok, word"): "reference-config keywords",
-    ("core/src/io/capture.c", "strcmp", "a, b"): "file paths (same-file check)",
     ("dissectors/plugin/keys.c", "strcmp", 's, "*"'): "UAT wildcard",
     ("dissectors/plugin/packet-eesp.c", "memcmp", "x->dst, y->dst"): "destination address lookup",
 }

@@ -58,6 +58,9 @@ typedef struct pe_capture_reader pe_capture_reader;
  * where it stands); or wrap a caller buffer (not copied; must outlive the reader). */
 pe_status pe_capture_open_file(const char *path, pe_capture_reader **out);
 pe_status pe_capture_open_fd(int fd, pe_capture_reader **out);
+/* The same with a first window of `window` octets (16 to PE_CAPTURE_RECORD_MAX; pe_capture_open_fd: 1 MiB):
+ * tests and fuzzers use small ones to exercise the refills. */
+pe_status pe_capture_open_fd_window(int fd, size_t window, pe_capture_reader **out);
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out);
 pe_capture_format pe_capture_reader_format(const pe_capture_reader *r);
 /* Next packet record; non-packet pcapng blocks are skipped.  *eof = 1 and PE_OK at a clean end. */

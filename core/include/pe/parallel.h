@@ -105,6 +105,9 @@ pe_status pe_parallel_transform(pe_parallel *p, size_t n, const uint8_t *in, con
 pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *p,
                                              unsigned flags, pe_progress_fn progress, void *progress_ctx,
                                              pe_capture_summary *summary);
+/* pe_capture_transform_fd on the pool (standard input and output, pipes). */
+pe_status pe_capture_transform_fd_parallel(int in_fd, int out_fd, pe_parallel *p, unsigned flags,
+                                           pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary);
 
 #ifdef __cplusplus
 }

@@ -600,7 +600,7 @@ static pe_status reader_new(pe_capture_reader **out)
     return PE_OK;
 }
 
-static pe_status reader_open_fd(int fd, int own_fd, pe_capture_reader **out)
+static pe_status reader_open_fd(int fd, int own_fd, size_t window, pe_capture_reader **out)
 {
     pe_capture_reader *r;
     pe_status st = reader_new(&r);
@@ -616,8 +616,8 @@ static pe_status reader_open_fd(int fd, int own_fd, pe_capture_reader **out)
         off_t at = lseek(fd, 0, SEEK_CUR);
         r->size = (uint64_t)sb.st_size - (at > 0 && at <= sb.st_size ? (uint64_t)at : 0);
     }
-    r->owned = malloc(READ_BUFFER_SIZE);
-    r->owned_cap = READ_BUFFER_SIZE;
+    r->owned = malloc(window);
+    r->owned_cap = window;
     r->buf = r->owned;
     st = r->owned ? reader_start(r) : PE_ERR_NOMEM;
     if (st != PE_OK) {
@@ -630,10 +630,15 @@ static pe_status reader_open_fd(int fd, int own_fd, pe_capture_reader **out)
 
 pe_status pe_capture_open_fd(int fd, pe_capture_reader **out)
 {
-    if (fd < 0 || !out)
+    return pe_capture_open_fd_window(fd, READ_BUFFER_SIZE, out);
+}
+
+pe_status pe_capture_open_fd_window(int fd, size_t window, pe_capture_reader **out)
+{
+    if (fd < 0 || !out || window < 16 || window > PE_CAPTURE_RECORD_MAX)
         return PE_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    return reader_open_fd(fd, 0, out);
+    return reader_open_fd(fd, 0, window, out);
 }
 
 pe_status pe_capture_open_file(const char *path, pe_capture_reader **out)
@@ -644,7 +649,7 @@ pe_status pe_capture_open_file(const char *path, pe_capture_reader **out)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return PE_ERR_CAP_IO;
-    return reader_open_fd(fd, 1, out);
+    return reader_open_fd(fd, 1, READ_BUFFER_SIZE, out);
 }
 
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out)
@@ -1741,10 +1746,11 @@ static pe_status run_open(transform_run *t, unsigned flags)
     if (to_pcap && to_pcapng)
         return PE_ERR_INVALID_ARGUMENT;
     int in_ng = t->r->fmt == PE_CAPTURE_PCAPNG;
-    t->out_fmt = (to_pcapng || (in_ng && !to_pcap)) ? PE_CAPTURE_PCAPNG : t->r->fmt;
+    if (in_ng) /* to pcap: the resolution is the first IDB's (write_block) */
+        t->out_fmt = to_pcap ? PE_CAPTURE_PCAP : PE_CAPTURE_PCAPNG;
+    else
+        t->out_fmt = to_pcapng ? PE_CAPTURE_PCAPNG : t->r->fmt;
     t->convert = in_ng != (t->out_fmt == PE_CAPTURE_PCAPNG);
-    if (t->convert && in_ng)
-        t->out_fmt = PE_CAPTURE_PCAP; /* resolution decided by the first IDB */
     t->transform_chunk = chunk_transform_serial;
     t->recs = calloc(CHUNK_RECORDS, sizeof *t->recs);
     t->arena = malloc(CHUNK_RECORDS * (size_t)TRANSFORM_OUT_CAP);
@@ -1844,12 +1850,13 @@ pe_status pe_capture_transform_file_parallel(const char *in_path, const char *ou
     return transform_file(in_path, out_path, NULL, NULL, pool, flags, progress, progress_ctx, summary);
 }
 
-pe_status pe_capture_transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void *fn_ctx, unsigned flags,
-                                  pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary)
+/* A descriptor run: fn on this thread, or the pool. */
+static pe_status transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void *fn_ctx, pe_parallel *pool,
+                              unsigned flags, pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary)
 {
     pe_capture_summary local;
     transform_run t;
-    pe_status st = transform_args(fn, flags, summary, &local, &t, fn_ctx, NULL);
+    pe_status st = transform_args(fn, flags, summary, &local, &t, fn_ctx, pool);
     if (st != PE_OK)
         return st;
     if (in_fd < 0 || out_fd < 0)
@@ -1863,9 +1870,23 @@ pe_status pe_capture_transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, 
         return st;
     st = out_open_fd(&t.out, out_fd, 0);
     if (st == PE_OK)
-        st = transform_run_all(&t, NULL, progress, progress_ctx);
+        st = transform_run_all(&t, pool, progress, progress_ctx);
     int e = errno;
     pe_capture_close(t.r);
     errno = e;
     return st;
+}
+
+pe_status pe_capture_transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void *fn_ctx, unsigned flags,
+                                  pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary)
+{
+    return transform_fd(in_fd, out_fd, fn, fn_ctx, NULL, flags, progress, progress_ctx, summary);
+}
+
+pe_status pe_capture_transform_fd_parallel(int in_fd, int out_fd, pe_parallel *pool, unsigned flags,
+                                           pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary)
+{
+    if (!pool)
+        return PE_ERR_INVALID_ARGUMENT;
+    return transform_fd(in_fd, out_fd, NULL, NULL, pool, flags, progress, progress_ctx, summary);
 }
