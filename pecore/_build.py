@@ -595,6 +595,18 @@ pe_verdict pe_esp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t
                                 size_t *out_len, pe_status *why);
 pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why);
+
+/* parallel.h: captures on several threads */
+typedef struct pe_parallel_ops pe_parallel_ops;
+typedef struct pe_parallel pe_parallel;
+const pe_parallel_ops *pe_py_parallel_ops(int eesp, int decrypt);
+pe_status pe_parallel_new(const pe_parallel_ops *ops, void *shared, unsigned jobs, pe_parallel **out);
+void pe_parallel_free(pe_parallel *p);
+pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *p,
+                                             unsigned flags, pe_progress_fn progress, void *progress_ctx,
+                                             pe_capture_summary *summary);
+pe_status pe_capture_transform_fd_parallel(int in_fd, int out_fd, pe_parallel *p, unsigned flags,
+                                           pe_progress_fn progress, void *progress_ctx, pe_capture_summary *summary);
 """
 
 NEEDS = (
@@ -648,15 +660,21 @@ ffibuilder.set_source(
     "pecore._native",
     "\n".join(
         ["#include <openssl/crypto.h>"]
-        + [f'#include "pe/{h}.h"' for h in ("status", "wipe", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp", "transforms")]
+        + [f'#include "pe/{h}.h"' for h in ("status", "wipe", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp",
+                                             "transforms", "parallel")]
+        + [  # cffi cannot take the address of a const object: the four transforms by protocol and direction
+            "static const pe_parallel_ops *pe_py_parallel_ops(int eesp, int decrypt)",
+            "{ return eesp ? (decrypt ? &pe_eesp_parallel_decap : &pe_eesp_parallel_encap)",
+            "              : (decrypt ? &pe_psp_parallel_decap : &pe_psp_parallel_encap); }",
+        ]
     ),
     sources=sorted(glob.glob(os.path.join(CORE, "src", "**", "*.c"), recursive=True)),
     include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src"), *_ssl_include],
     library_dirs=_ssl_libdirs,
     libraries=["crypto"],
-    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-unused-parameter"]
+    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-unused-parameter", "-pthread"]
     + (os.environ.get("PE_EXTRA_CFLAGS", "").split()),
-    extra_link_args=os.environ.get("PE_EXTRA_LDFLAGS", "").split(),
+    extra_link_args=["-pthread"] + os.environ.get("PE_EXTRA_LDFLAGS", "").split(),
 )
 
 if __name__ == "__main__":

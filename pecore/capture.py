@@ -135,6 +135,39 @@ class ProgressBar:
             self.shown = False
 
 
+def default_jobs() -> int:
+    """Threads a capture run uses by default: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_jobs(jobs: Optional[int], error: type) -> int:
+    """``jobs`` as given (an int >= 1), or the default for None."""
+    if jobs is None:
+        return default_jobs()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise error(f"jobs must be a positive integer, not {jobs!r}")
+    return jobs
+
+
+class _Pool:
+    """A core worker pool (pe/parallel.h) for one run: ``jobs`` threads, each with its own copy of the SA."""
+
+    def __init__(self, eesp: bool, decrypt: bool, ctx, jobs: int, error: type) -> None:
+        p = ffi.new("pe_parallel **")
+        st = lib.pe_parallel_new(lib.pe_py_parallel_ops(int(eesp), int(decrypt)), ctx, jobs, p)
+        if st != lib.PE_OK:
+            raise error(f"cannot start {jobs} threads: {status_message(st)}", status_name(st))
+        self.p = p[0]
+
+    def close(self) -> None:
+        if self.p is not None:
+            lib.pe_parallel_free(self.p)
+            self.p = None
+
+
 def _temp_beside(out_path: "os.PathLike[str] | str", error: type) -> str:
     """A new file next to the output (same directory, so the final rename cannot cross file systems)."""
     out = os.fspath(out_path)
@@ -187,8 +220,13 @@ def run_transform(
     error: type = None,  # type: ignore[assignment]
     fmt: Optional[str] = None,
     grows: bool = False,
+    parallel: Optional[Tuple[bool, bool, int]] = None,
 ) -> Summary:
     """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture.
+
+    With ``parallel`` = (eesp, decrypt, jobs) and jobs > 1 the core's worker pool runs that protocol's
+    transform on ``jobs`` threads instead (the output, summary and SA state are those of one thread; the
+    GIL is released meanwhile; ``progress`` is still called on this thread).
 
     ``"-"`` as ``in_path`` reads standard input, as ``out_path`` writes standard output (nothing else is
     written there).  The core streams: memory does not grow with the capture.  ``fmt`` ("pcap",
@@ -239,7 +277,10 @@ def run_transform(
     t0 = time.perf_counter()
     keep = False
     in_fd = out_fd = -1
+    pool = None
     try:
+        if parallel is not None and parallel[2] > 1:
+            pool = _Pool(parallel[0], parallel[1], fn_ctx, parallel[2], error)
         if in_std or out_std:
             in_fd = 0 if in_std else _open_input(in_path, error)
             if out_std:
@@ -251,8 +292,15 @@ def run_transform(
                 except OSError as e:
                     raise error(f"{out_name}: cannot write the output: {e.strerror}", "capture-write-failed") \
                         from None
-            st = lib.pe_capture_transform_fd(in_fd, out_fd, fn, fn_ctx, flags, lib.pe_py_progress,
-                                             ffi.cast("void *", key), c)
+            if pool is not None:
+                st = lib.pe_capture_transform_fd_parallel(in_fd, out_fd, pool.p, flags, lib.pe_py_progress,
+                                                          ffi.cast("void *", key), c)
+            else:
+                st = lib.pe_capture_transform_fd(in_fd, out_fd, fn, fn_ctx, flags, lib.pe_py_progress,
+                                                 ffi.cast("void *", key), c)
+        elif pool is not None:
+            st = lib.pe_capture_transform_file_parallel(os.fsencode(in_path), os.fsencode(tmp), pool.p, flags,
+                                                        lib.pe_py_progress, ffi.cast("void *", key), c)
         else:
             st = lib.pe_capture_transform_file(
                 os.fsencode(in_path),
@@ -297,6 +345,8 @@ def run_transform(
         err.offset = c.offset  # type: ignore[attr-defined]
         raise err
     finally:
+        if pool is not None:
+            pool.close()
         _runs.pop(key, None)
         if in_fd > 0:
             os.close(in_fd)

@@ -55,6 +55,13 @@ count_arg = _bounded("count", 0, 2**63 - 1)
 protocol_arg = _bounded("IP protocol", 0, 255)
 iv_arg = _bounded("IV", 1, 2**64 - 1)  # 0 is never sent (the key file refuses first-iv=0 too)
 words_arg = _bounded("crypt offset", 0, 63)
+jobs_arg = _bounded("jobs", 1, 1024)
+
+
+def add_jobs(parser: argparse.ArgumentParser) -> None:
+    """--jobs N: threads a capture run uses (the output is the same for any N)."""
+    parser.add_argument("--jobs", "-j", type=jobs_arg, metavar="N",
+                        help="threads to use (default: the CPUs this process may run on); the output does not depend on it")
 
 
 def shown(text: str) -> str:
@@ -101,6 +108,7 @@ def add_capture_args(p: argparse.ArgumentParser, output: bool = True) -> None:
         p.add_argument("-F", "--output-format", choices=("pcap", "pcapng"), default=None,
                        help="format written (default: the input's; pcap keeps the input's microsecond or "
                             "nanosecond resolution)")
+        add_jobs(p)
 
 
 def check_stdio(args: argparse.Namespace) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from pecore._native import lib
-from pecore.capture import ProgressFn, Summary, run_transform
+from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
 from pecore.util import check_range
 from pyeesp.errors import CaptureError, ConfigurationError, raise_eesp
 from pyeesp.sa import SA, Receiver
@@ -13,9 +13,10 @@ PathLike = "os.PathLike[str] | str"
 
 
 def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str] = None,
-         grows: bool = False) -> Summary:
+         grows: bool = False, jobs: int = 1) -> Summary:
+    # With jobs > 1 the core's pool runs this protocol's transform in fn's direction (encryption grows packets).
     return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
-                         fmt=fmt, grows=grows)
+                         fmt=fmt, grows=grows, parallel=(True, not grows, jobs))
 
 
 def encrypt_capture(
@@ -27,6 +28,7 @@ def encrypt_capture(
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
     fmt: Optional[str] = None,
+    jobs: Optional[int] = None,
 ) -> Summary:
     """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out, or ``fmt``
     "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
@@ -34,13 +36,17 @@ def encrypt_capture(
     With ``sub_sas`` > 1, flows are spread over Sub SAs 0..sub_sas-1 by a hash
     of addresses, protocol and ports (the SA needs an SSKDF).  Non-IP frames
     pass unchanged; refused packets are kept (or left out with
-    ``drop_failed``) and counted by reason.  Timestamps are kept.
+    ``drop_failed``) and counted by reason.  Timestamps are kept.  ``jobs``
+    threads share the work (default: the CPUs this process may use); the
+    output, sequence numbers and summary are those of one thread.
     """
+    jobs = check_jobs(jobs, ConfigurationError)
     with sa._lock:
         st = lib.pe_eesp_tx_set_capture_sub_sas(sa._tx, check_range("sub_sas", sub_sas, 65536, ConfigurationError, 1))
         if st != lib.PE_OK:
             raise_eesp(st, f"{sub_sas} Sub SAs")
-        return _run(lib.pe_eesp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, fmt, grows=True)
+        return _run(lib.pe_eesp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, fmt, grows=True,
+                    jobs=jobs)
 
 
 def decrypt_capture(
@@ -51,6 +57,7 @@ def decrypt_capture(
     drop_failed: bool = False,
     progress: Optional[ProgressFn] = None,
     fmt: Optional[str] = None,
+    jobs: Optional[int] = None,
 ) -> Summary:
     """Decrypt every EESP packet of a pcap/pcapng file (same format out, or ``fmt``
     "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
@@ -58,8 +65,11 @@ def decrypt_capture(
     ESP, IKE and keepalives on UDP 4500 and other traffic pass unchanged and
     are counted by kind; EESP packets that fail (bad ICV, replay, no SA,
     malformed) are kept (or left out with ``drop_failed``) and counted by
-    reason.  Replay windows persist in the receiver across calls.
+    reason.  Replay windows persist in the receiver across calls.  ``jobs``
+    threads share the work (default: the CPUs this process may use); replay
+    windows move in packet order, so verdicts are those of one thread.
     """
+    jobs = check_jobs(jobs, ConfigurationError)
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
     with rx._lock:
-        return _run(lib.pe_eesp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, fmt)
+        return _run(lib.pe_eesp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, fmt, jobs=jobs)

@@ -119,13 +119,14 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
     sa = SA(**entry.settings)
     return run_capture(args, "encrypt ", "encrypted", lambda bar: encrypt_capture(
         sa, args.input, args.output, sub_sas=args.sub_sas or entry.sub_sas, drop_failed=args.drop_failed,
-        progress=bar, fmt=args.output_format))
+        progress=bar, fmt=args.output_format, jobs=args.jobs))
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
     rx = _receiver(args)
     return run_capture(args, "decrypt ", "decrypted", lambda bar: decrypt_capture(
-        rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format))
+        rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
+        jobs=args.jobs))
 
 
 def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:

@@ -165,13 +165,15 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
     else:
         raise UsageError(f"no key for SPI {s['spi']:#010x}: give a master key or a derived key")
     return run_capture(args, "encrypt ", "encrypted", lambda bar: encrypt_capture(
-        enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format))
+        enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
+        jobs=args.jobs))
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
     dec = Keys.from_args(args).decryptor(args)
     return run_capture(args, "decrypt ", "decrypted", lambda bar: decrypt_capture(
-        dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format))
+        dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
+        jobs=args.jobs))
 
 
 _addresses = addresses

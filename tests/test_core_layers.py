@@ -20,7 +20,7 @@ HEADER_LAYER = {
     "status.h": 0, "bytes.h": 0,
     "wipe.h": 1, "aead.h": 1, "kdf.h": 1,
     "ip.h": 2, "replay.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
-    "capture.h": 3, "batch.h": 3, "keyfile.h": 3, "transforms.h": 3,
+    "capture.h": 3, "batch.h": 3, "keyfile.h": 3, "transforms.h": 3, "parallel.h": 3,
 }
 FOLDER_LAYER = {"crypto": 1, "proto": 2, "io": 3}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:pe/)?([^"]+)"', re.M)

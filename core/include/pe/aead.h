@@ -48,6 +48,11 @@ pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8
  * no cipher fetch, for receivers that try keys they may not keep.
  */
 pe_status pe_aead_rekey(pe_aead *a, const uint8_t *key, size_t key_len);
+/*
+ * A second context with the same key, direction and lengths, for another
+ * thread (a context serves one thread): copies the key schedule, no key needed.
+ */
+pe_status pe_aead_dup(const pe_aead *src, pe_aead *dst);
 /* Releases the context; OpenSSL wipes the key schedule. Safe on a zeroed or freed pe_aead. */
 void pe_aead_free(pe_aead *a);
 

@@ -277,6 +277,21 @@ pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8
                        int carrier_ip_version, uint16_t sub_sa_id, const pe_eesp_packet_opts *opts,
                        uint8_t *out, size_t cap, size_t *out_len);
 
+/*
+ * Sending on several threads with the sequence numbers one thread would
+ * give, per Sub SA in input order.  pe_eesp_encap_reserve runs
+ * pe_eesp_encap's checks (cap: the room the output will have) and spends the
+ * Sub SA's next number (*seq), or refuses with pe_eesp_encap's status and
+ * spends none.  pe_eesp_encap_with_seq builds the packet with that number on
+ * any pe_eesp_tx of the same SA (a clone per thread), leaving its counters alone.
+ */
+pe_status pe_eesp_encap_reserve(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, size_t cap,
+                                uint64_t *seq);
+pe_status pe_eesp_encap_with_seq(pe_eesp_tx *tx, uint64_t seq, const uint8_t *pkt, size_t len, uint16_t sub_sa_id,
+                                 uint8_t *out, size_t cap, size_t *out_len);
+/* The same SA for another thread: its Sub SA keys are derived again as it meets them; no counters. */
+pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out);
+
 /* ---- receiving ---- */
 
 typedef struct pe_eesp_rx_config {
@@ -335,6 +350,22 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
 #define PE_EESP_OPEN_NO_REPLAY 1u
 pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_version, const uint8_t *dst,
                        unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_eesp_info *info);
+
+/*
+ * Receiving on several threads with one thread's verdicts.  Workers open
+ * packets on their own receivers (pe_eesp_rx_clone: the same SAs, no Sub SA
+ * state) with pe_eesp_decap_flags(..., PE_EESP_OPEN_NO_REPLAY, ...); then, in
+ * input order, pe_eesp_decap_replay hands each packet's status and
+ * info.icv_valid to the original receiver, which runs the steps that read or
+ * move its Sub SA state as pe_eesp_decap does (the replay pre-check of step
+ * 8, keeping a new Sub SA's key and moving its window in step 10) and
+ * returns the status pe_eesp_decap would have returned.  The worker's output
+ * stands when that status is PE_OK.
+ */
+pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out);
+pe_status pe_eesp_decap_flags(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
+                              size_t cap, size_t *out_len, pe_eesp_info *info);
+pe_status pe_eesp_decap_replay(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid);
 
 /* UDP 4500 demultiplexing (§14): which of the four a UDP payload is. */
 typedef enum pe_udp4500_kind {

@@ -147,6 +147,20 @@ pe_status pe_psp_tx_set_next_iv(pe_psp_tx *tx, uint64_t next);
 pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len);
 
+/*
+ * Sending on several threads with the IVs one thread would give, in input
+ * order.  pe_psp_encap_reserve runs pe_psp_encap's checks on the packet (cap:
+ * the room its output will have) and spends the IV the packet gets (*iv), or
+ * refuses with pe_psp_encap's status and spends none.  pe_psp_encap_with_iv
+ * then builds that packet with that IV on any pe_psp_tx of the same
+ * configuration (a clone per thread), leaving its IV counter alone.
+ */
+pe_status pe_psp_encap_reserve(pe_psp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, uint64_t *iv);
+pe_status pe_psp_encap_with_iv(pe_psp_tx *tx, uint64_t iv, const uint8_t *pkt, size_t len, uint8_t *out,
+                               size_t cap, size_t *out_len);
+/* A sender with the same configuration and key for another thread (INVALID_ARGUMENT with a source-port callback). */
+pe_status pe_psp_tx_clone(const pe_psp_tx *tx, pe_psp_tx **out);
+
 /* ---- receiving ---- */
 
 typedef struct pe_psp_rx_config {
@@ -163,6 +177,12 @@ typedef struct pe_psp_rx pe_psp_rx;
 void pe_psp_rx_config_init(pe_psp_rx_config *cfg);
 pe_status pe_psp_rx_new(const pe_psp_rx_config *cfg, pe_psp_rx **out);
 void pe_psp_rx_free(pe_psp_rx *rx);
+/*
+ * A receiver with the same configuration and keys, for another thread.  PSP
+ * receivers keep no per-packet state (no replay window): a packet opens the
+ * same on either, so clones may open a capture's packets in any order.
+ */
+pe_status pe_psp_rx_clone(const pe_psp_rx *rx, pe_psp_rx **out);
 /* A derived key for one SPI; version -1 serves both versions of the key's length.  Checked before the master keys. */
 pe_status pe_psp_rx_add_key(pe_psp_rx *rx, uint32_t spi, int version, const uint8_t *key, size_t key_len);
 

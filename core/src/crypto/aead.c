@@ -80,6 +80,23 @@ pe_status pe_aead_rekey(pe_aead *a, const uint8_t *key, size_t key_len)
     return set_key(a->ctx, a, key) ? PE_OK : PE_ERR_CRYPTO_BACKEND;
 }
 
+pe_status pe_aead_dup(const pe_aead *src, pe_aead *dst)
+{
+    memset(dst, 0, sizeof *dst);
+    if (!src->ctx)
+        return PE_ERR_INVALID_ARGUMENT;
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if (!ctx)
+        return PE_ERR_NOMEM;
+    if (EVP_CIPHER_CTX_copy(ctx, src->ctx) != 1) {
+        EVP_CIPHER_CTX_free(ctx);
+        return PE_ERR_CRYPTO_BACKEND;
+    }
+    *dst = *src;
+    dst->ctx = ctx;
+    return PE_OK;
+}
+
 void pe_aead_free(pe_aead *a)
 {
     /* EVP_CIPHER_CTX_free cleanses the key schedule. */

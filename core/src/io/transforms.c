@@ -2,9 +2,11 @@
 #include "pe/transforms.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pe/ip.h"
+#include "pe/parallel.h"
 
 /* ------------------------------------------------------------------ PSP */
 
@@ -82,11 +84,9 @@ pe_verdict pe_eesp_capture_encap(void *ctx, const uint8_t *ip, size_t len, uint8
     return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
 }
 
-pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                 size_t *out_len, pe_status *why)
+static pe_verdict eesp_decap_verdict(pe_status st)
 {
-    *why = pe_eesp_decap(rx, ip, len, out, cap, out_len, NULL);
-    switch (*why) {
+    switch (st) {
     case PE_OK:
         return PE_VERDICT_TRANSFORMED;
     case PE_ERR_NOT_EESP:
@@ -99,6 +99,13 @@ pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_
     default:
         return PE_VERDICT_FAILED;
     }
+}
+
+pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                 size_t *out_len, pe_status *why)
+{
+    *why = pe_eesp_decap(rx, ip, len, out, cap, out_len, NULL);
+    return eesp_decap_verdict(*why);
 }
 
 /* ------------------------------------------------------------------ ESP */
@@ -128,3 +135,141 @@ pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t
         return PE_VERDICT_FAILED;
     }
 }
+
+/* ------------------------------------------------ on several threads (pe/parallel.h) */
+
+static void settle(pe_parallel_item *it, pe_status st)
+{
+    it->settled = 1;
+    it->verdict = PE_VERDICT_FAILED;
+    it->why = st;
+}
+
+static void encap_result(pe_parallel_item *it, pe_status st)
+{
+    it->why = st;
+    it->verdict = st == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
+}
+
+static pe_status psp_tx_clone(void *shared, void **worker)
+{
+    return pe_psp_tx_clone(shared, (pe_psp_tx **)worker);
+}
+static void psp_tx_free(void *worker) { pe_psp_tx_free(worker); }
+
+static void psp_encap_before(void *tx, pe_parallel_item *it)
+{
+    pe_status st = pe_psp_encap_reserve(tx, it->in, it->in_len, it->out_cap, &it->value);
+    if (st != PE_OK)
+        settle(it, st);
+}
+
+static void psp_encap_work(void *tx, pe_parallel_item *it)
+{
+    encap_result(it, pe_psp_encap_with_iv(tx, it->value, it->in, it->in_len, it->out, it->out_cap, &it->out_len));
+}
+
+const pe_parallel_ops pe_psp_parallel_encap = {
+    .growth = PE_PSP_MAX_OVERHEAD,
+    .worker_new = psp_tx_clone,
+    .worker_free = psp_tx_free,
+    .before = psp_encap_before,
+    .work = psp_encap_work,
+};
+
+static pe_status psp_rx_clone(void *shared, void **worker)
+{
+    return pe_psp_rx_clone(shared, (pe_psp_rx **)worker);
+}
+static void psp_rx_free(void *worker) { pe_psp_rx_free(worker); }
+
+/* PSP receivers keep no state a verdict depends on: the whole decap runs on the worker. */
+static void psp_decap_work(void *rx, pe_parallel_item *it)
+{
+    it->verdict = pe_psp_capture_decap(rx, it->in, it->in_len, it->out, it->out_cap, &it->out_len, &it->why);
+}
+
+const pe_parallel_ops pe_psp_parallel_decap = {
+    .growth = 0,
+    .worker_new = psp_rx_clone,
+    .worker_free = psp_rx_free,
+    .work = psp_decap_work,
+};
+
+static pe_status eesp_tx_clone(void *shared, void **worker)
+{
+    return pe_eesp_tx_clone(shared, (pe_eesp_tx **)worker);
+}
+static void eesp_tx_free(void *worker) { pe_eesp_tx_free(worker); }
+
+static void eesp_encap_before(void *tx, pe_parallel_item *it)
+{
+    it->sub = flow_sub_sa(tx, it->in, it->in_len);
+    pe_status st = pe_eesp_encap_reserve(tx, it->in, it->in_len, it->sub, it->out_cap, &it->value);
+    if (st != PE_OK)
+        settle(it, st);
+}
+
+static void eesp_encap_work(void *tx, pe_parallel_item *it)
+{
+    encap_result(it, pe_eesp_encap_with_seq(tx, it->value, it->in, it->in_len, it->sub, it->out, it->out_cap,
+                                            &it->out_len));
+}
+
+const pe_parallel_ops pe_eesp_parallel_encap = {
+    .growth = PE_EESP_MAX_OVERHEAD,
+    .worker_new = eesp_tx_clone,
+    .worker_free = eesp_tx_free,
+    .before = eesp_encap_before,
+    .work = eesp_encap_work,
+};
+
+/* A receiving worker: its receiver and the packet info it fills (too big for each item). */
+typedef struct eesp_rx_worker {
+    pe_eesp_rx *rx;
+    pe_eesp_info info;
+} eesp_rx_worker;
+
+static pe_status eesp_rx_clone(void *shared, void **worker)
+{
+    eesp_rx_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return PE_ERR_NOMEM;
+    pe_status st = pe_eesp_rx_clone(shared, &w->rx);
+    if (st != PE_OK) {
+        free(w);
+        return st;
+    }
+    *worker = w;
+    return PE_OK;
+}
+
+static void eesp_rx_free(void *worker)
+{
+    eesp_rx_worker *w = worker;
+    pe_eesp_rx_free(w->rx);
+    free(w);
+}
+
+static void eesp_decap_work(void *worker, pe_parallel_item *it)
+{
+    eesp_rx_worker *w = worker;
+    it->why = pe_eesp_decap_flags(w->rx, it->in, it->in_len, PE_EESP_OPEN_NO_REPLAY, it->out, it->out_cap,
+                                  &it->out_len, &w->info);
+    it->value = (uint64_t)w->info.icv_valid;
+}
+
+/* The replay windows and Sub SA keys live in the caller's receiver, moved in input order. */
+static void eesp_decap_after(void *rx, pe_parallel_item *it)
+{
+    it->why = pe_eesp_decap_replay(rx, it->in, it->in_len, it->why, (int)it->value);
+    it->verdict = eesp_decap_verdict(it->why);
+}
+
+const pe_parallel_ops pe_eesp_parallel_decap = {
+    .growth = 0,
+    .worker_new = eesp_rx_clone,
+    .worker_free = eesp_rx_free,
+    .work = eesp_decap_work,
+    .after = eesp_decap_after,
+};

@@ -550,8 +550,15 @@ static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, 
                         e + l->data_end);
 }
 
+/*
+ * One packet on Sub SA `sid`.  Sending on several threads splits it in two:
+ * with `reserve` set it stops once the sequence number is spent and hands
+ * it out; with `given` it builds the packet with that number, and leaves the
+ * Sub SA's counter alone.
+ */
 static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sid,
-                              const pe_eesp_packet_opts *o, uint8_t *out, size_t cap, size_t *out_len)
+                              const pe_eesp_packet_opts *o, uint8_t *out, size_t cap, size_t *out_len,
+                              uint64_t *reserve, const uint64_t *given)
 {
     eesp_sa *sa = &tx->sa;
     pe_ip_info ip;
@@ -578,8 +585,18 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
 
     pe_key_slot *slot;
     uint64_t seq;
-    if ((st = next_seq(sa, sid, &slot, &seq)) != PE_OK)
-        return st;
+    if (given) {
+        if ((st = sub_sa(sa, sid, &slot)) != PE_OK)
+            return st;
+        seq = *given;
+    } else {
+        if ((st = next_seq(sa, sid, &slot, &seq)) != PE_OK)
+            return st;
+        if (reserve) {
+            *reserve = seq;
+            return PE_OK;
+        }
+    }
 
     write_outer(sa, pkt, &ip, &p, out);
     pe_ip_set_length(out, total);
@@ -602,13 +619,13 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
 pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
                         size_t cap, size_t *out_len)
 {
-    return encap_sub_sa(tx, pkt, len, sub_sa_id, NULL, out, cap, out_len);
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, NULL, out, cap, out_len, NULL, NULL);
 }
 
 pe_status pe_eesp_encap_with(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id,
                              const pe_eesp_packet_opts *opts, uint8_t *out, size_t cap, size_t *out_len)
 {
-    return encap_sub_sa(tx, pkt, len, sub_sa_id, opts, out, cap, out_len);
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, opts, out, cap, out_len, NULL, NULL);
 }
 
 pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header,
@@ -642,6 +659,41 @@ pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8
         return st;
     *out_len = l.eesp_len;
     return PE_OK;
+}
+
+pe_status pe_eesp_encap_reserve(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, size_t cap,
+                                uint64_t *seq)
+{
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, NULL, NULL, cap, NULL, seq, NULL);
+}
+
+pe_status pe_eesp_encap_with_seq(pe_eesp_tx *tx, uint64_t seq, const uint8_t *pkt, size_t len, uint16_t sub_sa_id,
+                                 uint8_t *out, size_t cap, size_t *out_len)
+{
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, NULL, out, cap, out_len, NULL, &seq);
+}
+
+/* The SA without its Sub SAs' state: each copy derives the Sub SA keys it meets, once. */
+static pe_status sa_clone(eesp_sa *dst, const eesp_sa *src)
+{
+    *dst = *src;
+    dst->last_seq = NULL; /* the original's: counters and window tops stay with it */
+    return pe_keytable_clone(&dst->subs, &src->subs, 0);
+}
+
+pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return PE_ERR_NOMEM;
+    (*out)->capture_sub_sas = tx->capture_sub_sas;
+    pe_status st = sa_clone(&(*out)->sa, &tx->sa);
+    if (st != PE_OK) {
+        pe_wipe(*out, sizeof **out);
+        free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------- receiving */
@@ -687,6 +739,43 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
     free(rx->sas);
     free(rx->spi_ix);
     free(rx);
+}
+
+pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
+{
+    pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->udp_port,
+                             .check_udp_checksum = rx->check_udp_checksum};
+    pe_status st = pe_eesp_rx_new(&cfg, out);
+    for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
+        eesp_sa *sa = malloc(sizeof *sa);
+        eesp_sa **sas = realloc((*out)->sas, (i + 1) * sizeof *sas);
+        if (sas)
+            (*out)->sas = sas;
+        if (!sa || !sas) {
+            free(sa);
+            st = PE_ERR_NOMEM;
+        } else if ((st = sa_clone(sa, rx->sas[i])) != PE_OK) {
+            pe_wipe(sa, sizeof *sa);
+            free(sa);
+        } else {
+            (*out)->sas[i] = sa;
+            (*out)->n_sas = (*out)->cap_sas = i + 1;
+        }
+    }
+    /* The SAs sit at the same indices, so the SPI index and the next_same_spi chains carry over as they are. */
+    if (st == PE_OK && rx->ix_cap) {
+        if (!((*out)->spi_ix = malloc(rx->ix_cap * sizeof *rx->spi_ix)))
+            st = PE_ERR_NOMEM;
+        else {
+            memcpy((*out)->spi_ix, rx->spi_ix, rx->ix_cap * sizeof *rx->spi_ix);
+            (*out)->ix_cap = rx->ix_cap;
+        }
+    }
+    if (st != PE_OK && *out) {
+        pe_eesp_rx_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 static int same_dst(const eesp_sa *a, int family, const uint8_t *dst)
@@ -911,14 +1000,46 @@ static void info_reset(pe_eesp_info *info)
 }
 
 /*
+ * §16 step 10, for a packet that verified: the window moves only now, and a
+ * Sub SA's first verified packet makes it state worth keeping.
+ */
+static pe_status keep_verified(eesp_sa *sa, pe_key_slot **slot, int staged, int replay, uint16_t sid, uint64_t seq)
+{
+    pe_status st = PE_OK;
+    if (staged)
+        st = keep_sub_sa(sa, slot);
+    else
+        pe_keytable_touch(&sa->subs, *slot); /* only verified packets keep a Sub SA live */
+    if (replay && st == PE_OK) {
+        pe_key_slot *s = *slot;
+        /* A new window, or the evicted one's memory handed over: it starts where this Sub SA left off. */
+        if (!s->replay.bits && (st = pe_replay_init(&s->replay, sa->replay_window)) == PE_OK)
+            pe_replay_seed(&s->replay, last_seq_of(sa, sid));
+        else if (staged)
+            pe_replay_seed(&s->replay, last_seq_of(sa, sid));
+        if (st == PE_OK)
+            st = pe_replay_update(&s->replay, seq);
+    }
+    return st;
+}
+
+/* What a worker's open without the window (PE_EESP_OPEN_NO_REPLAY) gave, for pe_eesp_decap_replay. */
+typedef struct opened {
+    pe_status status;
+    int icv_valid;
+} opened;
+
+/*
  * §16 steps 2-13 on the EESP octets `e`.  The inner part (tunnel: the IP
  * packet; transport: the upper-layer segment) lands at out, or in transport
  * mode at out + transport_lead, so that a caller can put the IP header back
- * in front without moving the segment.
+ * in front without moving the segment.  With `done` the packet was opened
+ * already (on another receiver): only the steps that read or move this
+ * receiver's Sub SA state run, in the same order, and step 9 is `done`.
  */
 static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int family, const uint8_t *daddr,
                            unsigned flags, uint8_t *out, size_t cap, size_t transport_lead, size_t *inner_len,
-                           pe_eesp_info *info)
+                           pe_eesp_info *info, const opened *done)
 {
     pe_eesp_hdr *h = &info->hdr;
     pe_status st;
@@ -996,6 +1117,13 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
             (st = pe_replay_check_seeded(sa->replay_window, last_seq_of(sa, h->session_id), seq)) != PE_OK)
             return st;
     }
+    if (done) {
+        /* Step 9 happened elsewhere; the window moves as below, on a verified packet policy keeps. */
+        if (!done->icv_valid || done->status == PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED)
+            return done->status;
+        st = keep_verified(sa, &slot, staged, replay, h->session_id, seq);
+        return st != PE_OK ? st : done->status;
+    }
 
     /* Step 9: open.  The region [payload_off, data_end) is placed so that its
      * PIH ends at out + lead: stripping it then needs no move. */
@@ -1021,20 +1149,7 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
         return policy_drop ? PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED : st;
     }
 
-    /* Step 10: the window moves only now; a Sub SA's first verified packet makes it state worth keeping. */
-    if (staged)
-        st = keep_sub_sa(sa, &slot);
-    else
-        pe_keytable_touch(&sa->subs, slot); /* only verified packets keep a Sub SA live */
-    if (replay && st == PE_OK) {
-        /* A new window, or the evicted one's memory handed over: it starts where this Sub SA left off. */
-        if (!slot->replay.bits && (st = pe_replay_init(&slot->replay, sa->replay_window)) == PE_OK)
-            pe_replay_seed(&slot->replay, last_seq_of(sa, h->session_id));
-        else if (staged)
-            pe_replay_seed(&slot->replay, last_seq_of(sa, h->session_id));
-        if (st == PE_OK)
-            st = pe_replay_update(&slot->replay, seq);
-    }
+    st = keep_verified(sa, &slot, staged, replay, h->session_id, seq);
     if (st == PE_OK)
         st = after_icv(sa, h, dst, region_len, full, info, inner_len);
     if (st != PE_OK) {
@@ -1053,11 +1168,11 @@ pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_v
     if (!info)
         info = &local;
     info_reset(info);
-    return open_eesp(rx, eesp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
+    return open_eesp(rx, eesp, len, ip_version, dst, flags, out, cap, 0, out_len, info, NULL);
 }
 
-pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
-                        size_t *out_len, pe_eesp_info *info)
+static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out, size_t cap,
+                       size_t *out_len, pe_eesp_info *info, const opened *done)
 {
     pe_eesp_info local;
     if (!info)
@@ -1077,9 +1192,9 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     size_t eesp_off = loc.offset, keep = ip.l4_offset;
     /* Tunnel mode hands out the inner packet alone; transport mode keeps the IP header in front. */
     size_t inner_len;
-    st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), 0,
-                   out, cap, keep, &inner_len, info);
-    if (st != PE_OK)
+    st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), flags,
+                   out, cap, keep, &inner_len, info, done);
+    if (st != PE_OK || done)
         return st;
     if (info->mode == PE_EESP_TUNNEL) {
         *out_len = inner_len;
@@ -1092,4 +1207,23 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
         pe_ipv4_set_checksum(out);
     *out_len = keep + inner_len;
     return PE_OK;
+}
+
+pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
+                        size_t *out_len, pe_eesp_info *info)
+{
+    return decap(rx, pkt, len, 0, out, cap, out_len, info, NULL);
+}
+
+pe_status pe_eesp_decap_flags(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
+                              size_t cap, size_t *out_len, pe_eesp_info *info)
+{
+    return decap(rx, pkt, len, flags, out, cap, out_len, info, NULL);
+}
+
+pe_status pe_eesp_decap_replay(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid)
+{
+    opened done = {status, icv_valid};
+    pe_eesp_info info;
+    return decap(rx, pkt, len, 0, NULL, 0, NULL, &info, &done);
 }

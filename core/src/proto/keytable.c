@@ -266,6 +266,30 @@ void pe_keytable_clear(pe_keytable *t)
     t->newest = t->oldest = 0;
 }
 
+pe_status pe_keytable_clone(pe_keytable *dst, const pe_keytable *src, int keys)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->limit = src->limit;
+    dst->lru = src->lru;
+    for (size_t i = 0; keys && i < src->cap; i++) {
+        const pe_key_slot *s = &src->slots[i];
+        if (!s->used)
+            continue;
+        pe_aead a;
+        pe_key_slot *d;
+        pe_status st = pe_aead_dup(&s->aead, &a);
+        if (st == PE_OK && (st = pe_keytable_insert(dst, s->id, &a, &d)) != PE_OK)
+            pe_aead_free(&a);
+        if (st != PE_OK) {
+            pe_keytable_free(dst);
+            return st;
+        }
+        memcpy(d->salt, s->salt, sizeof d->salt);
+        d->counter = s->counter;
+    }
+    return PE_OK;
+}
+
 void pe_keytable_free(pe_keytable *t)
 {
     pe_keytable_clear(t);

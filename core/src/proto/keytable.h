@@ -78,6 +78,12 @@ pe_status pe_keytable_commit(pe_keytable *t, pe_key_slot **stored);
 /* The same; in an LRU table at `limit`, *evicted (optional) says what made room. */
 pe_status pe_keytable_commit_evict(pe_keytable *t, pe_key_slot **stored, pe_keytable_evicted *evicted);
 void pe_keytable_clear(pe_keytable *t);
+/*
+ * For another thread: `dst` gets `src`'s settings (limit) and, with `keys`,
+ * a copy of every entry's AEAD context (pe_aead_dup), salt and counter, no
+ * replay window; without, it starts empty.  Nothing staged is copied.
+ */
+pe_status pe_keytable_clone(pe_keytable *dst, const pe_keytable *src, int keys);
 void pe_keytable_free(pe_keytable *t);
 
 #endif

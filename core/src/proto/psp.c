@@ -218,12 +218,20 @@ static uint8_t offset_for(const pe_psp_tx *tx, uint8_t next_header)
     return tx->crypt_offset;
 }
 
-/*
- * Header, extension area and sealed body at `psp`, with `co` checked against
- * the body already; spends the IV.  *out_len gets `total`.
- */
-static pe_status seal_psp(pe_psp_tx *tx, const uint8_t *payload, size_t payload_len, uint8_t next_header, uint8_t co,
-                          uint8_t *psp, size_t *out_len, size_t total)
+/* The IV is spent from here on, whatever happens: never reuse it. */
+static uint64_t spend_iv(pe_psp_tx *tx)
+{
+    uint64_t iv = tx->next_iv;
+    if (tx->next_iv == UINT64_MAX)
+        tx->exhausted = 1;
+    else
+        tx->next_iv++;
+    return iv;
+}
+
+/* Header with `iv`, extension area and sealed body at `psp`, with `co` checked against the body already. */
+static pe_status seal_psp(pe_psp_tx *tx, uint64_t iv, const uint8_t *payload, size_t payload_len,
+                          uint8_t next_header, uint8_t co, uint8_t *psp)
 {
     size_t ext_len = tx->vc_present ? PE_PSP_VC_LEN : 0;
     size_t body_len = ext_len + payload_len;
@@ -237,7 +245,7 @@ static pe_status seal_psp(pe_psp_tx *tx, const uint8_t *payload, size_t payload_
         .virt = (uint8_t)tx->vc_present,
         .always_one = 1,
         .spi = tx->spi,
-        .iv = tx->next_iv,
+        .iv = iv,
         .ext = tx->vc,
         .ext_len = ext_len,
     };
@@ -257,76 +265,110 @@ static pe_status seal_psp(pe_psp_tx *tx, const uint8_t *payload, size_t payload_
         memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
         pt = psp + PE_PSP_HDR_LEN + clear;
     }
+    return seal(&tx->aead, psp, pt, body_len, clear);
+}
 
-    /* The IV is spent from here on, whatever happens: never reuse it. */
-    if (tx->next_iv == UINT64_MAX)
-        tx->exhausted = 1;
-    else
-        tx->next_iv++;
+/* What pe_psp_encap works out before it spends an IV. */
+typedef struct psp_plan {
+    pe_ip_info ip;
+    const uint8_t *payload;
+    size_t payload_len, ext_len, body_len, outer_len, udp_len, total;
+    uint8_t next_header, co;
+    int outer_v4;
+} psp_plan;
 
-    pe_status st = seal(&tx->aead, psp, pt, body_len, clear);
+/* pe_psp_encap's refusals, in its order; `iv_reserved` skips the exhaustion check for an IV reserved already. */
+static pe_status plan_encap(const pe_psp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, int iv_reserved,
+                            psp_plan *p)
+{
+    pe_status st = pe_ip_parse(pkt, len, &p->ip);
     if (st != PE_OK)
         return st;
-    *out_len = total;
+    if (tx->exhausted && !iv_reserved)
+        return PE_ERR_IV_EXHAUSTED;
+    const pe_ip_info *ip = &p->ip;
+    if (tx->mode == PE_PSP_TRANSPORT) {
+        if (ip->is_fragment)
+            return PE_ERR_IP_FRAGMENT;
+        p->payload = pkt + ip->l4_offset;
+        p->payload_len = ip->len - ip->l4_offset;
+        p->next_header = ip->protocol;
+    } else {
+        p->payload = pkt;
+        p->payload_len = ip->len;
+        p->next_header = ip->version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
+    }
+    p->co = offset_for(tx, p->next_header);
+    p->ext_len = tx->vc_present ? PE_PSP_VC_LEN : 0;
+    p->body_len = p->ext_len + p->payload_len;
+    if ((size_t)p->co * 4 > p->body_len)
+        return PE_ERR_PSP_CRYPT_OFFSET;
+
+    p->outer_len = tx->mode == PE_PSP_TRANSPORT ? ip->l4_offset
+                   : tx->outer_len             ? tx->outer_len
+                   : ip->version == 4          ? PE_IPV4_HDR_LEN
+                                               : PE_IPV6_HDR_LEN;
+    p->udp_len = PE_UDP_HDR_LEN + PE_PSP_HDR_LEN + p->body_len + PE_PSP_ICV_LEN;
+    p->total = p->outer_len + p->udp_len;
+    p->outer_v4 = tx->mode == PE_PSP_TRANSPORT ? ip->version == 4
+                  : tx->outer_len             ? tx->outer_len == PE_IPV4_HDR_LEN
+                                              : ip->version == 4;
+    if (p->total - (p->outer_v4 ? 0 : PE_IPV6_HDR_LEN) > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG;
+    if (cap < p->total)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    return PE_OK;
+}
+
+static pe_status build_encap(pe_psp_tx *tx, const psp_plan *p, const uint8_t *pkt, uint64_t iv, uint8_t *out,
+                             size_t *out_len)
+{
+    write_outer(tx, pkt, &p->ip, out);
+    pe_ip_set_length(out, p->total);
+    if (p->outer_v4)
+        pe_ipv4_set_checksum(out);
+
+    uint8_t *udp = out + p->outer_len;
+    pe_put16(udp, udp_sport(tx, pkt, &p->ip));
+    pe_put16(udp + 2, tx->udp_dport);
+    pe_put16(udp + 4, (uint16_t)p->udp_len);
+    pe_put16(udp + 6, 0); /* §8: senders write 0 */
+
+    pe_status st = seal_psp(tx, iv, p->payload, p->payload_len, p->next_header, p->co, udp + PE_UDP_HDR_LEN);
+    if (st != PE_OK)
+        return st;
+    *out_len = p->total;
     return PE_OK;
 }
 
 pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len)
 {
-    pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
+    psp_plan p;
+    pe_status st = plan_encap(tx, pkt, len, cap, 0, &p);
     if (st != PE_OK)
         return st;
-    if (tx->exhausted)
-        return PE_ERR_IV_EXHAUSTED;
+    return build_encap(tx, &p, pkt, spend_iv(tx), out, out_len);
+}
 
-    const uint8_t *payload;
-    size_t payload_len;
-    uint8_t next_header, co;
-    if (tx->mode == PE_PSP_TRANSPORT) {
-        if (ip.is_fragment)
-            return PE_ERR_IP_FRAGMENT;
-        payload = pkt + ip.l4_offset;
-        payload_len = ip.len - ip.l4_offset;
-        next_header = ip.protocol;
-    } else {
-        payload = pkt;
-        payload_len = ip.len;
-        next_header = ip.version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
-    }
-    co = offset_for(tx, next_header);
-    size_t ext_len = tx->vc_present ? PE_PSP_VC_LEN : 0;
-    size_t body_len = ext_len + payload_len;
-    if ((size_t)co * 4 > body_len)
-        return PE_ERR_PSP_CRYPT_OFFSET;
+pe_status pe_psp_encap_reserve(pe_psp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, uint64_t *iv)
+{
+    psp_plan p;
+    pe_status st = plan_encap(tx, pkt, len, cap, 0, &p);
+    if (st != PE_OK)
+        return st;
+    *iv = spend_iv(tx);
+    return PE_OK;
+}
 
-    size_t outer_len = tx->mode == PE_PSP_TRANSPORT ? ip.l4_offset
-                       : tx->outer_len             ? tx->outer_len
-                       : ip.version == 4           ? PE_IPV4_HDR_LEN
-                                                   : PE_IPV6_HDR_LEN;
-    size_t udp_len = PE_UDP_HDR_LEN + PE_PSP_HDR_LEN + body_len + PE_PSP_ICV_LEN;
-    size_t total = outer_len + udp_len;
-    int outer_v4 = tx->mode == PE_PSP_TRANSPORT ? ip.version == 4
-                   : tx->outer_len             ? tx->outer_len == PE_IPV4_HDR_LEN
-                                               : ip.version == 4;
-    if (total - (outer_v4 ? 0 : PE_IPV6_HDR_LEN) > PE_IP_MAX_LEN)
-        return PE_ERR_IP_TOO_LONG;
-    if (cap < total)
-        return PE_ERR_BUFFER_TOO_SMALL;
-
-    write_outer(tx, pkt, &ip, out);
-    pe_ip_set_length(out, total);
-    if (outer_v4)
-        pe_ipv4_set_checksum(out);
-
-    uint8_t *udp = out + outer_len;
-    pe_put16(udp, udp_sport(tx, pkt, &ip));
-    pe_put16(udp + 2, tx->udp_dport);
-    pe_put16(udp + 4, (uint16_t)udp_len);
-    pe_put16(udp + 6, 0); /* §8: senders write 0 */
-
-    return seal_psp(tx, payload, payload_len, next_header, co, udp + PE_UDP_HDR_LEN, out_len, total);
+pe_status pe_psp_encap_with_iv(pe_psp_tx *tx, uint64_t iv, const uint8_t *pkt, size_t len, uint8_t *out,
+                               size_t cap, size_t *out_len)
+{
+    psp_plan p;
+    pe_status st = plan_encap(tx, pkt, len, cap, 1, &p);
+    if (st != PE_OK)
+        return st;
+    return build_encap(tx, &p, pkt, iv, out, out_len);
 }
 
 pe_status pe_psp_seal(pe_psp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header, uint8_t *out,
@@ -344,7 +386,31 @@ pe_status pe_psp_seal(pe_psp_tx *tx, const uint8_t *payload, size_t len, uint8_t
         return PE_ERR_IP_TOO_LONG; /* no UDP datagram can carry it */
     if (cap < total)
         return PE_ERR_BUFFER_TOO_SMALL;
-    return seal_psp(tx, payload, len, next_header, co, out, out_len, total);
+    pe_status st = seal_psp(tx, spend_iv(tx), payload, len, next_header, co, out);
+    if (st != PE_OK)
+        return st;
+    *out_len = total;
+    return PE_OK;
+}
+
+pe_status pe_psp_tx_clone(const pe_psp_tx *tx, pe_psp_tx **out)
+{
+    *out = NULL;
+    /* The caller's function would be called from another thread, and out of order. */
+    if (tx->sport_policy == PE_PSP_SPORT_CALLBACK)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_psp_tx *c = malloc(sizeof *c);
+    if (!c)
+        return PE_ERR_NOMEM;
+    *c = *tx;
+    pe_status st = pe_aead_dup(&tx->aead, &c->aead);
+    if (st != PE_OK) {
+        pe_wipe(c, sizeof *c);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return PE_OK;
 }
 
 /* ---------------------------------------------------------------- receiving */
@@ -410,6 +476,29 @@ void pe_psp_rx_free(pe_psp_rx *rx)
     free(rx->scratch);
     pe_wipe(rx, sizeof *rx);
     free(rx);
+}
+
+pe_status pe_psp_rx_clone(const pe_psp_rx *rx, pe_psp_rx **out)
+{
+    pe_psp_rx_config cfg;
+    pe_psp_rx_config_init(&cfg);
+    cfg.master_key0 = rx->has_master_key[0] ? rx->master_key[0] : NULL;
+    cfg.master_key1 = rx->has_master_key[1] ? rx->master_key[1] : NULL;
+    memcpy(cfg.kdf_labels, rx->kdf_labels, sizeof cfg.kdf_labels);
+    cfg.versions = rx->versions;
+    cfg.udp_dport = rx->udp_dport;
+    cfg.check_udp_checksum = rx->check_udp_checksum;
+    pe_status st = pe_psp_rx_new(&cfg, out);
+    if (st != PE_OK)
+        return st;
+    /* Configured keys exist only as contexts: copied.  Derived ones are a cache each receiver fills itself. */
+    pe_keytable_free(&(*out)->user_keys);
+    st = pe_keytable_clone(&(*out)->user_keys, &rx->user_keys, 1);
+    if (st != PE_OK) {
+        pe_psp_rx_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 static pe_status add_user_key(pe_psp_rx *rx, uint32_t spi, unsigned version, const uint8_t *key, size_t key_len)

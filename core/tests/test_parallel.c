@@ -1,0 +1,625 @@
+/*
+ * The worker pool (pe/parallel.h) against one thread: every packet's status
+ * and octets, and the state left behind (IVs, sequence numbers, replay
+ * windows), for PSP versions 0-3 and EESP suites with several Sub SAs, in
+ * both directions, with replays, forged packets, unknown SPIs and packets
+ * the transforms refuse or pass, on 1 to 4 threads.
+ *
+ * The single-thread reference is pe_batch_transform with the capture
+ * callbacks (transforms.h), the path captures took before the pool.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pe/batch.h"
+#include "pe/eesp.h"
+#include "pe/parallel.h"
+#include "pe/psp.h"
+#include "pe/transforms.h"
+
+#include "check.h"
+
+#define CHECKF(cond, ...)                                                                          \
+    do {                                                                                           \
+        checks++;                                                                                  \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s [", __FILE__, __LINE__, #cond);              \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "]\n");                                                                \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------ packet lists */
+
+typedef struct plist {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t *off, *plen;
+    size_t n, ncap;
+} plist;
+
+static void pl_add(plist *l, const uint8_t *p, size_t n)
+{
+    if (l->len + n > l->cap) {
+        l->cap = (l->len + n) * 2 + 4096;
+        l->buf = realloc(l->buf, l->cap);
+    }
+    if (l->n == l->ncap) {
+        l->ncap = l->ncap ? l->ncap * 2 : 256;
+        l->off = realloc(l->off, l->ncap * sizeof *l->off);
+        l->plen = realloc(l->plen, l->ncap * sizeof *l->plen);
+    }
+    memcpy(l->buf + l->len, p, n);
+    l->off[l->n] = l->len;
+    l->plen[l->n] = n;
+    l->len += n;
+    l->n++;
+}
+
+static void pl_free(plist *l)
+{
+    free(l->buf);
+    free(l->off);
+    free(l->plen);
+    memset(l, 0, sizeof *l);
+}
+
+static uint32_t rng_state = 12345;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return rng_state;
+}
+
+static void put16(uint8_t *p, unsigned v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+/* IPv4 or IPv6 with a UDP or TCP header (ports from `flow`), `payload` octets; frag: an IPv4 first fragment. */
+static size_t make_ip(uint8_t *p, int v6, int tcp, unsigned flow, size_t payload, int frag)
+{
+    size_t ip_hdr = v6 ? 40 : 20, l4 = tcp ? 20 : 8, total = ip_hdr + l4 + payload;
+    memset(p, 0, total);
+    if (v6) {
+        p[0] = 0x60;
+        put16(p + 4, (unsigned)(l4 + payload));
+        p[6] = tcp ? 6 : 17;
+        p[7] = 64;
+        p[8] = 0x20, p[9] = 0x01, p[23] = (uint8_t)flow;
+        p[24] = 0x20, p[25] = 0x01, p[39] = 2;
+    } else {
+        p[0] = 0x45;
+        put16(p + 2, (unsigned)total);
+        if (frag)
+            p[6] = 0x20; /* MF */
+        p[8] = 64;
+        p[9] = tcp ? 6 : 17;
+        p[12] = 10, p[15] = (uint8_t)flow;
+        p[16] = 10, p[19] = 2;
+    }
+    uint8_t *l = p + ip_hdr;
+    put16(l, 1024 + (flow % 37));
+    put16(l + 2, 80 + (flow % 5));
+    if (!tcp)
+        put16(l + 4, (unsigned)(l4 + payload));
+    for (size_t i = 0; i < payload; i++)
+        l[l4 + i] = (uint8_t)(rnd() >> 7);
+    return total;
+}
+
+/* A mix of what a capture holds: sizes 0..1500, both IP versions, TCP/UDP, fragments, junk. */
+static void make_plaintexts(plist *l, size_t n)
+{
+    uint8_t p[2048];
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = rnd();
+        if (r % 53 == 0) {
+            size_t k = 1 + r % 30;
+            for (size_t j = 0; j < k; j++)
+                p[j] = (uint8_t)rnd();
+            p[0] = (uint8_t)(0x10 | (p[0] & 0x0f)); /* not IP */
+            pl_add(l, p, k);
+            continue;
+        }
+        size_t len = make_ip(p, (r >> 3) & 1, (r >> 4) & 1, (r >> 8) & 0xff, (r >> 12) % 1400, r % 41 == 0);
+        pl_add(l, p, len);
+    }
+}
+
+/* ------------------------------------------------------------------ the comparison */
+
+typedef struct results {
+    uint8_t *out;
+    size_t *off, *len;
+    pe_status *st;
+} results;
+
+static void res_alloc(results *r, size_t n, size_t cap)
+{
+    r->out = malloc(cap);
+    r->off = malloc(n * sizeof *r->off);
+    r->len = malloc(n * sizeof *r->len);
+    r->st = malloc(n * sizeof *r->st);
+}
+
+static void res_free(results *r)
+{
+    free(r->out);
+    free(r->off);
+    free(r->len);
+    free(r->st);
+}
+
+static int second_pass; /* a capture seen before: all replays, nothing to open */
+
+/* One thread (pe_batch_transform and fn on ctx1) and the pool (ops on ctx2, jobs threads) agree on every packet. */
+static void compare(const char *what, const plist *in, pe_ip_transform_fn fn, void *ctx1, const pe_parallel_ops *ops,
+                    void *ctx2, unsigned jobs, plist *outputs)
+{
+    size_t cap = in->len + in->n * (ops->growth + 16) + 4096;
+    results a, b;
+    res_alloc(&a, in->n, cap);
+    res_alloc(&b, in->n, cap);
+    CHECK_ST(pe_batch_transform(fn, ctx1, in->n, in->buf, in->off, in->plen, a.out, cap, a.off, a.len, a.st), PE_OK);
+    pe_parallel *p = NULL;
+    CHECK_ST(pe_parallel_new(ops, ctx2, jobs, &p), PE_OK);
+    if (!p)
+        return;
+    CHECK_ST(pe_parallel_transform(p, in->n, in->buf, in->off, in->plen, b.out, cap, b.off, b.len, b.st), PE_OK);
+    pe_parallel_free(p);
+    size_t bad = 0, ok = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        int same = a.st[i] == b.st[i] && a.len[i] == b.len[i] && memcmp(a.out + a.off[i], b.out + b.off[i], a.len[i]) == 0;
+        if (!same && bad++ < 5)
+            fprintf(stderr, "%s, %u jobs, packet %zu: %s/%zu vs %s/%zu\n", what, jobs, i, pe_status_name(a.st[i]),
+                    a.len[i], pe_status_name(b.st[i]), b.len[i]);
+        ok += a.st[i] == PE_OK;
+        if (outputs)
+            pl_add(outputs, a.st[i] == PE_OK ? a.out + a.off[i] : in->buf + in->off[i],
+                   a.st[i] == PE_OK ? a.len[i] : in->plen[i]);
+    }
+    CHECKF(bad == 0, "%s, %u jobs: %zu of %zu packets differ", what, jobs, bad, in->n);
+    CHECKF(ok > 0 || second_pass, "%s: nothing transformed", what);
+    res_free(&a);
+    res_free(&b);
+}
+
+/* Statuses seen, so that each scenario shows it covers what it claims. */
+static int saw(const plist *in, pe_ip_transform_fn fn, void *ctx, pe_status want)
+{
+    size_t cap = in->len + in->n * 512 + 4096;
+    results a;
+    res_alloc(&a, in->n, cap);
+    pe_batch_transform(fn, ctx, in->n, in->buf, in->off, in->plen, a.out, cap, a.off, a.len, a.st);
+    int n = 0;
+    for (size_t i = 0; i < in->n; i++)
+        n += a.st[i] == want;
+    res_free(&a);
+    return n;
+}
+
+/* ------------------------------------------------------------------ PSP */
+
+static const uint8_t MK0[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+static const uint8_t MK1[32] = {99, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+
+static pe_psp_tx *psp_tx(uint32_t spi, unsigned version, pe_psp_mode mode, int co, int vc)
+{
+    pe_psp_tx_config c;
+    pe_psp_tx_config_init(&c);
+    c.spi = spi;
+    c.version = version;
+    c.master_key0 = MK0;
+    c.master_key1 = MK1;
+    c.mode = mode;
+    c.crypt_offset = version >= 2 ? 0 : co;
+    c.vc_present = vc;
+    memset(c.vc, 0xab, sizeof c.vc);
+    pe_psp_tx *tx = NULL;
+    CHECK_ST(pe_psp_tx_new(&c, &tx), PE_OK);
+    return tx;
+}
+
+static pe_psp_rx *psp_rx(int master)
+{
+    pe_psp_rx_config c;
+    pe_psp_rx_config_init(&c);
+    if (master) {
+        c.master_key0 = MK0;
+        c.master_key1 = MK1;
+    }
+    pe_psp_rx *rx = NULL;
+    CHECK_ST(pe_psp_rx_new(&c, &rx), PE_OK);
+    return rx;
+}
+
+/* Damage some packets: flip an octet past the header (forged) or in the SPI (unknown key). */
+static void damage(plist *l, unsigned every, size_t at)
+{
+    for (size_t i = 0; i < l->n; i += every)
+        if (l->plen[i] > at + 1)
+            l->buf[l->off[i] + l->plen[i] - 1 - (i % 2 ? 0 : at)] ^= 0x5a;
+}
+
+static void test_psp(void)
+{
+    const size_t N = 3000;
+    for (unsigned v = 0; v <= 3; v++) {
+        for (int mode = 0; mode <= 1; mode++) {
+            char what[96];
+            snprintf(what, sizeof what, "PSP v%u %s", v, mode ? "tunnel" : "transport");
+            plist plain = {0}, wire = {0};
+            make_plaintexts(&plain, N);
+            /* Several SPIs in one capture, both key phases: the receiver derives and caches per SPI. */
+            uint32_t spis[3] = {0x1000 + v, 0x80002000u + v, 0x3000 + v};
+            for (int s = 0; s < 3; s++) {
+                for (unsigned jobs = 1; jobs <= 4; jobs++) {
+                    pe_psp_tx *t1 = psp_tx(spis[s], v, (pe_psp_mode)mode, 2, v == 0), *t2 = psp_tx(spis[s], v, (pe_psp_mode)mode, 2, v == 0);
+                    pe_psp_tx_set_next_iv(t1, 1000u * (s + 1));
+                    pe_psp_tx_set_next_iv(t2, 1000u * (s + 1));
+                    compare(what, &plain, pe_psp_capture_encap, t1, &pe_psp_parallel_encap, t2, jobs, jobs == 2 ? &wire : NULL);
+                    CHECKF(pe_psp_tx_next_iv(t1, NULL) == pe_psp_tx_next_iv(t2, NULL), "%s: next IV", what);
+                    pe_psp_tx_free(t1);
+                    pe_psp_tx_free(t2);
+                }
+            }
+            if (v == 0 && mode == 0) {
+                pe_psp_tx *t = psp_tx(1, 0, PE_PSP_TRANSPORT, 2, 1);
+                CHECK(saw(&plain, pe_psp_capture_encap, t, PE_ERR_IP_FRAGMENT) > 0);
+                pe_psp_tx_free(t);
+            }
+            /* Forged packets, and packets of other flows mixed in (not PSP: passed). */
+            damage(&wire, 7, 30);
+            plist extra = {0};
+            make_plaintexts(&extra, 200);
+            for (size_t i = 0; i < extra.n; i++)
+                pl_add(&wire, extra.buf + extra.off[i], extra.plen[i]);
+            for (unsigned jobs = 1; jobs <= 4; jobs++) {
+                pe_psp_rx *r1 = psp_rx(1), *r2 = psp_rx(1);
+                compare(what, &wire, pe_psp_capture_decap, r1, &pe_psp_parallel_decap, r2, jobs, NULL);
+                pe_psp_rx_free(r1);
+                pe_psp_rx_free(r2);
+                /* Configured keys only (copied into each worker): the other SPIs have none. */
+                r1 = psp_rx(0), r2 = psp_rx(0);
+                uint8_t key[32];
+                CHECK_ST(pe_psp_derive_key(MK0, spis[0], v, 0, key, pe_psp_key_len(v)), PE_OK);
+                CHECK_ST(pe_psp_rx_add_key(r1, spis[0], -1, key, pe_psp_key_len(v)), PE_OK);
+                CHECK_ST(pe_psp_rx_add_key(r2, spis[0], -1, key, pe_psp_key_len(v)), PE_OK);
+                compare(what, &wire, pe_psp_capture_decap, r1, &pe_psp_parallel_decap, r2, jobs, NULL);
+                if (jobs == 1) {
+                    CHECK(saw(&wire, pe_psp_capture_decap, r1, PE_ERR_NO_KEY) > 0);
+                    CHECK(saw(&wire, pe_psp_capture_decap, r1, PE_ERR_AUTH) > 0);
+                    CHECK(saw(&wire, pe_psp_capture_decap, r1, PE_OK) > 0);
+                }
+                pe_psp_rx_free(r1);
+                pe_psp_rx_free(r2);
+            }
+            pl_free(&plain);
+            pl_free(&wire);
+            pl_free(&extra);
+        }
+    }
+}
+
+/* The sender's last IV: spent in order, the packets after it refused as one thread refuses them. */
+static void test_psp_iv_exhaustion(void)
+{
+    plist plain = {0};
+    make_plaintexts(&plain, 300);
+    for (unsigned jobs = 1; jobs <= 3; jobs++) {
+        pe_psp_tx *t1 = psp_tx(7, 1, PE_PSP_TUNNEL, 0, 0), *t2 = psp_tx(7, 1, PE_PSP_TUNNEL, 0, 0);
+        CHECK_ST(pe_psp_tx_set_next_iv(t1, UINT64_MAX - 100), PE_OK);
+        CHECK_ST(pe_psp_tx_set_next_iv(t2, UINT64_MAX - 100), PE_OK);
+        compare("PSP IV exhaustion", &plain, pe_psp_capture_encap, t1, &pe_psp_parallel_encap, t2, jobs, NULL);
+        int e1, e2;
+        CHECK(pe_psp_tx_next_iv(t1, &e1) == pe_psp_tx_next_iv(t2, &e2) && e1 && e2);
+        pe_psp_tx_free(t1);
+        pe_psp_tx_free(t2);
+    }
+    pl_free(&plain);
+}
+
+/* A source-port callback would run on the workers: the pool refuses it rather than call it out of order. */
+static uint16_t sport_cb(void *ctx, const uint8_t *inner, size_t len) { return 7; }
+
+static void test_psp_sport_callback_refused(void)
+{
+    pe_psp_tx_config c;
+    pe_psp_tx_config_init(&c);
+    c.master_key0 = MK0;
+    c.sport_policy = PE_PSP_SPORT_CALLBACK;
+    c.sport_fn = sport_cb;
+    pe_psp_tx *tx = NULL;
+    CHECK_ST(pe_psp_tx_new(&c, &tx), PE_OK);
+    pe_parallel *p = (pe_parallel *)1;
+    CHECK_ST(pe_parallel_new(&pe_psp_parallel_encap, tx, 2, &p), PE_ERR_INVALID_ARGUMENT);
+    CHECK(p == NULL);
+    CHECK_ST(pe_parallel_new(&pe_psp_parallel_decap, tx, 0, &p), PE_ERR_INVALID_ARGUMENT);
+    pe_psp_tx_free(tx);
+}
+
+/* ------------------------------------------------------------------ EESP */
+
+static const uint8_t ROOT[64] = {5, 4, 3, 2, 1, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42,
+                                 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62};
+
+typedef struct suite_case {
+    unsigned encr, bits;
+    pe_eesp_mode mode;
+    int udp;
+    int max_sub;
+} suite_case;
+
+static void eesp_cfg(pe_eesp_sa_config *c, const suite_case *s, uint32_t spi, int window)
+{
+    pe_eesp_sa_config_init(c);
+    c->spi = spi;
+    c->encr = s->encr;
+    c->key_bits = s->bits;
+    c->sskdf = PE_SSKDF_HKDF_SHA2_256;
+    c->root_key = ROOT;
+    c->root_key_len = 32;
+    c->mode = s->mode;
+    c->udp_encap = s->udp;
+    c->max_sub_sa_id = s->max_sub;
+    c->replay_window = (uint32_t)window;
+}
+
+static pe_eesp_rx *eesp_rx(const suite_case *s, int window)
+{
+    pe_eesp_rx_config rc;
+    pe_eesp_rx_config_init(&rc);
+    pe_eesp_rx *rx = NULL;
+    CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_OK);
+    pe_eesp_sa_config c;
+    eesp_cfg(&c, s, 0x4000, window);
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_OK);
+    return rx;
+}
+
+/* Replays (whole packets sent again, near and far), a forged copy of a replay, reordering within the window. */
+static void add_replays(plist *wire)
+{
+    size_t n = wire->n;
+    for (size_t i = 0; i < n; i += 9) {
+        size_t j = (i * 7919) % n;
+        pl_add(wire, wire->buf + wire->off[j], wire->plen[j]);
+        if (i % 27 == 0) { /* the replay forged: the window must say "replay" before the ICV is tried */
+            pl_add(wire, wire->buf + wire->off[j], wire->plen[j]);
+            wire->buf[wire->off[wire->n - 1] + wire->plen[wire->n - 1] - 1] ^= 1;
+        }
+    }
+    /* Swap neighbours: out of order, still new. */
+    for (size_t i = 1; i + 1 < n; i += 13) {
+        size_t a = wire->off[i], la = wire->plen[i];
+        wire->off[i] = wire->off[i + 1], wire->plen[i] = wire->plen[i + 1];
+        wire->off[i + 1] = a, wire->plen[i + 1] = la;
+    }
+}
+
+static void test_eesp(void)
+{
+    const suite_case cases[] = {
+        {PE_ENCR_AES_GCM_16, 128, PE_EESP_TRANSPORT, 0, 3},
+        {PE_ENCR_AES_GCM_16, 256, PE_EESP_TUNNEL, 1, PE_EESP_NO_LIMIT},
+        {PE_ENCR_AES_CCM_8, 128, PE_EESP_TRANSPORT, 1, 2},
+        {PE_ENCR_CHACHA20_POLY1305, 0, PE_EESP_TUNNEL, 0, PE_EESP_NO_LIMIT},
+        {PE_ENCR_AES_GCM_16_IIV, 128, PE_EESP_TUNNEL, 0, PE_EESP_NO_LIMIT},
+        {PE_ENCR_NULL_AUTH_AES_GMAC, 128, PE_EESP_TRANSPORT, 0, PE_EESP_NO_LIMIT},
+    };
+    const size_t N = 2500;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const suite_case *s = &cases[k];
+        char what[96];
+        snprintf(what, sizeof what, "EESP encr %u/%u %s%s", s->encr, s->bits, s->mode ? "tunnel" : "transport",
+                 s->udp ? " UDP" : "");
+        plist plain = {0}, wire = {0};
+        make_plaintexts(&plain, N);
+        /* Sub SAs 0..5 by flow; a receiver announcing a maximum of 2 or 3 refuses the others. */
+        for (unsigned jobs = 1; jobs <= 4; jobs++) {
+            pe_eesp_sa_config c;
+            eesp_cfg(&c, s, 0x4000, 0);
+            c.max_sub_sa_id = PE_EESP_NO_LIMIT;
+            pe_eesp_tx *t1 = NULL, *t2 = NULL;
+            CHECK_ST(pe_eesp_tx_new(&c, &t1), PE_OK);
+            CHECK_ST(pe_eesp_tx_new(&c, &t2), PE_OK);
+            CHECK_ST(pe_eesp_tx_set_capture_sub_sas(t1, 6), PE_OK);
+            CHECK_ST(pe_eesp_tx_set_capture_sub_sas(t2, 6), PE_OK);
+            CHECK_ST(pe_eesp_tx_set_next_seq(t1, 1, 500), PE_OK);
+            CHECK_ST(pe_eesp_tx_set_next_seq(t2, 1, 500), PE_OK);
+            compare(what, &plain, pe_eesp_capture_encap, t1, &pe_eesp_parallel_encap, t2, jobs, jobs == 3 ? &wire : NULL);
+            for (uint16_t sid = 0; sid < 6; sid++)
+                CHECKF(pe_eesp_tx_next_seq(t1, sid) == pe_eesp_tx_next_seq(t2, sid), "%s: Sub SA %u", what, sid);
+            pe_eesp_tx_free(t1);
+            pe_eesp_tx_free(t2);
+        }
+        add_replays(&wire);
+        damage(&wire, 11, 40);
+        /* An SA nobody has (unknown SPI): encrypted under SPI 0x4001. */
+        {
+            pe_eesp_sa_config c;
+            eesp_cfg(&c, s, 0x4001, 0);
+            pe_eesp_tx *t = NULL;
+            CHECK_ST(pe_eesp_tx_new(&c, &t), PE_OK);
+            uint8_t out[4096];
+            size_t out_len;
+            for (size_t i = 0; i < 50; i++)
+                if (pe_eesp_encap(t, plain.buf + plain.off[i], plain.plen[i], 0, out, sizeof out, &out_len) == PE_OK)
+                    pl_add(&wire, out, out_len);
+            pe_eesp_tx_free(t);
+        }
+        for (int window = 64; window <= 1024; window *= 16) {
+            for (unsigned jobs = 1; jobs <= 4; jobs++) {
+                pe_eesp_rx *r1 = eesp_rx(s, window), *r2 = eesp_rx(s, window);
+                compare(what, &wire, pe_eesp_capture_decap, r1, &pe_eesp_parallel_decap, r2, jobs, NULL);
+                /* The windows moved alike: the same capture again is all replays, on both. */
+                second_pass = 1;
+                compare(what, &wire, pe_eesp_capture_decap, r1, &pe_eesp_parallel_decap, r2, jobs, NULL);
+                second_pass = 0;
+                pe_eesp_rx_free(r1);
+                pe_eesp_rx_free(r2);
+            }
+        }
+        pe_eesp_rx *r = eesp_rx(s, 64);
+        CHECKF(saw(&wire, pe_eesp_capture_decap, r, PE_OK) > 0, "%s", what);
+        CHECKF(saw(&wire, pe_eesp_capture_decap, r, PE_ERR_REPLAY_DUPLICATE) > 0, "%s", what);
+        pe_eesp_rx_free(r);
+        r = eesp_rx(s, 64);
+        CHECKF(saw(&wire, pe_eesp_capture_decap, r, PE_ERR_AUTH) > 0, "%s", what);
+        pe_eesp_rx_free(r);
+        r = eesp_rx(s, 64);
+        CHECKF(saw(&wire, pe_eesp_capture_decap, r, PE_ERR_EESP_NO_SA) > 0, "%s", what);
+        pe_eesp_rx_free(r);
+        if (s->max_sub != PE_EESP_NO_LIMIT) {
+            r = eesp_rx(s, 64);
+            CHECKF(saw(&wire, pe_eesp_capture_decap, r, PE_ERR_EESP_SUB_SA) > 0, "%s", what);
+            pe_eesp_rx_free(r);
+        }
+        pl_free(&plain);
+        pl_free(&wire);
+    }
+}
+
+/* pe_parallel_transform's room rule: slots that do not fit are refused in order, the rest done. */
+static void test_transform_room(void)
+{
+    plist plain = {0};
+    make_plaintexts(&plain, 100);
+    pe_psp_tx *tx = psp_tx(9, 0, PE_PSP_TRANSPORT, 0, 0);
+    pe_parallel *p = NULL;
+    CHECK_ST(pe_parallel_new(&pe_psp_parallel_encap, tx, 2, &p), PE_OK);
+    size_t cap = plain.plen[0] + plain.plen[1] + 2 * PE_PSP_MAX_OVERHEAD;
+    results r;
+    res_alloc(&r, plain.n, cap);
+    CHECK_ST(pe_parallel_transform(p, plain.n, plain.buf, plain.off, plain.plen, r.out, cap, r.off, r.len, r.st),
+             PE_ERR_BUFFER_TOO_SMALL);
+    CHECK(r.st[2] == PE_ERR_BUFFER_TOO_SMALL && r.st[99] == PE_ERR_BUFFER_TOO_SMALL);
+    CHECK(r.st[0] != PE_ERR_BUFFER_TOO_SMALL && r.st[1] != PE_ERR_BUFFER_TOO_SMALL);
+    /* Only the packets handed over spent an IV. */
+    uint64_t spent = (r.st[0] == PE_OK) + (r.st[1] == PE_OK);
+    CHECK(pe_psp_tx_next_iv(tx, NULL) == 1 + spent);
+    res_free(&r);
+    pe_parallel_free(p);
+    pe_psp_tx_free(tx);
+    pl_free(&plain);
+}
+
+/* ------------------------------------------------------------------ capture files */
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+static void write_capture(const char *path, const plist *l, pe_capture_format fmt)
+{
+    pe_capture_writer *w = NULL;
+    CHECK_ST(pe_capture_writer_open(path, fmt, PE_LINKTYPE_RAW, 262144, &w), PE_OK);
+    for (size_t i = 0; w && i < l->n; i++)
+        CHECK_ST(pe_capture_write(w, 1700000000u + i, (uint32_t)i, l->buf + l->off[i], l->plen[i]), PE_OK);
+    if (w)
+        CHECK_ST(pe_capture_writer_close(w), PE_OK);
+}
+
+/* pe_capture_transform_file and its pool twin: the same file and summary, in both directions. */
+static void capture_case(const char *what, const char *in, pe_ip_transform_fn fn, void *ctx1,
+                         const pe_parallel_ops *ops, void *ctx2, unsigned jobs, const char *out1, const char *out2)
+{
+    pe_capture_summary s1, s2;
+    pe_status a = pe_capture_transform_file(in, out1, fn, ctx1, 0, NULL, NULL, &s1);
+    pe_parallel *p = NULL;
+    CHECK_ST(pe_parallel_new(ops, ctx2, jobs, &p), PE_OK);
+    pe_status b = pe_capture_transform_file_parallel(in, out2, p, 0, NULL, NULL, &s2);
+    pe_parallel_free(p);
+    CHECKF(a == PE_OK && b == PE_OK, "%s: %s / %s", what, pe_status_name(a), pe_status_name(b));
+    CHECKF(memcmp(&s1, &s2, sizeof s1) == 0, "%s, %u jobs: summaries differ", what, jobs);
+    size_t n1 = 0, n2 = 0;
+    uint8_t *f1 = slurp(out1, &n1), *f2 = slurp(out2, &n2);
+    CHECKF(f1 && f2 && n1 == n2 && memcmp(f1, f2, n1) == 0, "%s, %u jobs: files differ", what, jobs);
+    CHECKF(s1.transformed > 0, "%s: nothing transformed", what);
+    free(f1);
+    free(f2);
+}
+
+static void test_capture_files(void)
+{
+    const char *plain = "build/test_parallel_plain.pcapng", *enc = "build/test_parallel_enc.pcapng",
+               *enc2 = "build/test_parallel_enc2.pcapng", *wire = "build/test_parallel_wire.pcapng",
+               *d1 = "build/test_parallel_d1.pcapng", *d2 = "build/test_parallel_d2.pcapng";
+    plist l = {0};
+    make_plaintexts(&l, 5000);
+    write_capture(plain, &l, PE_CAPTURE_PCAPNG);
+    suite_case s = {PE_ENCR_AES_GCM_16, 128, PE_EESP_TUNNEL, 0, PE_EESP_NO_LIMIT};
+    for (unsigned jobs = 1; jobs <= 3; jobs++) {
+        pe_psp_tx *t1 = psp_tx(0x77, 1, PE_PSP_TRANSPORT, 1, 0), *t2 = psp_tx(0x77, 1, PE_PSP_TRANSPORT, 1, 0);
+        capture_case("PSP encrypt file", plain, pe_psp_capture_encap, t1, &pe_psp_parallel_encap, t2, jobs, enc, enc2);
+        pe_psp_tx_free(t1);
+        pe_psp_tx_free(t2);
+        pe_psp_rx *r1 = psp_rx(1), *r2 = psp_rx(1);
+        capture_case("PSP decrypt file", enc, pe_psp_capture_decap, r1, &pe_psp_parallel_decap, r2, jobs, d1, d2);
+        pe_psp_rx_free(r1);
+        pe_psp_rx_free(r2);
+
+        pe_eesp_sa_config c;
+        eesp_cfg(&c, &s, 0x4000, 0);
+        pe_eesp_tx *e1 = NULL, *e2 = NULL;
+        CHECK_ST(pe_eesp_tx_new(&c, &e1), PE_OK);
+        CHECK_ST(pe_eesp_tx_new(&c, &e2), PE_OK);
+        pe_eesp_tx_set_capture_sub_sas(e1, 3);
+        pe_eesp_tx_set_capture_sub_sas(e2, 3);
+        capture_case("EESP encrypt file", plain, pe_eesp_capture_encap, e1, &pe_eesp_parallel_encap, e2, jobs, enc, enc2);
+        pe_eesp_tx_free(e1);
+        pe_eesp_tx_free(e2);
+        /* The encrypted capture with replays and forged packets. */
+        size_t n = 0;
+        pe_capture_reader *r = NULL;
+        plist w = {0};
+        CHECK_ST(pe_capture_open_file(enc, &r), PE_OK);
+        pe_capture_record rec;
+        int eof = 0;
+        while (r && pe_capture_next(r, &rec, &eof) == PE_OK && !eof)
+            pl_add(&w, rec.data, rec.caplen), n++;
+        pe_capture_close(r);
+        add_replays(&w);
+        damage(&w, 11, 40);
+        write_capture(wire, &w, PE_CAPTURE_PCAPNG);
+        pl_free(&w);
+        pe_eesp_rx *x1 = eesp_rx(&s, 64), *x2 = eesp_rx(&s, 64);
+        capture_case("EESP decrypt file", wire, pe_eesp_capture_decap, x1, &pe_eesp_parallel_decap, x2, jobs, d1, d2);
+        pe_eesp_rx_free(x1);
+        pe_eesp_rx_free(x2);
+    }
+    pl_free(&l);
+    remove(plain), remove(enc), remove(enc2), remove(wire), remove(d1), remove(d2);
+}
+
+int main(void)
+{
+    test_psp_sport_callback_refused();
+    test_transform_room();
+    test_psp_iv_exhaustion();
+    test_psp();
+    test_eesp();
+    test_capture_files();
+    printf("test_parallel: %ld checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
