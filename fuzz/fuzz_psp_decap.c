@@ -127,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     pe_verdict v = pe_psp_capture_decap(rxs.mk, pkt, len, out, cap, &out_len, &why);
     FUZZ_CHECK((v == PE_VERDICT_TRANSFORMED) == (why == PE_OK), "capture verdict %d with %s", v, pe_status_name(why));
     pe_psp_hdr hdrs[1];
-    pe_psp_batch_ctx bc = {rxs.user, hdrs, 0};
+    pe_psp_batch_ctx bc = {.rx = rxs.user, .hdrs = hdrs};
     (void)pe_psp_batch_decap(&bc, pkt, len, out, cap, &out_len, &why);
     FUZZ_CHECK(bc.next == 1, "batch index");
     /* Short output buffers are refused, never overrun. */
