@@ -243,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     from pyeesp.vectors import register as register_vectors  # vectors generate|check
 
     register_vectors(sub)
+
+    from pecore.keyimport import register as register_keys  # keys import|export
+
+    register_keys(sub)
     return p
 
 
