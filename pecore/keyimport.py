@@ -148,7 +148,7 @@ def _xfrm_sa(block: List[Tuple[int, str]]) -> Tuple[int, str]:
         fail("'src'/'dst' must be IPv4 or IPv6 addresses")
     sa: Dict[str, object] = {}
     for n, ln in block[1:]:
-        w = ln.replace(",", " ").split()
+        w = ln.split()
         head = w[0]
         if head == "proto":
             if len(w) < 4 or w[2] != "spi":
@@ -214,6 +214,7 @@ def _xfrm_sa(block: List[Tuple[int, str]]) -> Tuple[int, str]:
         elif head in ("anti-replay", "seq-hi", "seq", "replay_window"):
             # The replay state ("anti-replay [esn] context:" then its values): the window of an ESN SA, and
             # the sender's last sequence number (oseq), from which a resumed sender continues.
+            w = ln.replace(",", " ").split()  # "seq-hi 0x0, seq 0x0, oseq-hi 0x0, oseq 0x0"
             vals = dict(zip(w[::2], w[1::2]))
             if "replay_window" in vals:
                 sa["esn_window"] = int(vals["replay_window"], 0)
@@ -321,9 +322,10 @@ def from_esp_sa(text: str, mode: str = "tunnel") -> List[str]:
         suite = {**_WS_GCM, **_WS_46}.get(enc)
         if suite is None:
             fail("Encryption is not a combined-mode suite the core has (AES-GCM, ChaCha20-Poly1305)")
-        key = _hex_key(key_s)
+        # Wireshark reads a key with 0x as hex and any other as the octets of its text (packet-ipsec.c).
+        key = _hex_key(key_s) if key_s[:2] in ("0x", "0X") else key_s.encode("latin-1", "replace")
         if key is None:
-            fail("Encryption Key is not 0x-prefixed hex")
+            fail("Encryption Key is not hex after its 0x")
         bits = _key_bits(suite, key, fail)
         esn, first_seq = False, 1
         if len(f) == 10:
@@ -343,8 +345,11 @@ def from_esp_sa(text: str, mode: str = "tunnel") -> List[str]:
     return out
 
 
-def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0") -> str:
-    """The esp-sa lines of a parsed key file as an esp_sa UAT file for that Wireshark's ESP dissector."""
+def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: bool = False) -> str:
+    """The esp-sa lines of a parsed key file as an esp_sa UAT file for that Wireshark's ESP dissector.
+
+    A line that Wireshark cannot decrypt (a suite it lacks; ESN before 4.4) is an error, or with
+    ``skip_unsupported`` a comment in the output naming its line."""
     if wireshark_version not in WIRESHARK_LAYOUTS:
         raise KeyImportError("esp_sa export", 0, f"Wireshark version must be one of {', '.join(WIRESHARK_LAYOUTS)}",
                              "invalid-argument")
@@ -353,11 +358,16 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0") -> str:
     for e in kf.esp_sas:
         s = e.settings
         label = _LABEL_BY_SUITE.get(str(s["suite"]))
+        problem = None
         if label is None or label not in suites:
-            raise KeyImportError("key file", e.line, f"Wireshark {wireshark_version}'s esp_sa has no {s['suite']}")
-        if s["esn"] and columns == 8:
-            raise KeyImportError("key file", e.line, f"Wireshark {wireshark_version}'s ESP dissector has no ESN "
-                                 "(use --wireshark-version 4.4 or later)")
+            problem = f"Wireshark {wireshark_version}'s esp_sa has no {s['suite']}"
+        elif s["esn"] and columns == 8:
+            problem = f"Wireshark {wireshark_version}'s ESP dissector has no ESN (use --wireshark-version 4.4 or later)"
+        if problem and not skip_unsupported:
+            raise KeyImportError("key file", e.line, problem)
+        if problem:
+            rows.append(f"# key file line {e.line} (SPI 0x{e.spi:08x}) left out: {problem}")
+            continue
         family = {e.src, e.dst} - {None}
         proto = ("IPv6" if ":" in next(iter(family)) else "IPv4") if family else \
             ("Any" if columns == 10 else None)
@@ -512,7 +522,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from pecore.keys import load_key_file
 
-    _write(args.output, to_esp_sa(load_key_file(args.keyfile), args.wireshark_version))
+    _write(args.output, to_esp_sa(load_key_file(args.keyfile), args.wireshark_version, args.skip_unsupported))
     return 0
 
 
@@ -533,4 +543,6 @@ def register(sub) -> None:  # type: ignore[no-untyped-def]
     e.add_argument("-o", "--output", help="file to write (mode 600; default standard output)")
     e.add_argument("--wireshark-version", choices=sorted(WIRESHARK_LAYOUTS), default="4.0",
                    help="column layout and suites of that Wireshark (default 4.0)")
+    e.add_argument("--skip-unsupported", action="store_true",
+                   help="leave out (with a comment) lines that Wireshark cannot decrypt instead of failing")
     e.set_defaults(func=cmd_export)
