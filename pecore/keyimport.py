@@ -261,11 +261,12 @@ _WS_GCM = {"AES-GCM with 8 octet ICV [RFC4106]": "aes-gcm-8", "AES-GCM with 12 o
 _WS_46 = {"AES-GCM with IIV and 16 octet ICV [RFC4106 & RFC8750]": "aes-gcm-16-iiv",
           "ChaCha20 with Poly1305 [RFC7634]": "chacha20-poly1305",
           "ChaCha20 with Poly1305 and IIV [RFC7634 & RFC8750]": "chacha20-poly1305-iiv"}
-#: --wireshark-version -> (columns, suites it decrypts).  4.0 and 4.4 were read from their libwireshark, 4.6 too.
-WIRESHARK_LAYOUTS: Dict[str, Tuple[int, Dict[str, str]]] = {
-    "4.0": (8, dict(_WS_GCM)),
-    "4.4": (10, dict(_WS_GCM)),
-    "4.6": (10, {**_WS_GCM, **_WS_46}),
+#: --wireshark-version -> (columns, suites it decrypts, has Protocol "Any"), read from the libwireshark of
+#: Wireshark 4.0.17, 4.4.19 and 4.6.9 and checked by decrypting with tshark (tests/test_keyimport.py).
+WIRESHARK_LAYOUTS: Dict[str, Tuple[int, Dict[str, str], bool]] = {
+    "4.0": (8, dict(_WS_GCM), False),
+    "4.4": (10, dict(_WS_GCM), False),
+    "4.6": (10, {**_WS_GCM, **_WS_46}, True),
 }
 _LABEL_BY_SUITE = {v: k for k, v in {**_WS_GCM, **_WS_46}.items()}
 
@@ -353,7 +354,7 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: boo
     if wireshark_version not in WIRESHARK_LAYOUTS:
         raise KeyImportError("esp_sa export", 0, f"Wireshark version must be one of {', '.join(WIRESHARK_LAYOUTS)}",
                              "invalid-argument")
-    columns, suites = WIRESHARK_LAYOUTS[wireshark_version]
+    columns, suites, has_any = WIRESHARK_LAYOUTS[wireshark_version]
     rows = []
     for e in kf.esp_sas:
         s = e.settings
@@ -369,13 +370,11 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: boo
             rows.append(f"# key file line {e.line} (SPI 0x{e.spi:08x}) left out: {problem}")
             continue
         family = {e.src, e.dst} - {None}
-        proto = ("IPv6" if ":" in next(iter(family)) else "IPv4") if family else \
-            ("Any" if columns == 10 else None)
-        if proto is None:
-            # 4.0 has no "Any": one row per family, as the key file's line matches both.
-            protos = ["IPv4", "IPv6"]
+        if family:
+            protos = ["IPv6" if ":" in next(iter(family)) else "IPv4"]
         else:
-            protos = [proto]
+            # Before 4.6 there is no "Any": one row per family, as the key file's line matches both.
+            protos = ["Any"] if has_any else ["IPv4", "IPv6"]
         key = bytes(s["key"])  # type: ignore[arg-type]
         for p in protos:
             row = [p, e.src or "*", e.dst or "*", f"0x{e.spi:08x}", label, "0x" + key.hex(), "NULL", ""]

@@ -217,8 +217,8 @@ def test_psp_netlink_bad_inputs(text, line, code, part):
 def test_export_layouts_and_refusals():
     kf = parse_key_file(f"esp-sa spi=1 suite=aes-gcm-16 key={K20.hex()}\n"
                         f"esp-sa spi=2 suite=aes-gcm-8 key={K20.hex()} esn=1 first-seq=0x1b00000001 dst=2001:db8::2\n")
-    uat44 = to_esp_sa(kf, "4.4").splitlines()[1:]
-    assert uat44 == [f'"Any","*","*","0x00000001","AES-GCM with 16 octet ICV [RFC4106]","0x{K20.hex()}","NULL","",'
+    uat46 = to_esp_sa(kf, "4.6").splitlines()[1:]
+    assert uat46 == [f'"Any","*","*","0x00000001","AES-GCM with 16 octet ICV [RFC4106]","0x{K20.hex()}","NULL","",'
                      '"32-bit","0"',
                      f'"IPv6","*","2001:db8::2","0x00000002","AES-GCM with 8 octet ICV [RFC4106]","0x{K20.hex()}",'
                      '"NULL","","64-bit","1b"']
@@ -229,9 +229,12 @@ def test_export_layouts_and_refusals():
     with pytest.raises(KeyImportError, match="no ESN") as ei:
         to_esp_sa(kf, "4.0")
     assert ei.value.line == 2
-    # 4.0 has no "Any": a line without addresses becomes one row per family.
-    uat40 = to_esp_sa(parse_key_file(f"esp-sa spi=1 suite=aes-gcm-16 key={K20.hex()}\n"), "4.0").splitlines()[1:]
-    assert [r.split(",")[0] for r in uat40] == ['"IPv4"', '"IPv6"'] and all(len(r.split(",")) == 8 for r in uat40)
+    # 4.0 and 4.4 have no "Any": a line without addresses becomes one row per family.
+    one = parse_key_file(f"esp-sa spi=1 suite=aes-gcm-16 key={K20.hex()}\n")
+    for version, columns in (("4.0", 8), ("4.4", 10)):
+        rows = to_esp_sa(one, version).splitlines()[1:]
+        assert [r.split(",")[0] for r in rows] == ['"IPv4"', '"IPv6"'], version
+        assert all(len(r.split(",")) == columns for r in rows), version
     chacha = parse_key_file(f"esp-sa spi=3 suite=chacha20-poly1305 key={K36.hex()}\n")
     with pytest.raises(KeyImportError, match="no chacha20-poly1305"):
         to_esp_sa(chacha, "4.4")
