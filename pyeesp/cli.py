@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
+    from pecore.keyimport import register as register_keys  # keys import|export (tooling)
+
+    register_keys(sub)
 
     d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")
     _sa_options(d)
@@ -243,10 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
     from pyeesp.vectors import register as register_vectors  # vectors generate|check
 
     register_vectors(sub)
-
-    from pecore.keyimport import register as register_keys  # keys import|export
-
-    register_keys(sub)
     return p
 
 
