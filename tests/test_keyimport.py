@@ -302,6 +302,7 @@ def _core_frames(key_text: str, inners_by_spi):
     return frames
 
 
+@pytest.mark.tshark  # scripts/wireshark-chroot.sh SUITE -- -m tshark tests/test_keyimport.py: 4.4 and 4.6
 @pytest.mark.skipif(not Path(__import__("wireshark").TSHARK).exists(), reason="tshark is not installed")
 def test_tshark_decrypts_with_the_exported_uat():
     import wireshark
