@@ -201,9 +201,32 @@ typedef struct {
     unsigned max_live_sub_sas;
     ...;
 } pe_eesp_sa_entry;
+/* keyfile esp */
+typedef enum { PE_ESP_TRANSPORT = 0, PE_ESP_TUNNEL = 1 } pe_esp_mode;
+typedef struct {
+    size_t line;
+    uint32_t spi;
+    unsigned encr;
+    unsigned key_bits;
+    size_t key_len;
+    uint8_t key[36];
+    pe_esp_mode mode;
+    int esn;
+    int anti_replay;
+    uint32_t replay_window;
+    uint64_t first_seq;
+    int udp_encap;
+    uint16_t udp_sport, udp_dport;
+    int has_src, has_dst;
+    int src_family, dst_family;
+    uint8_t src[16], dst[16];
+    ...;
+} pe_esp_sa_entry;
 typedef struct {
     size_t n_lines;
     pe_keyfile_line *lines;
+    size_t n_esp_sas;
+    pe_esp_sa_entry *esp_sas;
     size_t n_eesp_sas;
     pe_eesp_sa_entry *eesp_sas;
     size_t n_psp_master;
@@ -531,7 +554,6 @@ pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_
 #define PE_ESP_NH_NO_NEXT ...
 #define PE_ESP_MAX_OVERHEAD ...
 #define PE_ESP_OPEN_NO_REPLAY ...
-typedef enum { PE_ESP_TRANSPORT = 0, PE_ESP_TUNNEL = 1 } pe_esp_mode;
 typedef struct {
     uint32_t spi;
     unsigned encr;
@@ -586,6 +608,10 @@ void pe_esp_rx_config_init(pe_esp_rx_config *cfg);
 pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out);
 void pe_esp_rx_free(pe_esp_rx *rx);
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg);
+/* keyfile esp */
+void pe_keyfile_esp_sa_config(const pe_esp_sa_entry *e, int for_receiver, pe_esp_sa_config *cfg);
+pe_status pe_keyfile_esp_tx_new(const pe_esp_sa_entry *e, pe_esp_tx **out);
+pe_status pe_keyfile_esp_rx_new(const pe_keyfile *kf, const pe_esp_rx_config *rcfg, pe_esp_rx **out);
 pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len,
                        pe_esp_info *info);
 pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,

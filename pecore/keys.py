@@ -55,6 +55,21 @@ class EespSaEntry:
 
 
 @dataclass(frozen=True)
+class EspSaEntry:
+    """An ``esp-sa`` line (RFC 4303).  ``settings`` holds the line's values with every default filled in."""
+
+    spi: int
+    settings: Dict[str, object]
+    src: Optional[str]
+    dst: Optional[str]
+    line: int
+
+    def __repr__(self) -> str:  # the key stays out of logs and tracebacks
+        shown = {k: ("<secret>" if k in SECRET_SETTINGS else v) for k, v in self.settings.items()}
+        return f"EspSaEntry(spi={self.spi!r}, settings={shown!r}, src={self.src!r}, dst={self.dst!r}, line={self.line!r})"
+
+
+@dataclass(frozen=True)
 class KeyLine:
     """Any line, as kind and name=value pairs (kinds of other protocols included)."""
 
@@ -75,6 +90,7 @@ class KeyFile:
     psp_keys: Dict[Tuple[int, Optional[int]], bytes] = field(default_factory=dict, repr=False)
     psp_sas: List[PspSaEntry] = field(default_factory=list)
     eesp_sas: List[EespSaEntry] = field(default_factory=list)
+    esp_sas: List[EspSaEntry] = field(default_factory=list)
     lines: List[KeyLine] = field(default_factory=list)
     path: Optional[str] = None
 
@@ -141,6 +157,30 @@ def _eesp_entry(e) -> EespSaEntry:
     )
 
 
+def _esp_entry(e) -> EspSaEntry:
+    settings: Dict[str, object] = dict(
+        spi=e.spi,
+        suite=_SUITE_NAMES.get(e.encr, e.encr),
+        key_bits=e.key_bits,
+        key=bytes(e.key[0 : e.key_len]),
+        mode=("transport", "tunnel")[e.mode],
+        esn=bool(e.esn),
+        anti_replay=bool(e.anti_replay),
+        replay_window=e.replay_window,
+        first_seq=e.first_seq,
+        udp_encap=bool(e.udp_encap),
+        udp_sport=e.udp_sport,
+        udp_dport=e.udp_dport,
+    )
+    return EspSaEntry(
+        spi=e.spi,
+        settings=settings,
+        src=_address(e.src_family, e.src) if e.has_src else None,
+        dst=_address(e.dst_family, e.dst) if e.has_dst else None,
+        line=e.line,
+    )
+
+
 def parse_key_file(text: "str | bytes", source: str = "<key file>") -> KeyFile:
     """Parse key-file text; bytes go to the core unchanged (the grammar is the core's, on octets)."""
     data = text if isinstance(text, (bytes, bytearray, memoryview)) else text.encode()
@@ -184,6 +224,8 @@ def _from_c(kf) -> KeyFile:  # type: ignore[no-untyped-def]
             )
         for i in range(kf.n_eesp_sas):
             out.eesp_sas.append(_eesp_entry(kf.eesp_sas[i]))
+        for i in range(kf.n_esp_sas):
+            out.esp_sas.append(_esp_entry(kf.esp_sas[i]))
         for i in range(kf.n_lines):
             ln = kf.lines[i]
             pairs = tuple(

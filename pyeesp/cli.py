@@ -208,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
+    from pecore.keyimport import register as register_keys  # keys import|export (tooling)
+
+    register_keys(sub)
 
     d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")
     _sa_options(d)

@@ -272,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
+    from pecore.keyimport import register as register_keys  # keys import|export (tooling)
+
+    register_keys(sub)
 
     d = sub.add_parser("derive-key", help="derive an SA key from a master key (SP 800-108 / AES-256-CMAC)")
     d.add_argument("--master-key", metavar="HEX", help="the 32-octet master key (default: from the key options by the SPI's MSB)")

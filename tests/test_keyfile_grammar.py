@@ -41,6 +41,8 @@ LINES = [
     "psp-key spi=0x1234 key=" + "11" * 16,
     "eesp-sa spi=0x1000 suite=aes-gcm-16 key=" + "22" * 20 + " mode=tunnel",
     "eesp-sa spi=0x2000 suite=aes-gcm-16 root-key=" + "33" * 32 + " sskdf=hkdf-sha256 max-live-sub-sas=64",
+    # ESP: every reader checks it (a known kind); the dissectors then leave ESP to Wireshark's own dissector
+    "esp-sa spi=0x3000 suite=aes-gcm-12 key=" + "44" * 20 + " esn=1 first-seq=0x100000000 udp-encap=1 dst=192.0.2.2",
     "# a comment",
     "",
 ]
@@ -70,6 +72,14 @@ def corpus() -> list:
     root_sa = "eesp-sa spi=0x2000 suite=aes-gcm-16 root-key=" + "33" * 32 + " sskdf=hkdf-sha256"
     for live in ("1", "2", "65536", "0", "65537", "-1", "0x10", ""):
         out.append((f"max-live-sub-sas={live}", f"{root_sa} max-live-sub-sas={live}\n".encode()))
+    esp_sa = "esp-sa spi=0x3000 suite=aes-gcm-16 key=" + "55" * 20
+    for extra in ("", " esn=0 first-seq=4294967295", " first-seq=4294967296", " esn=1 first-seq=0xffffffffffffffff",
+                  " first-seq=0", " udp-dport=4500", " udp-encap=1 udp-sport=1 udp-dport=65535", " udp-encap=1 udp-sport=0",
+                  " mode=transport", " mode=beet", " replay-window=63", " anti-replay=0 replay-window=1048576",
+                  " suite=aes-ccm-8", " key-bits=256", " root-key=" + "33" * 32, " src=192.0.2.1 dst=2001:db8::1",
+                  " dst=2001:DB8::1\n" + esp_sa + " dst=2001:db8:0::1", "\n" + esp_sa.replace("0x3000", "3000"),
+                  " dst=192.0.2.1\n" + esp_sa + " dst=192.0.2.2\n" + esp_sa.replace("esp-sa", "eesp-sa")):
+        out.append((f"esp-sa{extra.splitlines()[0] if extra.strip() else ' plain'}", f"{esp_sa}{extra}\n".encode()))
     # google/psp reference configs (what psp_decrypt -c reads): the dissectors take their master keys; a key-file
     # reader refuses them
     spaced = " ".join(MK0[i:i + 2] for i in range(0, 64, 2)) + "\n" + " ".join(MK1[i:i + 2] for i in range(0, 64, 2))
@@ -104,7 +114,8 @@ def outcome(kf_or_error):
     kf = kf_or_error
     return ("ok", kf.psp_master_keys, tuple(sorted(kf.psp_keys.items(), key=repr)),
             tuple((e.spi, e.settings.get("key"), e.settings.get("root_key"), e.settings.get("max_live_sub_sas"), e.line)
-                  for e in kf.eesp_sas))
+                  for e in kf.eesp_sas),
+            tuple((e.spi, e.settings["key"], e.settings["first_seq"], e.dst, e.line) for e in kf.esp_sas))
 
 
 def via(fn, *args):

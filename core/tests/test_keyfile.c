@@ -42,6 +42,8 @@ static int failures, checks;
 #define SECRET64 SECRET32 SECRET32         /* HKDF-SHA-512 root key */
 /* An eesp-sa line up to its optional fields: append " field=value" to test one. */
 #define EESP "eesp-sa spi=1000 suite=aes-gcm-16 key=" SECRET20
+/* An esp-sa line up to its optional fields. */
+#define ESP "esp-sa spi=2000 suite=aes-gcm-16 key=" SECRET20
 #define EESP_ROOT "eesp-sa spi=1000 suite=aes-gcm-16 sskdf=hkdf-sha256 root-key=" SECRET32
 /* The spec's root key 000102...1f (eesp.md §19) */
 #define ROOT_E1 "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
@@ -116,7 +118,7 @@ static void test_valid_file(void)
         "psp-sa spi=9a345678 version=1 mode=tunnel crypt-offset=1 crypt-offset-ipv4=6 crypt-offset-ipv6=11 "
         "vc=0011223344556677 sample=1 drop=0 first-iv=0xFFFFFFFFFFFFFFFF\n"
         "psp-sa spi=1 version=0 mode=transport\n"
-        "esp-sa spi=0x1000 suite=aes-gcm-16 key=0x" K128 " x=a=b\n"
+        "ah-sa spi=0x1000 suite=aes-gcm-16 key=0x" K128 " x=a=b\n"
         "psp-sa spi=0X00000002 version=3 mode=transport crypt-offset=63 first-iv=18446744073709551615 drop=1\n"
         "future-kind-2 a=1";
     pe_keyfile kf;
@@ -169,7 +171,7 @@ static void test_valid_file(void)
     l = find_line(&kf, 7);
     CHECK(l && strcmp(pair(l, "version"), "1") == 0);
     l = find_line(&kf, 10);
-    CHECK(l && strcmp(l->kind, "esp-sa") == 0 && l->n_pairs == 4);
+    CHECK(l && strcmp(l->kind, "ah-sa") == 0 && l->n_pairs == 4);
     CHECK(strcmp(pair(l, "suite"), "aes-gcm-16") == 0);
     CHECK(strcmp(pair(l, "x"), "a=b") == 0);
     l = find_line(&kf, 12);
@@ -457,6 +459,59 @@ static const error_case error_cases[] = {
     {EESP_ROOT " dst=::\n" EESP " dst=0::0", PE_ERR_KEYFILE_DUPLICATE, 2, "line 1"},
     /* the first error in file order wins, keys of earlier lines included */
     {EESP "\n" EESP " dst=10.0.0.1\n" EESP " mode=x\n" EESP, PE_ERR_KEYFILE_VALUE, 3, "'mode'"},
+
+    /* esp-sa: line structure */
+    {"esp-sa suite=aes-gcm-16 key=" SECRET20, PE_ERR_KEYFILE_SYNTAX, 1, "esp-sa: missing field 'spi'"},
+    {"esp-sa spi=1 key=" SECRET20, PE_ERR_KEYFILE_SYNTAX, 1, "esp-sa: missing field 'suite'"},
+    {"esp-sa spi=1 suite=aes-gcm-16", PE_ERR_KEYFILE_SYNTAX, 1, "esp-sa: missing field 'key'"},
+    {"esp-sa spi=1 suite=aes-gcm-16 root-key=" SECRET32 " sskdf=hkdf-sha256", PE_ERR_KEYFILE_SYNTAX, 1,
+     "esp-sa: unknown field 'root-key'"},
+    {ESP " note=example", PE_ERR_KEYFILE_SYNTAX, 1, "esp-sa: unknown field 'note'"},
+    {ESP " seq=0", PE_ERR_KEYFILE_SYNTAX, 1, "unknown field 'seq'"},
+    {ESP " format=full", PE_ERR_KEYFILE_SYNTAX, 1, "unknown field 'format'"},
+    {ESP " icv-len=16", PE_ERR_KEYFILE_SYNTAX, 1, "unknown field 'icv-len'"},
+    {ESP " " SECRET16 "=1", PE_ERR_KEYFILE_SYNTAX, 1, "unknown field number 4"},
+    {ESP " esn=1 esn=1", PE_ERR_KEYFILE_SYNTAX, 1, "field 'esn' given twice"},
+    /* esp-sa: values */
+    {"esp-sa spi=123456789 suite=aes-gcm-16 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "esp-sa: field 'spi'"},
+    {"esp-sa spi=1 suite=aes-cbc key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "esp-sa: field 'suite' is not a known AEAD suite"},
+    {"esp-sa spi=1 suite=17 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "field 'suite'"},
+    {"esp-sa spi=1 suite=aes-gcm-16 key=" SECRET16, PE_ERR_KEYFILE_VALUE, 1,
+     "esp-sa: field 'key' must be 20 bytes (40 hex digits): a 128-bit key and a 4-byte salt"},
+    {"esp-sa spi=1 suite=aes-ccm-8 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "must be 19 bytes"},
+    {"esp-sa spi=1 suite=aes-gcm-8 key-bits=256 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1, "must be 36 bytes"},
+    {"esp-sa spi=1 suite=aes-gcm-16 key=" SECRET16 "c0ffee1", PE_ERR_KEYFILE_VALUE, 1, "odd number of hex digits"},
+    {"esp-sa spi=1 suite=aes-gcm-16 key=" SECRET16 ":c0ffee11", PE_ERR_KEYFILE_VALUE, 1, "is not a hex string"},
+    {"esp-sa spi=1 suite=chacha20-poly1305 key-bits=128 key=" SECRET20, PE_ERR_KEYFILE_VALUE, 1,
+     "'key-bits' must be 256 (or absent) for ChaCha20-Poly1305"},
+    {ESP " key-bits=512", PE_ERR_KEYFILE_VALUE, 1, "field 'key-bits' must be 128, 192 or 256"},
+    {ESP " mode=beet", PE_ERR_KEYFILE_VALUE, 1, "field 'mode' must be 'transport' or 'tunnel'"},
+    {ESP " mode=Tunnel", PE_ERR_KEYFILE_VALUE, 1, "'mode'"},
+    {ESP " esn=2", PE_ERR_KEYFILE_VALUE, 1, "field 'esn' must be a decimal number 0..1"},
+    {ESP " esn=yes", PE_ERR_KEYFILE_VALUE, 1, "'esn'"},
+    {ESP " anti-replay=2", PE_ERR_KEYFILE_VALUE, 1, "'anti-replay'"},
+    {ESP " replay-window=32", PE_ERR_KEYFILE_VALUE, 1, "field 'replay-window' must be a decimal number 64..1048576"},
+    {ESP " replay-window=1048577", PE_ERR_KEYFILE_VALUE, 1, "'replay-window'"},
+    {ESP " first-seq=0", PE_ERR_KEYFILE_VALUE, 1, "field 'first-seq' must be 1..2^64-1"},
+    {ESP " first-seq=ff", PE_ERR_KEYFILE_VALUE, 1, "'first-seq'"},
+    {ESP " first-seq=0x", PE_ERR_KEYFILE_VALUE, 1, "'first-seq'"},
+    {ESP " esn=1 first-seq=18446744073709551616", PE_ERR_KEYFILE_VALUE, 1, "'first-seq'"},
+    {ESP " first-seq=4294967296", PE_ERR_KEYFILE_VALUE, 1, "field 'first-seq' above 2^32-1 needs esn=1"},
+    {ESP " udp-encap=4500", PE_ERR_KEYFILE_VALUE, 1, "field 'udp-encap' must be a decimal number 0..1"},
+    {ESP " udp-encap=1 udp-sport=0", PE_ERR_KEYFILE_VALUE, 1, "field 'udp-sport' must be a decimal number 1..65535"},
+    {ESP " udp-encap=1 udp-dport=65536", PE_ERR_KEYFILE_VALUE, 1, "'udp-dport'"},
+    {ESP " udp-dport=4500", PE_ERR_KEYFILE_VALUE, 1, "field 'udp-dport' needs udp-encap=1"},
+    {ESP " udp-encap=0 udp-sport=4500", PE_ERR_KEYFILE_VALUE, 1, "field 'udp-sport' needs udp-encap=1"},
+    {ESP " dst=192.0.2.01", PE_ERR_KEYFILE_VALUE, 1, "field 'dst' must be an IPv4 address"},
+    {ESP " src=fe80::1%eth0", PE_ERR_KEYFILE_VALUE, 1, "'src'"},
+    {ESP " src=192.0.2.1 dst=2001:db8::1", PE_ERR_KEYFILE_VALUE, 1, "is not of the same address family as 'src'"},
+    /* esp-sa: duplicates are per (SPI, destination), as for eesp-sa */
+    {ESP "\n" ESP, PE_ERR_KEYFILE_DUPLICATE, 2, "esp-sa: SPI 00002000 already defined for any destination on line 1"},
+    {ESP " dst=2001:db8::1\n#\n" ESP " dst=2001:DB8:0:0:0:0:0:1 mode=transport", PE_ERR_KEYFILE_DUPLICATE, 3,
+     "SPI 00002000 already defined for this destination on line 1"},
+    {ESP " dst=*\nesp-sa spi=0x00002000 suite=aes-ccm-8 key=" SECRET19, PE_ERR_KEYFILE_DUPLICATE, 2, "line 1"},
+    /* the first error in file order wins */
+    {ESP "\n" EESP "\n" ESP " mode=x\n" ESP, PE_ERR_KEYFILE_VALUE, 3, "esp-sa: field 'mode'"},
 };
 
 static void test_errors(void)
@@ -502,8 +557,8 @@ static void test_non_duplicates(void)
                                "psp-key spi=3 key=" K256 " version=1\n"
                                "psp-key spi=3 key=" K256 " version=3\n"
                                "psp-sa spi=1 version=0 mode=transport\n"
-                               "esp-sa spi=1 a=b\n"
-                               "esp-sa spi=1 a=b\n"
+                               "ah-sa spi=1 a=b\n"
+                               "ah-sa spi=1 a=b\n"
                                "psp-master key0=" MK0 "\n";
     pe_keyfile kf;
     pe_keyfile_error err;
@@ -998,6 +1053,152 @@ static void test_eesp_addresses(void)
     pe_keyfile_free(&kf);
 }
 
+/* esp-sa: defaults are the core's (pe_esp_sa_config_init), apart from the mode (tunnel, as eesp-sa). */
+static void test_esp_defaults(void)
+{
+    static const char text[] = "esp-sa spi=2000 suite=aes-gcm-16 key=" K128 "0f62b36f\n";
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    pe_esp_sa_config init, cfg;
+    const pe_esp_sa_entry *e;
+    pe_esp_tx *tx = NULL;
+    pe_esp_rx *rx = NULL;
+    pe_status st = parse_str(text, &kf, &err);
+
+    CHECK(st == PE_OK);
+    if (st != PE_OK) {
+        fprintf(stderr, "  line %zu: %s\n", err.line, err.message);
+        return;
+    }
+    CHECK(kf.n_esp_sas == 1 && kf.n_eesp_sas == 0 && kf.n_psp_sas == 0 && kf.n_lines == 1);
+    e = &kf.esp_sas[0];
+    CHECK(e->line == 1 && e->spi == 0x2000u && e->encr == PE_ENCR_AES_GCM_16 && e->key_bits == 128);
+    CHECK(e->key_len == 20 && hex_equals(e->key, 20, K128 "0f62b36f") && all_zero(e->key + 20, sizeof e->key - 20));
+    CHECK(e->mode == PE_ESP_TUNNEL && e->esn == 0 && e->anti_replay == 1 && e->replay_window == 1024);
+    CHECK(e->first_seq == 1 && e->udp_encap == 0 && e->udp_sport == 4500 && e->udp_dport == 4500);
+    CHECK(!e->has_src && !e->has_dst && e->src_family == 0 && e->dst_family == 0);
+    pe_esp_sa_config_init(&init);
+    pe_keyfile_esp_sa_config(e, 1, &cfg);
+    CHECK(cfg.esn == init.esn && cfg.anti_replay == init.anti_replay && cfg.udp_encap == init.udp_encap &&
+          cfg.udp_sport == init.udp_sport && cfg.udp_dport == init.udp_dport && cfg.key_bits == init.key_bits &&
+          cfg.encr == init.encr && cfg.replay_top == 0 && cfg.dst_family == 0 && cfg.key == e->key &&
+          cfg.key_len == 20 && cfg.mode == PE_ESP_TUNNEL && cfg.spi == 0x2000u);
+    CHECK(pe_keyfile_esp_tx_new(e, &tx) == PE_OK && tx && pe_esp_tx_next_seq(tx) == 1);
+    CHECK(pe_keyfile_esp_rx_new(&kf, NULL, &rx) == PE_OK && rx);
+    pe_esp_tx_free(tx);
+    pe_esp_rx_free(rx);
+    pe_keyfile_free(&kf);
+    CHECK(all_zero(&kf, sizeof kf));
+}
+
+/* Every field away from its default; every suite; the builders hand the core SAs it takes. */
+static void test_esp_all_fields(void)
+{
+    static const char text[] =
+        "esp-sa spi=0xC0DE0001 suite=aes-gcm-8 key-bits=256 key=" SECRET36 " mode=transport esn=1 anti-replay=0 "
+        "replay-window=4096 first-seq=0x100000000 udp-encap=1 udp-sport=1025 udp-dport=4501 src=2001:db8::1 "
+        "dst=2001:db8::2\n"
+        "esp-sa spi=2000 suite=ENCR_AES_CCM_12 key-bits=192 key=" SECRET16 "c0ffee11c0ffee11c0ffee\n"
+        "esp-sa spi=2001 suite=28 key=" SECRET36 " dst=192.0.2.7 first-seq=4294967295\n"
+        "esp-sa spi=2002 suite=aes-gmac key=" SECRET20 "\n"
+        "esp-sa spi=2003 suite=aes-gcm-12 key=" SECRET20 "\n"
+        "esp-sa spi=2004 suite=aes-gcm-16-iiv key=" SECRET20 "\n"
+        "esp-sa spi=2005 suite=aes-ccm-8-iiv key=" SECRET19 "\n"
+        "esp-sa spi=2006 suite=chacha20-poly1305-iiv key-bits=256 key=" SECRET36 "\n"
+        "eesp-sa spi=0xC0DE0001 suite=aes-gcm-16 key=" SECRET20 "   # not an ESP SA: no clash\n";
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    pe_esp_sa_config cfg;
+    pe_status st = parse_str(text, &kf, &err);
+    const pe_esp_sa_entry *a;
+    size_t i;
+
+    CHECK(st == PE_OK);
+    if (st != PE_OK) {
+        fprintf(stderr, "  line %zu: %s\n", err.line, err.message);
+        return;
+    }
+    CHECK(kf.n_esp_sas == 8 && kf.n_eesp_sas == 1);
+    a = &kf.esp_sas[0];
+    CHECK(a->spi == 0xC0DE0001u && a->encr == PE_ENCR_AES_GCM_8 && a->key_bits == 256 && a->key_len == 36);
+    CHECK(a->mode == PE_ESP_TRANSPORT && a->esn == 1 && a->anti_replay == 0 && a->replay_window == 4096);
+    CHECK(a->first_seq == 0x100000000ull && a->udp_encap == 1 && a->udp_sport == 1025 && a->udp_dport == 4501);
+    CHECK(a->has_src && a->has_dst && a->src_family == PE_KEYFILE_ADDR_IPV6 &&
+          hex_equals(a->dst, 16, "20010db8000000000000000000000002"));
+    pe_keyfile_esp_sa_config(a, 1, &cfg);
+    CHECK(cfg.replay_top == 0xffffffffull && cfg.dst_family == 6 && cfg.esn == 1 && cfg.udp_dport == 4501);
+    pe_keyfile_esp_sa_config(a, 0, &cfg);
+    CHECK(cfg.replay_top == 0);
+    CHECK(kf.esp_sas[1].encr == PE_ENCR_AES_CCM_12 && kf.esp_sas[1].key_bits == 192 && kf.esp_sas[1].key_len == 27);
+    CHECK(kf.esp_sas[2].encr == PE_ENCR_CHACHA20_POLY1305 && kf.esp_sas[2].key_bits == 256 &&
+          kf.esp_sas[2].dst_family == PE_KEYFILE_ADDR_IPV4 && kf.esp_sas[2].first_seq == 0xffffffffull);
+    for (i = 0; i < kf.n_esp_sas; i++) {
+        pe_esp_tx *tx = NULL;
+        st = pe_keyfile_esp_tx_new(&kf.esp_sas[i], &tx);
+        CHECK(st == PE_OK && pe_esp_tx_next_seq(tx) == kf.esp_sas[i].first_seq);
+        if (st != PE_OK)
+            fprintf(stderr, "  esp-sa line %zu: %s\n", kf.esp_sas[i].line, pe_status_name(st));
+        pe_esp_tx_free(tx);
+    }
+    {
+        pe_esp_rx *rx = NULL;
+        CHECK(pe_keyfile_esp_rx_new(&kf, NULL, &rx) == PE_OK && rx);
+        pe_esp_rx_free(rx);
+    }
+    pe_keyfile_free(&kf);
+}
+
+/*
+ * The builders end to end: a sender from one line and a receiver from the
+ * file agree, and first-seq above 2^32 carries the ESN high half to both
+ * ends (the receiver infers it from replay_top = first-seq - 1).
+ */
+static void test_esp_round_trip(void)
+{
+    static const char text[] =
+        "esp-sa spi=0x00001234 suite=aes-gcm-16 key=" K128 "0f62b36f esn=1 first-seq=0x500000003 dst=192.0.2.2\n";
+    static const uint8_t inner[] = {0x45, 0, 0, 28, 0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2,
+                                    0x13, 0x88, 0x13, 0x89, 0, 8, 0, 0};
+    uint8_t wire[256], back[256];
+    size_t wlen = 0, blen = 0;
+    pe_keyfile kf;
+    pe_keyfile_error err;
+    pe_esp_tx *tx = NULL;
+    pe_esp_rx *rx = NULL;
+    pe_esp_info info;
+
+    CHECK(parse_str(text, &kf, &err) == PE_OK);
+    if (kf.n_esp_sas != 1)
+        return;
+    CHECK(pe_keyfile_esp_tx_new(&kf.esp_sas[0], &tx) == PE_OK);
+    CHECK(pe_keyfile_esp_rx_new(&kf, NULL, &rx) == PE_OK);
+    if (tx && rx) {
+        CHECK(pe_esp_encap(tx, inner, sizeof inner, wire, sizeof wire, &wlen) == PE_OK);
+        CHECK(pe_esp_decap(rx, wire, wlen, back, sizeof back, &blen, &info) == PE_OK);
+        CHECK(blen == sizeof inner && memcmp(back, inner, blen) == 0);
+        CHECK(info.spi == 0x1234u && info.seq_low == 3 && info.seq == 0x500000003ull && info.esn == 1);
+        /* A replay of it is refused: the receiver's window moved. */
+        CHECK(pe_esp_decap(rx, wire, wlen, back, sizeof back, &blen, &info) != PE_OK);
+    }
+    pe_esp_tx_free(tx);
+    pe_esp_rx_free(rx);
+    pe_keyfile_free(&kf);
+}
+
+/* One SPI may serve several destinations; ESP, EESP and PSP SPIs are apart. */
+static void test_esp_non_duplicates(void)
+{
+    static const char text[] = ESP "\n" ESP " dst=192.0.2.1\n" ESP " dst=192.0.2.2 src=192.0.2.1\n"
+                               ESP " dst=2001:db8::1\n" EESP "\neesp-sa spi=2000 suite=aes-gcm-16 key=" SECRET20 "\n"
+                               "psp-sa spi=2000 version=0 mode=transport\n";
+    pe_keyfile kf;
+    pe_keyfile_error err;
+
+    CHECK(parse_str(text, &kf, &err) == PE_OK);
+    CHECK(kf.n_esp_sas == 4 && kf.n_eesp_sas == 2 && kf.n_psp_sas == 1);
+    pe_keyfile_free(&kf);
+}
+
 /* One SPI may serve several destinations; EESP SPIs are apart from PSP SPIs. */
 static void test_eesp_non_duplicates(void)
 {
@@ -1420,6 +1621,10 @@ int main(void)
     test_psp_rx_from_file();
     test_eesp_non_duplicates();
     test_eesp_many();
+    test_esp_defaults();
+    test_esp_all_fields();
+    test_esp_round_trip();
+    test_esp_non_duplicates();
     test_load();
     test_refcfg_inline();
     test_refcfg_reference();

@@ -1104,7 +1104,8 @@ local function eesp_key_fields(l, e, s)
     e.root_key = root
 end
 
-local function eesp_suite_fields(l, e)
+-- Suite and key size, for eesp-sa and esp-sa alike (the C reader's suite_fields).
+local function suite_fields(l, e)
     local s = parse_suite(l:need("suite"))
     if not s then
         l:bad_value("suite", "is not a known AEAD suite (e.g. aes-gcm-16, ENCR_AES_GCM_16 or 20)")
@@ -1124,7 +1125,11 @@ local function eesp_suite_fields(l, e)
         l:bad_value("key-bits", "must be 128, 192 or 256")
     end
     e.key_bits = bits
-    eesp_key_fields(l, e, s)
+end
+
+local function eesp_suite_fields(l, e)
+    suite_fields(l, e)
+    eesp_key_fields(l, e, e.suite)
 end
 
 local function parse_eesp_sa(kf, l)
@@ -1190,11 +1195,72 @@ local function parse_eesp_sa(kf, l)
     kf.eesp_sas[#kf.eesp_sas + 1] = e
 end
 
+-- esp-sa (RFC 4303): checked as the C reader does; the dissectors do not decrypt ESP (Wireshark's own ESP dissector
+-- does, with an esp_sa table exported from the file), so a valid line is kept and otherwise unused.
+local function parse_esp_sa(kf, l)
+    l:check_fields({ "spi", "suite", "key-bits", "key", "mode", "esn", "anti-replay", "replay-window", "first-seq",
+        "udp-encap", "udp-sport", "udp-dport", "src", "dst" })
+    local e = { line = l.line }
+    e.spi = l:spi_field()
+    suite_fields(l, e)
+    local s = e.suite
+    local want = e.key_bits // 8 + s.salt_len
+    local key, why = decode_hex(l:need("key"))
+    if not key then
+        l:hex_value_error("key", why)
+    end
+    if #key ~= want then
+        l:bad_value("key", fmt("must be %d bytes (%d hex digits): a %d-bit key and a %d-byte salt", want, 2 * want,
+            e.key_bits, s.salt_len))
+    end
+    e.key = key
+    e.mode = ({ "transport", "tunnel" })[l:keyword_field("mode", { "transport", "tunnel" }) or 2]
+    e.esn = (l:dec_field("esn", 1) or 0) == 1
+    e.anti_replay = (l:dec_field("anti-replay", 1) or 1) == 1
+    e.udp_encap = l:dec_field("udp-encap", 1) or 0
+    e.replay_window = l:range_field("replay-window", REPLAY_MIN_WINDOW, REPLAY_MAX_WINDOW) or REPLAY_DEFAULT_WINDOW
+    local fs = l:get("first-seq")
+    if fs then
+        local digits = skip_0x(fs)
+        local base = digits ~= fs and 16 or 10
+        if not u64_nonzero(digits, base) then
+            l:bad_value("first-seq", "must be 1..2^64-1, in decimal or 0x-prefixed hex")
+        end
+        local d = digits:gsub("^0+", "")
+        local above32 = base == 16 and #d > 8 or base == 10 and (#d > 10 or (#d == 10 and d > "4294967295"))
+        if above32 and not e.esn then
+            l:bad_value("first-seq", "above 2^32-1 needs esn=1")
+        end
+    end
+    local sport = l:range_field("udp-sport", 1, 0xffff)
+    local dport = l:range_field("udp-dport", 1, 0xffff)
+    if (sport or dport) and e.udp_encap ~= 1 then
+        l:bad_value(sport and "udp-sport" or "udp-dport", "needs udp-encap=1")
+    end
+    e.src_family, e.src = addr_field(l, "src")
+    e.dst_family, e.dst = addr_field(l, "dst")
+    if e.src_family ~= 0 and e.dst_family ~= 0 and e.src_family ~= e.dst_family then
+        l:bad_value("dst", "is not of the same address family as 'src'")
+    end
+    local same = kf.esp_by_spi[e.spi] or {}
+    for i = #same, 1, -1 do
+        local o = same[i]
+        if o.dst_family == e.dst_family and o.dst == e.dst then
+            kf_fail("keyfile-duplicate", l.line, fmt("esp-sa: SPI %08x already defined for %s on line %d", e.spi,
+                e.dst_family ~= 0 and "this destination" or "any destination", o.line))
+        end
+    end
+    same[#same + 1] = e
+    kf.esp_by_spi[e.spi] = same
+    kf.esp_sas[#kf.esp_sas + 1] = e
+end
+
 local KNOWN_KINDS = {
     ["psp-master"] = parse_psp_master,
     ["psp-key"] = parse_psp_key,
     ["psp-sa"] = parse_psp_sa,
     ["eesp-sa"] = parse_eesp_sa,
+    ["esp-sa"] = parse_esp_sa,
 }
 
 local function parse_line(kf, s, lineno)
@@ -1258,7 +1324,7 @@ end
 
 local function parse_text(text)
     local kf = { lines = {}, psp_keys = {}, psp_keys_by_spi = {}, psp_sa_line_by_spi = {}, eesp_sas = {},
-        eesp_by_spi = {} }
+        eesp_by_spi = {}, esp_sas = {}, esp_by_spi = {} }
     local nul = text:find("\0", 1, true)
     if nul then
         local _, newlines = sub(text, 1, nul - 1):gsub("\n", "")

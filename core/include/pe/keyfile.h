@@ -22,6 +22,12 @@
  *               [src=<IPv4|IPv6|*>] [dst=<IPv4|IPv6|*>] [sub-sas=1..65536]
  *               [max-live-sub-sas=1..65536]
  *
+ * ESP kind (RFC 4303; one line per SA, i.e. per direction):
+ *   esp-sa      spi=<hex> suite=<name|ENCR_*|id> [key-bits=128|192|256] key=<hex key||salt>
+ *               [mode=transport|tunnel] [esn=0|1] [anti-replay=1|0] [replay-window=64..1048576]
+ *               [first-seq=<decimal or 0x hex>] [udp-encap=0|1] [udp-sport=1..65535]
+ *               [udp-dport=1..65535] [src=<IPv4|IPv6|*>] [dst=<IPv4|IPv6|*>]
+ *
  * Parsing is strict: unknown names on a known kind, bad hex, out-of-range
  * numbers and duplicates are errors that name the line.  Lines of kinds this
  * reader does not know (another protocol's, or a newer version's) are kept as
@@ -34,6 +40,7 @@
 #include <stdint.h>
 
 #include "pe/eesp.h"
+#include "pe/esp.h"
 #include "pe/status.h"
 
 #ifdef __cplusplus
@@ -129,6 +136,30 @@ typedef struct pe_eesp_sa_entry {
     unsigned max_live_sub_sas; /* Sub SA key contexts kept at once (eesp.h), default 1024 */
 } pe_eesp_sa_entry;
 
+/*
+ * One esp-sa line: the fields of pe_esp_sa_config it sets (same names and
+ * conventions, defaults applied), plus src/dst to pick the SA as for eesp-sa
+ * and the first sequence number of a sender that resumes an SA.
+ */
+typedef struct pe_esp_sa_entry {
+    size_t line;
+    uint32_t spi;
+    unsigned encr;            /* IKEv2 ENCR transform ID: the ICV length is in the suite (aes-gcm-8/12/16) */
+    unsigned key_bits;        /* 128, 192 or 256; 256 for ChaCha20-Poly1305 */
+    size_t key_len;           /* key_bits / 8 + salt (4, or 3 for CCM) */
+    uint8_t key[PE_KEYFILE_EESP_KEY_MAX];
+    pe_esp_mode mode;         /* default tunnel */
+    int esn;                  /* default 0 */
+    int anti_replay;          /* default 1 */
+    uint32_t replay_window;   /* packets, default 1024 */
+    uint64_t first_seq;       /* default 1; at most 2^32 - 1 without ESN */
+    int udp_encap;            /* default 0 */
+    uint16_t udp_sport, udp_dport; /* default 4500 */
+    int has_src, has_dst;     /* as in pe_eesp_sa_entry */
+    int src_family, dst_family;
+    uint8_t src[16], dst[16];
+} pe_esp_sa_entry;
+
 typedef struct pe_keyfile {
     char *text;      /* parsed copy the generic lines point into */
     size_t text_len; /* octets in text, for wiping on free */
@@ -142,6 +173,8 @@ typedef struct pe_keyfile {
     pe_psp_sa_entry *psp_sas;
     size_t n_eesp_sas;
     pe_eesp_sa_entry *eesp_sas;
+    size_t n_esp_sas;
+    pe_esp_sa_entry *esp_sas;
 } pe_keyfile;
 
 /* Parse text (need not be NUL-terminated).  On error *err says where; kf is left empty. */
@@ -169,6 +202,18 @@ void pe_keyfile_free(pe_keyfile *kf);
 #include "pe/psp.h"
 void pe_keyfile_eesp_sa_config(const pe_eesp_sa_entry *e, int for_receiver, pe_eesp_sa_config *cfg);
 pe_status pe_keyfile_psp_rx_new(const pe_keyfile *kf, pe_psp_rx **out);
+
+/*
+ * ESP from esp-sa lines.  pe_keyfile_esp_sa_config fills cfg from one line
+ * (key pointer into e); a receiver's replay_top is first-seq - 1, so that an
+ * SA resumed above 2^32 infers its ESN high bits from the right place.
+ * pe_keyfile_esp_tx_new makes the sender of one line, its sequence numbers
+ * starting at first-seq; pe_keyfile_esp_rx_new a receiver holding every
+ * esp-sa line of the file (rcfg NULL: pe_esp_rx_config_init's defaults).
+ */
+void pe_keyfile_esp_sa_config(const pe_esp_sa_entry *e, int for_receiver, pe_esp_sa_config *cfg);
+pe_status pe_keyfile_esp_tx_new(const pe_esp_sa_entry *e, pe_esp_tx **out);
+pe_status pe_keyfile_esp_rx_new(const pe_keyfile *kf, const pe_esp_rx_config *rcfg, pe_esp_rx **out);
 
 /*
  * The google/psp reference tools' config files, read unchanged (psp.md §10.2):

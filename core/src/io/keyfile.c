@@ -1,6 +1,6 @@
 /*
  * Key files (docs/keys.md) and the google/psp reference configs (psp.md §10.2).
- * eesp-sa lines are checked against the EESP code's suite table
+ * eesp-sa and esp-sa lines are checked against the EESP code's suite table
  * (pe_eesp_suite_get), so the two never disagree on key and salt lengths.
  *
  * The key-file parser works on a private NUL-terminated copy and cuts it in
@@ -124,6 +124,10 @@ void pe_keyfile_free(pe_keyfile *kf)
     if (kf->eesp_sas) {
         OPENSSL_cleanse(kf->eesp_sas, kf->n_eesp_sas * sizeof *kf->eesp_sas);
         free(kf->eesp_sas);
+    }
+    if (kf->esp_sas) {
+        OPENSSL_cleanse(kf->esp_sas, kf->n_esp_sas * sizeof *kf->esp_sas);
+        free(kf->esp_sas);
     }
     OPENSSL_cleanse(kf, sizeof *kf);
 }
@@ -362,8 +366,8 @@ static void spi_index_free(spi_index *ix)
 typedef struct parser {
     pe_keyfile *kf;
     pe_keyfile_error *err;
-    size_t cap_lines, cap_keys, cap_sas, cap_eesp;
-    spi_index key_ix, sa_ix, eesp_ix;
+    size_t cap_lines, cap_keys, cap_sas, cap_eesp, cap_esp;
+    spi_index key_ix, sa_ix, eesp_ix, esp_ix;
 } parser;
 
 static pe_status nomem(parser *p, size_t line)
@@ -882,8 +886,9 @@ static pe_status eesp_key_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa
     return PE_OK;
 }
 
-/* Suite, key size and keys. */
-static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, pe_eesp_suite *s)
+/* Suite and key size, for eesp-sa and esp-sa alike: one suite table (pe_eesp_suite_get) for both. */
+static pe_status suite_fields(parser *p, const pe_keyfile_line *l, unsigned *encr, unsigned *key_bits,
+                              pe_eesp_suite *s)
 {
     const char *v, *kb;
     uint64_t bits = 128;
@@ -891,22 +896,30 @@ static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_
 
     if ((st = need(p, l, "suite", &v)) != PE_OK)
         return st;
-    if (parse_suite(v, &e->encr) != 0)
+    if (parse_suite(v, encr) != 0)
         return bad_value(p, l, "suite", "is not a known AEAD suite (e.g. aes-gcm-16, ENCR_AES_GCM_16 or 20)");
     /* Decimal like every number; anything else ends up as 0, which no suite takes. */
     if ((kb = line_get(l, "key-bits")) != NULL && parse_dec(kb, 0xffff, &bits) != 0)
         bits = 0;
-    if (pe_eesp_suite_get(e->encr, 256, s) == PE_OK && s->alg == PE_AEAD_CHACHA20_POLY1305) {
+    if (pe_eesp_suite_get(*encr, 256, s) == PE_OK && s->alg == PE_AEAD_CHACHA20_POLY1305) {
         if (kb && bits != 256)
             return bad_value(p, l, "key-bits", "must be 256 (or absent) for ChaCha20-Poly1305");
         bits = 256;
     } else if (bits != 128 && bits != 192 && bits != 256) {
         return bad_value(p, l, "key-bits", "must be 128, 192 or 256");
     }
-    e->key_bits = (unsigned)bits;
-    if (pe_eesp_suite_get(e->encr, e->key_bits, s) != PE_OK)
+    *key_bits = (unsigned)bits;
+    if (pe_eesp_suite_get(*encr, *key_bits, s) != PE_OK)
         return bad_value(p, l, "suite", "is not supported by the EESP code");
-    return eesp_key_fields(p, l, e, s);
+    return PE_OK;
+}
+
+/* Suite, key size and keys. */
+static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, pe_eesp_suite *s)
+{
+    pe_status st = suite_fields(p, l, &e->encr, &e->key_bits, s);
+
+    return st != PE_OK ? st : eesp_key_fields(p, l, e, s);
 }
 
 static pe_status eesp_sa_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e)
@@ -1039,6 +1052,133 @@ out:
 }
 
 /* ------------------------------------------------------------------------ */
+/* esp-sa                                                                    */
+
+/* 1..2^64-1 in decimal or 0x hex, like psp-sa's first-iv; *out keeps its default when absent. */
+static pe_status counter_field(parser *p, const pe_keyfile_line *l, const char *name, uint64_t *out)
+{
+    const char *v = line_get(l, name), *digits;
+    uint64_t x;
+
+    if (!v)
+        return PE_OK;
+    digits = skip_0x(v);
+    if (parse_u64(digits, digits != v ? 16 : 10, &x) != 0 || x == 0)
+        return bad_value(p, l, name, "must be 1..2^64-1, in decimal or 0x-prefixed hex");
+    *out = x;
+    return PE_OK;
+}
+
+static pe_status esp_sa_fields(parser *p, const pe_keyfile_line *l, pe_esp_sa_entry *e)
+{
+    static const char *const modes[] = {"transport", "tunnel", NULL}; /* pe_esp_mode order */
+    pe_eesp_suite s;
+    const char *kv;
+    uint64_t x;
+    size_t n = 0, want;
+    int mode = PE_ESP_TUNNEL, rc, sport_given, dport_given;
+    char what[120];
+    pe_status st;
+
+    if ((st = spi_field(p, l, &e->spi)) != PE_OK || (st = suite_fields(p, l, &e->encr, &e->key_bits, &s)) != PE_OK ||
+        (st = need(p, l, "key", &kv)) != PE_OK)
+        return st;
+    /* RFC 4106 §8.1, RFC 4309 §7.1, RFC 7634 §4: KEYMAT is the key followed by the salt. */
+    want = s.key_len + s.salt_len;
+    rc = decode_hex(kv, e->key, sizeof e->key, &n);
+    if (rc != HEX_OK)
+        return hex_value_error(p, l, "key", rc);
+    if (n != want) {
+        snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits): a %zu-bit key and a %zu-byte salt", want,
+                 2 * want, 8 * s.key_len, s.salt_len);
+        return bad_value(p, l, "key", what);
+    }
+    e->key_len = n;
+    if ((st = keyword_field(p, l, "mode", modes, &mode)) != PE_OK)
+        return st;
+    e->mode = (pe_esp_mode)mode;
+    if ((st = dec_field(p, l, "esn", 1, &e->esn)) != PE_OK ||
+        (st = dec_field(p, l, "anti-replay", 1, &e->anti_replay)) != PE_OK ||
+        (st = dec_field(p, l, "udp-encap", 1, &e->udp_encap)) != PE_OK)
+        return st;
+    x = PE_REPLAY_DEFAULT_WINDOW;
+    if ((st = range_field(p, l, "replay-window", PE_REPLAY_MIN_WINDOW, PE_REPLAY_MAX_WINDOW, &x, NULL)) != PE_OK)
+        return st;
+    e->replay_window = (uint32_t)x;
+    if ((st = counter_field(p, l, "first-seq", &e->first_seq)) != PE_OK)
+        return st;
+    /* RFC 4303 §3.3.3: without ESN the counter is 32 bits and never cycles. */
+    if (!e->esn && e->first_seq > 0xffffffffu)
+        return bad_value(p, l, "first-seq", "above 2^32-1 needs esn=1");
+    x = PE_ESP_UDP_PORT;
+    if ((st = range_field(p, l, "udp-sport", 1, 0xffff, &x, &sport_given)) != PE_OK)
+        return st;
+    e->udp_sport = (uint16_t)x;
+    x = PE_ESP_UDP_PORT;
+    if ((st = range_field(p, l, "udp-dport", 1, 0xffff, &x, &dport_given)) != PE_OK)
+        return st;
+    e->udp_dport = (uint16_t)x;
+    if ((sport_given || dport_given) && !e->udp_encap)
+        return bad_value(p, l, sport_given ? "udp-sport" : "udp-dport", "needs udp-encap=1");
+    if ((st = addr_field(p, l, "src", &e->has_src, &e->src_family, e->src)) != PE_OK ||
+        (st = addr_field(p, l, "dst", &e->has_dst, &e->dst_family, e->dst)) != PE_OK)
+        return st;
+    if (e->has_src && e->has_dst && e->src_family != e->dst_family)
+        return bad_value(p, l, "dst", "is not of the same address family as 'src'");
+    return PE_OK;
+}
+
+static int esp_same_dst(const pe_esp_sa_entry *a, const pe_esp_sa_entry *b)
+{
+    if (a->has_dst != b->has_dst)
+        return 0;
+    return !a->has_dst || (a->dst_family == b->dst_family && memcmp(a->dst, b->dst, sizeof a->dst) == 0);
+}
+
+static pe_status parse_esp_sa(parser *p, const pe_keyfile_line *l)
+{
+    static const char *const allowed[] = {"spi",       "suite",     "key-bits",      "key",         "mode",
+                                          "esn",       "anti-replay", "replay-window", "first-seq", "udp-encap",
+                                          "udp-sport", "udp-dport", "src",           "dst",         NULL};
+    pe_esp_sa_entry *sas, *e;
+    size_t it = 0;
+    pe_status st;
+
+    if ((st = check_fields(p, l, allowed)) != PE_OK)
+        return st;
+    if (!(sas = grow(p->kf->esp_sas, &p->cap_esp, p->kf->n_esp_sas + 1, sizeof *sas)))
+        return nomem(p, l->line);
+    p->kf->esp_sas = sas;
+    /* Built in the array's free slot, as eesp-sa: the key never sits in a stack copy. */
+    e = &p->kf->esp_sas[p->kf->n_esp_sas];
+    memset(e, 0, sizeof *e);
+    e->line = l->line;
+    e->mode = PE_ESP_TUNNEL;
+    e->anti_replay = 1;
+    e->first_seq = 1;
+    if ((st = esp_sa_fields(p, l, e)) != PE_OK)
+        goto out;
+    /* The same rule as eesp-sa: one SA per SPI and destination (what pe_esp_rx_add_sa refuses too). */
+    while ((it = spi_next(&p->esp_ix, e->spi, it)) != 0) {
+        const pe_esp_sa_entry *o = &p->kf->esp_sas[it - 1];
+        if (esp_same_dst(o, e)) {
+            st = fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line, "esp-sa: SPI %08x already defined for %s on line %zu",
+                      (unsigned)e->spi, e->has_dst ? "this destination" : "any destination", o->line);
+            goto out;
+        }
+    }
+    if (spi_add(&p->esp_ix, e->spi) != 0) {
+        st = nomem(p, l->line);
+        goto out;
+    }
+    p->kf->n_esp_sas++;
+    return PE_OK;
+out:
+    OPENSSL_cleanse(e, sizeof *e);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Lines                                                                     */
 
 typedef pe_status (*kind_parser)(parser *p, const pe_keyfile_line *l);
@@ -1051,6 +1191,7 @@ static const struct {
     {"psp-key", parse_psp_key},
     {"psp-sa", parse_psp_sa},
     {"eesp-sa", parse_eesp_sa},
+    {"esp-sa", parse_esp_sa},
 };
 
 /* Split on spaces and tabs, cutting the string in place. */
@@ -1218,6 +1359,7 @@ pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyf
     spi_index_free(&p.key_ix);
     spi_index_free(&p.sa_ix);
     spi_index_free(&p.eesp_ix);
+    spi_index_free(&p.esp_ix);
     if (st != PE_OK)
         pe_keyfile_free(kf);
     return st;
@@ -1317,6 +1459,69 @@ void pe_keyfile_eesp_sa_config(const pe_eesp_sa_entry *e, int for_receiver, pe_e
     cfg->dst_family = e->has_dst ? e->dst_family : 0;
     memcpy(cfg->dst, e->dst, sizeof cfg->dst);
     cfg->max_live_sub_sas = e->max_live_sub_sas;
+}
+
+void pe_keyfile_esp_sa_config(const pe_esp_sa_entry *e, int for_receiver, pe_esp_sa_config *cfg)
+{
+    pe_esp_sa_config_init(cfg);
+    cfg->spi = e->spi;
+    cfg->encr = e->encr;
+    cfg->key_bits = e->key_bits;
+    cfg->key = e->key;
+    cfg->key_len = e->key_len;
+    cfg->mode = e->mode;
+    cfg->esn = e->esn;
+    cfg->anti_replay = e->anti_replay;
+    cfg->replay_window = e->replay_window;
+    cfg->replay_top = for_receiver ? e->first_seq - 1 : 0;
+    cfg->udp_encap = e->udp_encap;
+    cfg->udp_sport = e->udp_sport;
+    cfg->udp_dport = e->udp_dport;
+    cfg->dst_family = e->has_dst ? e->dst_family : 0;
+    memcpy(cfg->dst, e->dst, sizeof cfg->dst);
+}
+
+pe_status pe_keyfile_esp_tx_new(const pe_esp_sa_entry *e, pe_esp_tx **out)
+{
+    pe_esp_sa_config cfg;
+    pe_status st;
+
+    if (!e || !out)
+        return PE_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    pe_keyfile_esp_sa_config(e, 0, &cfg);
+    if ((st = pe_esp_tx_new(&cfg, out)) != PE_OK)
+        return st;
+    if (e->first_seq != 1 && (st = pe_esp_tx_set_next_seq(*out, e->first_seq)) != PE_OK) {
+        pe_esp_tx_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+pe_status pe_keyfile_esp_rx_new(const pe_keyfile *kf, const pe_esp_rx_config *rcfg, pe_esp_rx **out)
+{
+    pe_esp_rx_config dflt;
+    pe_esp_sa_config cfg;
+    pe_status st;
+
+    if (!kf || !out)
+        return PE_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!rcfg) {
+        pe_esp_rx_config_init(&dflt);
+        rcfg = &dflt;
+    }
+    st = pe_esp_rx_new(rcfg, out);
+    for (size_t i = 0; st == PE_OK && i < kf->n_esp_sas; i++) {
+        pe_keyfile_esp_sa_config(&kf->esp_sas[i], 1, &cfg);
+        st = pe_esp_rx_add_sa(*out, &cfg);
+    }
+    if (st != PE_OK && *out) {
+        pe_esp_rx_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 pe_status pe_keyfile_psp_rx_new(const pe_keyfile *kf, pe_psp_rx **out)

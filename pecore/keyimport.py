@@ -1,0 +1,547 @@
+"""Keys from where users have them, as key-file lines (docs/keys.md, "Importing and exporting keys").
+
+Pure functions, text in and text out: the core never sees these formats, only the key-file lines they become,
+which it then checks like any other (so an import that produced a line the core refuses is a bug here, and the
+tests parse every output with the core).
+
+- ``from_xfrm``: ``ip xfrm state`` output (iproute2, ip/ipxfrm.c): ESP SAs with an AEAD the core has.  The Linux
+  EESP prototype's ``ip xfrm`` output format is not published anywhere we could find, so EESP is not imported.
+- ``from_esp_sa``: Wireshark's ``esp_sa`` UAT file (its profile directory), in both column layouts:
+  8 columns (Wireshark up to 4.2; checked against 4.0) and 10 columns with "Sequence Number length" and
+  "ESN High Bits" (checked against 4.4 and 4.6).
+- ``from_psp_netlink``: what Linux's PSP netlink family (Documentation/netlink/specs/psp.yaml) returns for
+  ``rx-assoc`` or takes for ``tx-assoc``, as ``ynl`` prints it (Python repr: ``b'...'`` keys) or as JSON
+  (hex-string keys).
+- ``to_esp_sa``: the key file's ``esp-sa`` lines as an ``esp_sa`` UAT for Wireshark's own ESP dissector.
+
+Errors are :class:`KeyImportError` (a :class:`pecore.keys.KeyFileError`) with the input line; messages never
+quote a key.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import ipaddress
+import json
+import re
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from pecore.keys import EspSaEntry, KeyFile, KeyFileError, parse_key_file
+
+__all__ = ["KeyImportError", "from_xfrm", "from_esp_sa", "from_psp_netlink", "to_esp_sa", "WIRESHARK_LAYOUTS",
+           "register"]
+
+
+class KeyImportError(KeyFileError):
+    """An input that cannot become key-file lines; ``line`` is its 1-based line (0: not tied to one)."""
+
+    def __init__(self, source: str, line: int, message: str, code: str = "keyfile-bad-value") -> None:
+        super().__init__(f"{source}:{line}: {message}" if line else f"{source}: {message}", code)
+        self.line = line
+        self.source = source
+
+
+# ---------------------------------------------------------------------------------------------- shared
+
+
+def _hex_key(text: str) -> Optional[bytes]:
+    t = text[2:] if text[:2] in ("0x", "0X") else text
+    if not t or len(t) % 2 or not re.fullmatch(r"[0-9a-fA-F]+", t):
+        return None
+    return bytes.fromhex(t)
+
+
+def _addr(text: str) -> Optional[str]:
+    """An exact address in the key file's spelling, or None when it is not one."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def _esp_line(spi: int, suite: str, key: bytes, key_bits: int, *, src: Optional[str] = None,
+              dst: Optional[str] = None, mode: str = "tunnel", esn: bool = False, anti_replay: bool = True,
+              replay_window: Optional[int] = None, first_seq: int = 1, udp: Optional[Tuple[int, int]] = None) -> str:
+    f = [f"esp-sa spi=0x{spi:08x} suite={suite}"]
+    if suite not in ("chacha20-poly1305", "chacha20-poly1305-iiv"):
+        f.append(f"key-bits={key_bits}")
+    f.append(f"key={key.hex()}")
+    f.append(f"mode={mode}")
+    if esn:
+        f.append("esn=1")
+    if not anti_replay:
+        f.append("anti-replay=0")
+    if replay_window is not None:
+        f.append(f"replay-window={replay_window}")
+    if first_seq != 1:
+        f.append(f"first-seq=0x{first_seq:x}")
+    if udp is not None:
+        f.append("udp-encap=1")
+        if udp[0] != 4500:
+            f.append(f"udp-sport={udp[0]}")
+        if udp[1] != 4500:
+            f.append(f"udp-dport={udp[1]}")
+    if src:
+        f.append(f"src={src}")
+    if dst:
+        f.append(f"dst={dst}")
+    return " ".join(f)
+
+
+def _salt_len(suite: str) -> int:
+    return 3 if suite.startswith("aes-ccm") else 4
+
+
+def _key_bits(suite: str, key: bytes, fail) -> int:
+    n = len(key) - _salt_len(suite)
+    if suite.startswith("chacha20"):
+        if n != 32:
+            fail("a ChaCha20-Poly1305 key is 32 octets and a 4-octet salt")
+        return 256
+    if n not in (16, 24, 32):
+        fail(f"the key of {suite} is a 128-, 192- or 256-bit AES key and a {_salt_len(suite)}-octet salt")
+    return n * 8
+
+
+# ---------------------------------------------------------------------------------------------- ip xfrm state
+
+#: Linux crypto API AEAD names (include/uapi/linux/pfkeyv2.h users, net/xfrm/xfrm_algo.c) and ICV bits -> suite.
+XFRM_AEADS: Dict[Tuple[str, int], str] = {
+    ("rfc4106(gcm(aes))", 64): "aes-gcm-8",
+    ("rfc4106(gcm(aes))", 96): "aes-gcm-12",
+    ("rfc4106(gcm(aes))", 128): "aes-gcm-16",
+    ("rfc4309(ccm(aes))", 64): "aes-ccm-8",
+    ("rfc4309(ccm(aes))", 96): "aes-ccm-12",
+    ("rfc4309(ccm(aes))", 128): "aes-ccm-16",
+    ("rfc7539esp(chacha20,poly1305)", 128): "chacha20-poly1305",
+    ("rfc4543(gcm(aes))", 128): "aes-gmac",
+}
+
+
+def _xfrm_blocks(text: str) -> List[List[Tuple[int, str]]]:
+    """One block per SA: a line starting with 'src' (not indented) opens it."""
+    blocks: List[List[Tuple[int, str]]] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        if not raw[0].isspace() and raw.split()[0] == "src":
+            blocks.append([])
+        elif not blocks:
+            raise KeyImportError("ip xfrm state", n, "expected a 'src ADDR dst ADDR' line to start an SA",
+                                 "keyfile-syntax")
+        blocks[-1].append((n, raw.strip()))
+    return blocks
+
+
+def _xfrm_sa(block: List[Tuple[int, str]]) -> Tuple[int, str]:
+    first = block[0][0]
+
+    def fail(msg: str, line: int = first, code: str = "keyfile-bad-value"):
+        raise KeyImportError("ip xfrm state", line, msg, code)
+
+    words = block[0][1].split()
+    if len(words) < 4 or words[0] != "src" or words[2] != "dst":
+        fail("expected 'src ADDR dst ADDR'", code="keyfile-syntax")
+    src, dst = _addr(words[1]), _addr(words[3])
+    if src is None or dst is None:
+        fail("'src'/'dst' must be IPv4 or IPv6 addresses")
+    sa: Dict[str, object] = {}
+    for n, ln in block[1:]:
+        w = ln.split()
+        head = w[0]
+        if head == "proto":
+            if len(w) < 4 or w[2] != "spi":
+                fail("expected 'proto PROTO spi SPI ...'", n, "keyfile-syntax")
+            if w[1] != "esp":
+                fail(f"proto {w[1]!r}: only ESP SAs can be imported (the Linux EESP prototype's output is not "
+                     "documented)", n)
+            try:
+                sa["spi"] = int(w[3].split("(")[0], 16 if w[3].lower().startswith("0x") else 10)
+            except ValueError:
+                fail("the SPI is not a number", n)
+            if not 0 <= int(sa["spi"]) <= 0xFFFFFFFF:  # type: ignore[call-overload]
+                fail("the SPI is above 32 bits", n)
+            if "mode" in w:
+                i = w.index("mode")
+                mode = w[i + 1] if i + 1 < len(w) else ""
+                if mode not in ("tunnel", "transport"):
+                    fail(f"mode {mode!r}: the core has tunnel and transport mode only", n)
+                sa["mode"] = mode
+            sa["line"] = n
+        elif head == "replay-window":
+            try:
+                sa["window"] = int(w[1])
+            except (IndexError, ValueError):
+                fail("'replay-window' needs a number", n)
+            if "flag" in w:
+                sa["esn"] = "esn" in w[w.index("flag") + 1:]
+        elif head == "aead":
+            if len(w) != 4:
+                fail("expected 'aead NAME 0xKEY ICV-BITS'", n, "keyfile-syntax")
+            name = w[1].strip("'\"")
+            try:
+                icv = int(w[3])
+            except ValueError:
+                fail("the ICV length is not a number", n)
+            suite = XFRM_AEADS.get((name, icv))
+            if suite is None:
+                fail(f"AEAD {name} with a {icv}-bit ICV is not a suite the core has", n)
+            key = _hex_key(w[2])
+            if key is None:
+                fail("the AEAD key is not 0x-prefixed hex", n)
+            sa["suite"], sa["key"], sa["key_line"] = suite, key, n
+        elif head in ("enc", "auth", "auth-trunc", "comp"):
+            fail(f"'{head}' algorithms: only combined-mode (aead) ESP SAs can be imported", n)
+        elif head == "encap":
+            # iproute2 prints "encap type espinudp sport 4500 dport 4500 addr 0.0.0.0"; the add syntax is
+            # "encap espinudp 4500 4500 0.0.0.0": both are taken.
+            rest = w[1:]
+            if rest[:1] == ["type"]:
+                kv = dict(zip(rest[::2], rest[1::2]))
+                kind, ports = kv.get("type"), (kv.get("sport"), kv.get("dport"))
+            else:
+                kind, ports = (rest[0] if rest else None), (tuple(rest[1:3]) + (None, None))[:2]
+            if kind != "espinudp":
+                fail(f"encap {kind!r}: only espinudp (RFC 3948) is supported", n)
+            try:
+                sport, dport = int(ports[0]), int(ports[1])  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                fail("encap needs a source and a destination port", n, "keyfile-syntax")
+            if not (1 <= sport <= 0xFFFF and 1 <= dport <= 0xFFFF):
+                fail("encap ports must be 1..65535", n)
+            sa["udp"] = (sport, dport)
+        elif head in ("anti-replay", "seq-hi", "seq", "replay_window"):
+            # The replay state ("anti-replay [esn] context:" then its values): the window of an ESN SA, and
+            # the sender's last sequence number (oseq), from which a resumed sender continues.
+            w = ln.replace(",", " ").split()  # "seq-hi 0x0, seq 0x0, oseq-hi 0x0, oseq 0x0"
+            vals = dict(zip(w[::2], w[1::2]))
+            if "replay_window" in vals:
+                sa["esn_window"] = int(vals["replay_window"], 0)
+            if "oseq" in vals:
+                sa["oseq"] = int(vals["oseq"], 0) | (int(vals.get("oseq-hi", "0"), 0) << 32)
+        # Anything else (sel, lifetime, stats, offload, if_id, dir, output-mark, bitmap words) says nothing
+        # the key file holds.
+    if "spi" not in sa:
+        fail("no 'proto esp spi ...' line", code="keyfile-syntax")
+    if "suite" not in sa:
+        fail("no 'aead' line: only combined-mode ESP SAs can be imported", code="keyfile-syntax")
+    suite, key = str(sa["suite"]), bytes(sa["key"])  # type: ignore[arg-type]
+    bits = _key_bits(suite, key, lambda m: fail(m, int(sa["key_line"])))  # type: ignore[call-overload]
+    esn = bool(sa.get("esn"))
+    window = int(sa.get("esn_window", 0) if esn else 0) or int(sa.get("window", 0))  # type: ignore[call-overload]
+    # Linux: window 0 turns anti-replay off; the key file's windows are 64..2^20 (a smaller one is rounded up).
+    anti_replay = window > 0
+    rw = None if not anti_replay else min(max(window, 64), 1 << 20)
+    oseq = int(sa.get("oseq", 0))  # type: ignore[call-overload]
+    if oseq >= (1 << 64) - 1 or (not esn and oseq >= 0xFFFFFFFF):
+        fail("the sender's sequence numbers are exhausted")
+    line = _esp_line(int(sa["spi"]), suite, key, bits, src=src, dst=dst,  # type: ignore[call-overload]
+                     mode=str(sa.get("mode", "tunnel")), esn=esn, anti_replay=anti_replay,
+                     replay_window=rw if rw not in (None, 1024) else None, first_seq=oseq + 1,
+                     udp=sa.get("udp"))  # type: ignore[arg-type]
+    return first, line
+
+
+def from_xfrm(text: str) -> List[str]:
+    """``ip xfrm state`` (or ``ip -s xfrm state``) output -> esp-sa lines, one per SA, in input order."""
+    out = []
+    for block in _xfrm_blocks(text):
+        n, line = _xfrm_sa(block)
+        out.append(f"# ip xfrm state, line {n}")
+        out.append(line)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- esp_sa UAT
+
+#: Wireshark's esp_sa "Encryption" labels (epan/dissectors/packet-ipsec.c) -> suite, per layout.
+_WS_GCM = {"AES-GCM with 8 octet ICV [RFC4106]": "aes-gcm-8", "AES-GCM with 12 octet ICV [RFC4106]": "aes-gcm-12",
+           "AES-GCM with 16 octet ICV [RFC4106]": "aes-gcm-16"}
+_WS_46 = {"AES-GCM with IIV and 16 octet ICV [RFC4106 & RFC8750]": "aes-gcm-16-iiv",
+          "ChaCha20 with Poly1305 [RFC7634]": "chacha20-poly1305",
+          "ChaCha20 with Poly1305 and IIV [RFC7634 & RFC8750]": "chacha20-poly1305-iiv"}
+#: --wireshark-version -> (columns, suites it decrypts, has Protocol "Any"), read from the libwireshark of
+#: Wireshark 4.0.17, 4.4.19 and 4.6.9 and checked by decrypting with tshark (tests/test_keyimport.py).
+WIRESHARK_LAYOUTS: Dict[str, Tuple[int, Dict[str, str], bool]] = {
+    "4.0": (8, dict(_WS_GCM), False),
+    "4.4": (10, dict(_WS_GCM), False),
+    "4.6": (10, {**_WS_GCM, **_WS_46}, True),
+}
+_LABEL_BY_SUITE = {v: k for k, v in {**_WS_GCM, **_WS_46}.items()}
+
+
+def _uat_fields(line: str, n: int) -> List[str]:
+    """One UAT record: comma-separated "quoted" fields, with \\xNN escapes (epan/uat.c)."""
+    fields, i = [], 0
+    while True:
+        m = re.match(r'\s*"((?:[^"\\]|\\.)*)"\s*', line[i:])
+        if not m:
+            raise KeyImportError("esp_sa", n, "expected comma-separated \"quoted\" fields", "keyfile-syntax")
+        fields.append(re.sub(r"\\x([0-9a-fA-F]{2})", lambda x: chr(int(x.group(1), 16)), m.group(1)))
+        i += m.end()
+        if i == len(line):
+            return fields
+        if line[i] != ",":
+            raise KeyImportError("esp_sa", n, "expected ',' between fields", "keyfile-syntax")
+        i += 1
+
+
+def from_esp_sa(text: str, mode: str = "tunnel") -> List[str]:
+    """Wireshark's esp_sa UAT (8 or 10 columns) -> esp-sa lines.  The UAT has no mode: ``mode`` is given."""
+    out = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        f = _uat_fields(raw.strip(), n)
+
+        def fail(msg: str, code: str = "keyfile-bad-value"):
+            raise KeyImportError("esp_sa", n, msg, code)
+
+        if len(f) not in (8, 10):
+            fail(f"{len(f)} fields: an esp_sa record has 8 (Wireshark up to 4.2) or 10 (4.4 and later)",
+                 "keyfile-syntax")
+        proto, src, dst, spi_s, enc, key_s = f[:6]
+        if proto not in ("IPv4", "IPv6", "Any"):
+            fail("Protocol must be IPv4, IPv6 or Any")
+        addrs = []
+        for what, a in (("Src IP", src), ("Dest IP", dst)):
+            if a in ("*", ""):
+                addrs.append(None)
+                continue
+            exact = _addr(a)
+            if exact is None:
+                fail(f"{what}: only an exact address or '*' has a key-file form (no ranges or wildcards)")
+            if proto != "Any" and ipaddress.ip_address(exact).version != (4 if proto == "IPv4" else 6):
+                fail(f"{what} is not an {proto} address")
+            addrs.append(exact)
+        if not re.fullmatch(r"0[xX][0-9a-fA-F]{1,8}|[0-9]{1,10}", spi_s):
+            fail("SPI must be one SA's SPI (0x-prefixed hex or decimal; no '*')")
+        spi = int(spi_s, 0)
+        if spi > 0xFFFFFFFF:
+            fail("SPI is above 32 bits")
+        suite = {**_WS_GCM, **_WS_46}.get(enc)
+        if suite is None:
+            fail("Encryption is not a combined-mode suite the core has (AES-GCM, ChaCha20-Poly1305)")
+        # Wireshark reads a key with 0x as hex and any other as the octets of its text (packet-ipsec.c).
+        key = _hex_key(key_s) if key_s[:2] in ("0x", "0X") else key_s.encode("latin-1", "replace")
+        if key is None:
+            fail("Encryption Key is not hex after its 0x")
+        bits = _key_bits(suite, key, fail)
+        esn, first_seq = False, 1
+        if len(f) == 10:
+            if f[8] not in ("32-bit", "64-bit"):
+                fail("Sequence Number length must be 32-bit or 64-bit")
+            esn = f[8] == "64-bit"
+            try:
+                upper = int(f[9] or "0", 16)
+            except ValueError:
+                fail("ESN High Bits is not hex")
+            if upper > 0xFFFFFFFF or (upper and not esn):
+                fail("ESN High Bits needs 64-bit sequence numbers and fits in 32 bits")
+            first_seq = (upper << 32) | 1 if upper else 1
+        out.append(f"# esp_sa, line {n}")
+        out.append(_esp_line(spi, suite, key, bits, src=addrs[0], dst=addrs[1], mode=mode, esn=esn,
+                             first_seq=first_seq))
+    return out
+
+
+def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: bool = False) -> str:
+    """The esp-sa lines of a parsed key file as an esp_sa UAT file for that Wireshark's ESP dissector.
+
+    A line that Wireshark cannot decrypt (a suite it lacks; ESN before 4.4) is an error, or with
+    ``skip_unsupported`` a comment in the output naming its line."""
+    if wireshark_version not in WIRESHARK_LAYOUTS:
+        raise KeyImportError("esp_sa export", 0, f"Wireshark version must be one of {', '.join(WIRESHARK_LAYOUTS)}",
+                             "invalid-argument")
+    columns, suites, has_any = WIRESHARK_LAYOUTS[wireshark_version]
+    rows = []
+    for e in kf.esp_sas:
+        s = e.settings
+        label = _LABEL_BY_SUITE.get(str(s["suite"]))
+        problem = None
+        if label is None or label not in suites:
+            problem = f"Wireshark {wireshark_version}'s esp_sa has no {s['suite']}"
+        elif s["esn"] and columns == 8:
+            problem = f"Wireshark {wireshark_version}'s ESP dissector has no ESN (use --wireshark-version 4.4 or later)"
+        if problem and not skip_unsupported:
+            raise KeyImportError("key file", e.line, problem)
+        if problem:
+            rows.append(f"# key file line {e.line} (SPI 0x{e.spi:08x}) left out: {problem}")
+            continue
+        family = {e.src, e.dst} - {None}
+        if family:
+            protos = ["IPv6" if ":" in next(iter(family)) else "IPv4"]
+        else:
+            # Before 4.6 there is no "Any": one row per family, as the key file's line matches both.
+            protos = ["Any"] if has_any else ["IPv4", "IPv6"]
+        key = bytes(s["key"])  # type: ignore[arg-type]
+        for p in protos:
+            row = [p, e.src or "*", e.dst or "*", f"0x{e.spi:08x}", label, "0x" + key.hex(), "NULL", ""]
+            if columns == 10:
+                row += ["64-bit" if s["esn"] else "32-bit", f"{int(s['first_seq']) >> 32:x}"]  # type: ignore
+            rows.append(",".join(f'"{c}"' for c in row))
+    header = f"# esp_sa for Wireshark {wireshark_version} from a psp-eesp key file: it holds keys, keep it private\n"
+    return header + "".join(r + "\n" for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------- PSP netlink
+
+#: psp.yaml's "version" enum: hdr0-aes-gcm-128, hdr0-aes-gcm-256, hdr0-aes-gmac-128, hdr0-aes-gmac-256.
+PSP_VERSIONS = {"hdr0-aes-gcm-128": 0, "hdr0-aes-gcm-256": 1, "hdr0-aes-gmac-128": 2, "hdr0-aes-gmac-256": 3}
+
+
+def _objects(text: str) -> List[Tuple[int, object]]:
+    """The top-level values of ynl output (Python repr) or JSON: one document, or one per line."""
+    stripped = text.strip()
+    if not stripped:
+        raise KeyImportError("psp netlink", 0, "no input", "keyfile-syntax")
+    for loads in (json.loads, ast.literal_eval):
+        try:
+            v = loads(stripped)
+        except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+            continue
+        start = text[: len(text) - len(text.lstrip())].count("\n") + 1
+        return [(start, x) for x in v] if isinstance(v, list) else [(start, v)]
+    out = []
+    for n, ln in enumerate(text.splitlines(), 1):
+        if not ln.strip():
+            continue
+        for loads in (json.loads, ast.literal_eval):
+            try:
+                v = loads(ln.strip())
+                break
+            except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+                continue
+        else:
+            raise KeyImportError("psp netlink", n, "neither JSON nor ynl's Python-style output", "keyfile-syntax")
+        out.extend((n, x) for x in (v if isinstance(v, list) else [v]))
+    return out
+
+
+def _psp_key_bytes(v: object, fail) -> bytes:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v)
+    if isinstance(v, str):
+        k = _hex_key(v.replace(":", "") if re.fullmatch(r"(?:[0-9a-fA-F]{2}:)+[0-9a-fA-F]{2}", v) else v)
+        if k is not None:
+            return k
+    if isinstance(v, list) and all(isinstance(b, int) and 0 <= b <= 255 for b in v):
+        return bytes(v)
+    fail("'key' must be bytes, hex or a list of octets")
+    raise AssertionError  # unreachable
+
+
+def from_psp_netlink(text: str) -> List[str]:
+    """rx-assoc replies / tx-assoc requests of the psp netlink family -> psp-key (and for tx, psp-sa) lines."""
+    out: List[str] = []
+    for n, obj in _objects(text):
+        def fail(msg: str, code: str = "keyfile-bad-value"):
+            raise KeyImportError("psp netlink", n, msg, code)
+
+        if not isinstance(obj, dict):
+            fail("expected an object with 'rx-key' or 'tx-key'", "keyfile-syntax")
+        version = obj.get("version")
+        if version is not None:
+            if isinstance(version, str) and version in PSP_VERSIONS:
+                version = PSP_VERSIONS[version]
+            elif not (isinstance(version, int) and not isinstance(version, bool) and 0 <= version <= 3):
+                fail("'version' must be one of " + ", ".join(PSP_VERSIONS) + " (or 0..3)")
+        found = False
+        for which in ("rx-key", "tx-key"):
+            if which not in obj:
+                continue
+            found = True
+            k = obj[which]
+            if not isinstance(k, dict) or "key" not in k or "spi" not in k:
+                fail(f"'{which}' must hold 'key' and 'spi'", "keyfile-syntax")
+            spi = k["spi"]
+            if isinstance(spi, str):
+                try:
+                    spi = int(spi, 0)
+                except ValueError:
+                    fail("'spi' is not a number")
+            if not isinstance(spi, int) or isinstance(spi, bool) or not 0 <= spi <= 0xFFFFFFFF:
+                fail("'spi' must be a 32-bit number")
+            key = _psp_key_bytes(k["key"], fail)
+            if len(key) not in (16, 32):
+                fail("a PSP key is 16 octets (AES-128) or 32 octets (AES-256)")
+            if version is not None and len(key) != (16 if version in (0, 2) else 32):
+                fail("the key length does not match 'version'")
+            ver = f" version={version}" if version is not None else ""
+            out.append(f"# psp netlink {which.split('-')[0]}-assoc, line {n}")
+            out.append(f"psp-key spi=0x{spi:08x} key={key.hex()}{ver}")
+            if which == "tx-key":
+                if version is None:
+                    fail("a tx-assoc needs 'version' to make a sending SA")
+                # The kernel's PSP is transport mode over UDP (Documentation/networking/psp.rst).
+                out.append(f"psp-sa spi=0x{spi:08x} version={version} mode=transport")
+        if not found:
+            fail("expected an object with 'rx-key' or 'tx-key'", "keyfile-syntax")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+IMPORTERS = {"xfrm": from_xfrm, "esp_sa": from_esp_sa, "psp-netlink": from_psp_netlink}
+
+
+def _read(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8", errors="strict") as fh:
+            return fh.read()
+    except UnicodeDecodeError:
+        raise KeyImportError(path, 0, "not UTF-8 text", "keyfile-syntax") from None
+    except OSError as e:
+        raise KeyImportError(path, 0, f"cannot read: {e.strerror}", "capture-io") from None
+
+
+def _write(path: Optional[str], text: str) -> None:
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        return
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds keys (docs/keys.md)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    lines = from_esp_sa(text, args.mode) if args.source == "esp_sa" else IMPORTERS[args.source](text)
+    out = "\n".join(lines) + "\n"
+    parse_key_file(out, "<imported>")  # what we write, the core reads
+    _write(args.output, out)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pecore.keys import load_key_file
+
+    _write(args.output, to_esp_sa(load_key_file(args.keyfile), args.wireshark_version, args.skip_unsupported))
+    return 0
+
+
+def register(sub) -> None:  # type: ignore[no-untyped-def]
+    """``keys import --from xfrm|esp_sa|psp-netlink FILE [-o OUT]`` and ``keys export --to esp_sa KEYFILE``."""
+    k = sub.add_parser("keys", help="import keys from ip xfrm / Wireshark / PSP netlink, export to Wireshark")
+    ks = k.add_subparsers(dest="keys_command", required=True)
+    i = ks.add_parser("import", help="write key-file lines for the SAs of another tool's output")
+    i.add_argument("--from", dest="source", required=True, choices=sorted(IMPORTERS))
+    i.add_argument("file", help="the input ('-' for standard input)")
+    i.add_argument("-o", "--output", help="key file to write (mode 600; default standard output)")
+    i.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel",
+                   help="esp_sa only: the UAT has no mode (default tunnel)")
+    i.set_defaults(func=cmd_import)
+    e = ks.add_parser("export", help="write the key file's esp-sa lines as Wireshark's esp_sa UAT")
+    e.add_argument("--to", dest="target", required=True, choices=("esp_sa",))
+    e.add_argument("keyfile")
+    e.add_argument("-o", "--output", help="file to write (mode 600; default standard output)")
+    e.add_argument("--wireshark-version", choices=sorted(WIRESHARK_LAYOUTS), default="4.0",
+                   help="column layout and suites of that Wireshark (default 4.0)")
+    e.add_argument("--skip-unsupported", action="store_true",
+                   help="leave out (with a comment) lines that Wireshark cannot decrypt instead of failing")
+    e.set_defaults(func=cmd_export)
