@@ -750,7 +750,7 @@ KEYFILE_LINES = [
     f"{E16} dst=2001:DB8:0:0:0:0:0:1", f"{E16} dst=[::1]",
     f"{E16} src=192.0.2.1 dst=2001:db8::1",
     f"{E16} dst=192.0.2.1 src=*", f"{E16} note=x",
-    "esp-sa spi=0x1000 note=example", "kind-only", "Psp-key spi=1", "9a345678", "1bad-kind x=1", "k x", "k =v",
+    "ah-sa spi=0x1000 note=example", "kind-only", "Psp-key spi=1", "9a345678", "1bad-kind x=1", "k x", "k =v",
     "k x=",
     "k A=1", "k x=1 x=2", "k 0123456789abcdef=1 0123456789abcdef=2", "k x=a=b", "k x=1\x01", "k x=1\x7f",
     "k x=\xc3\xa9",
