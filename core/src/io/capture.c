@@ -27,6 +27,8 @@
 #include <string.h>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -716,11 +718,29 @@ void pe_capture_close(pe_capture_reader *r)
  * (not opened for appending) is seekable: fields written early, such as a
  * snap length, can be patched once the run knows better (out_patch32).
  */
+/*
+ * A thread that writes full buffers for a parallel run, so the calling thread
+ * (which reads, dispatches and lays out records) does not also spend the
+ * kernel's copy into the page cache.  One buffer is out at a time; the other
+ * fills meanwhile.
+ */
+typedef struct out_async {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t *spare;         /* the buffer not being filled */
+    const uint8_t *pending; /* handed to the thread, not yet written */
+    size_t pending_len;
+    int stop;
+    int failed, err;        /* the thread's first failure, taken over at out_sync */
+} out_async;
+
 typedef struct out_file {
     int fd;
     int own_fd;
     uint8_t *buf;
     size_t used;
+    out_async *async;  /* NULL: writes on the calling thread */
     uint64_t written;  /* octets handed to out_write: the output offset of the next one */
     uint64_t start;    /* the descriptor's offset when the output began */
     int seekable;
@@ -778,9 +798,129 @@ static void out_raw(out_file *o, const uint8_t *p, size_t n)
     }
 }
 
+/* The write loop of out_raw on the writer thread: it records a failure for out_sync. */
+static void *out_async_main(void *arg)
+{
+    out_file *o = arg;
+    out_async *a = o->async;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->stop && !a->pending)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (!a->pending) /* stop, nothing left */
+            break;
+        const uint8_t *p = a->pending;
+        size_t n = a->pending_len;
+        int failed = a->failed;
+        pthread_mutex_unlock(&a->mu);
+        int err = 0;
+        while (n && !failed) {
+            ssize_t k = write(o->fd, p, n);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                failed = 1;
+                err = k < 0 ? errno : EIO;
+                break;
+            }
+            p += k;
+            n -= (size_t)k;
+        }
+        pthread_mutex_lock(&a->mu);
+        if (failed && !a->failed) {
+            a->failed = 1;
+            a->err = err;
+        }
+        a->pending = NULL;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* Wait until the writer thread has written what it holds; its failure becomes the output's. */
+static void out_sync(out_file *o)
+{
+    out_async *a = o->async;
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    while (a->pending)
+        pthread_cond_wait(&a->cv, &a->mu);
+    if (a->failed)
+        out_fail(o, a->err);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/*
+ * Start the writer thread (a parallel run).  Without memory or a thread the
+ * output stays on the calling thread: slower, the same octets.
+ */
+static void out_start_async(out_file *o)
+{
+    out_async *a = calloc(1, sizeof *a);
+    if (!a || !(a->spare = malloc(OUT_BUFFER_SIZE))) {
+        free(a);
+        return;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    o->async = a;
+    /* Signals stay with the caller's threads (Ctrl-C reaches the progress callback as before). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&a->thread, NULL, out_async_main, o);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        o->async = NULL;
+        pthread_cond_destroy(&a->cv);
+        pthread_mutex_destroy(&a->mu);
+        free(a->spare);
+        free(a);
+    }
+}
+
+/* Write what the thread holds, then end it; the output is on the calling thread again. */
+static void out_stop_async(out_file *o)
+{
+    out_async *a = o->async;
+    if (!a)
+        return;
+    out_sync(o);
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a->spare);
+    free(a);
+    o->async = NULL;
+}
+
 static void out_flush(out_file *o)
 {
-    out_raw(o, o->buf, o->used);
+    out_async *a = o->async;
+    if (!a || o->failed) {
+        out_raw(o, o->buf, o->used);
+        o->used = 0;
+        return;
+    }
+    if (!o->used)
+        return;
+    out_sync(o); /* the spare buffer is free again */
+    if (o->failed)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->pending = o->buf;
+    a->pending_len = o->used;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    uint8_t *next = a->spare;
+    a->spare = o->buf;
+    o->buf = next;
     o->used = 0;
 }
 
@@ -792,6 +932,7 @@ static void out_write(out_file *o, const void *p, size_t n)
     if (n > OUT_BUFFER_SIZE - o->used)
         out_flush(o);
     if (n >= OUT_BUFFER_SIZE) {
+        out_sync(o); /* in order after what the thread holds */
         out_raw(o, p, n);
         return;
     }
@@ -813,6 +954,7 @@ static void out_patch32(out_file *o, uint64_t off, uint32_t v, int be)
     if (!o->seekable || o->failed)
         return;
     out_flush(o);
+    out_sync(o);
     for (size_t done = 0; done < 4 && !o->failed;) {
         ssize_t k = pwrite(o->fd, b + done, 4 - done, (off_t)(o->start + off + done));
         if (k < 0 && errno == EINTR)
@@ -829,6 +971,7 @@ static pe_status out_close(out_file *o)
 {
     if (o->buf)
         out_flush(o);
+    out_stop_async(o);
     if (o->own_fd && o->fd >= 0 && close(o->fd) != 0)
         out_fail(o, errno); /* a full disk may show only now (NFS) */
     o->fd = -1;
@@ -1687,6 +1830,8 @@ static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn 
     par_chunk *c[2] = {calloc(1, sizeof(par_chunk)), calloc(1, sizeof(par_chunk))};
     pe_status st = c[0] && c[1] ? write_file_header(t) : PE_ERR_NOMEM;
     uint64_t read_packets = 0;
+    if (pe_parallel_jobs(p) > 1)
+        out_start_async(&t->out); /* ended by out_close */
 #define PACKETS_LEFT (TRANSFORM_PROGRESS_EVERY - read_packets % TRANSFORM_PROGRESS_EVERY)
     if (st == PE_OK)
         st = read_par_chunk(t, c[0], PACKETS_LEFT, 0, growth);
