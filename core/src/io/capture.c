@@ -911,8 +911,10 @@ static void out_flush(out_file *o)
     if (!o->used)
         return;
     out_sync(o); /* the spare buffer is free again */
-    if (o->failed)
+    if (o->failed) {
+        o->used = 0; /* nothing more goes out */
         return;
+    }
     pthread_mutex_lock(&a->mu);
     a->pending = o->buf;
     a->pending_len = o->used;
