@@ -61,3 +61,23 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_alike(captures):
         assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
         seen.append((r.returncode, r.stderr.replace("--jobs 2", "--jobs 1")))
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("cut", [24 + 7, 3 << 20, (3 << 20) + 5])
+def test_a_cut_input_read_ahead_ends_alike(captures, tmp_path, cut):
+    """A run on several threads reads a regular file ahead on a thread of its own (read_ahead): an input cut
+    in a record header, in a record, or between read blocks ends the run as one thread's does."""
+    _, enc = captures
+    part = tmp_path / "cut.pcap"
+    part.write_bytes(enc.read_bytes()[:cut])
+    seen = []
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"out{jobs}.pcap"
+        try:
+            s = pypsp.decrypt_capture(pypsp.Decryptor(keys={(0x1000, 0): KEY}), part, out, jobs=jobs)
+            what = ("ok", dataclasses.replace(s, seconds=0))
+        except CaptureError as e:
+            what = ("error", e.code, str(e))
+        seen.append((what, out.read_bytes() if out.exists() else None))
+    assert seen[0][0][0] == "error" and seen[0][0][1] == "capture-truncated", seen[0][0]
+    assert seen[0] == seen[1] == seen[2]
