@@ -81,3 +81,15 @@ def test_a_cut_input_read_ahead_ends_alike(captures, tmp_path, cut):
         seen.append((what, out.read_bytes() if out.exists() else None))
     assert seen[0][0][0] == "error" and seen[0][0][1] == "capture-truncated", seen[0][0]
     assert seen[0] == seen[1] == seen[2]
+
+
+def test_an_output_over_a_longer_file_leaves_nothing_of_it(tmp_path):
+    """The output is opened without O_TRUNC (out_open: ext4 flushes a file truncated to empty at close) and
+    truncated only when it holds octets: a shorter capture written over a longer file is all that remains."""
+    from pecore.capture import LINKTYPE_RAW, CaptureWriter, read_capture
+    path = tmp_path / "o.pcap"
+    path.write_bytes(b"\xff" * 100000)
+    with CaptureWriter(str(path), linktype=LINKTYPE_RAW, fmt="pcap") as w:
+        w.write(bytes.fromhex("4500001c000100004011f9c80a0000010a000002000100020008f7f5"), (1, 0))
+    assert path.stat().st_size == 24 + 16 + 28
+    assert len(list(read_capture(str(path)))) == 1

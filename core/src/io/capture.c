@@ -921,9 +921,22 @@ static pe_status out_open_fd(out_file *o, int fd, int own_fd)
 
 static pe_status out_open(out_file *o, const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    /*
+     * Truncated only when it has octets: ext4 takes a truncation to empty as
+     * a file being replaced and starts writeback of everything written at
+     * close (auto_da_alloc), which made close() of a new 153 MB output take
+     * some 70 ms on the calling thread.  O_TRUNC truncates even an empty file.
+     */
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0)
         return PE_ERR_CAP_WRITE; /* errno says why */
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (S_ISREG(sb.st_mode) && sb.st_size != 0 && ftruncate(fd, 0) != 0)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return PE_ERR_CAP_WRITE;
+    }
     pe_status st = out_open_fd(o, fd, 1);
     if (st != PE_OK)
         close(fd);
