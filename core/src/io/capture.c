@@ -27,6 +27,8 @@
 #include <string.h>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -216,6 +218,7 @@ struct pe_capture_reader {
     int pinned;     /* records in the window are in use: it may fill behind them, not move */
     uint8_t *owned; /* the window of a descriptor reader */
     size_t owned_cap;
+    struct read_ahead *ahead; /* a parallel run's reading thread, or NULL */
     pe_capture_format fmt;
     int be;         /* pcap: the file's byte order; pcapng: the current section's */
     pe_status err;  /* sticky: a corrupt file stays corrupt */
@@ -239,6 +242,150 @@ typedef struct cap_block {
 
 /* Internal: the record is not all in the window and the window may not move now. */
 #define WINDOW_PINNED PE_STATUS_COUNT
+
+/*
+ * A thread that reads a regular file ahead for a parallel run, so the calling
+ * thread copies the next octets from memory (the kernel's copy from the page
+ * cache is the costliest part of its work).  Two blocks: the thread fills one
+ * while the caller takes from the other.  A block holds what read() returned;
+ * an empty block is the end of the input, a failed one its errno.
+ */
+#define READ_AHEAD_BLOCK (512u << 10)
+
+typedef struct read_ahead {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int fd;
+    uint8_t *blk[2];
+    size_t len[2];
+    int full[2], err[2];
+    unsigned take;  /* the caller's block */
+    size_t off;     /* octets of it taken */
+    int stop;
+} read_ahead;
+
+static void *read_ahead_main(void *arg)
+{
+    read_ahead *a = arg;
+    for (unsigned i = 0;; i ^= 1) {
+        pthread_mutex_lock(&a->mu);
+        while (!a->stop && a->full[i])
+            pthread_cond_wait(&a->cv, &a->mu);
+        int stop = a->stop;
+        pthread_mutex_unlock(&a->mu);
+        if (stop)
+            return NULL;
+        size_t len = 0;
+        int err = 0;
+        while (len < READ_AHEAD_BLOCK) {
+            ssize_t n = read(a->fd, a->blk[i] + len, READ_AHEAD_BLOCK - len);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                err = n < 0 ? errno : 0;
+                break;
+            }
+            len += (size_t)n;
+        }
+        /* A short block (end, failure) is handed over as it is; the next read says so again in an empty one. */
+        pthread_mutex_lock(&a->mu);
+        a->len[i] = len;
+        a->err[i] = len ? 0 : err;
+        a->full[i] = 1;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        if (!len)
+            return NULL; /* the caller sees the end or the failure in this block */
+    }
+}
+
+/* read() for the window from the blocks: > 0 octets, 0 at the end, -1 with errno. */
+static ssize_t read_ahead_take(read_ahead *a, uint8_t *dst, size_t cap)
+{
+    unsigned i = a->take;
+    pthread_mutex_lock(&a->mu);
+    while (!a->full[i])
+        pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
+    if (a->len[i] == 0) { /* stays full: every later call sees the same end */
+        if (a->err[i]) {
+            errno = a->err[i];
+            return -1;
+        }
+        return 0;
+    }
+    size_t n = a->len[i] - a->off < cap ? a->len[i] - a->off : cap;
+    memcpy(dst, a->blk[i] + a->off, n);
+    a->off += n;
+    if (a->off == a->len[i]) {
+        pthread_mutex_lock(&a->mu);
+        a->full[i] = 0;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        a->take ^= 1;
+        a->off = 0;
+    }
+    return (ssize_t)n;
+}
+
+static void read_ahead_stop(pe_capture_reader *r)
+{
+    read_ahead *a = r->ahead;
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a->blk[0]);
+    free(a->blk[1]);
+    free(a);
+    r->ahead = NULL;
+}
+
+/*
+ * Start reading ahead: regular files only (a pipe's reader must get what has
+ * come as soon as it comes).  Without memory or a thread the reader reads on
+ * the calling thread as before.
+ */
+static void read_ahead_start(pe_capture_reader *r)
+{
+    struct stat sb;
+    if (r->fd < 0 || r->at_eof || r->ahead || fstat(r->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return;
+    read_ahead *a = calloc(1, sizeof *a);
+    if (!a)
+        return;
+    a->fd = r->fd;
+    a->blk[0] = malloc(READ_AHEAD_BLOCK);
+    a->blk[1] = malloc(READ_AHEAD_BLOCK);
+    if (!a->blk[0] || !a->blk[1]) {
+        free(a->blk[0]);
+        free(a->blk[1]);
+        free(a);
+        return;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the caller's threads */
+    int rc = pthread_create(&a->thread, NULL, read_ahead_main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_cond_destroy(&a->cv);
+        pthread_mutex_destroy(&a->mu);
+        free(a->blk[0]);
+        free(a->blk[1]);
+        free(a);
+        return;
+    }
+    r->ahead = a;
+}
 
 /*
  * Make buf[pos..pos+need) available.  PE_ERR_CAP_TRUNCATED when the input
@@ -274,7 +421,8 @@ static pe_status window_need(pe_capture_reader *r, size_t need)
     }
     /* Fill what the window holds (fewer, larger reads), but return as soon as `need` is there. */
     while (r->len - r->pos < need) {
-        ssize_t n = read(r->fd, r->owned + r->len, r->owned_cap - r->len);
+        ssize_t n = r->ahead ? read_ahead_take(r->ahead, r->owned + r->len, r->owned_cap - r->len)
+                             : read(r->fd, r->owned + r->len, r->owned_cap - r->len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -700,6 +848,7 @@ void pe_capture_close(pe_capture_reader *r)
 {
     if (!r)
         return;
+    read_ahead_stop(r);
     if (r->own_fd)
         close(r->fd);
     free(r->owned);
@@ -716,11 +865,29 @@ void pe_capture_close(pe_capture_reader *r)
  * (not opened for appending) is seekable: fields written early, such as a
  * snap length, can be patched once the run knows better (out_patch32).
  */
+/*
+ * A thread that writes full buffers for a parallel run, so the calling thread
+ * (which reads, dispatches and lays out records) does not also spend the
+ * kernel's copy into the page cache.  One buffer is out at a time; the other
+ * fills meanwhile.
+ */
+typedef struct out_async {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t *spare;         /* the buffer not being filled */
+    const uint8_t *pending; /* handed to the thread, not yet written */
+    size_t pending_len;
+    int stop;
+    int failed, err;        /* the thread's first failure, taken over at out_sync */
+} out_async;
+
 typedef struct out_file {
     int fd;
     int own_fd;
     uint8_t *buf;
     size_t used;
+    out_async *async;  /* NULL: writes on the calling thread */
     uint64_t written;  /* octets handed to out_write: the output offset of the next one */
     uint64_t start;    /* the descriptor's offset when the output began */
     int seekable;
@@ -754,9 +921,22 @@ static pe_status out_open_fd(out_file *o, int fd, int own_fd)
 
 static pe_status out_open(out_file *o, const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    /*
+     * Truncated only when it has octets: ext4 takes a truncation to empty as
+     * a file being replaced and starts writeback of everything written at
+     * close (auto_da_alloc), which made close() of a new 153 MB output take
+     * some 70 ms on the calling thread.  O_TRUNC truncates even an empty file.
+     */
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0)
         return PE_ERR_CAP_WRITE; /* errno says why */
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (S_ISREG(sb.st_mode) && sb.st_size != 0 && ftruncate(fd, 0) != 0)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return PE_ERR_CAP_WRITE;
+    }
     pe_status st = out_open_fd(o, fd, 1);
     if (st != PE_OK)
         close(fd);
@@ -778,9 +958,131 @@ static void out_raw(out_file *o, const uint8_t *p, size_t n)
     }
 }
 
+/* The write loop of out_raw on the writer thread: it records a failure for out_sync. */
+static void *out_async_main(void *arg)
+{
+    out_file *o = arg;
+    out_async *a = o->async;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->stop && !a->pending)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (!a->pending) /* stop, nothing left */
+            break;
+        const uint8_t *p = a->pending;
+        size_t n = a->pending_len;
+        int failed = a->failed;
+        pthread_mutex_unlock(&a->mu);
+        int err = 0;
+        while (n && !failed) {
+            ssize_t k = write(o->fd, p, n);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                failed = 1;
+                err = k < 0 ? errno : EIO;
+                break;
+            }
+            p += k;
+            n -= (size_t)k;
+        }
+        pthread_mutex_lock(&a->mu);
+        if (failed && !a->failed) {
+            a->failed = 1;
+            a->err = err;
+        }
+        a->pending = NULL;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* Wait until the writer thread has written what it holds; its failure becomes the output's. */
+static void out_sync(out_file *o)
+{
+    out_async *a = o->async;
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    while (a->pending)
+        pthread_cond_wait(&a->cv, &a->mu);
+    if (a->failed)
+        out_fail(o, a->err);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/*
+ * Start the writer thread (a parallel run).  Without memory or a thread the
+ * output stays on the calling thread: slower, the same octets.
+ */
+static void out_start_async(out_file *o)
+{
+    out_async *a = calloc(1, sizeof *a);
+    if (!a || !(a->spare = malloc(OUT_BUFFER_SIZE))) {
+        free(a);
+        return;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    o->async = a;
+    /* Signals stay with the caller's threads (Ctrl-C reaches the progress callback as before). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&a->thread, NULL, out_async_main, o);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        o->async = NULL;
+        pthread_cond_destroy(&a->cv);
+        pthread_mutex_destroy(&a->mu);
+        free(a->spare);
+        free(a);
+    }
+}
+
+/* Write what the thread holds, then end it; the output is on the calling thread again. */
+static void out_stop_async(out_file *o)
+{
+    out_async *a = o->async;
+    if (!a)
+        return;
+    out_sync(o);
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a->spare);
+    free(a);
+    o->async = NULL;
+}
+
 static void out_flush(out_file *o)
 {
-    out_raw(o, o->buf, o->used);
+    out_async *a = o->async;
+    if (!a || o->failed) {
+        out_raw(o, o->buf, o->used);
+        o->used = 0;
+        return;
+    }
+    if (!o->used)
+        return;
+    out_sync(o); /* the spare buffer is free again */
+    if (o->failed) {
+        o->used = 0; /* nothing more goes out */
+        return;
+    }
+    pthread_mutex_lock(&a->mu);
+    a->pending = o->buf;
+    a->pending_len = o->used;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    uint8_t *next = a->spare;
+    a->spare = o->buf;
+    o->buf = next;
     o->used = 0;
 }
 
@@ -792,6 +1094,7 @@ static void out_write(out_file *o, const void *p, size_t n)
     if (n > OUT_BUFFER_SIZE - o->used)
         out_flush(o);
     if (n >= OUT_BUFFER_SIZE) {
+        out_sync(o); /* in order after what the thread holds */
         out_raw(o, p, n);
         return;
     }
@@ -813,6 +1116,7 @@ static void out_patch32(out_file *o, uint64_t off, uint32_t v, int be)
     if (!o->seekable || o->failed)
         return;
     out_flush(o);
+    out_sync(o);
     for (size_t done = 0; done < 4 && !o->failed;) {
         ssize_t k = pwrite(o->fd, b + done, 4 - done, (off_t)(o->start + off + done));
         if (k < 0 && errno == EINTR)
@@ -829,6 +1133,7 @@ static pe_status out_close(out_file *o)
 {
     if (o->buf)
         out_flush(o);
+    out_stop_async(o);
     if (o->own_fd && o->fd >= 0 && close(o->fd) != 0)
         out_fail(o, errno); /* a full disk may show only now (NFS) */
     o->fd = -1;
@@ -1687,6 +1992,10 @@ static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn 
     par_chunk *c[2] = {calloc(1, sizeof(par_chunk)), calloc(1, sizeof(par_chunk))};
     pe_status st = c[0] && c[1] ? write_file_header(t) : PE_ERR_NOMEM;
     uint64_t read_packets = 0;
+    if (pe_parallel_jobs(p) > 1) {
+        out_start_async(&t->out); /* ended by out_close */
+        read_ahead_start(t->r);   /* ended below */
+    }
 #define PACKETS_LEFT (TRANSFORM_PROGRESS_EVERY - read_packets % TRANSFORM_PROGRESS_EVERY)
     if (st == PE_OK)
         st = read_par_chunk(t, c[0], PACKETS_LEFT, 0, growth);
@@ -1729,6 +2038,7 @@ static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn 
     }
 #undef PACKETS_LEFT
     pe_parallel_wait(p); /* a chunk still out when the run stopped: its results go unused */
+    read_ahead_stop(t->r);
     /* The final report may abort too: the caller asked to stop, so the run does not count as done. */
     if (st == PE_OK && progress && report_progress(t, progress, progress_ctx))
         st = PE_ERR_CAP_ABORTED;
