@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, NoReturn, Optional, Type
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 
 
 class CoreError(Exception):
@@ -62,6 +62,11 @@ def code_table(by_category: Mapping[str, Type[CoreError]],
 def status_name(status: int) -> str:
     """The stable name of a core status code."""
     return ffi.string(lib.pe_status_name(status)).decode()
+
+
+def status_names() -> "list[str]":
+    """Every status name of the core, in the order of its status list (status.h)."""
+    return [status_name(st) for st in range(lib.PE_STATUS_COUNT)]
 
 
 def status_message(status: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.util import Buffer, check_range, packet_buffer
 from pyeesp.errors import ConfigurationError, raise_eesp
 
@@ -148,3 +148,13 @@ class Header:
         if st != lib.PE_OK:
             raise_eesp(st)
         return bytes(ffi.buffer(out, n[0]))
+
+
+_UDP4500_KINDS = {lib.PE_UDP4500_KEEPALIVE: "keepalive", lib.PE_UDP4500_IKE: "ike", lib.PE_UDP4500_EESP: "eesp",
+                  lib.PE_UDP4500_ESP: "esp"}
+
+
+def udp4500_kind(payload: Buffer) -> str:
+    """What a UDP 4500 payload is (eesp.md §14): "keepalive", "ike" (non-ESP marker), "eesp" or "esp"."""
+    buf = packet_buffer(payload, "payload")
+    return _UDP4500_KINDS[lib.pe_eesp_udp_classify(buf, len(buf))]

@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.errors import status_message, status_name
 from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin
 from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp

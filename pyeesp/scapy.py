@@ -55,7 +55,7 @@ from scapy.packet import (
     split_bottom_up,
 )
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.util import Key, check_range, key_bytes
 from pyeesp.errors import ConfigurationError, NoSaError, raise_eesp
 from pyeesp.sa import SA, SUITES, Receiver, suite_id

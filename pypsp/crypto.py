@@ -5,8 +5,9 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.capture import Summary
+from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
 from pecore.errors import status_message, status_name
@@ -214,8 +215,6 @@ class Encryptor:
 
     def encrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Encrypt every IP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.encrypt_capture`)."""
-        from pypsp.capture import encrypt_capture
-
         return encrypt_capture(self, in_path, out_path, **kwargs)
 
 
@@ -318,6 +317,4 @@ class Decryptor:
 
     def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Decrypt every PSP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.decrypt_capture`)."""
-        from pypsp.capture import decrypt_capture
-
         return decrypt_capture(self, in_path, out_path, **kwargs)

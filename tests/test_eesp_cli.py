@@ -1,7 +1,7 @@
 """The pyeesp command line: derive-key, encrypt, decrypt and show with key files
 (eesp-sa lines, docs/keys.md) and inline SA options, per-reason summaries,
 exit statuses, and clear errors for bad input.  Everything runs in-process
-through pyeesp.cli.main, plus one subprocess call of the console script."""
+through pyeesp.tools.cli.main, plus one subprocess call of the console script."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ import pytest
 
 import pyeesp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
-from pyeesp.cli import main
+from pyeesp.tools.cli import main
 
 ROOT = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"  # §19
 ROOT384 = bytes(range(48)).hex()

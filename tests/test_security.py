@@ -533,7 +533,7 @@ def test_dissectors_and_python_leave_tags_to_the_core():
     not_octets = re.compile(r"len|valid|good|bad|\bs_icv\b", re.I)
     # The vector checkers compare a vector file's *published* ICV with the packet it describes
     # (consistency of public test data, after the core has verified the packet).
-    allowed = {"pypsp/vectors.py": 'out["icv"] != wire[-16:].hex()', "pyeesp/vectors.py": 'out["icv"] != wire[-icv_len:].hex()'}
+    allowed = {"pypsp/tools/vectors.py": 'out["icv"] != wire[-16:].hex()', "pyeesp/tools/vectors.py": 'out["icv"] != wire[-icv_len:].hex()'}
     for pkg in ("pecore", "pypsp", "pyeesp"):
         for path in sorted((ROOT / pkg).glob("*.py")):
             rel = f"{pkg}/{path.name}"
@@ -731,19 +731,19 @@ def test_parsed_key_files_do_not_show_keys_in_repr(tmp_path):
 
 
 def test_diagnose_reports_never_show_keys():
-    import pyeesp.diagnose
-    import pypsp.diagnose
+    import pyeesp.tools.diagnose
+    import pypsp.tools.diagnose
 
     wire = pypsp.Encryptor(spi=0x1234, master_keys=(MK0, MK1)).encrypt(PKT)
     for kw in (dict(master_keys=(WRONG_MK0, MK1)), dict(master_keys=(MK0, None)), dict(keys={0x1234: KEY16}),
                dict(master_keys=(MK1, MK0)), dict(keys={0x1234: KEY32}, master_keys=(WRONG_MK0, None))):
         for packet in (wire, wire.hex(), wire[28:]):
-            rep = pypsp.diagnose.diagnose(packet, **kw)
+            rep = pypsp.tools.diagnose.diagnose(packet, **kw)
             assert rep.verdict != "verifies" or kw.get("master_keys") == (MK0, None)
             assert_no_key(rep.format() + json.dumps(rep.to_dict()), f"PSP diagnose with {list(kw)}")
     tampered = bytearray(wire)
     tampered[-1] ^= 1
-    rep = pypsp.diagnose.diagnose(bytes(tampered), master_keys=(MK0, MK1))
+    rep = pypsp.tools.diagnose.diagnose(bytes(tampered), master_keys=(MK0, MK1))
     assert_no_key(rep.format() + json.dumps(rep.to_dict()), "PSP diagnose, tampered")
 
     sent = pyeesp.SA(0x1000, root_key=ROOT32, sskdf="hkdf-sha256").encrypt(PKT, 2)
@@ -757,7 +757,7 @@ def test_diagnose_reports_never_show_keys():
     ]
     for packet, sas in cases:
         for form in (packet, packet.hex()):
-            rep = pyeesp.diagnose.diagnose(form, sas)
+            rep = pyeesp.tools.diagnose.diagnose(form, sas)
             assert rep.verdict != "verifies"
             assert_no_key(rep.format() + json.dumps(rep.to_dict()), f"EESP diagnose {sas[0]['spi']:#x}")
 

@@ -11,6 +11,7 @@ import threading
 from typing import Optional, Sequence, Tuple
 
 from pecore.errors import CoreError
+from pecore.util import openssl_version
 
 
 class UsageError(Exception):
@@ -78,9 +79,7 @@ def report(summary, verb: str, quiet: bool) -> int:
 
 def add_version(parser: argparse.ArgumentParser, version: str) -> None:
     """--version: the package's version and the OpenSSL the core runs on."""
-    from pecore._native import ffi, lib
-
-    openssl = ffi.string(lib.OpenSSL_version(lib.OPENSSL_VERSION)).decode()
+    openssl = openssl_version()
     parser.add_argument("--version", action="version", version=f"{parser.prog} {version} (psp-eesp core on {openssl})")
 
 

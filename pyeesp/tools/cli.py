@@ -11,14 +11,16 @@ import json
 import sys
 from typing import List, Optional, Sequence
 
-from pecore._native import ffi, lib
+from pecore.ip import parse_ip, parse_udp
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, add_version, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
+from pecore.tools.cli import UsageError, add_version, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
-from pyeesp.header import Header
+from pyeesp.header import Header, udp4500_kind
 from pyeesp.sa import SA, SUITES, Receiver, derive_sub_sa_key, suite_id
+from pyeesp.tools.diagnose import register as register_diagnose
+from pyeesp.tools.vectors import register as register_vectors
 
 _KEYMAT = {"aes-gcm": 4, "aes-gmac": 4, "aes-ccm": 3, "chacha20-poly1305": 4}
 
@@ -138,16 +140,16 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
 
 def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:
     """(EESP octets, UDP-encapsulated?) of an IP packet, or None when it carries no EESP."""
-    info = ffi.new("pe_ip_info *")
-    if lib.pe_ip_parse(ip, len(ip), info) != lib.PE_OK or info.is_fragment:
+    info = parse_ip(ip)
+    if info is None or info.is_fragment:
         return None
     if info.protocol == protocol:
-        return ip[info.l4_offset : info.len], False
-    udp = ffi.new("pe_udp_view *")
-    if lib.pe_ip_udp(ip, len(ip), udp) != lib.PE_OK or port not in (udp.dport, udp.sport):
+        return ip[info.l4_offset : info.length], False
+    udp = parse_udp(ip)
+    if udp is None or port not in (udp.dport, udp.sport):
         return None
     payload = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
-    if lib.pe_eesp_udp_classify(payload, len(payload)) != lib.PE_UDP4500_EESP:
+    if udp4500_kind(payload) != "eesp":
         return None
     return payload, True
 
@@ -246,13 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=count_arg, default=0)
     s.set_defaults(func=cmd_show)
 
-    from pyeesp.diagnose import register as register_diagnose  # imported here: it imports this module
-
-    register_diagnose(sub)
-
-    from pyeesp.vectors import register as register_vectors  # vectors generate|check
-
-    register_vectors(sub)
+    register_diagnose(sub, _sa_options, _entries)
+    register_vectors(sub)  # vectors generate|check
     return p
 
 

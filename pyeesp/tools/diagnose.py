@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from pecore import primitives as prim
-from pecore._native import ffi, lib
-from pecore.cli import addresses
-from pecore.diagnose import (
+from pecore.ip import parse_ip, parse_udp
+from pecore.tools.cli import addresses
+from pecore.tools.diagnose import (
     DIAGNOSED,
     MALFORMED,
     NO_KEY,
@@ -70,6 +70,7 @@ from pecore.diagnose import (
 from pecore.keys import EespSaEntry
 from pecore.util import key_bytes
 from pyeesp.errors import ConfigurationError, EespError
+from pyeesp.header import udp4500_kind
 from pyeesp.sa import SA, SUITES, Receiver, suite_id
 
 SPEC = "eesp.md"
@@ -299,17 +300,17 @@ class EespDiagnoser:
 
     def locate(self, ip: bytes) -> Optional[bytes]:
         """The EESP part of an IP packet (after the IP header, or in UDP 4500), or None."""
-        info = ffi.new("pe_ip_info *")
-        if lib.pe_ip_parse(ip, len(ip), info) != lib.PE_OK or info.is_fragment:
+        info = parse_ip(ip)
+        if info is None or info.is_fragment:
             return None
         if info.protocol in self.protocols:
-            part = ip[info.l4_offset : info.len]
+            part = ip[info.l4_offset : info.length]
             return part if part and part[0] & 0x80 else None
-        udp = ffi.new("pe_udp_view *")
-        if lib.pe_ip_udp(ip, len(ip), udp) != lib.PE_OK or self.udp_port not in (udp.dport, udp.sport):
+        udp = parse_udp(ip)
+        if udp is None or self.udp_port not in (udp.dport, udp.sport):
             return None
         payload = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
-        if lib.pe_eesp_udp_classify(payload, len(payload)) != lib.PE_UDP4500_EESP:
+        if udp4500_kind(payload) != "eesp":
             return None
         return payload
 
@@ -903,11 +904,9 @@ def diagnose_capture(path: str, sas: Iterable[SaSpec], *, max_mistakes: int = 2,
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from pyeesp.cli import _entries
+    from pecore.tools.cli import UsageError
 
-    from pecore.cli import UsageError
-
-    entries = _entries(args)
+    entries = args.sa_entries(args)
     if not (args.key or args.root_key):  # --spi / --dst narrow the key file's SAs
         entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
                    and (args.dst is None or _same_addr(e.dst or "", args.dst))]
@@ -917,10 +916,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return emit(d.diagnose_source(args.input, limit=args.limit), args)
 
 
-def register(sub) -> None:
-    """Add the ``diagnose`` subcommand to the pyeesp CLI's subparsers."""
-    from pyeesp.cli import _sa_options
-
+def register(sub, sa_options, sa_entries) -> None:
+    """Add the ``diagnose`` subcommand to the pyeesp CLI's subparsers.  The CLI hands over its SA options
+    (``sa_options(parser)``) and how it reads them (``sa_entries(args)``), so that this module does not import
+    the CLI that imports it."""
     p = sub.add_parser("diagnose", help="explain why EESP packets do not verify (known interop mistakes)",
                        description="Open each EESP packet with the given SAs; when one does not verify, recompute it "
                                    "with the known implementation mistakes (AAD variant, SSKDF info, salt split, "
@@ -928,5 +927,5 @@ def register(sub) -> None:
                                    "exactly. Exit status: 0 when every packet verifies, 1 when some do not, 2 for "
                                    "usage or input errors.")
     add_common_arguments(p, "EESP")
-    _sa_options(p)
-    p.set_defaults(func=cmd_diagnose)
+    sa_options(p)
+    p.set_defaults(func=cmd_diagnose, sa_entries=sa_entries)

@@ -12,14 +12,16 @@ import json
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from pecore._native import ffi, lib
 from pecore.capture import ProgressBar, read_capture
-from pecore.cli import UsageError, add_version, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
+from pecore.tools.cli import UsageError, add_version, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
+from pecore.ip import parse_udp
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
 from pypsp.errors import PspError
 from pypsp.header import Header
+from pypsp.tools.diagnose import register as register_diagnose
+from pypsp.tools.vectors import register as register_vectors
 
 
 _int = int_arg
@@ -199,9 +201,8 @@ def _packet_info(index: int, rec, port: int, dec: Optional[Decryptor]) -> Option
     ip = rec.ip_packet()
     if ip is None:
         return None
-    udp = ffi.new("pe_udp_view *")
-    st = lib.pe_ip_udp(ip, len(ip), udp)
-    if st != lib.PE_OK or udp.dport != port:
+    udp = parse_udp(ip)
+    if udp is None or udp.dport != port:
         return None
     src, dst = _addresses(ip)
     psp = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
@@ -324,13 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=count_arg, default=0, help="stop after N PSP packets (0: all)")
     s.set_defaults(func=cmd_show)
 
-    from pypsp.diagnose import register as register_diagnose  # imported here: it imports this module
-
-    register_diagnose(sub)
-
-    from pypsp.vectors import register as register_vectors  # vectors generate|check
-
-    register_vectors(sub)
+    register_diagnose(sub, _add_key_options, Keys.from_args)
+    register_vectors(sub)  # vectors generate|check
     return p
 
 
