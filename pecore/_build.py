@@ -101,6 +101,8 @@ typedef struct {
     size_t payload_len;
 } pe_udp_view;
 pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp);
+uint16_t pe_ip_checksum(const uint8_t *p, size_t n);
+pe_status pe_udp_checksum(const uint8_t *ip, size_t len, uint16_t *checksum);
 
 /* batch.h */
 pe_status pe_batch_transform(pe_ip_transform_fn fn, void *ctx, size_t n, const uint8_t *in,
@@ -231,6 +233,14 @@ typedef struct {
 } pe_psp_hdr;
 size_t pe_psp_key_len(unsigned version);
 const char *pe_psp_version_name(unsigned version);
+typedef struct {
+    unsigned version;
+    const char *name;
+    size_t key_len;
+    size_t icv_len;
+    int gmac;
+} pe_psp_version_info;
+const pe_psp_version_info *pe_psp_version_info_get(unsigned version);
 pe_status pe_psp_hdr_parse(const uint8_t *buf, size_t len, pe_psp_hdr *h);
 pe_status pe_psp_hdr_build(const pe_psp_hdr *h, uint8_t *buf, size_t cap);
 pe_status pe_psp_derive_key(const uint8_t master_key[32], uint32_t spi, unsigned version,
@@ -288,6 +298,17 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
                       size_t *out_len, pe_psp_hdr *hdr);
 pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len, pe_psp_hdr *hdr);
+pe_status pe_psp_seal(pe_psp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header, uint8_t *out,
+                      size_t cap, size_t *out_len);
+typedef struct {
+    unsigned ip_version;
+    size_t udp_offset;
+    size_t offset;
+    size_t len;
+    uint16_t udp_sport;
+    size_t proto_field;
+} pe_psp_location;
+pe_status pe_psp_locate(const uint8_t *pkt, size_t len, uint16_t udp_dport, pe_psp_location *loc);
 pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why);
 pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
@@ -296,6 +317,8 @@ typedef struct {
     pe_psp_rx *rx;
     pe_psp_hdr *hdrs;
     size_t next;
+    uint8_t *ext_store;
+    size_t ext_store_cap, ext_store_used;
 } pe_psp_batch_ctx;
 pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                               size_t *out_len, pe_status *why);
@@ -328,6 +351,32 @@ typedef struct {
 } pe_eesp_suite;
 pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
 const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
+typedef struct {
+    int encr;
+    const char *name;
+    const char *ikev2_name;
+    pe_aead_alg alg;
+    size_t salt_len;
+    size_t iv_len;
+    size_t icv_len;
+    int implicit_iv;
+    int integrity_only;
+    size_t n_key_lens;
+    size_t key_lens[3];
+} pe_eesp_suite_info;
+size_t pe_eesp_suite_count(void);
+const pe_eesp_suite_info *pe_eesp_suite_at(size_t i);
+const pe_eesp_suite_info *pe_eesp_suite_by_id(unsigned encr);
+const pe_eesp_suite_info *pe_eesp_suite_by_name(const char *name);
+typedef struct {
+    uint8_t payload_offset;
+    uint8_t crypt_offset;
+    uint8_t reserved;
+} pe_eesp_crypt_offset;
+#define PE_EESP_CO_PAYLOAD_OFFSET_SHIFT ...
+#define PE_EESP_CO_CRYPT_OFFSET_SHIFT ...
+pe_eesp_crypt_offset pe_eesp_crypt_offset_decode(uint16_t value);
+pe_status pe_eesp_crypt_offset_encode(const pe_eesp_crypt_offset *co, uint16_t *value);
 size_t pe_eesp_sskdf_root_len(pe_eesp_sskdf sskdf);
 pe_status pe_eesp_derive_sub_sa_key(pe_eesp_sskdf sskdf, const uint8_t *root, size_t root_len,
                                     uint16_t session_id, uint8_t *out, size_t out_len);
@@ -395,6 +444,17 @@ pe_status pe_eesp_tx_set_capture_sub_sas(pe_eesp_tx *tx, unsigned n);
 pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
                         size_t cap, size_t *out_len);
 typedef struct {
+    int explicit_iv;
+    uint8_t iv[8];
+    int pad_len;
+} pe_eesp_packet_opts;
+void pe_eesp_packet_opts_init(pe_eesp_packet_opts *opts);
+pe_status pe_eesp_encap_with(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id,
+                             const pe_eesp_packet_opts *opts, uint8_t *out, size_t cap, size_t *out_len);
+pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header,
+                       int carrier_ip_version, uint16_t sub_sa_id, const pe_eesp_packet_opts *opts,
+                       uint8_t *out, size_t cap, size_t *out_len);
+typedef struct {
     uint8_t ip_protocol;
     uint16_t udp_port;
     int check_udp_checksum;
@@ -428,6 +488,18 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
                         size_t *out_len, pe_eesp_info *info);
 typedef enum { PE_UDP4500_KEEPALIVE, PE_UDP4500_IKE, PE_UDP4500_EESP, PE_UDP4500_ESP } pe_udp4500_kind;
 pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len);
+typedef struct {
+    unsigned ip_version;
+    int udp_encap;
+    size_t offset;
+    size_t len;
+    size_t l4_offset;
+    size_t proto_field;
+} pe_eesp_location;
+#define PE_EESP_LOCATE_EITHER_PORT ...
+#define PE_EESP_LOCATE_UDP_CHECKSUM ...
+pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, uint16_t udp_port, unsigned flags,
+                         pe_eesp_location *loc);
 pe_verdict pe_eesp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                  size_t *out_len, pe_status *why);
 pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,

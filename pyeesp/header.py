@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from pecore.binding import ffi, lib
+from pecore.protocol import crypt_offset_decode, crypt_offset_encode
 from pecore.util import Buffer, check_range, packet_buffer
 from pyeesp.errors import ConfigurationError, raise_eesp
 
@@ -39,10 +40,10 @@ class Option:
     @classmethod
     def crypt_offset(cls, payload_offset: int, crypt_offset: int, reserved: int = 0) -> "Option":
         """A Crypt Offset option (D3: two data octets, PayloadOffset(6) | CryptOffset(6) | R(4))."""
-        v = (
-            check_range("payload_offset", payload_offset, 63, ConfigurationError) << 10
-            | check_range("crypt_offset", crypt_offset, 63, ConfigurationError) << 4
-            | check_range("reserved", reserved, 15, ConfigurationError)
+        v = crypt_offset_encode(
+            check_range("payload_offset", payload_offset, 63, ConfigurationError),
+            check_range("crypt_offset", crypt_offset, 63, ConfigurationError),
+            check_range("reserved", reserved, 15, ConfigurationError),
         )
         return cls(CRYPT_OFFSET, v.to_bytes(2, "big"))
 
@@ -54,18 +55,20 @@ class Option:
     def wire_len(self) -> int:
         return 1 if self.type == PAD1 else 2 + len(self.data)
 
-    def _co_value(self) -> Optional[int]:
-        return int.from_bytes(self.data, "big") if self.type == CRYPT_OFFSET and len(self.data) == 2 else None
+    def _co_fields(self) -> Optional[Tuple[int, int, int]]:
+        if self.type != CRYPT_OFFSET or len(self.data) != 2:
+            return None
+        return crypt_offset_decode(int.from_bytes(self.data, "big"))
 
     @property
     def payload_offset(self) -> Optional[int]:
-        v = self._co_value()
-        return None if v is None else v >> 10
+        f = self._co_fields()
+        return None if f is None else f[0]
 
     @property
     def crypt_offset_value(self) -> Optional[int]:
-        v = self._co_value()
-        return None if v is None else (v >> 4) & 0x3F
+        f = self._co_fields()
+        return None if f is None else f[1]
 
 
 @dataclass(frozen=True)
@@ -149,12 +152,3 @@ class Header:
             raise_eesp(st)
         return bytes(ffi.buffer(out, n[0]))
 
-
-_UDP4500_KINDS = {lib.PE_UDP4500_KEEPALIVE: "keepalive", lib.PE_UDP4500_IKE: "ike", lib.PE_UDP4500_EESP: "eesp",
-                  lib.PE_UDP4500_ESP: "esp"}
-
-
-def udp4500_kind(payload: Buffer) -> str:
-    """What a UDP 4500 payload is (eesp.md §14): "keepalive", "ike" (non-ESP marker), "eesp" or "esp"."""
-    buf = packet_buffer(payload, "payload")
-    return _UDP4500_KINDS[lib.pe_eesp_udp_classify(buf, len(buf))]

@@ -224,7 +224,36 @@ class Receiver:
                 _raise_decap(st, self._info)
             return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
 
-    def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, EespError]]:
+    def open(self, eesp: Buffer, *, ip_version: int = 4, dst: Optional[str] = None,
+             replay: bool = True) -> Decrypted:
+        """Open bare EESP octets (from the Base Header on: what follows the IP headers, or a UDP 4500 payload).
+
+        ``packet`` is then the inner part: the tunnelled IP packet, or in transport mode the upper-layer
+        segment whose protocol is ``next_header``.  ``ip_version`` (4 or 6) and ``dst`` (the outer
+        destination) pick the SA as :meth:`decrypt` would.  ``replay=False`` neither checks nor moves the
+        replay window (for looking at packets again).
+        """
+        buf = packet_buffer(eesp, "eesp")
+        if ip_version not in (4, 6):
+            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
+        daddr = ffi.NULL
+        if dst is not None:
+            try:
+                addr = ipaddress.ip_address(dst)
+            except ValueError:
+                raise ConfigurationError(f"dst is not an IPv4 or IPv6 address: {dst!r}") from None
+            if addr.version != ip_version:
+                raise ConfigurationError(f"dst {dst} is not an IPv{ip_version} address")
+            daddr = ffi.new("uint8_t[]", addr.packed)
+        flags = 0 if replay else lib.PE_EESP_OPEN_NO_REPLAY
+        with self._lock:
+            st = lib.pe_eesp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
+                                  self._out_len, self._info)
+            if st != lib.PE_OK:
+                _raise_decap(st, self._info)
+            return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
+
+    def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EespError]]:
         """Decrypt many packets in order; a failed packet's slot holds its exception."""
         out: List[Union[Decrypted, EespError]] = []
         for p in packets:
@@ -347,7 +376,11 @@ class SA:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
         return self._receiver.decrypt(packet)
 
-    def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, EespError]]:
+    def open(self, eesp: Buffer, **kwargs) -> Decrypted:
+        """Open bare EESP octets (see :meth:`Receiver.open`)."""
+        return self._receiver.open(eesp, **kwargs)
+
+    def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EespError]]:
         """Decrypt many packets in order; a failed packet's slot holds its exception."""
         return self._receiver.decrypt_batch(packets)
 

@@ -56,6 +56,7 @@ from scapy.packet import (
 )
 
 from pecore.binding import ffi, lib
+from pecore.protocol import CRYPT_OFFSET_FIELD_BITS, eesp_suite
 from pecore.util import Key, check_range, key_bytes
 from pyeesp.errors import ConfigurationError, NoSaError, raise_eesp
 from pyeesp.sa import SA, SUITES, Receiver, suite_id
@@ -206,9 +207,9 @@ class EESPOptCryptOffset(EESPOption):
     fields_desc = [
         ByteEnumField("otype", 2, OPTION_TYPES),
         ByteField("optlen", 2),
-        BitField("payload_offset", 0, 6),
-        BitField("crypt_offset", 0, 6),
-        BitField("reserved", 0, 4),
+        BitField("payload_offset", 0, CRYPT_OFFSET_FIELD_BITS[0]),
+        BitField("crypt_offset", 0, CRYPT_OFFSET_FIELD_BITS[1]),
+        BitField("reserved", 0, CRYPT_OFFSET_FIELD_BITS[2]),
     ]
 
 
@@ -373,7 +374,6 @@ def unbind_udp_encap(port: int = UDP_ENCAP_PORT) -> None:
 
 # --------------------------------------------------------------------------- Security Association
 
-_SUITE_NAMES = {v: k for k, v in SUITES.items()}
 _ALIASES = {
     "aes-null-gmac": "aes-gmac",  # scapy's CRYPT_ALGOS name
     "null-auth-aes-gmac": "aes-gmac",
@@ -384,12 +384,13 @@ _FAMILIES = ("aes-gcm", "aes-ccm", "chacha20-poly1305")
 
 def suite_info(suite: Union[str, int], key_bits: int = 128):  # type: ignore[no-untyped-def]
     """The core's description of a suite: (name, salt_len, iv_len, icv_len, integrity_only, key_len)."""
-    sid = suite_id(suite)
+    row = eesp_suite(suite_id(suite))
+    assert row is not None  # suite_id() accepted it
     s = ffi.new("pe_eesp_suite *")
-    st = lib.pe_eesp_suite_get(sid, 0 if sid in (28, 31) else key_bits, s)
+    st = lib.pe_eesp_suite_get(row.id, 0 if len(row.key_lens) == 1 else key_bits, s)
     if st != lib.PE_OK:
         raise_eesp(st, f"suite {suite!r} with {key_bits}-bit keys")
-    return _SUITE_NAMES[sid], s.salt_len, s.iv_len, s.icv_len, bool(s.integrity_only), s.key_len
+    return row.name, s.salt_len, s.iv_len, s.icv_len, bool(s.integrity_only), s.key_len
 
 
 def _resolve_suite(suite: Union[str, int], iv_len: Optional[int], icv_len: Optional[int]) -> str:

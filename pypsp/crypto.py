@@ -27,6 +27,11 @@ def _check_range(name: str, value: int, top: int) -> int:
     return check_range(name, value, top, ConfigurationError)
 
 
+def kdf_label(version: int) -> int:
+    """The default KDF label of a version (psp.md §5): "Pv<version>", 0x50763000 | version << 8."""
+    return lib.pe_psp_kdf_label(_check_range("version", version, 3))
+
+
 def derive_key(master_key: Key, spi: int, version: int, *, label: Optional[int] = None) -> bytes:
     """Derive an SA key (psp.md §5): SP 800-108 counter mode, AES-256-CMAC.
 
@@ -297,7 +302,13 @@ class Decryptor:
         """Decrypt many packets in one core call; a failed packet's slot holds its exception."""
         pkts = list(packets)
         hdrs = ffi.new("pe_psp_hdr[]", max(len(pkts), 1))
-        ctx = ffi.new("pe_psp_batch_ctx *", {"rx": self._rx, "hdrs": hdrs})
+        # Extension areas decrypted in the receiver's work buffer are copied here (each fits its packet).
+        try:
+            size = max(sum(memoryview(p).nbytes for p in pkts), 1)
+        except TypeError:
+            size = 1  # run_batch names the packet that is not bytes-like
+        store = ffi.new("uint8_t[]", size)
+        ctx = ffi.new("pe_psp_batch_ctx *", {"rx": self._rx, "hdrs": hdrs, "ext_store": store, "ext_store_cap": size})
         out: List[Union[Decrypted, PspError]] = []
         inputs: list = []  # the joined input, which the headers' extension pointers reference
         with self._lock:
@@ -305,15 +316,8 @@ class Decryptor:
                 if st != lib.PE_OK:
                     out.append(error_class(status_name(st))(status_message(st), status_name(st)))
                     continue
-                h = hdrs[i]
-                vc_was_encrypted = h.virt and h.crypt_offset * 4 < h.ext_len
-                out.append(Decrypted(None if vc_was_encrypted else Header._from_c(h), data))  # type: ignore[arg-type]
-        # A VC that travelled encrypted was decrypted into the receiver's work buffer, which later
-        # packets of the batch reused: decrypt those few again, one by one, to show it as sent.
-        return [
-            Decrypted(self.decrypt(p).header, r.packet) if isinstance(r, Decrypted) and r.header is None else r
-            for p, r in zip(pkts, out)
-        ]
+                out.append(Decrypted(Header._from_c(hdrs[i]), data))
+        return out
 
     def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Decrypt every PSP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.decrypt_capture`)."""

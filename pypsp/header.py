@@ -5,10 +5,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pecore.binding import ffi, lib
+from pecore.protocol import PSP_VERSIONS
 from pecore.util import Buffer, packet_buffer
 from pypsp.errors import raise_psp
 
-VERSION_NAMES = {0: "AES-GCM-128", 1: "AES-GCM-256", 2: "AES-GMAC-128", 3: "AES-GMAC-256"}
+VERSION_NAMES = {v.version: v.name for v in PSP_VERSIONS}
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,11 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_bottom_up, bind_top_down, split_bottom_up, split_top_down
 from scapy.volatile import RandBin, VolatileValue
 
+from pecore.binding import ffi, lib
 from pecore._scapy import LenientDissect, UpToTrailerField, header_template, ip_bytes, ip_packet
 from pecore.util import key_bytes
 from pypsp.crypto import MAX_IP_LEN, Decryptor, Encryptor
-from pypsp.errors import ConfigurationError, NoKeyError, PacketTooLargeError
+from pypsp.errors import ConfigurationError, NoKeyError, PacketTooLargeError, raise_psp
 from pypsp.header import VERSION_NAMES
 
 __all__ = [
@@ -111,6 +112,17 @@ def _ext_len(pkt) -> int:  # type: ignore[no-untyped-def]
 
 # --------------------------------------------------------------------------- the layer
 
+
+
+def _seal_bare(enc: Encryptor, payload: bytes, next_header: int) -> bytes:
+    """The bare PSP packet (header, VC, sealed payload) for ``payload`` whose protocol is ``next_header``."""
+    cap = len(payload) + 64
+    out = ffi.new("uint8_t[]", cap)
+    n = ffi.new("size_t *")
+    st = lib.pe_psp_seal(enc._tx, payload, len(payload), next_header, out, cap, n)
+    if st != lib.PE_OK:
+        raise_psp(st)
+    return ffi.buffer(out, n[0])[:]
 
 class PSP(LenientDissect, Packet):
     """PSP Security Protocol (psp.md §2): header, optional VC, extension, payload, ICV.
@@ -208,9 +220,7 @@ class PSP(LenientDissect, Packet):
             first_iv=int.from_bytes(iv, "big"),
             udp_sport=PSP_PORT,
         )
-        # A synthetic IPv4 packet whose protocol is Next Header: transport mode seals its payload.
-        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(data), 0, 0, 64, self.nexthdr, 0, bytes(4), bytes(4)) + data
-        sealed = PSP(enc.encrypt(ip)[28:])
+        sealed = PSP(_seal_bare(enc, data, self.nexthdr))
         for name in ("hdrextlen", "sectoken", "virtkey", "data", "icv"):
             if name in sealed.fields:
                 self.setfieldval(name, sealed.fields[name])

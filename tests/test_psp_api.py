@@ -715,6 +715,23 @@ def test_decrypt_batch_equals_per_packet(co):
     assert batch == single
 
 
+def test_decrypt_batch_opens_each_packet_once(monkeypatch):
+    # A VC decrypted in the receiver's work buffer is copied out by the batch itself: no packet is
+    # decrypted a second time to show it (distinct VCs per packet, so a stale buffer would show).
+    pkts = _mixed_packets()
+    outs = []
+    for i, p in enumerate(pkts):
+        enc, dec = enc_dec(0, crypt_offset=1, vc=bytes([i]) * 8)
+        outs.append(enc.encrypt(p))
+    calls = []
+    real = Decryptor.decrypt
+    monkeypatch.setattr(Decryptor, "decrypt", lambda self, p: calls.append(p) or real(self, p))
+    batch = dec.decrypt_batch(outs)
+    assert not calls
+    assert [r.header.vc for r in batch] == [bytes([i]) * 8 for i in range(len(pkts))]
+    assert [r.packet for r in batch] == pkts
+
+
 def test_encrypt_batch_failure_raises_with_earlier_results():
     enc = Encryptor(spi=SPI, key=KEY16)
     frag = ipv4(17, udp_segment(1, 2, b"x" * 20), flags=0x2000)

@@ -11,18 +11,16 @@ import json
 import sys
 from typing import List, Optional, Sequence
 
-from pecore.ip import parse_ip, parse_udp
+from pecore.protocol import eesp_suite, locate_eesp
 from pecore.capture import ProgressBar, read_capture
 from pecore.tools.cli import UsageError, add_version, addresses, count_arg, int_arg, protocol_arg, report, run_main, spi_arg
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
-from pyeesp.header import Header, udp4500_kind
+from pyeesp.header import Header
 from pyeesp.sa import SA, SUITES, Receiver, derive_sub_sa_key, suite_id
 from pyeesp.tools.diagnose import register as register_diagnose
 from pyeesp.tools.vectors import register as register_vectors
-
-_KEYMAT = {"aes-gcm": 4, "aes-gmac": 4, "aes-ccm": 3, "chacha20-poly1305": 4}
 
 
 def _sa_options(p: argparse.ArgumentParser) -> None:
@@ -104,13 +102,13 @@ def cmd_derive_key(args: argparse.Namespace) -> int:
     else:
         root, sskdf, suite, key_bits = args.root_key, args.sskdf, args.suite or "aes-gcm-16", args.key_bits
     length = args.length
+    salt = 0
     if length is None:
-        sid = suite_id(suite)
-        name = next(n for n, v in SUITES.items() if v == sid)
-        family = next(f for f in _KEYMAT if name.startswith(f))
-        length = (32 if family == "chacha20-poly1305" else key_bits // 8) + _KEYMAT[family]
+        row = eesp_suite(suite_id(suite))
+        assert row is not None  # suite_id() accepted it
+        salt = row.salt_len
+        length = (row.key_lens[0] if len(row.key_lens) == 1 else key_bits // 8) + salt
     keymat = derive_sub_sa_key(root, args.session_id, length, sskdf)
-    salt = 3 if "ccm" in str(suite).lower() else 4
     print(f"{keymat.hex()}  (key {keymat[:-salt].hex()} salt {keymat[-salt:].hex()})" if args.length is None
           else keymat.hex())
     return 0
@@ -140,18 +138,10 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
 
 def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:
     """(EESP octets, UDP-encapsulated?) of an IP packet, or None when it carries no EESP."""
-    info = parse_ip(ip)
-    if info is None or info.is_fragment:
+    loc, _ = locate_eesp(ip, protocol, port, either_port=True)
+    if loc is None:
         return None
-    if info.protocol == protocol:
-        return ip[info.l4_offset : info.length], False
-    udp = parse_udp(ip)
-    if udp is None or port not in (udp.dport, udp.sport):
-        return None
-    payload = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
-    if udp4500_kind(payload) != "eesp":
-        return None
-    return payload, True
+    return ip[loc.offset : loc.offset + loc.length], loc.udp_encap
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -40,12 +40,10 @@ import argparse
 import dataclasses
 import inspect
 import ipaddress
-import struct
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from pecore import primitives as prim
-from pecore.ip import parse_ip, parse_udp
 from pecore.tools.cli import addresses
 from pecore.tools.diagnose import (
     DIAGNOSED,
@@ -68,26 +66,28 @@ from pecore.tools.diagnose import (
     search,
 )
 from pecore.keys import EespSaEntry
+from pecore.protocol import crypt_offset_decode, eesp_suite, locate_eesp
 from pecore.util import key_bytes
 from pyeesp.errors import ConfigurationError, EespError
-from pyeesp.header import udp4500_kind
-from pyeesp.sa import SA, SUITES, Receiver, suite_id
+from pyeesp.sa import SA, Receiver, suite_id
 
 SPEC = "eesp.md"
 BASE_LEN, SEQ_LEN, IV_LEN, PIH_LEN = 8, 8, 8, 4
 UDP_PORT = 4500
 
-# kind, ICV length, salt length, implicit IV
-_SUITE_INFO = {
-    14: ("ccm", 8, 3, False), 15: ("ccm", 12, 3, False), 16: ("ccm", 16, 3, False),
-    18: ("gcm", 8, 4, False), 19: ("gcm", 12, 4, False), 20: ("gcm", 16, 4, False),
-    21: ("gmac", 16, 4, False), 28: ("chacha", 16, 4, False),
-    29: ("ccm", 8, 3, True), 30: ("gcm", 16, 4, True), 31: ("chacha", 16, 4, True),
-}
+
+
+def _suite_info(encr: int) -> Tuple[str, int, int, bool]:
+    """Kind ("gcm", "gmac", "ccm", "chacha"), ICV length, salt length and implicit IV, from the core's table."""
+    s = eesp_suite(encr)
+    assert s is not None  # suite_id() accepted it
+    kind = "gmac" if s.integrity_only else {"aes-gcm": "gcm", "aes-ccm": "ccm", "chacha20-poly1305": "chacha"}[s.aead]
+    return kind, s.icv_len, s.salt_len, s.implicit_iv
+
+
 _ALG = {"gcm": prim.AES_GCM, "gmac": prim.AES_GCM, "ccm": prim.AES_CCM, "chacha": prim.CHACHA20_POLY1305}
 _NONCE_LEN = {"gcm": 12, "gmac": 12, "ccm": 11, "chacha": 12}
 _HASHES = {"hkdf-sha256": "sha256", "hkdf-sha384": "sha384", "hkdf-sha512": "sha512"}
-_SUITE_NAMES = {v: k for k, v in SUITES.items()}
 
 #: Core statuses raised before the payload is looked at, which no crypto mistake explains.
 _HEADER_ERRORS = {"eesp-reserved-bits-set", "eesp-compat-bit-clear", "eesp-unsupported-version",
@@ -118,8 +118,8 @@ class _Sa:
         self.settings = s
         self.spi = int(s["spi"])  # type: ignore[arg-type]
         self.encr = suite_id(s.get("suite", "aes-gcm-16"))  # type: ignore[arg-type]
-        self.suite = _SUITE_NAMES[self.encr]
-        self.kind, self.icv_len, self.salt_len, self.iiv = _SUITE_INFO[self.encr]
+        self.suite = eesp_suite(self.encr).name  # type: ignore[union-attr]
+        self.kind, self.icv_len, self.salt_len, self.iiv = _suite_info(self.encr)
         self.key_len = 32 if self.kind == "chacha" else int(s.get("key_bits", 128)) // 8  # type: ignore[arg-type]
         self.keymat: Optional[bytes] = None
         self.root: Optional[bytes] = None
@@ -216,10 +216,7 @@ def _parse_options(raw: bytes) -> Optional[_Options]:
         items.append((t, raw[i + 2 : i + 2 + raw[i + 1]]))
         i += 2 + raw[i + 1]
     co = next((d for t, d in items if t == 2 and len(d) == 2), None)
-    value = None
-    if co is not None:
-        v = int.from_bytes(co, "big")
-        value = (v >> 10, (v >> 4) & 0x3F, v & 0xF)
+    value = None if co is None else crypt_offset_decode(int.from_bytes(co, "big"))
     return _Options(len(raw), items, value)
 
 
@@ -234,15 +231,13 @@ class _Structure:
     nonce_from: str  # "iv" or "seq"
 
 
-def _ipv4_wrap(eesp: bytes, protocol: int) -> bytes:
-    """An IPv4 header (192.0.2.1 -> 192.0.2.2) around a bare EESP packet, for the core's receiver."""
-    hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(eesp), 0, 0x4000, 64, protocol, 0,
-                                bytes([192, 0, 2, 1]), bytes([192, 0, 2, 2])))
-    s = sum(struct.unpack("!10H", bytes(hdr)))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    hdr[10:12] = struct.pack("!H", ~s & 0xFFFF)
-    return bytes(hdr) + eesp
+def _open_status(receiver: Receiver, eesp: bytes) -> Optional[EespError]:
+    """Open bare EESP octets on the SA's receiver as an IPv4 packet's payload would be; the error, or None."""
+    try:
+        receiver.open(eesp, ip_version=4)
+    except EespError as e:
+        return e
+    return None
 
 
 def _payload_length(nh: int, data: bytes) -> Optional[Tuple[int, str]]:
@@ -300,19 +295,12 @@ class EespDiagnoser:
 
     def locate(self, ip: bytes) -> Optional[bytes]:
         """The EESP part of an IP packet (after the IP header, or in UDP 4500), or None."""
-        info = parse_ip(ip)
-        if info is None or info.is_fragment:
-            return None
-        if info.protocol in self.protocols:
-            part = ip[info.l4_offset : info.length]
-            return part if part and part[0] & 0x80 else None
-        udp = parse_udp(ip)
-        if udp is None or self.udp_port not in (udp.dport, udp.sport):
-            return None
-        payload = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
-        if udp4500_kind(payload) != "eesp":
-            return None
-        return payload
+        for protocol in sorted(self.protocols):
+            loc, _ = locate_eesp(ip, protocol, self.udp_port, either_port=True)
+            if loc is not None:
+                part = ip[loc.offset : loc.offset + loc.length]
+                return part if loc.udp_encap or self.is_part(part) else None
+        return None
 
     @staticmethod
     def is_part(data: bytes) -> bool:
@@ -725,12 +713,11 @@ class EespDiagnoser:
     def _diagnose_with(self, sa: _Sa, eesp: bytes, sid: int, opts: Optional[_Options], rep: PacketReport) -> PacketReport:
         if sa.seq and opts is not None and len(eesp) >= BASE_LEN + opts.opt_len + SEQ_LEN:
             rep.fields["seq"] = int.from_bytes(eesp[BASE_LEN + opts.opt_len : BASE_LEN + opts.opt_len + SEQ_LEN], "big")
-        try:
-            sa.receiver().decrypt(_ipv4_wrap(eesp, sa.ip_protocol))
-            code = None
-        except EespError as e:
-            code = e.code
-            rep.reason, rep.message = e.code, str(e)
+        err = _open_status(sa.receiver(), eesp)
+        code = None
+        if err is not None:
+            code = err.code
+            rep.reason, rep.message = err.code, str(err)
         if code in _HEADER_ERRORS or opts is None:
             rep.verdict = MALFORMED
             rep.mistakes = self._header_mistakes(eesp, opts)

@@ -12,9 +12,9 @@ import json
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from pecore.protocol import locate_psp
 from pecore.capture import ProgressBar, read_capture
 from pecore.tools.cli import UsageError, add_version, addresses, count_arg, int_arg, iv_arg, port_arg, report, run_main, spi_arg, words_arg
-from pecore.ip import parse_udp
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
@@ -201,14 +201,14 @@ def _packet_info(index: int, rec, port: int, dec: Optional[Decryptor]) -> Option
     ip = rec.ip_packet()
     if ip is None:
         return None
-    udp = parse_udp(ip)
-    if udp is None or udp.dport != port:
+    loc, _ = locate_psp(ip, port)
+    if loc is None:
         return None
     src, dst = _addresses(ip)
-    psp = ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
+    psp = ip[loc.offset : loc.offset + loc.length]
     hdr, status = Header.parse_lenient(psp)
     info: dict = {"frame": index, "time": f"{rec.ts_sec}.{rec.ts_nsec:09d}", "src": src, "dst": dst,
-                  "udp_sport": udp.sport, "psp_len": len(psp), "status": status}
+                  "udp_sport": loc.udp_sport, "psp_len": len(psp), "status": status}
     if hdr is not None:
         info.update(
             spi=f"{hdr.spi:#010x}", key_phase=hdr.key_phase, version=hdr.version, cipher=hdr.version_name,

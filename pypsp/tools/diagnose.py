@@ -30,7 +30,6 @@ import struct
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pecore import primitives as prim
-from pecore.ip import parse_udp
 from pecore.tools.cli import addresses
 from pecore.tools.diagnose import (
     DIAGNOSED,
@@ -51,26 +50,22 @@ from pecore.tools.diagnose import (
     load_input,
     search,
 )
+from pecore.protocol import PSP_VERSIONS, locate_psp
 from pecore.util import key_bytes
-from pypsp.crypto import Decryptor
+from pypsp.crypto import Decryptor, kdf_label
 from pypsp.errors import ConfigurationError, PspError
 from pypsp.header import VERSION_NAMES, Header
 
 HDR_LEN = 16
 ICV_LEN = 16
-KEY_LEN = {0: 16, 1: 32, 2: 16, 3: 32}
-GMAC = (2, 3)
+KEY_LEN = {v.version: v.key_len for v in PSP_VERSIONS}
+GMAC = tuple(v.version for v in PSP_VERSIONS if v.gmac)
 SPEC = "psp.md"
 
 #: Core statuses after which a known mistake may still explain the packet.
 _SEARCHABLE = {"authentication-failed", "no-key", "psp-crypt-offset-past-payload"}
 
 KeyTable = Mapping[Union[int, Tuple[int, Optional[int]]], Union[bytes, str]]
-
-
-def kdf_label(version: int) -> int:
-    """The KDF label of a version: "Pv0" (0x50763000) with the version OR-ed into octet 6."""
-    return 0x50763000 | (version << 8)
 
 
 def _label_text(label: int) -> str:
@@ -101,12 +96,13 @@ class _Packet:
 
     def __init__(self, psp: bytes) -> None:
         self.psp = psp
-        self.next_header, self.hdr_ext_len, o2, o3 = psp[0], psp[1], psp[2], psp[3]
-        self.reserved, self.crypt_offset = o2 >> 6, o2 & 0x3F
-        self.sample, self.drop = bool(o3 & 0x80), bool(o3 & 0x40)
-        self.version, self.virt, self.always_one = (o3 >> 2) & 0xF, bool(o3 & 0x02), o3 & 1
-        self.spi = int.from_bytes(psp[4:8], "big")
-        self.iv = int.from_bytes(psp[8:16], "big")
+        hdr, self.status = Header.parse_lenient(psp)  # 16 octets or more: every field is read
+        assert hdr is not None
+        self.next_header, self.hdr_ext_len = hdr.next_header, hdr.hdr_ext_len
+        self.reserved, self.crypt_offset = hdr.reserved, hdr.crypt_offset
+        self.sample, self.drop = hdr.sample, hdr.drop
+        self.version, self.virt, self.always_one = hdr.version, hdr.virt, int(hdr.always_one)
+        self.spi, self.iv = hdr.spi, hdr.iv
         self.h16 = psp[:HDR_LEN]
         self.p = psp[HDR_LEN:-ICV_LEN] if len(psp) >= HDR_LEN + ICV_LEN else b""
         self.icv = psp[-ICV_LEN:]
@@ -162,10 +158,8 @@ class PspDiagnoser:
 
     def locate(self, ip: bytes) -> Optional[bytes]:
         """The PSP part (UDP payload to the PSP port) of an IP packet, or None."""
-        udp = parse_udp(ip)
-        if udp is None or udp.dport != self.port:
-            return None
-        return ip[udp.payload_offset : udp.payload_offset + udp.payload_len]
+        loc, _ = locate_psp(ip, self.port)
+        return None if loc is None else ip[loc.offset : loc.offset + loc.length]
 
     @staticmethod
     def is_part(data: bytes) -> bool:
@@ -410,7 +404,7 @@ class PspDiagnoser:
             return rep
         pk = _Packet(psp)
         rep.fields = pk.fields()
-        _hdr, status = Header.parse_lenient(psp)
+        status = pk.status
         try:
             self._dec.open(psp)
             rep.verdict, rep.reason = VERIFIES, None

@@ -75,6 +75,31 @@ typedef struct pe_eesp_suite {
 pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
 const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
 
+/*
+ * The suite table (§10) for front ends: key files, CLIs, the plugin's
+ * tables and the Python faces read names and lengths from here only.
+ */
+typedef struct pe_eesp_suite_info {
+    pe_eesp_encr encr;       /* IKEv2 ENCR transform ID */
+    const char *name;        /* the project's name: "aes-gcm-16" (key files, CLIs, plugin) */
+    const char *ikev2_name;  /* "ENCR_AES_GCM_16" */
+    pe_aead_alg alg;
+    size_t salt_len;         /* 4, or 3 for CCM */
+    size_t iv_len;           /* explicit IV on the wire: 8, or 0 with an implicit IV */
+    size_t icv_len;
+    int implicit_iv;         /* RFC 8750: the Sequence Number is the IV */
+    int integrity_only;      /* AES-GMAC: payload in clear */
+    size_t n_key_lens;
+    size_t key_lens[3];      /* octets, without salt: 16/24/32 for AES, 32 for ChaCha20-Poly1305 */
+} pe_eesp_suite_info;
+
+/* Rows in ENCR ID order; pe_eesp_suite_at returns NULL past the end. */
+size_t pe_eesp_suite_count(void);
+const pe_eesp_suite_info *pe_eesp_suite_at(size_t i);
+const pe_eesp_suite_info *pe_eesp_suite_by_id(unsigned encr);
+/* The project's name exactly ("aes-gcm-16"), or the IKEv2 name in any case ("encr_aes_gcm_16"); NULL if neither. */
+const pe_eesp_suite_info *pe_eesp_suite_by_name(const char *name);
+
 typedef enum pe_eesp_sskdf {
     PE_SSKDF_NONE = 0,
     PE_SSKDF_HKDF_SHA2_256 = 1,
@@ -114,6 +139,16 @@ typedef struct pe_eesp_hdr {
     uint8_t crypt_offset;   /* 4-octet units from the PIH / payload start */
     uint8_t crypt_offset_reserved;
 } pe_eesp_hdr;
+
+/* The Crypt Offset option's two data octets (§4.2, D3): PayloadOffset(6) | CryptOffset(6) | R(4). */
+typedef struct pe_eesp_crypt_offset {
+    uint8_t payload_offset; /* 4-octet units from the Base Header start */
+    uint8_t crypt_offset;   /* 4-octet units from the PIH / payload start */
+    uint8_t reserved;
+} pe_eesp_crypt_offset;
+pe_eesp_crypt_offset pe_eesp_crypt_offset_decode(uint16_t value);
+/* PE_ERR_INVALID_ARGUMENT when a field does not fit its width (6, 6, 4 bits). */
+pe_status pe_eesp_crypt_offset_encode(const pe_eesp_crypt_offset *co, uint16_t *value);
 
 /*
  * Parse the Base Header and walk the options (§16 steps 2 and 4).  Checks:
@@ -190,6 +225,33 @@ unsigned pe_eesp_tx_capture_sub_sas(const pe_eesp_tx *tx);
 pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
                         size_t cap, size_t *out_len);
 
+/*
+ * Per-packet choices for building test packets and rebuilding foreign ones
+ * (vectors, the Linux prototype's captures); the SA's own settings otherwise.
+ */
+typedef struct pe_eesp_packet_opts {
+    int explicit_iv;   /* use `iv` instead of the sequence number (or counter) as the explicit IV;
+                          PE_ERR_EESP_IMPLICIT_IV for implicit-IV suites */
+    uint8_t iv[8];
+    int pad_len;       /* -1: the D11 minimum; else 0..255 octets of zero padding
+                          (PE_ERR_EESP_PAD_LENGTH_RANGE when it does not fit) */
+} pe_eesp_packet_opts;
+void pe_eesp_packet_opts_init(pe_eesp_packet_opts *opts);
+/* pe_eesp_encap with per-packet choices (opts may be NULL). */
+pe_status pe_eesp_encap_with(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id,
+                             const pe_eesp_packet_opts *opts, uint8_t *out, size_t cap, size_t *out_len);
+/*
+ * Seal bare EESP octets, from the Base Header on, with the SA's settings
+ * (options, format, sequence number): `payload` is what EESP carries -- the
+ * inner IP packet in tunnel mode, the upper-layer segment in transport mode
+ * -- and `next_header` its protocol number.  carrier_ip_version (4 or 6)
+ * picks the option alignment (§7).  No IP or UDP header is written; `out`
+ * needs len + PE_EESP_MAX_OVERHEAD.  opts may be NULL.
+ */
+pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header,
+                       int carrier_ip_version, uint16_t sub_sa_id, const pe_eesp_packet_opts *opts,
+                       uint8_t *out, size_t cap, size_t *out_len);
+
 /* ---- receiving ---- */
 
 typedef struct pe_eesp_rx_config {
@@ -256,6 +318,28 @@ typedef enum pe_udp4500_kind {
     PE_UDP4500_ESP,
 } pe_udp4500_kind;
 pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len);
+
+/* Where the EESP octets of an IP packet are (§14): after the IP (extension) headers, or in UDP. */
+typedef struct pe_eesp_location {
+    unsigned ip_version;
+    int udp_encap;
+    size_t offset;       /* the Base Header */
+    size_t len;          /* EESP octets, to the end of the IP payload */
+    size_t l4_offset;    /* IP protocol: = offset; UDP: the UDP header */
+    size_t proto_field;  /* the octet that names the protocol after the IP headers */
+} pe_eesp_location;
+/* UDP: match the source port too (tools that look at both directions of a flow). */
+#define PE_EESP_LOCATE_EITHER_PORT 1u
+/* UDP: verify a non-zero UDP checksum (PE_ERR_UDP_CHECKSUM), before demultiplexing. */
+#define PE_EESP_LOCATE_UDP_CHECKSUM 2u
+/*
+ * IP protocol `ip_protocol` (not a fragment), or UDP to `udp_port` whose
+ * payload demultiplexes as EESP.  Otherwise PE_ERR_NOT_EESP, one of the UDP
+ * 4500 statuses (nat-keepalive, ike-non-esp-marker, esp-in-udp), an IP/UDP
+ * malformation, or PE_ERR_IP_FRAGMENT for a (first) fragment that is ours.
+ */
+pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, uint16_t udp_port, unsigned flags,
+                         pe_eesp_location *loc);
 
 #ifdef __cplusplus
 }

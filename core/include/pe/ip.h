@@ -75,6 +75,14 @@ pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp);
 /* RFC 1071 sum folded to 16 bits, not complemented. */
 uint32_t pe_csum_add(uint32_t sum, const uint8_t *p, size_t n);
 uint16_t pe_csum_fold(uint32_t sum);
+/* The Internet checksum (RFC 1071) of `n` octets: the complemented folded sum, as it goes on the wire. */
+uint16_t pe_ip_checksum(const uint8_t *p, size_t n);
+/*
+ * The UDP checksum (RFC 768, RFC 8200 §8.1) for the UDP header at `udp` of
+ * the IP packet `ip` (its checksum field counted as zero); 0 comes out as
+ * 0xffff.  PE_ERR_NOT_UDP etc. as pe_ip_udp.
+ */
+pe_status pe_udp_checksum(const uint8_t *ip, size_t len, uint16_t *checksum);
 /* Recompute the IPv4 header checksum in place. */
 void pe_ipv4_set_checksum(uint8_t *hdr);
 /* Set the IP length field (IPv4 Total Length or IPv6 Payload Length) for a packet of `len` octets. */

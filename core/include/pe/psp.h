@@ -70,6 +70,17 @@ static inline size_t pe_psp_hdr_len(const pe_psp_hdr *h) { return ((size_t)h->hd
 size_t pe_psp_key_len(unsigned version);
 const char *pe_psp_version_name(unsigned version);
 
+/* The version table (§3): what each crypto version means, for front ends. */
+typedef struct pe_psp_version_info {
+    unsigned version;
+    const char *name;   /* "AES-GCM-128" */
+    size_t key_len;     /* derived key: 16 or 32 */
+    size_t icv_len;     /* 16 */
+    int gmac;           /* AES-GMAC: payload in clear, crypt offset 0 */
+} pe_psp_version_info;
+/* NULL for versions above PE_PSP_VERSION_MAX. */
+const pe_psp_version_info *pe_psp_version_info_get(unsigned version);
+
 /*
  * Parse a PSP header at the start of `buf` (the UDP payload).  Checks, in the
  * decoder's order: 16 octets present, always-1 bit, version <= 3, Hdr Ext Len
@@ -165,6 +176,31 @@ pe_status pe_psp_rx_add_key(pe_psp_rx *rx, uint32_t spi, int version, const uint
  */
 pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *out, size_t cap,
                       size_t *out_len, pe_psp_hdr *hdr);
+/*
+ * Seal a bare PSP packet: header, extension area (the VC) and `payload` --
+ * the L4 segment in transport mode, the inner IP packet in tunnel mode --
+ * whose protocol is `next_header`.  No IP or UDP header is written; the
+ * crypt offset is the one encapsulation would use for that payload.  Spends
+ * one IV.  `out` needs len + PE_PSP_HDR_LEN + PE_PSP_VC_LEN + PE_PSP_ICV_LEN.
+ */
+pe_status pe_psp_seal(pe_psp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header, uint8_t *out,
+                      size_t cap, size_t *out_len);
+
+/* Where the PSP packet of an IP packet is (§8): the payload of UDP to `udp_dport`. */
+typedef struct pe_psp_location {
+    unsigned ip_version;
+    size_t udp_offset;   /* the UDP header */
+    size_t offset;       /* the PSP header */
+    size_t len;          /* PSP octets: the UDP payload */
+    uint16_t udp_sport;
+    size_t proto_field;  /* the octet that names the protocol after the IP headers */
+} pe_psp_location;
+/*
+ * PE_ERR_NOT_UDP, PE_ERR_UDP_PORT, an IP/UDP malformation, or
+ * PE_ERR_IP_FRAGMENT for a first fragment to the port.
+ */
+pe_status pe_psp_locate(const uint8_t *pkt, size_t len, uint16_t udp_dport, pe_psp_location *loc);
+
 /* Decapsulate a whole IP packet; PE_ERR_NOT_UDP / PE_ERR_UDP_PORT when it is not PSP. */
 pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len, pe_psp_hdr *hdr);

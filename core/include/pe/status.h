@@ -108,6 +108,8 @@ typedef enum pe_category {
     X(PE_ERR_EESP_IIV_NEEDS_SEQ, "eesp-iiv-needs-seq", PE_CAT_CONFIGURATION, "implicit-IV suites need the Sequence Number (SN = None is refused)") \
     X(PE_ERR_EESP_GMAC_LINUX_XFRM, "eesp-gmac-linux-xfrm", PE_CAT_CONFIGURATION, "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)") \
     X(PE_ERR_EESP_OPTIMIZED_PAYLOAD, "eesp-optimized-needs-ip", PE_CAT_CONFIGURATION, "the optimized format can only carry an IPv4/IPv6 packet") \
+    X(PE_ERR_EESP_IMPLICIT_IV, "eesp-explicit-iv-with-implicit-iv-suite", PE_CAT_CONFIGURATION, "an explicit IV was given for a suite whose IV is the Sequence Number (RFC 8750)") \
+    X(PE_ERR_EESP_PAD_LENGTH_RANGE, "eesp-pad-length-out-of-range", PE_CAT_CONFIGURATION, "the requested EESP Pad Length does not fit (0..255, and within the IP length)") \
     /* captures */ \
     X(PE_ERR_CAP_IO, "capture-io", PE_CAT_IO, "capture file could not be read") \
     X(PE_ERR_CAP_WRITE, "capture-write-failed", PE_CAT_IO, "output capture could not be written (errno tells why)") \

@@ -24,11 +24,19 @@ pe_verdict pe_psp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t
 pe_verdict pe_psp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why);
 
-/* Decap like pe_psp_capture_decap and record each packet's header in hdrs[next++]. */
+/*
+ * Decap like pe_psp_capture_decap and record each packet's header in
+ * hdrs[next++].  A header's extension area that was decrypted in the
+ * receiver's own buffer (a crypt offset inside the VC) would be overwritten
+ * by the next packet: it is copied to ext_store (when given and there is
+ * room) and the header points there instead.
+ */
 typedef struct pe_psp_batch_ctx {
     pe_psp_rx *rx;
     pe_psp_hdr *hdrs;
     size_t next;
+    uint8_t *ext_store;
+    size_t ext_store_cap, ext_store_used;
 } pe_psp_batch_ctx;
 pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                               size_t *out_len, pe_status *why);

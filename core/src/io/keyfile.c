@@ -657,69 +657,21 @@ static pe_status parse_psp_sa(parser *p, const pe_keyfile_line *l)
 /* eesp-sa                                                                   */
 
 /*
- * The project's suite names.  The IKEv2 names and the transform IDs come from
- * the EESP code (pe_eesp_suite_get / pe_eesp_suite_name), which also says what
- * each suite needs: salt length, explicit IV or not, integrity only.
- */
-static const struct {
-    const char *name;
-    pe_eesp_encr encr;
-} eesp_suite_names[] = {
-    {"aes-gcm-8", PE_ENCR_AES_GCM_8},
-    {"aes-gcm-12", PE_ENCR_AES_GCM_12},
-    {"aes-gcm-16", PE_ENCR_AES_GCM_16},
-    {"aes-ccm-8", PE_ENCR_AES_CCM_8},
-    {"aes-ccm-12", PE_ENCR_AES_CCM_12},
-    {"aes-ccm-16", PE_ENCR_AES_CCM_16},
-    {"aes-gmac", PE_ENCR_NULL_AUTH_AES_GMAC},
-    {"chacha20-poly1305", PE_ENCR_CHACHA20_POLY1305},
-    {"aes-gcm-16-iiv", PE_ENCR_AES_GCM_16_IIV},
-    {"aes-ccm-8-iiv", PE_ENCR_AES_CCM_8_IIV},
-    {"chacha20-poly1305-iiv", PE_ENCR_CHACHA20_POLY1305_IIV},
-};
-
-#define N_EESP_SUITES (sizeof eesp_suite_names / sizeof eesp_suite_names[0])
-
-static int ascii_lower(int c)
-{
-    return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
-}
-
-static int equals_ignoring_case(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++)
-        if (ascii_lower((unsigned char)*a) != ascii_lower((unsigned char)*b))
-            return 0;
-    return *a == *b;
-}
-
-/*
  * A suite name (lowercase, exactly as listed), an IKEv2 name (any case) or a
- * decimal transform ID, into the ENCR ID; 0 on success.  Every suite takes a
- * 256-bit key, so asking for that size tells whether the EESP code knows it.
+ * decimal transform ID, into the ENCR ID; 0 on success.  The names and IDs
+ * are the EESP code's suite table (pe_eesp_suite_by_name / _by_id).
  */
 static int parse_suite(const char *v, unsigned *encr)
 {
-    pe_eesp_suite s;
+    const pe_eesp_suite_info *s = pe_eesp_suite_by_name(v);
     uint64_t id;
-    size_t i;
 
-    for (i = 0; i < N_EESP_SUITES; i++) {
-        if (strcmp(v, eesp_suite_names[i].name) == 0 ||
-            (pe_eesp_suite_get(eesp_suite_names[i].encr, 256, &s) == PE_OK &&
-             equals_ignoring_case(v, pe_eesp_suite_name(&s)))) {
-            *encr = eesp_suite_names[i].encr;
-            return 0;
-        }
-    }
-    if (parse_dec(v, 0xffff, &id) != 0)
+    if (!s && parse_dec(v, 0xffff, &id) == 0)
+        s = pe_eesp_suite_by_id((unsigned)id);
+    if (!s)
         return -1;
-    for (i = 0; i < N_EESP_SUITES; i++)
-        if (eesp_suite_names[i].encr == id) {
-            *encr = (unsigned)id;
-            return 0;
-        }
-    return -1;
+    *encr = s->encr;
+    return 0;
 }
 
 /* A decimal in min..max; *given says whether the field is on the line (the value is kept otherwise). */
@@ -953,7 +905,7 @@ static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_
     }
     e->key_bits = (unsigned)bits;
     if (pe_eesp_suite_get(e->encr, e->key_bits, s) != PE_OK)
-        return bad_value(p, l, "suite", "is not supported by the EESP code"); /* the table above lists only what it knows */
+        return bad_value(p, l, "suite", "is not supported by the EESP code");
     return eesp_key_fields(p, l, e, s);
 }
 

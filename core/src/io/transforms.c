@@ -1,6 +1,9 @@
 /* The protocols as capture/batch callbacks: protocol statuses become verdicts (transforms.h). */
 #include "pe/transforms.h"
 
+#include <stdint.h>
+#include <string.h>
+
 #include "pe/ip.h"
 
 /* ------------------------------------------------------------------ PSP */
@@ -37,7 +40,15 @@ pe_verdict pe_psp_batch_decap(void *ctx, const uint8_t *ip, size_t len, uint8_t 
                               size_t *out_len, pe_status *why)
 {
     pe_psp_batch_ctx *b = ctx;
-    *why = pe_psp_decap(b->rx, ip, len, out, cap, out_len, &b->hdrs[b->next++]);
+    pe_psp_hdr *h = &b->hdrs[b->next++];
+    *why = pe_psp_decap(b->rx, ip, len, out, cap, out_len, h);
+    uintptr_t ext = (uintptr_t)h->ext, start = (uintptr_t)ip;
+    int outside = h->ext_len && (ext < start || ext - start >= len);
+    if (outside && b->ext_store && b->ext_store_cap - b->ext_store_used >= h->ext_len) {
+        memcpy(b->ext_store + b->ext_store_used, h->ext, h->ext_len);
+        h->ext = b->ext_store + b->ext_store_used;
+        b->ext_store_used += h->ext_len;
+    }
     return psp_decap_verdict(*why);
 }
 

@@ -457,54 +457,138 @@ static size_t write_outer(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_inf
     return n;
 }
 
-static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sid, uint8_t *out,
-                              size_t cap, size_t *out_len)
+/* Where everything goes in the EESP octets of one packet (§5-§8). */
+typedef struct eesp_layout {
+    int full;
+    size_t pih_len, seq_len;
+    uint8_t opts[255];
+    size_t opt_len;
+    size_t iv_off, payload_off, enc_len, pad_len, data_end, eesp_len;
+} eesp_layout;
+
+void pe_eesp_packet_opts_init(pe_eesp_packet_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->pad_len = -1;
+}
+
+static pe_status check_packet_opts(const eesp_sa *sa, const pe_eesp_packet_opts *o)
+{
+    if (!o)
+        return PE_OK;
+    if (o->explicit_iv && sa->suite.iv_len == 0)
+        return PE_ERR_EESP_IMPLICIT_IV;
+    if (o->pad_len < -1 || o->pad_len > 255)
+        return PE_ERR_EESP_PAD_LENGTH_RANGE;
+    return PE_OK;
+}
+
+static pe_status plan_layout(const eesp_sa *sa, const send_plan *p, const pe_eesp_packet_opts *o, eesp_layout *l)
+{
+    const pe_eesp_suite *s = &sa->suite;
+    l->full = full_format(sa, sa->crypt_offset >= 0);
+    /* Without a PIH the receiver learns Next Header from an IP version nibble (§8). */
+    if (!l->full && p->next_header != PE_IPPROTO_IPV4 && p->next_header != PE_IPPROTO_IPV6)
+        return PE_ERR_EESP_OPTIMIZED_PAYLOAD;
+    l->pih_len = l->full ? PE_EESP_PIH_LEN : 0;
+    l->seq_len = sa->seq_present ? PE_EESP_SEQ_LEN : 0;
+    pe_status st = build_options(sa, l->seq_len + s->iv_len + l->pih_len, p->carrier_v6, p->payload_len, l->pih_len,
+                                 l->opts, &l->opt_len);
+    if (st != PE_OK)
+        return st;
+    l->iv_off = PE_EESP_BASE_LEN + l->opt_len + l->seq_len;
+    l->payload_off = l->iv_off + s->iv_len;
+    l->enc_len = l->pih_len + p->payload_len;
+    l->pad_len = o && o->pad_len >= 0 ? (size_t)o->pad_len : (4 - l->enc_len % 4) % 4; /* D11 */
+    l->data_end = l->payload_off + l->enc_len + l->pad_len;
+    l->eesp_len = l->data_end + s->icv_len;
+    return PE_OK;
+}
+
+/* A packet that fits with the D11 padding but not with the padding asked for says so. */
+static pe_status too_long(const eesp_layout *l, const pe_eesp_packet_opts *o)
+{
+    return o && o->pad_len > (int)((4 - l->enc_len % 4) % 4) ? PE_ERR_EESP_PAD_LENGTH_RANGE : PE_ERR_IP_TOO_LONG;
+}
+
+/* The Sub SA's state and the packet's sequence number, spent from here on whatever happens. */
+static pe_status next_seq(eesp_sa *sa, uint16_t sid, pe_key_slot **slot, uint64_t *seq)
+{
+    pe_status st = sub_sa(sa, sid, slot);
+    if (st != PE_OK)
+        return st;
+    if ((*slot)->counter == UINT64_MAX)
+        return PE_ERR_SEQ_EXHAUSTED; /* D10: never wrap */
+    *seq = ++(*slot)->counter;
+    return PE_OK;
+}
+
+/* §15: the EESP octets from the Base Header on, sealed, at `e`. */
+static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, uint16_t sid,
+                            const send_plan *p, const eesp_layout *l, const pe_eesp_packet_opts *o, uint8_t *e)
+{
+    const pe_eesp_suite *s = &sa->suite;
+    e[0] = PE_EESP_ESP_COMPAT | (PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT);
+    e[1] = (uint8_t)l->opt_len;
+    pe_put16(e + 2, sid);
+    pe_put32(e + 4, sa->spi);
+    memcpy(e + PE_EESP_BASE_LEN, l->opts, l->opt_len);
+    if (l->seq_len)
+        pe_put64(e + PE_EESP_BASE_LEN + l->opt_len, seq);
+    if (s->iv_len && o && o->explicit_iv)
+        memcpy(e + l->iv_off, o->iv, 8);
+    else if (s->iv_len)
+        pe_put64(e + l->iv_off, seq); /* explicit IV = sequence number (or the counter without SN) */
+    uint8_t *pl = e + l->payload_off;
+    if (l->full) {
+        pl[0] = pl[1] = 0;
+        pl[2] = p->next_header;
+        pl[3] = (uint8_t)l->pad_len;
+    }
+    memcpy(pl + l->pih_len, p->payload, p->payload_len);
+    memset(pl + l->enc_len, 0, l->pad_len);
+
+    uint8_t nonce[12];
+    nonce_for(sa, slot, e + l->iv_off, seq, nonce);
+    size_t enc_off = s->integrity_only ? l->data_end
+                     : sa->crypt_offset >= 0 ? l->payload_off + (size_t)sa->crypt_offset * 4
+                                             : l->payload_off;
+    pe_iov aad[2];
+    size_t n_aad = aad_for(sa, e, l->iv_off, enc_off, aad);
+    return pe_aead_seal(&slot->aead, nonce, aad, n_aad, e + enc_off, l->data_end - enc_off, e + enc_off,
+                        e + l->data_end);
+}
+
+static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sid,
+                              const pe_eesp_packet_opts *o, uint8_t *out, size_t cap, size_t *out_len)
 {
     eesp_sa *sa = &tx->sa;
-    const pe_eesp_suite *s = &sa->suite;
     pe_ip_info ip;
     pe_status st = pe_ip_parse(pkt, len, &ip);
     if (st != PE_OK)
         return st;
-    if ((st = check_sub_sa_id(sa, sid)) != PE_OK)
+    if ((st = check_sub_sa_id(sa, sid)) != PE_OK || (st = check_packet_opts(sa, o)) != PE_OK)
         return st;
     send_plan p;
     if ((st = plan_send(sa, pkt, &ip, &p)) != PE_OK)
         return st;
-
-    int full = full_format(sa, sa->crypt_offset >= 0);
-    /* Without a PIH the receiver learns Next Header from an IP version nibble (§8). */
-    if (!full && p.next_header != PE_IPPROTO_IPV4 && p.next_header != PE_IPPROTO_IPV6)
-        return PE_ERR_EESP_OPTIMIZED_PAYLOAD;
-    size_t pih_len = full ? PE_EESP_PIH_LEN : 0;
-    size_t seq_len = sa->seq_present ? PE_EESP_SEQ_LEN : 0;
-    uint8_t opts[255];
-    size_t opt_len;
-    if ((st = build_options(sa, seq_len + s->iv_len + pih_len, p.carrier_v6, p.payload_len, pih_len, opts,
-                            &opt_len)) != PE_OK)
+    eesp_layout l;
+    if ((st = plan_layout(sa, &p, o, &l)) != PE_OK)
         return st;
 
-    size_t iv_off = PE_EESP_BASE_LEN + opt_len + seq_len;
-    size_t payload_off = iv_off + s->iv_len;
-    size_t enc_len = pih_len + p.payload_len;
-    size_t pad_len = (4 - enc_len % 4) % 4; /* D11 */
-    size_t data_end = payload_off + enc_len + pad_len;
-    size_t eesp_len = data_end + s->icv_len;
     size_t outer_len = sa->mode == PE_EESP_TRANSPORT ? p.keep : sa->outer_len ? sa->outer_len
                        : ip.version == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN;
     size_t udp_len = sa->udp_encap ? PE_UDP_HDR_LEN : 0;
-    size_t total = outer_len + udp_len + eesp_len;
+    size_t total = outer_len + udp_len + l.eesp_len;
     if (total - (p.carrier_v6 ? PE_IPV6_HDR_LEN : 0) > PE_IP_MAX_LEN)
-        return PE_ERR_IP_TOO_LONG;
+        return too_long(&l, o);
     if (cap < total)
         return PE_ERR_BUFFER_TOO_SMALL;
 
     pe_key_slot *slot;
-    if ((st = sub_sa(sa, sid, &slot)) != PE_OK)
+    uint64_t seq;
+    if ((st = next_seq(sa, sid, &slot, &seq)) != PE_OK)
         return st;
-    if (slot->counter == UINT64_MAX)
-        return PE_ERR_SEQ_EXHAUSTED; /* D10: never wrap */
-    uint64_t seq = ++slot->counter;   /* spent from here on, whatever happens */
 
     write_outer(sa, pkt, &ip, &p, out);
     pe_ip_set_length(out, total);
@@ -514,37 +598,11 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
     if (sa->udp_encap) {
         pe_put16(e, sa->udp_sport);
         pe_put16(e + 2, sa->udp_dport);
-        pe_put16(e + 4, (uint16_t)(udp_len + eesp_len));
+        pe_put16(e + 4, (uint16_t)(udp_len + l.eesp_len));
         pe_put16(e + 6, 0);
         e += udp_len;
     }
-    e[0] = PE_EESP_ESP_COMPAT | (PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT);
-    e[1] = (uint8_t)opt_len;
-    pe_put16(e + 2, sid);
-    pe_put32(e + 4, sa->spi);
-    memcpy(e + PE_EESP_BASE_LEN, opts, opt_len);
-    if (seq_len)
-        pe_put64(e + PE_EESP_BASE_LEN + opt_len, seq);
-    if (s->iv_len)
-        pe_put64(e + iv_off, seq); /* explicit IV = sequence number (or the counter without SN) */
-    uint8_t *pl = e + payload_off;
-    if (full) {
-        pl[0] = pl[1] = 0;
-        pl[2] = p.next_header;
-        pl[3] = (uint8_t)pad_len;
-    }
-    memcpy(pl + pih_len, p.payload, p.payload_len);
-    memset(pl + enc_len, 0, pad_len);
-
-    uint8_t nonce[12];
-    nonce_for(sa, slot, e + iv_off, seq, nonce);
-    size_t enc_off = s->integrity_only ? data_end
-                     : sa->crypt_offset >= 0 ? payload_off + (size_t)sa->crypt_offset * 4
-                                             : payload_off;
-    pe_iov aad[2];
-    size_t n_aad = aad_for(sa, e, iv_off, enc_off, aad);
-    st = pe_aead_seal(&slot->aead, nonce, aad, n_aad, e + enc_off, data_end - enc_off, e + enc_off, e + data_end);
-    if (st != PE_OK)
+    if ((st = write_eesp(sa, slot, seq, sid, &p, &l, o, e)) != PE_OK)
         return st;
     *out_len = total;
     return PE_OK;
@@ -553,7 +611,46 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
 pe_status pe_eesp_encap(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id, uint8_t *out,
                         size_t cap, size_t *out_len)
 {
-    return encap_sub_sa(tx, pkt, len, sub_sa_id, out, cap, out_len);
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, NULL, out, cap, out_len);
+}
+
+pe_status pe_eesp_encap_with(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uint16_t sub_sa_id,
+                             const pe_eesp_packet_opts *opts, uint8_t *out, size_t cap, size_t *out_len)
+{
+    return encap_sub_sa(tx, pkt, len, sub_sa_id, opts, out, cap, out_len);
+}
+
+pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header,
+                       int carrier_ip_version, uint16_t sub_sa_id, const pe_eesp_packet_opts *opts,
+                       uint8_t *out, size_t cap, size_t *out_len)
+{
+    eesp_sa *sa = &tx->sa;
+    if (carrier_ip_version != 4 && carrier_ip_version != 6)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (len > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG;
+    pe_status st;
+    if ((st = check_sub_sa_id(sa, sub_sa_id)) != PE_OK || (st = check_packet_opts(sa, opts)) != PE_OK)
+        return st;
+    send_plan p = {.next_header = next_header, .payload = payload, .payload_len = len,
+                   .carrier_v6 = carrier_ip_version == 6};
+    eesp_layout l;
+    if ((st = plan_layout(sa, &p, opts, &l)) != PE_OK)
+        return st;
+    /* The smallest carrier: an IPv4 header (IPv6 counts its payload only), and UDP when the SA encapsulates. */
+    size_t carrier = (p.carrier_v6 ? 0 : PE_IPV4_HDR_LEN) + (sa->udp_encap ? PE_UDP_HDR_LEN : 0);
+    if (carrier + l.eesp_len > PE_IP_MAX_LEN)
+        return too_long(&l, opts);
+    if (cap < l.eesp_len)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    pe_key_slot *slot;
+    uint64_t seq;
+    if ((st = next_seq(sa, sub_sa_id, &slot, &seq)) != PE_OK)
+        return st;
+    if ((st = write_eesp(sa, slot, seq, sub_sa_id, &p, &l, opts, out)) != PE_OK)
+        return st;
+    *out_len = l.eesp_len;
+    return PE_OK;
 }
 
 /* ---------------------------------------------------------------- receiving */
@@ -656,28 +753,32 @@ pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len)
 }
 
 /* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
-static pe_status locate(const pe_eesp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, size_t *eesp_off,
-                        size_t *keep, int *udp)
+static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_protocol, uint16_t udp_port,
+                        unsigned flags, pe_eesp_location *loc)
 {
-    *udp = 0;
-    *keep = ip->l4_offset;
-    if (ip->protocol == rx->ip_protocol) {
+    loc->ip_version = ip->version;
+    loc->udp_encap = 0;
+    loc->l4_offset = ip->l4_offset;
+    loc->proto_field = ip->proto_field;
+    if (ip->protocol == ip_protocol) {
         if (ip->is_fragment)
             return PE_ERR_IP_FRAGMENT;
-        *eesp_off = ip->l4_offset;
+        loc->offset = ip->l4_offset;
+        loc->len = ip->len - ip->l4_offset;
         return PE_OK;
     }
     if (ip->protocol != PE_IPPROTO_UDP || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
         return PE_ERR_NOT_EESP;
     const uint8_t *u = pkt + ip->l4_offset;
+    int ours = pe_get16(u + 2) == udp_port || ((flags & PE_EESP_LOCATE_EITHER_PORT) && pe_get16(u) == udp_port);
     if (ip->is_fragment) /* a first fragment to our port is ours, and dropped (§14) */
-        return pe_ip_first_fragment(pkt, ip) && pe_get16(u + 2) == rx->udp_port ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_EESP;
-    if (pe_get16(u + 2) != rx->udp_port)
+        return ours && pe_ip_first_fragment(pkt, ip) ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_EESP;
+    if (!ours)
         return PE_ERR_NOT_EESP;
     size_t udp_len = pe_get16(u + 4);
     if (udp_len != ip->len - ip->l4_offset)
         return PE_ERR_UDP_LENGTH;
-    if (rx->check_udp_checksum && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
+    if ((flags & PE_EESP_LOCATE_UDP_CHECKSUM) && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
         return PE_ERR_UDP_CHECKSUM;
     switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN)) {
     case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
@@ -685,9 +786,19 @@ static pe_status locate(const pe_eesp_rx *rx, const uint8_t *pkt, const pe_ip_in
     case PE_UDP4500_ESP: return PE_ERR_ESP_IN_UDP;
     case PE_UDP4500_EESP: break;
     }
-    *udp = 1;
-    *eesp_off = ip->l4_offset + PE_UDP_HDR_LEN;
+    loc->udp_encap = 1;
+    loc->offset = ip->l4_offset + PE_UDP_HDR_LEN;
+    loc->len = udp_len - PE_UDP_HDR_LEN;
     return PE_OK;
+}
+
+pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, uint16_t udp_port, unsigned flags,
+                         pe_eesp_location *loc)
+{
+    memset(loc, 0, sizeof *loc);
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    return st != PE_OK ? st : locate(pkt, &ip, ip_protocol, udp_port, flags, loc);
 }
 
 /* §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet. */
@@ -898,9 +1009,13 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
     pe_status st = pe_ip_parse(pkt, len, &ip);
     if (st != PE_OK)
         return st;
-    size_t eesp_off, keep;
-    if ((st = locate(rx, pkt, &ip, &eesp_off, &keep, &info->udp_encap)) != PE_OK)
+    pe_eesp_location loc;
+    st = locate(pkt, &ip, rx->ip_protocol, rx->udp_port, rx->check_udp_checksum ? PE_EESP_LOCATE_UDP_CHECKSUM : 0,
+                &loc);
+    info->udp_encap = loc.udp_encap;
+    if (st != PE_OK)
         return st;
+    size_t eesp_off = loc.offset, keep = ip.l4_offset;
     /* Tunnel mode hands out the inner packet alone; transport mode keeps the IP header in front. */
     size_t inner_len;
     st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), 0,

@@ -5,39 +5,72 @@
 #include "pe/eesp.h"
 #include "pe/ip.h"
 
-typedef struct suite_row {
-    pe_eesp_encr encr;
-    pe_aead_alg alg;
-    size_t salt_len, iv_len, icv_len;
-    int integrity_only;
-    const char *name;
-} suite_row;
+#define AES_KEYS 3, {16, 24, 32}
+#define CHACHA_KEY 1, {32}
 
-static const suite_row suite_rows[] = {
-    {PE_ENCR_AES_CCM_8, PE_AEAD_AES_CCM, 3, 8, 8, 0, "ENCR_AES_CCM_8"},
-    {PE_ENCR_AES_CCM_12, PE_AEAD_AES_CCM, 3, 8, 12, 0, "ENCR_AES_CCM_12"},
-    {PE_ENCR_AES_CCM_16, PE_AEAD_AES_CCM, 3, 8, 16, 0, "ENCR_AES_CCM_16"},
-    {PE_ENCR_AES_GCM_8, PE_AEAD_AES_GCM, 4, 8, 8, 0, "ENCR_AES_GCM_8"},
-    {PE_ENCR_AES_GCM_12, PE_AEAD_AES_GCM, 4, 8, 12, 0, "ENCR_AES_GCM_12"},
-    {PE_ENCR_AES_GCM_16, PE_AEAD_AES_GCM, 4, 8, 16, 0, "ENCR_AES_GCM_16"},
-    {PE_ENCR_NULL_AUTH_AES_GMAC, PE_AEAD_AES_GCM, 4, 8, 16, 1, "ENCR_NULL_AUTH_AES_GMAC"},
-    {PE_ENCR_CHACHA20_POLY1305, PE_AEAD_CHACHA20_POLY1305, 4, 8, 16, 0, "ENCR_CHACHA20_POLY1305"},
-    {PE_ENCR_AES_CCM_8_IIV, PE_AEAD_AES_CCM, 3, 0, 8, 0, "ENCR_AES_CCM_8_IIV"},
-    {PE_ENCR_AES_GCM_16_IIV, PE_AEAD_AES_GCM, 4, 0, 16, 0, "ENCR_AES_GCM_16_IIV"},
-    {PE_ENCR_CHACHA20_POLY1305_IIV, PE_AEAD_CHACHA20_POLY1305, 4, 0, 16, 0, "ENCR_CHACHA20_POLY1305_IIV"},
+/* §10; in ENCR ID order.  The one table every front end reads (key files, CLIs, plugin, Python). */
+static const pe_eesp_suite_info suite_rows[] = {
+    {PE_ENCR_AES_CCM_8, "aes-ccm-8", "ENCR_AES_CCM_8", PE_AEAD_AES_CCM, 3, 8, 8, 0, 0, AES_KEYS},
+    {PE_ENCR_AES_CCM_12, "aes-ccm-12", "ENCR_AES_CCM_12", PE_AEAD_AES_CCM, 3, 8, 12, 0, 0, AES_KEYS},
+    {PE_ENCR_AES_CCM_16, "aes-ccm-16", "ENCR_AES_CCM_16", PE_AEAD_AES_CCM, 3, 8, 16, 0, 0, AES_KEYS},
+    {PE_ENCR_AES_GCM_8, "aes-gcm-8", "ENCR_AES_GCM_8", PE_AEAD_AES_GCM, 4, 8, 8, 0, 0, AES_KEYS},
+    {PE_ENCR_AES_GCM_12, "aes-gcm-12", "ENCR_AES_GCM_12", PE_AEAD_AES_GCM, 4, 8, 12, 0, 0, AES_KEYS},
+    {PE_ENCR_AES_GCM_16, "aes-gcm-16", "ENCR_AES_GCM_16", PE_AEAD_AES_GCM, 4, 8, 16, 0, 0, AES_KEYS},
+    {PE_ENCR_NULL_AUTH_AES_GMAC, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", PE_AEAD_AES_GCM, 4, 8, 16, 0, 1, AES_KEYS},
+    {PE_ENCR_CHACHA20_POLY1305, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", PE_AEAD_CHACHA20_POLY1305, 4, 8, 16, 0,
+     0, CHACHA_KEY},
+    {PE_ENCR_AES_CCM_8_IIV, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", PE_AEAD_AES_CCM, 3, 0, 8, 1, 0, AES_KEYS},
+    {PE_ENCR_AES_GCM_16_IIV, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", PE_AEAD_AES_GCM, 4, 0, 16, 1, 0, AES_KEYS},
+    {PE_ENCR_CHACHA20_POLY1305_IIV, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", PE_AEAD_CHACHA20_POLY1305,
+     4, 0, 16, 1, 0, CHACHA_KEY},
 };
 
-static const suite_row *suite_row_for(unsigned encr)
+#define N_SUITES (sizeof suite_rows / sizeof suite_rows[0])
+
+size_t pe_eesp_suite_count(void)
 {
-    for (size_t i = 0; i < sizeof suite_rows / sizeof suite_rows[0]; i++)
-        if (suite_rows[i].encr == encr)
+    return N_SUITES;
+}
+
+const pe_eesp_suite_info *pe_eesp_suite_at(size_t i)
+{
+    return i < N_SUITES ? &suite_rows[i] : NULL;
+}
+
+const pe_eesp_suite_info *pe_eesp_suite_by_id(unsigned encr)
+{
+    for (size_t i = 0; i < N_SUITES; i++)
+        if ((unsigned)suite_rows[i].encr == encr)
+            return &suite_rows[i];
+    return NULL;
+}
+
+static int ascii_lower(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+static int equals_ignoring_case(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (ascii_lower((unsigned char)*a) != ascii_lower((unsigned char)*b))
+            return 0;
+    return *a == *b;
+}
+
+const pe_eesp_suite_info *pe_eesp_suite_by_name(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < N_SUITES; i++)
+        if (strcmp(name, suite_rows[i].name) == 0 || equals_ignoring_case(name, suite_rows[i].ikev2_name))
             return &suite_rows[i];
     return NULL;
 }
 
 pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite)
 {
-    const suite_row *r = suite_row_for(encr);
+    const pe_eesp_suite_info *r = pe_eesp_suite_by_id(encr);
     if (!r)
         return PE_ERR_EESP_SUITE;
     if (r->alg == PE_AEAD_CHACHA20_POLY1305) {
@@ -59,8 +92,28 @@ pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *sui
 
 const char *pe_eesp_suite_name(const pe_eesp_suite *suite)
 {
-    const suite_row *r = suite_row_for(suite->encr);
-    return r ? r->name : "unknown";
+    const pe_eesp_suite_info *r = pe_eesp_suite_by_id(suite->encr);
+    return r ? r->ikev2_name : "unknown";
+}
+
+pe_eesp_crypt_offset pe_eesp_crypt_offset_decode(uint16_t v)
+{
+    pe_eesp_crypt_offset co = {
+        .payload_offset = (uint8_t)((v >> PE_EESP_CO_PAYLOAD_OFFSET_SHIFT) & PE_EESP_CO_FIELD_MASK),
+        .crypt_offset = (uint8_t)((v >> PE_EESP_CO_CRYPT_OFFSET_SHIFT) & PE_EESP_CO_FIELD_MASK),
+        .reserved = (uint8_t)(v & PE_EESP_CO_R_MASK),
+    };
+    return co;
+}
+
+pe_status pe_eesp_crypt_offset_encode(const pe_eesp_crypt_offset *co, uint16_t *value)
+{
+    if (co->payload_offset > PE_EESP_CO_FIELD_MASK || co->crypt_offset > PE_EESP_CO_FIELD_MASK ||
+        co->reserved > PE_EESP_CO_R_MASK)
+        return PE_ERR_INVALID_ARGUMENT;
+    *value = (uint16_t)((unsigned)co->payload_offset << PE_EESP_CO_PAYLOAD_OFFSET_SHIFT |
+                        (unsigned)co->crypt_offset << PE_EESP_CO_CRYPT_OFFSET_SHIFT | co->reserved);
+    return PE_OK;
 }
 
 size_t pe_eesp_sskdf_root_len(pe_eesp_sskdf sskdf)
@@ -125,11 +178,11 @@ static pe_status parse_options(const uint8_t *opts, size_t opt_len, pe_eesp_hdr 
         if (o.type == PE_EESP_OPT_CRYPT_OFFSET) {
             if (o.data_len != PE_EESP_CRYPT_OFFSET_DATA_LEN || h->has_crypt_offset)
                 return PE_ERR_EESP_CRYPT_OFFSET_OPTION; /* D3, D13 */
-            uint16_t v = pe_get16(o.data);
+            pe_eesp_crypt_offset co = pe_eesp_crypt_offset_decode(pe_get16(o.data));
             h->has_crypt_offset = 1;
-            h->payload_offset = (uint8_t)((v >> PE_EESP_CO_PAYLOAD_OFFSET_SHIFT) & PE_EESP_CO_FIELD_MASK);
-            h->crypt_offset = (uint8_t)((v >> PE_EESP_CO_CRYPT_OFFSET_SHIFT) & PE_EESP_CO_FIELD_MASK);
-            h->crypt_offset_reserved = (uint8_t)(v & PE_EESP_CO_R_MASK);
+            h->payload_offset = co.payload_offset;
+            h->crypt_offset = co.crypt_offset;
+            h->crypt_offset_reserved = co.reserved;
         } else if (o.type != PE_EESP_OPT_PAD1 && o.type != PE_EESP_OPT_PADN) {
             h->n_unknown++;
         }

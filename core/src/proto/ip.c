@@ -157,6 +157,42 @@ uint16_t pe_csum_fold(uint32_t sum)
     return (uint16_t)sum;
 }
 
+uint16_t pe_ip_checksum(const uint8_t *p, size_t n)
+{
+    return (uint16_t)~pe_csum_fold(pe_csum_add(0, p, n));
+}
+
+/* The pseudo-header sum (RFC 768; RFC 8200 §8.1 for IPv6) for a UDP datagram of udp_len octets. */
+static uint32_t udp_pseudo_sum(const uint8_t *ip, unsigned version, size_t udp_len)
+{
+    uint8_t pseudo[8];
+    /* IPv6: a Routing header would change the final destination, which we do
+     * not chase: such packets are rare on PSP/EESP paths. */
+    uint32_t sum = version == 4 ? pe_csum_add(0, ip + 12, 8) : pe_csum_add(0, ip + 8, 32);
+    pe_put16(pseudo, 0);
+    pseudo[2] = 0;
+    pseudo[3] = PE_IPPROTO_UDP;
+    pe_put16(pseudo + 4, (uint16_t)(udp_len >> 16));
+    pe_put16(pseudo + 6, (uint16_t)udp_len);
+    return pe_csum_add(sum, pseudo, 8);
+}
+
+pe_status pe_udp_checksum(const uint8_t *ip, size_t len, uint16_t *checksum)
+{
+    pe_udp_view udp;
+    pe_status st = pe_ip_udp(ip, len, &udp);
+    if (st != PE_OK)
+        return st;
+    size_t udp_len = PE_UDP_HDR_LEN + udp.payload_len;
+    const uint8_t *u = ip + udp.udp_offset;
+    uint32_t sum = udp_pseudo_sum(ip, (unsigned)(ip[0] >> 4), udp_len);
+    sum = pe_csum_add(sum, u, 6); /* the checksum field counts as zero */
+    sum = pe_csum_add(sum, u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN);
+    uint16_t c = (uint16_t)~pe_csum_fold(sum);
+    *checksum = c ? c : 0xffff; /* RFC 768: a computed 0 is sent as all ones */
+    return PE_OK;
+}
+
 void pe_ipv4_set_checksum(uint8_t *hdr)
 {
     size_t ihl = (size_t)(hdr[0] & 0x0f) * 4;
@@ -178,22 +214,7 @@ void pe_ip_set_length(uint8_t *pkt, size_t len)
 
 int pe_udp_checksum_ok(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len)
 {
-    uint8_t pseudo[4];
-    uint32_t sum;
-    if (info->version == 4) {
-        sum = pe_csum_add(0, ip + 12, 8);
-    } else {
-        /* RFC 8200 §8.1; a Routing header would change the final destination, which
-         * we do not chase: such packets are rare on PSP/EESP paths. */
-        sum = pe_csum_add(0, ip + 8, 32);
-    }
-    pe_put16(pseudo, 0);
-    pseudo[2] = 0;
-    pseudo[3] = PE_IPPROTO_UDP;
-    sum = pe_csum_add(sum, pseudo, 4);
-    pe_put16(pseudo, (uint16_t)(udp_len >> 16));
-    pe_put16(pseudo + 2, (uint16_t)udp_len);
-    sum = pe_csum_add(sum, pseudo, 4);
+    uint32_t sum = udp_pseudo_sum(ip, info->version, udp_len);
     sum = pe_csum_add(sum, udp, udp_len);
     return pe_csum_fold(sum) == 0xffff;
 }

@@ -208,6 +208,69 @@ static pe_status seal(pe_aead *aead, uint8_t *psp, const uint8_t *pt, size_t bod
                         psp + PE_PSP_HDR_LEN + body_len);
 }
 
+/* The crypt offset encapsulation uses for a payload: per inner IP version in tunnel mode. */
+static uint8_t offset_for(const pe_psp_tx *tx, uint8_t next_header)
+{
+    if (tx->mode == PE_PSP_TUNNEL && next_header == PE_IPPROTO_IPV4)
+        return tx->crypt_offset_ipv4;
+    if (tx->mode == PE_PSP_TUNNEL && next_header == PE_IPPROTO_IPV6)
+        return tx->crypt_offset_ipv6;
+    return tx->crypt_offset;
+}
+
+/*
+ * Header, extension area and sealed body at `psp`, with `co` checked against
+ * the body already; spends the IV.  *out_len gets `total`.
+ */
+static pe_status seal_psp(pe_psp_tx *tx, const uint8_t *payload, size_t payload_len, uint8_t next_header, uint8_t co,
+                          uint8_t *psp, size_t *out_len, size_t total)
+{
+    size_t ext_len = tx->vc_present ? PE_PSP_VC_LEN : 0;
+    size_t body_len = ext_len + payload_len;
+    pe_psp_hdr h = {
+        .next_header = next_header,
+        .hdr_ext_len = tx->vc_present ? PE_PSP_HDRLEN_VC : PE_PSP_HDRLEN_NOOPT,
+        .crypt_offset = co,
+        .sample = (uint8_t)tx->sample,
+        .drop = (uint8_t)tx->drop,
+        .version = (uint8_t)tx->version,
+        .virt = (uint8_t)tx->vc_present,
+        .always_one = 1,
+        .spi = tx->spi,
+        .iv = tx->next_iv,
+        .ext = tx->vc,
+        .ext_len = ext_len,
+    };
+    pe_psp_hdr_build(&h, psp, PE_PSP_HDR_LEN + ext_len);
+    /*
+     * Copy only the body octets that travel in clear (all of them for GMAC)
+     * and encrypt the rest straight from `payload` into place: one pass over
+     * the payload instead of two.  When the crypt offset cuts into the VC the
+     * plaintext is not contiguous in `payload`: copy it all and seal in place.
+     */
+    size_t clear = is_gmac(tx->version) ? body_len : (size_t)co * 4;
+    const uint8_t *pt;
+    if (clear >= ext_len) {
+        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, clear - ext_len);
+        pt = payload + (clear - ext_len);
+    } else {
+        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
+        pt = psp + PE_PSP_HDR_LEN + clear;
+    }
+
+    /* The IV is spent from here on, whatever happens: never reuse it. */
+    if (tx->next_iv == UINT64_MAX)
+        tx->exhausted = 1;
+    else
+        tx->next_iv++;
+
+    pe_status st = seal(&tx->aead, psp, pt, body_len, clear);
+    if (st != PE_OK)
+        return st;
+    *out_len = total;
+    return PE_OK;
+}
+
 pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len)
 {
@@ -227,13 +290,12 @@ pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
         payload = pkt + ip.l4_offset;
         payload_len = ip.len - ip.l4_offset;
         next_header = ip.protocol;
-        co = tx->crypt_offset;
     } else {
         payload = pkt;
         payload_len = ip.len;
         next_header = ip.version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
-        co = ip.version == 4 ? tx->crypt_offset_ipv4 : tx->crypt_offset_ipv6;
     }
+    co = offset_for(tx, next_header);
     size_t ext_len = tx->vc_present ? PE_PSP_VC_LEN : 0;
     size_t body_len = ext_len + payload_len;
     if ((size_t)co * 4 > body_len)
@@ -264,49 +326,25 @@ pe_status pe_psp_encap(pe_psp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
     pe_put16(udp + 4, (uint16_t)udp_len);
     pe_put16(udp + 6, 0); /* §8: senders write 0 */
 
-    uint8_t *psp = udp + PE_UDP_HDR_LEN;
-    pe_psp_hdr h = {
-        .next_header = next_header,
-        .hdr_ext_len = tx->vc_present ? PE_PSP_HDRLEN_VC : PE_PSP_HDRLEN_NOOPT,
-        .crypt_offset = co,
-        .sample = (uint8_t)tx->sample,
-        .drop = (uint8_t)tx->drop,
-        .version = (uint8_t)tx->version,
-        .virt = (uint8_t)tx->vc_present,
-        .always_one = 1,
-        .spi = tx->spi,
-        .iv = tx->next_iv,
-        .ext = tx->vc,
-        .ext_len = ext_len,
-    };
-    pe_psp_hdr_build(&h, psp, PE_PSP_HDR_LEN + ext_len);
-    /*
-     * Copy only the body octets that travel in clear (all of them for GMAC)
-     * and encrypt the rest straight from `pkt` into `out`: one pass over the
-     * payload instead of two.  When the crypt offset cuts into the VC the
-     * plaintext is not contiguous in `pkt`: copy it all and seal in place.
-     */
-    size_t clear = is_gmac(tx->version) ? body_len : (size_t)co * 4;
-    const uint8_t *pt;
-    if (clear >= ext_len) {
-        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, clear - ext_len);
-        pt = payload + (clear - ext_len);
-    } else {
-        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
-        pt = psp + PE_PSP_HDR_LEN + clear;
-    }
+    return seal_psp(tx, payload, payload_len, next_header, co, udp + PE_UDP_HDR_LEN, out_len, total);
+}
 
-    /* The IV is spent from here on, whatever happens: never reuse it. */
-    if (tx->next_iv == UINT64_MAX)
-        tx->exhausted = 1;
-    else
-        tx->next_iv++;
-
-    st = seal(&tx->aead, psp, pt, body_len, clear);
-    if (st != PE_OK)
-        return st;
-    *out_len = total;
-    return PE_OK;
+pe_status pe_psp_seal(pe_psp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header, uint8_t *out,
+                      size_t cap, size_t *out_len)
+{
+    if (tx->exhausted)
+        return PE_ERR_IV_EXHAUSTED;
+    uint8_t co = offset_for(tx, next_header);
+    size_t ext_len = tx->vc_present ? PE_PSP_VC_LEN : 0;
+    size_t body_len = ext_len + len;
+    if ((size_t)co * 4 > body_len)
+        return PE_ERR_PSP_CRYPT_OFFSET;
+    size_t total = PE_PSP_HDR_LEN + body_len + PE_PSP_ICV_LEN;
+    if (len > PE_IP_MAX_LEN || PE_UDP_HDR_LEN + total > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG; /* no UDP datagram can carry it */
+    if (cap < total)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    return seal_psp(tx, payload, len, next_header, co, out, out_len, total);
 }
 
 /* ---------------------------------------------------------------- receiving */
@@ -518,6 +556,41 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
     return PE_OK;
 }
 
+/* §8: PSP is the payload of UDP to the PSP port; a first fragment to it is ours, and dropped. */
+static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint16_t udp_dport, pe_psp_location *loc)
+{
+    if (ip->protocol != PE_IPPROTO_UDP)
+        return PE_ERR_NOT_UDP;
+    if (ip->is_fragment) {
+        int ours = pe_ip_first_fragment(pkt, ip) && ip->l4_offset + 4 <= ip->len &&
+                   pe_get16(pkt + ip->l4_offset + 2) == udp_dport;
+        return ours ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_UDP;
+    }
+    if (ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
+        return PE_ERR_UDP_TRUNCATED;
+    const uint8_t *udp = pkt + ip->l4_offset;
+    if (pe_get16(udp + 2) != udp_dport)
+        return PE_ERR_UDP_PORT;
+    size_t udp_len = pe_get16(udp + 4);
+    if (udp_len != ip->len - ip->l4_offset)
+        return PE_ERR_UDP_LENGTH;
+    loc->ip_version = ip->version;
+    loc->udp_offset = ip->l4_offset;
+    loc->offset = ip->l4_offset + PE_UDP_HDR_LEN;
+    loc->len = udp_len - PE_UDP_HDR_LEN;
+    loc->udp_sport = pe_get16(udp);
+    loc->proto_field = ip->proto_field;
+    return PE_OK;
+}
+
+pe_status pe_psp_locate(const uint8_t *pkt, size_t len, uint16_t udp_dport, pe_psp_location *loc)
+{
+    memset(loc, 0, sizeof *loc);
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip);
+    return st != PE_OK ? st : locate(pkt, &ip, udp_dport, loc);
+}
+
 pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                        size_t *out_len, pe_psp_hdr *hdr)
 {
@@ -525,26 +598,16 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
     pe_status st = pe_ip_parse(pkt, len, &ip);
     if (st != PE_OK)
         return st;
-    if (ip.protocol != PE_IPPROTO_UDP)
-        return PE_ERR_NOT_UDP;
-    if (ip.is_fragment) {
-        int ours = pe_ip_first_fragment(pkt, &ip) && ip.l4_offset + 4 <= ip.len &&
-                   pe_get16(pkt + ip.l4_offset + 2) == rx->udp_dport;
-        return ours ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_UDP;
-    }
-    if (ip.len - ip.l4_offset < PE_UDP_HDR_LEN)
-        return PE_ERR_UDP_TRUNCATED;
-    const uint8_t *udp = pkt + ip.l4_offset;
-    if (pe_get16(udp + 2) != rx->udp_dport)
-        return PE_ERR_UDP_PORT;
-    size_t udp_len = pe_get16(udp + 4);
-    if (udp_len != ip.len - ip.l4_offset)
-        return PE_ERR_UDP_LENGTH;
-    if (rx->check_udp_checksum && pe_get16(udp + 6) != 0 && !pe_udp_checksum_ok(pkt, &ip, udp, udp_len))
+    pe_psp_location loc;
+    if ((st = locate(pkt, &ip, rx->udp_dport, &loc)) != PE_OK)
+        return st;
+    const uint8_t *udp = pkt + loc.udp_offset;
+    if (rx->check_udp_checksum && pe_get16(udp + 6) != 0 &&
+        !pe_udp_checksum_ok(pkt, &ip, udp, PE_UDP_HDR_LEN + loc.len))
         return PE_ERR_UDP_CHECKSUM;
 
-    const uint8_t *psp = udp + PE_UDP_HDR_LEN;
-    size_t psp_len = udp_len - PE_UDP_HDR_LEN;
+    const uint8_t *psp = pkt + loc.offset;
+    size_t psp_len = loc.len;
     int tunnel = psp_len > 0 && (psp[0] == PE_IPPROTO_IPV4 || psp[0] == PE_IPPROTO_IPV6);
     size_t keep = tunnel ? 0 : ip.l4_offset;
     if (cap < keep)

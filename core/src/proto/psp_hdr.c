@@ -5,24 +5,29 @@
 #include "pe/kdf.h"
 #include "pe/psp.h"
 
+/* §3: crypto versions 0-3. */
+static const pe_psp_version_info versions[] = {
+    {PE_PSP_AES_GCM_128, "AES-GCM-128", 16, PE_PSP_ICV_LEN, 0},
+    {PE_PSP_AES_GCM_256, "AES-GCM-256", 32, PE_PSP_ICV_LEN, 0},
+    {PE_PSP_AES_GMAC_128, "AES-GMAC-128", 16, PE_PSP_ICV_LEN, 1},
+    {PE_PSP_AES_GMAC_256, "AES-GMAC-256", 32, PE_PSP_ICV_LEN, 1},
+};
+
+const pe_psp_version_info *pe_psp_version_info_get(unsigned version)
+{
+    return version <= PE_PSP_VERSION_MAX ? &versions[version] : NULL;
+}
+
 size_t pe_psp_key_len(unsigned version)
 {
-    switch (version) {
-    case PE_PSP_AES_GCM_128:
-    case PE_PSP_AES_GMAC_128:
-        return 16;
-    case PE_PSP_AES_GCM_256:
-    case PE_PSP_AES_GMAC_256:
-        return 32;
-    default:
-        return 0;
-    }
+    const pe_psp_version_info *v = pe_psp_version_info_get(version);
+    return v ? v->key_len : 0;
 }
 
 const char *pe_psp_version_name(unsigned version)
 {
-    static const char *const names[] = {"AES-GCM-128", "AES-GCM-256", "AES-GMAC-128", "AES-GMAC-256"};
-    return version <= PE_PSP_VERSION_MAX ? names[version] : "reserved";
+    const pe_psp_version_info *v = pe_psp_version_info_get(version);
+    return v ? v->name : "reserved";
 }
 
 pe_status pe_psp_hdr_parse(const uint8_t *b, size_t len, pe_psp_hdr *h)
