@@ -24,6 +24,16 @@ class CoreError(Exception):
         self.code = code
 
 
+class ExhaustedError(CoreError):
+    """A sender used its last IV (PSP) or sequence number (EESP) and refuses to wrap: rekey the SA.
+
+    Both protocol packages raise a subclass of this one class (:class:`pypsp.IvExhaustedError`,
+    :class:`pyeesp.SequenceExhaustedError`), and both senders' ``next_iv()`` then return None.
+    """
+
+    category = "limit"
+
+
 def _category_table() -> Dict[str, str]:
     table = {}
     for st in range(lib.PE_STATUS_COUNT):

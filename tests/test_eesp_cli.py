@@ -103,7 +103,7 @@ def show_json(capsys, *argv):
     [
         (["--root-key", ROOT, "--session-id", "0"],
          "472a557f71f01e8d125da03ec21f6b770f62b36f  (key 472a557f71f01e8d125da03ec21f6b77 salt 0f62b36f)"),
-        (["--root-key", ROOT, "--session-id", "1"],
+        (["--root-key", ROOT, "--sub-sa-id", "1"],
          "bfb9feca177e0964367d975ca7e41bd64f44224a  (key bfb9feca177e0964367d975ca7e41bd6 salt 4f44224a)"),
         (["--root-key", ROOT, "--session-id", "0x1", "--key-bits", "256"],
          "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfdaeb0b4a1  (key "
@@ -145,7 +145,7 @@ def test_derive_key_errors(capsys):
     rc, _, err = run(capsys, "derive-key", "--root-key", ROOT[:-2], "--session-id", "1")
     assert rc == 2 and "bad-key-length" in err and ROOT[:-2] not in err
     rc, _, err = run(capsys, "derive-key", "--root-key", ROOT, "--session-id", "70000")
-    assert rc == 2 and "session_id" in err
+    assert rc == 2 and "sub_sa_id" in err
     with pytest.raises(SystemExit) as ei:  # argparse: SSKDF_AES256_CMAC is not even offered
         main(["derive-key", "--root-key", ROOT, "--session-id", "1", "--sskdf", "aes256-cmac"])
     assert ei.value.code == 2

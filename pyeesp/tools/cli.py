@@ -108,7 +108,7 @@ def cmd_derive_key(args: argparse.Namespace) -> int:
         assert row is not None  # suite_id() accepted it
         salt = row.salt_len
         length = (row.key_lens[0] if len(row.key_lens) == 1 else key_bits // 8) + salt
-    keymat = derive_sub_sa_key(root, args.session_id, length, sskdf)
+    keymat = derive_sub_sa_key(root, args.sub_sa_id, length, sskdf)
     print(f"{keymat.hex()}  (key {keymat[:-salt].hex()} salt {keymat[-salt:].hex()})" if args.length is None
           else keymat.hex())
     return 0
@@ -210,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")
     _sa_options(d)
-    d.add_argument("--session-id", type=int_arg, required=True, help="the Sub SA ID (0..65535)")
+    d.add_argument("--sub-sa-id", "--session-id", dest="sub_sa_id", type=int_arg, required=True,
+                   help="the Sub SA ID (0..65535; --session-id is its old name)")
     d.add_argument("--length", type=int, help="octets to derive (default: key + salt of the suite)")
     d.set_defaults(func=cmd_derive_key)
 
