@@ -120,10 +120,9 @@ def verdict(ok: bool) -> str:
 def make_ipv4_udp(size: int) -> bytes:
     """An IPv4/UDP packet of ``size`` octets with a valid header checksum and UDP checksum 0."""
     hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, size, 0x1234, 0x4000, 64, 17, 0, bytes([192, 0, 2, 1]), bytes([192, 0, 2, 2])))
-    s = sum(struct.unpack("!10H", hdr))
-    s = (s & 0xFFFF) + (s >> 16)
-    s = (s & 0xFFFF) + (s >> 16)
-    struct.pack_into("!H", hdr, 10, ~s & 0xFFFF)
+    from pecore.protocol import checksum
+
+    struct.pack_into("!H", hdr, 10, checksum(hdr))
     payload = bytes((i * 7 + 3) & 0xFF for i in range(size - 28))
     return bytes(hdr) + struct.pack("!HHHH", 40000, 5001, size - 20, 0) + payload
 

@@ -168,10 +168,9 @@ def read_pcap_sizes(path: Path) -> List[int]:
 
 
 def _ipv4_csum(hdr: bytes) -> int:
-    s = sum(struct.unpack(f"!{len(hdr) // 2}H", hdr))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    from pecore.protocol import checksum
+
+    return checksum(hdr)
 
 
 def esp_frames(frames: Sequence[bytes], udp_encap: bool = False) -> List[bytes]:

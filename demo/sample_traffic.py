@@ -21,18 +21,14 @@ import struct
 from typing import Callable, Iterator, List, Tuple
 
 from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter
+from pecore.protocol import checksum
 
 MAC_A, MAC_B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
 TCP_FIN, TCP_SYN, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x08, 0x10
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    return checksum(data)
 
 
 def _l4(proto: int, sport: int, dport: int, payload: bytes, pseudo: bytes, seq: int, ack: int = 0,

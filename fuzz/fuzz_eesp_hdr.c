@@ -61,11 +61,22 @@ static pe_status expected(const uint8_t *d, size_t n, walked *w)
 
 static void parse_side(const uint8_t *d, size_t n)
 {
-    static pe_eesp_hdr h; /* large (255 options): keep it off the stack */
+    static pe_eesp_hdr h, lh; /* large (255 options): keep them off the stack */
     static walked w;
     pe_status st = pe_eesp_hdr_parse(d, n, &h);
     pe_status want = expected(d, n, &w);
     FUZZ_CHECK(st == want, "parse: %s, eesp.md says %s", pe_status_name(st), pe_status_name(want));
+    /* The lenient parse for display: the same verdict when all is well, options within Opt Len always. */
+    pe_status lst = pe_eesp_hdr_parse_lenient(d, n, &lh);
+    FUZZ_CHECK((st == PE_OK) == (lst == PE_OK), "lenient %s, strict %s", pe_status_name(lst), pe_status_name(st));
+    for (size_t i = 0; i < lh.n_options; i++)
+        FUZZ_CHECK(lh.option[i].offset + (lh.option[i].type ? 2u + lh.option[i].data_len : 1u) <= 8u + lh.opt_len &&
+                       8u + lh.opt_len <= n,
+                   "lenient option %zu past Opt Len", i);
+    if (st == PE_OK)
+        FUZZ_CHECK(lh.n_options == h.n_options && lh.payload_offset == h.payload_offset &&
+                       lh.crypt_offset == h.crypt_offset && lh.has_crypt_offset == h.has_crypt_offset,
+                   "lenient and strict disagree on a good header");
     if (n >= 8)
         FUZZ_CHECK(h.opt_len == d[1] && h.session_id == pe_get16(d + 2) && h.spi == pe_get32(d + 4), "base fields");
     if (st != PE_OK)
@@ -80,6 +91,13 @@ static void parse_side(const uint8_t *d, size_t n)
             FUZZ_CHECK(h.payload_offset == v >> 10 && h.crypt_offset == ((v >> 4) & 0x3f) &&
                            h.crypt_offset_reserved == (v & 0xf),
                        "crypt offset fields");
+            /* The exported codec: what the parser read, and back to the same octets. */
+            pe_eesp_crypt_offset co = pe_eesp_crypt_offset_decode(v);
+            uint16_t back = 0;
+            FUZZ_CHECK(co.payload_offset == h.payload_offset && co.crypt_offset == h.crypt_offset &&
+                           co.reserved == h.crypt_offset_reserved,
+                       "crypt offset codec");
+            FUZZ_CHECK(pe_eesp_crypt_offset_encode(&co, &back) == PE_OK && back == v, "crypt offset round trip");
         }
     }
     uint8_t buf[8 + 255];

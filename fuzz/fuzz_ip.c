@@ -1,8 +1,10 @@
 /*
  * IP and frame walking on hostile octets: pe_frame_ip_offset for every link
  * type the core knows, then pe_ip_parse, pe_ip_wire_length, pe_ip_udp,
- * pe_ip_first_fragment and pe_udp_checksum_ok on what it finds, with the
- * invariants the callers rely on (every offset within what was given).
+ * pe_ip_first_fragment and pe_udp_checksum_ok on what it finds, and the
+ * front ends' entry points pe_psp_locate, pe_eesp_locate (every flag),
+ * pe_udp_checksum and pe_ip_checksum, with the invariants the callers rely
+ * on (every offset within what was given, agreement between the calls).
  *
  * Input: linktype selector(1) | frame.
  */
@@ -10,13 +12,61 @@
 
 #include "fuzz.h"
 #include "pe/capture.h"
+#include "pe/eesp.h"
 #include "pe/ip.h"
+#include "pe/psp.h"
 
 static const uint32_t LINKTYPES[] = {PE_LINKTYPE_RAW,       PE_LINKTYPE_ETHERNET, PE_LINKTYPE_IPV4, PE_LINKTYPE_IPV6,
                                      PE_LINKTYPE_LINUX_SLL, PE_LINKTYPE_LINUX_SLL2, 0, 147};
 
+/* Where PSP/EESP is, as the CLIs, diagnose and the plugin ask: within the IP packet, and agreeing with pe_ip_udp. */
+static void check_locate(const uint8_t *pkt, size_t avail)
+{
+    pe_ip_info ip;
+    pe_status ipst = pe_ip_parse(pkt, avail, &ip);
+    pe_udp_view u;
+    pe_status ust = pe_ip_udp(pkt, avail, &u);
+    uint16_t port = avail >= 1 ? (uint16_t)(pkt[avail - 1] * 17u) : 1000u; /* some port the input picks */
+    const uint16_t ports[] = {PE_PSP_UDP_PORT, PE_EESP_UDP_PORT, port};
+    for (size_t i = 0; i < sizeof ports / sizeof ports[0]; i++) {
+        pe_psp_location pl;
+        pe_status st = pe_psp_locate(pkt, avail, ports[i], &pl);
+        if (st == PE_OK) {
+            FUZZ_CHECK(ipst == PE_OK && ust == PE_OK && u.dport == ports[i], "PSP located where pe_ip_udp says %s",
+                       pe_status_name(ust));
+            FUZZ_CHECK(pl.udp_offset == u.udp_offset && pl.offset == u.payload_offset && pl.len == u.payload_len &&
+                           pl.udp_sport == u.sport && pl.ip_version == ip.version,
+                       "PSP location %zu+%zu", pl.offset, pl.len);
+        }
+        for (unsigned flags = 0; flags < 4; flags++) {
+            pe_eesp_location el;
+            uint8_t proto = (uint8_t)(i == 2 ? port : PE_EESP_DEFAULT_IPPROTO);
+            st = pe_eesp_locate(pkt, avail, proto, ports[i], flags, &el);
+            if (st != PE_OK)
+                continue;
+            FUZZ_CHECK(ipst == PE_OK && !ip.is_fragment, "EESP located in a packet that does not parse");
+            FUZZ_CHECK(el.offset + el.len == ip.len && el.offset >= ip.l4_offset && el.l4_offset == ip.l4_offset,
+                       "EESP location %zu+%zu in %zu", el.offset, el.len, ip.len);
+            if (el.udp_encap) {
+                FUZZ_CHECK(ust == PE_OK && el.offset == u.payload_offset && el.len == u.payload_len, "EESP in UDP");
+                FUZZ_CHECK(pe_eesp_udp_classify(pkt + el.offset, el.len) == PE_UDP4500_EESP, "EESP demux");
+                FUZZ_CHECK(u.dport == ports[i] || ((flags & PE_EESP_LOCATE_EITHER_PORT) && u.sport == ports[i]),
+                           "EESP port");
+            } else {
+                FUZZ_CHECK(ip.protocol == proto && el.offset == ip.l4_offset, "EESP by protocol");
+            }
+        }
+    }
+    if (ust == PE_OK) {
+        uint16_t c;
+        FUZZ_CHECK(pe_udp_checksum(pkt, avail, &c) == PE_OK && c != 0, "UDP checksum %s", "of a UDP datagram");
+    }
+    (void)pe_ip_checksum(pkt, avail);
+}
+
 static void check_ip(const uint8_t *pkt, size_t avail)
 {
+    check_locate(pkt, avail);
     pe_ip_info ip;
     pe_status st = pe_ip_parse(pkt, avail, &ip);
     size_t wire;

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import pyeesp  # noqa: E402
 import pypsp  # noqa: E402
 from pecore.capture import CaptureWriter, read_capture  # noqa: E402
+from pecore.protocol import checksum  # noqa: E402
 
 FUZZ = ROOT / "fuzz"
 CORPUS = FUZZ / "corpus"
@@ -77,12 +78,7 @@ PSP_USER_KEYS = [(0x00000001, bytes(range(1, 17))), (0x80000002, bytes(range(0x2
 # ----------------------------------------------------------------------------------------------- packets
 
 def csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    return checksum(data)
 
 
 def ipv4(proto: int, payload: bytes, src=b"\xc0\x00\x02\x01", dst=b"\xc0\x00\x02\x02", opts=b"") -> bytes:

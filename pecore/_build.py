@@ -403,6 +403,7 @@ typedef struct {
     uint8_t crypt_offset_reserved;
 } pe_eesp_hdr;
 pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
+pe_status pe_eesp_hdr_parse_lenient(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
 pe_status pe_eesp_hdr_build(const pe_eesp_hdr *h, uint8_t *buf, size_t cap, size_t *len);
 typedef struct {
     uint32_t spi;

@@ -128,6 +128,22 @@ class Header:
             raise_eesp(st)
         return cls._from_c(h)
 
+    @classmethod
+    def parse_lenient(cls, data: Buffer) -> "tuple[Optional[Header], str]":
+        """Parse as far as possible (for display): the fields read and the status name ("ok" when valid).
+
+        None below the 8-octet Base Header; the options are listed whenever they are framed within
+        Opt Len, also past a bad Base Header or Crypt Offset option (the core's lenient parse).
+        """
+        from pecore.errors import status_name
+
+        h = ffi.new("pe_eesp_hdr *")
+        buf = packet_buffer(data, "data")
+        st = lib.pe_eesp_hdr_parse_lenient(buf, len(buf), h)
+        if len(buf) < 8:
+            return None, status_name(st)
+        return cls._from_c(h), status_name(st)
+
     def build(self) -> bytes:
         """Base Header and options as wire octets."""
         h = ffi.new("pe_eesp_hdr *")

@@ -17,6 +17,7 @@ from typing import Iterable, List, Optional, Union
 from pecore.binding import ffi, lib
 from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
+from pecore.protocol import EESP_SUITES
 from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
 from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp
 from pyeesp.header import Header
@@ -24,20 +25,8 @@ from pyeesp.header import Header
 MAX_IP_LEN = 65535
 _OUT_LEN = MAX_IP_LEN + 512
 
-#: IKEv2 ENCR transform IDs by suite name (eesp.md §10).
-SUITES = {
-    "aes-ccm-8": 14,
-    "aes-ccm-12": 15,
-    "aes-ccm-16": 16,
-    "aes-gcm-8": 18,
-    "aes-gcm-12": 19,
-    "aes-gcm-16": 20,
-    "aes-gmac": 21,
-    "chacha20-poly1305": 28,
-    "aes-ccm-8-iiv": 29,
-    "aes-gcm-16-iiv": 30,
-    "chacha20-poly1305-iiv": 31,
-}
+#: IKEv2 ENCR transform IDs by suite name (eesp.md §10), from the core's suite table.
+SUITES = {s.name: s.id for s in EESP_SUITES}
 SSKDFS = {None: 0, "none": 0, "hkdf-sha256": 1, "hkdf-sha384": 2, "hkdf-sha512": 3, "aes256-cmac": 4}
 _MODES = {"transport": lib.PE_EESP_TRANSPORT, "tunnel": lib.PE_EESP_TUNNEL}
 _FORMATS = {"auto": lib.PE_EESP_FORMAT_AUTO, "full": lib.PE_EESP_FORMAT_FULL, "optimized": lib.PE_EESP_FORMAT_OPTIMIZED}

@@ -15,15 +15,13 @@ import pytest
 import pyeesp
 import pypsp
 from pecore.capture import LINKTYPE_RAW, CaptureWriter, read_capture
+from pecore.protocol import checksum
 
 
 def udp4(n: int = 40) -> bytes:
     seg = struct.pack("!HHHH", 1111, 2222, 8 + n, 0) + bytes(range(n))
     hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), 0, 0, 64, 17, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
-    s = sum(struct.unpack("!10H", hdr))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return hdr[:10] + struct.pack("!H", ~s & 0xFFFF) + hdr[12:] + seg
+    return hdr[:10] + struct.pack("!H", checksum(hdr)) + hdr[12:] + seg
 
 
 PKT = udp4(40)  # 68 octets: a multiple of 4, so array('I') can hold it

@@ -12,6 +12,7 @@ import pytest
 
 import pypsp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
+from pecore.protocol import checksum
 from pypsp.tools.cli import main
 
 MK0 = "34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca"
@@ -22,10 +23,7 @@ ETH = bytes.fromhex("020000000002020000000001")
 def ipv4_header(length: int, proto: int, src: bytes, dst: bytes) -> bytes:
     """An IPv4 header with a valid checksum (transport-mode decap recomputes it)."""
     hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, length, 1, 0, 64, proto, 0, src, dst)
-    s = sum(struct.unpack("!10H", hdr))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return hdr[:10] + struct.pack("!H", ~s & 0xFFFF) + hdr[12:]
+    return hdr[:10] + struct.pack("!H", checksum(hdr)) + hdr[12:]
 
 
 def udp4(payload: bytes, sport: int = 1234, dport: int = 5678) -> bytes:

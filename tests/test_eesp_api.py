@@ -42,6 +42,7 @@ from pyeesp import (
     suite_id,
 )
 from pyeesp.errors import error_class
+from pecore.protocol import checksum
 
 try:
     from hypothesis import given
@@ -90,12 +91,8 @@ def icv_len(suite: str) -> int:
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 V4_SRC, V4_DST = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])

@@ -18,6 +18,7 @@ import pytest
 import pyeesp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
 from pyeesp import SA, CaptureError, ConfigurationError, EespError, Header, Receiver, SubSaError
+from pecore.protocol import checksum
 
 ROOT = bytes(range(32))
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff" "01020304")
@@ -29,12 +30,8 @@ MAC_DST, MAC_SRC = bytes.fromhex("008899aabb00"), bytes.fromhex("002233445500")
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 def ipv4(proto: int, payload: bytes, src: bytes = V4[0], dst: bytes = V4[1], ident: int = 0, flags: int = 0x4000) -> bytes:

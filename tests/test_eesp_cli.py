@@ -16,6 +16,7 @@ import pytest
 
 import pyeesp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
+from pecore.protocol import checksum
 from pyeesp.tools.cli import main
 
 ROOT = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"  # §19
@@ -37,12 +38,8 @@ SECRET_HEX = [ROOT, KEY0, CCM_KEY, "34448a064292601b11a0978f56a2d34cf3fc35ede1a6
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 def ipv4(proto: int, payload: bytes, src: bytes = bytes([10, 0, 0, 1]), dst: bytes = bytes([10, 0, 0, 2])) -> bytes:

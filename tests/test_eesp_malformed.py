@@ -17,6 +17,7 @@ import pytest
 
 import eesp_model as m
 import pyeesp
+from pecore.protocol import checksum
 from pyeesp import (
     SA,
     AuthenticationError,
@@ -49,12 +50,8 @@ V6_SRC, V6_DST = bytes.fromhex("20010db8" + "00" * 11 + "01"), bytes.fromhex("20
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 def _ipv4_checksum(hdr: bytearray) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 import pypsp
 from pecore.errors import CoreError
+from pecore.protocol import checksum
 from pypsp import (
     AuthenticationError,
     CaptureError,
@@ -61,12 +62,8 @@ KDF_TABLE = [
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 V4_SRC, V4_DST = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])

@@ -18,6 +18,7 @@ import pypsp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
 from pecore.capture import CaptureError as CoreCaptureError
 from pypsp import CaptureError, Decryptor, Encryptor, PspError
+from pecore.protocol import checksum
 
 KEY16 = bytes.fromhex("00112233445566778899aabbccddeeff")
 KEY32 = bytes(range(32))
@@ -30,12 +31,8 @@ MAC_DST, MAC_SRC = bytes.fromhex("008899aabb00"), bytes.fromhex("002233445500")
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 def ipv4(proto: int, payload: bytes, ident: int = 0, flags: int = 0x4000) -> bytes:

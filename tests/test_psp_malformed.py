@@ -19,6 +19,7 @@ import pytest
 
 import pypsp
 
+from pecore.protocol import checksum
 from pypsp import (
     AuthenticationError,
     ConfigurationError,
@@ -47,12 +48,8 @@ V6_SRC, V6_DST = bytes(15) + b"\x01", bytes(15) + b"\x02"
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
+    return 0xFFFF ^ checksum(data)
 
 
 def _ipv4_checksum(hdr: bytearray) -> None:

@@ -31,6 +31,7 @@ import pyeesp
 import pypsp
 from pecore.capture import LINKTYPE_RAW, CaptureWriter
 from pecore.errors import CoreError
+from pecore.protocol import checksum
 from pecore.keys import KeyFileError, load_key_file, load_psp_ref_config, parse_key_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +53,7 @@ def udp4(n: int = 40, sport: int = 1111, dport: int = 2222) -> bytes:
     payload = bytes((i * 7 + n) & 0xFF for i in range(n))
     seg = struct.pack("!HHHH", sport, dport, 8 + n, 0) + payload
     hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), 0, 0, 64, 17, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
-    s = sum(struct.unpack("!10H", hdr))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return hdr[:10] + struct.pack("!H", ~s & 0xFFFF) + hdr[12:] + seg
+    return hdr[:10] + struct.pack("!H", checksum(hdr)) + hdr[12:] + seg
 
 
 PKT = udp4()
@@ -418,7 +416,7 @@ ALLOWED_COMPARISONS = {
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], allowed[k]"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", 'mode, "transport"'): "keyword",
     ("core/src/io/keyfile.c", "strcmp", 'mode, "tunnel"'): "keyword",
-    ("core/src/io/keyfile.c", "strcmp", "v, eesp_suite_names[i].name"): "suite names",
+    ("core/src/proto/eesp_hdr.c", "strcmp", "name, suite_rows[i].name"): "suite names",
     ("core/src/io/keyfile.c", "strcmp", "v, words[k]"): "keywords",
     ("core/src/io/keyfile.c", "strcmp", 'v, "*"'): "address wildcard",
     ("core/src/io/keyfile.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",

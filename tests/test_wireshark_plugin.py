@@ -45,6 +45,7 @@ from conftest import SHARED_DIR
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
 from pecore.errors import CATEGORIES, CATEGORY_BY_CODE
 from pecore.keys import load_psp_ref_config
+from pecore.protocol import checksum
 
 REFERENCE = SHARED_DIR / "reference" / "psp"
 PLUGIN_SRC = ws.ROOT / "dissectors" / "plugin"
@@ -263,12 +264,7 @@ def layer(pkt: dict, name: str) -> dict:
 
 
 def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    return checksum(data)
 
 
 def _addr(a: str) -> bytes:

@@ -476,6 +476,142 @@ static void test_eesp_seal(void)
     pe_eesp_tx_free(t);
 }
 
+/* The receiver's SPI index: many SAs, several per SPI (by destination), duplicates refused. */
+static void test_many_sas(void)
+{
+    static uint8_t keys[3][36];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 36; i++)
+            keys[k][i] = (uint8_t)(k * 50 + i);
+    const pe_eesp_suite_info *gcm = pe_eesp_suite_by_id(PE_ENCR_AES_GCM_16);
+    pe_eesp_rx_config rc;
+    pe_eesp_rx_config_init(&rc);
+    pe_eesp_rx *rx = NULL;
+    CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_OK);
+    pe_eesp_sa_config c;
+    const uint8_t d1[4] = {10, 0, 0, 1}, d2[4] = {10, 0, 0, 2};
+    /* SPI 5: bound to 10.0.0.1 (key 1), then any destination (key 0), then 10.0.0.2 (key 2). */
+    for (int k = 0; k < 3; k++) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 5;
+        c.key = keys[k == 0 ? 1 : k == 1 ? 0 : 2];
+        c.dst_family = k == 1 ? 0 : 4;
+        memcpy(c.dst, k == 0 ? d1 : d2, 4);
+        CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_OK);
+    }
+    for (uint32_t i = 0; i < 3000; i++) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 1000 + i * 7919u;
+        c.key = keys[0];
+        CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_OK);
+    }
+    /* The same SPI and destination again: refused, whenever it was added. */
+    eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+    c.spi = 1000 + 1234 * 7919u;
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_INVALID_ARGUMENT);
+    c.spi = 5;
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_INVALID_ARGUMENT);
+    c.dst_family = 4;
+    memcpy(c.dst, d2, 4);
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_INVALID_ARGUMENT);
+
+    uint8_t inner[60] = {0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17};
+    size_t ol, bl;
+    pe_eesp_info *info = malloc(sizeof *info);
+    /* Each key seals for SPI 5; the destination decides which SA opens it. */
+    for (int k = 0; k < 3; k++) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 5;
+        c.key = keys[k];
+        pe_eesp_tx *tx = NULL;
+        CHECK_ST(pe_eesp_tx_new(&c, &tx), PE_OK);
+        CHECK_ST(pe_eesp_seal(tx, inner, sizeof inner, 4, 4, 0, NULL, out2, CAP, &bl), PE_OK);
+        const uint8_t *dst_for_key[3] = {(const uint8_t[]){10, 0, 0, 9}, d1, d2};
+        for (int d = 0; d < 3; d++) {
+            pe_status want = d == k ? PE_OK : PE_ERR_AUTH;
+            CHECK_STN(pe_eesp_open(rx, out2, bl, 4, dst_for_key[d], PE_EESP_OPEN_NO_REPLAY, opened, CAP, &ol, info),
+                      want, k * 3 + d);
+        }
+        pe_eesp_tx_free(tx);
+    }
+    /* Every one of the 3000 is found; SPIs between them are not. */
+    for (uint32_t i = 0; i < 3000; i += 37) {
+        eesp_cfg(&c, gcm, PE_EESP_TUNNEL, 0);
+        c.spi = 1000 + i * 7919u;
+        c.key = keys[0];
+        pe_eesp_tx *tx = NULL;
+        CHECK_ST(pe_eesp_tx_new(&c, &tx), PE_OK);
+        CHECK_ST(pe_eesp_seal(tx, inner, sizeof inner, 4, 4, 0, NULL, out2, CAP, &bl), PE_OK);
+        CHECK_STN(pe_eesp_open(rx, out2, bl, 4, NULL, 0, opened, CAP, &ol, info), PE_OK, i);
+        out2[7] ^= 1; /* SPI + 1 (or - 1): between two SAs */
+        CHECK_STN(pe_eesp_open(rx, out2, bl, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA, i);
+        pe_eesp_tx_free(tx);
+    }
+    free(info);
+    pe_eesp_rx_free(rx);
+}
+
+/* Lenient parsing for display: as much as is there, and what is wrong. */
+static void test_lenient_parse(void)
+{
+    pe_eesp_hdr *h = malloc(sizeof *h), *strict = malloc(sizeof *strict);
+    /* Two Crypt Offset options (D13) after a malformed one (D3): all listed, fields from the first good one. */
+    uint8_t e[] = {0x80, 12, 0, 5, 0, 0, 0, 9, 2, 1, 0xaa, 0, 2, 2, 0x1c, 0x30, 2, 2, 0x04, 0x10, 1, 0};
+    CHECK_ST(pe_eesp_hdr_parse(e, sizeof e, strict), PE_ERR_EESP_CRYPT_OFFSET_OPTION);
+    CHECK_ST(pe_eesp_hdr_parse_lenient(e, sizeof e, h), PE_ERR_EESP_CRYPT_OFFSET_OPTION);
+    CHECK(h->spi == 9 && h->session_id == 5 && h->n_options == 4 && h->option[0].data_len == 1);
+    CHECK(h->has_crypt_offset && h->payload_offset == 7 && h->crypt_offset == 3);
+    /* A bad Base Header does not stop the options from being read; its status comes first. */
+    e[0] = 0x87;
+    CHECK_ST(pe_eesp_hdr_parse_lenient(e, sizeof e, h), PE_ERR_EESP_RESERVED);
+    CHECK(h->reserved == 7 && h->n_options == 4);
+    e[0] = 0x00;
+    CHECK_ST(pe_eesp_hdr_parse_lenient(e, sizeof e, h), PE_ERR_EESP_COMPAT_BIT);
+    CHECK(h->n_options == 4);
+    /* A well-formed header: the same as the strict parse. */
+    uint8_t g[] = {0x80, 4, 0, 1, 0, 0, 0, 2, 2, 2, 0x1c, 0x30, 0xff};
+    CHECK_ST(pe_eesp_hdr_parse_lenient(g, sizeof g, h), PE_OK);
+    CHECK_ST(pe_eesp_hdr_parse(g, sizeof g, strict), PE_OK);
+    CHECK(h->n_options == strict->n_options && h->payload_offset == strict->payload_offset &&
+          h->crypt_offset == strict->crypt_offset && h->spi == strict->spi);
+    /* Truncation: the Base Header alone, or nothing. */
+    for (size_t n = 0; n < sizeof g; n++) {
+        pe_status want = n < 12 ? PE_ERR_EESP_TRUNCATED : PE_OK;
+        CHECK_STN(pe_eesp_hdr_parse_lenient(g, n, h), want, n);
+        CHECK(n < 8 ? h->spi == 0 : h->spi == 2 && h->n_options == (n < 12 ? 0u : 1u));
+    }
+    /* TLVs past Opt Len: no options. */
+    uint8_t t[] = {0x80, 3, 0, 0, 0, 0, 0, 1, 1, 5, 0};
+    CHECK_ST(pe_eesp_hdr_parse_lenient(t, sizeof t, h), PE_ERR_EESP_OPTIONS);
+    CHECK(h->n_options == 0 && h->spi == 1);
+    free(h);
+    free(strict);
+}
+
+/* No SA: the status says so, and the options are still read for display (one parse in dissectors). */
+static void test_no_sa_options(void)
+{
+    pe_eesp_sa_config c;
+    eesp_cfg(&c, pe_eesp_suite_by_id(PE_ENCR_AES_GCM_16), PE_EESP_TUNNEL, 0);
+    pe_eesp_rx *rx = eesp_rx(&c);
+    pe_eesp_info *info = malloc(sizeof *info);
+    size_t ol;
+    /* SPI 0x2000 (no SA); a PadN and a Crypt Offset option. */
+    uint8_t e[64] = {0x80, 8, 0, 1, 0, 0, 0x20, 0, 1, 2, 0, 0, 2, 2, 0x1c, 0x30};
+    CHECK_ST(pe_eesp_open(rx, e, sizeof e, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA);
+    CHECK(!info->sa_found && info->hdr.spi == 0x2000 && info->hdr.session_id == 1);
+    CHECK(info->hdr.n_options == 2 && info->hdr.option[1].type == PE_EESP_OPT_CRYPT_OFFSET);
+    CHECK(info->hdr.has_crypt_offset && info->hdr.payload_offset == 7 && info->hdr.crypt_offset == 3);
+    /* Options that do not parse: the Base Header only, and still no-SA. */
+    e[13] = 40;
+    CHECK_ST(pe_eesp_open(rx, e, sizeof e, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA);
+    CHECK(info->hdr.n_options == 0 && !info->hdr.has_crypt_offset && info->hdr.spi == 0x2000);
+    CHECK_ST(pe_eesp_open(rx, e, 12, 4, NULL, 0, opened, CAP, &ol, info), PE_ERR_EESP_NO_SA);
+    CHECK(info->hdr.n_options == 0 && info->hdr.opt_len == 8);
+    free(info);
+    pe_eesp_rx_free(rx);
+}
+
 int main(void)
 {
     test_eesp_suites();
@@ -486,6 +622,9 @@ int main(void)
     test_eesp_locate();
     test_psp_seal();
     test_eesp_seal();
+    test_no_sa_options();
+    test_lenient_parse();
+    test_many_sas();
     printf("test_exports: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -276,11 +276,6 @@ void pe_ws_psp_keys_changed(void)
     psp_dirty = TRUE;
 }
 
-static void psp_keys_post_update(void)
-{
-    psp_dirty = TRUE;
-}
-
 static void psp_keys_add(pe_psp_rx *rx)
 {
     psp_live.rx = g_realloc(psp_live.rx, (psp_live.n + 1) * sizeof *psp_live.rx);
@@ -405,7 +400,7 @@ void pe_ws_psp_keys_register(module_t *module)
     };
     uat_t *uat = uat_new("PSP Keys", sizeof(psp_key_rec), "psp_keys", TRUE, &psp_recs, &n_psp_recs,
                          UAT_AFFECTS_DISSECTION, NULL, psp_rec_copy, psp_rec_update, psp_rec_free,
-                         psp_keys_post_update, NULL, fields);
+                         pe_ws_psp_keys_changed, NULL, fields);
     prefs_register_uat_preference(module, "keys", "PSP keys",
                                   "Master key pairs and per-SPI derived keys used to decrypt PSP", uat);
     prefs_register_filename_preference(module, "keyfile", "Key file",
@@ -417,20 +412,19 @@ void pe_ws_psp_keys_register(module_t *module)
 
 /* ------------------------------------------------------------------ EESP */
 
-static const value_string eesp_suites[] = {
-    {PE_ENCR_AES_GCM_16, "aes-gcm-16"},
-    {PE_ENCR_AES_GCM_12, "aes-gcm-12"},
-    {PE_ENCR_AES_GCM_8, "aes-gcm-8"},
-    {PE_ENCR_AES_CCM_16, "aes-ccm-16"},
-    {PE_ENCR_AES_CCM_12, "aes-ccm-12"},
-    {PE_ENCR_AES_CCM_8, "aes-ccm-8"},
-    {PE_ENCR_NULL_AUTH_AES_GMAC, "aes-gmac"},
-    {PE_ENCR_CHACHA20_POLY1305, "chacha20-poly1305"},
-    {PE_ENCR_AES_GCM_16_IIV, "aes-gcm-16-iiv"},
-    {PE_ENCR_AES_CCM_8_IIV, "aes-ccm-8-iiv"},
-    {PE_ENCR_CHACHA20_POLY1305_IIV, "chacha20-poly1305-iiv"},
-    {0, NULL},
-};
+/* The suite column's choices: the core's suite table, filled in at registration (the UAT wants an array). */
+#define MAX_EESP_SUITES 32
+static value_string eesp_suites[MAX_EESP_SUITES + 1];
+
+static void eesp_suites_fill(void)
+{
+    size_t n = pe_eesp_suite_count();
+    for (size_t i = 0; i < n && i < MAX_EESP_SUITES; i++) {
+        const pe_eesp_suite_info *s = pe_eesp_suite_at(i);
+        eesp_suites[i].value = (guint32)s->encr;
+        eesp_suites[i].strptr = s->name;
+    }
+}
 static const value_string eesp_key_bits[] = {{128, "128"}, {192, "192"}, {256, "256"}, {0, NULL}};
 static const value_string eesp_sskdfs[] = {
     {PE_SSKDF_NONE, "none"},
@@ -480,7 +474,8 @@ static gboolean eesp_row_text(const eesp_sa_rec *r, GString *t, char **err)
         return FALSE;
     }
     g_string_append_printf(t, "eesp-sa spi=%s suite=%s", r->spi, val_to_str_const(r->suite, eesp_suites, "?"));
-    if (r->suite != PE_ENCR_CHACHA20_POLY1305 && r->suite != PE_ENCR_CHACHA20_POLY1305_IIV)
+    const pe_eesp_suite_info *suite = pe_eesp_suite_by_id(r->suite);
+    if (!suite || suite->n_key_lens > 1) /* one key size (ChaCha20-Poly1305): no choice to write */
         g_string_append_printf(t, " key-bits=%u", r->key_bits);
     if (r->sskdf == PE_SSKDF_NONE)
         g_string_append_printf(t, " key=%s", r->key);
@@ -538,11 +533,6 @@ static void eesp_rec_free(void *rec)
 }
 
 void pe_ws_eesp_keys_changed(void)
-{
-    eesp_dirty = TRUE;
-}
-
-static void eesp_keys_post_update(void)
 {
     eesp_dirty = TRUE;
 }
@@ -622,6 +612,7 @@ const pe_ws_key_problems *pe_ws_eesp_key_problems(void)
 
 void pe_ws_eesp_keys_register(module_t *module)
 {
+    eesp_suites_fill();
     static uat_field_t fields[] = {
         UAT_FLD_CSTRING(eesp_sa, src, "Src IP", "Source address (informational), or *"),
         UAT_FLD_CSTRING(eesp_sa, dst, "Dest IP", "Destination address the SA is bound to, or * for any"),
@@ -638,7 +629,7 @@ void pe_ws_eesp_keys_register(module_t *module)
     };
     uat_t *uat = uat_new("EESP SAs", sizeof(eesp_sa_rec), "eesp_sa", TRUE, &eesp_recs, &n_eesp_recs,
                          UAT_AFFECTS_DISSECTION, NULL, eesp_rec_copy, eesp_rec_update, eesp_rec_free,
-                         eesp_keys_post_update, NULL, fields);
+                         pe_ws_eesp_keys_changed, NULL, fields);
     prefs_register_uat_preference(module, "sa_table", "EESP SAs",
                                   "EESP Security Associations used to decrypt (one row per direction)", uat);
     prefs_register_filename_preference(module, "keyfile", "Key file",

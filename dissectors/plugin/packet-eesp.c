@@ -285,16 +285,11 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
     guint8 *out = wmem_alloc(pinfo->pool, len ? len : 1);
     size_t out_len = 0;
     gboolean cut = tvb_reported_length(tvb) > len;
+    /* Without an SA the core still reads the options for display (pe_eesp_open): one parse. */
     if (cut)
         st = pe_eesp_hdr_parse(buf, len, &info.hdr);
     else
         st = pe_ws_eesp_open(buf, len, ip_version, dst, out, len, &out_len, &info);
-    if (st == PE_ERR_EESP_NO_SA) {
-        /* No SA: the core stopped after the Base Header; the options can still be read for display. */
-        pe_eesp_hdr full;
-        if (pe_eesp_hdr_parse(buf, len, &full) == PE_OK)
-            info.hdr = full;
-    }
     const pe_eesp_hdr *h = &info.hdr;
 
     if (len >= 1) {
@@ -443,10 +438,10 @@ void proto_register_eesp(void)
         {&hf_eesp_option_len, {"Opt Data Len", "eesp.option.len", FT_UINT8, BASE_DEC, NULL, 0, NULL, HFILL}},
         {&hf_eesp_option_data, {"Option Data", "eesp.option.data", FT_BYTES, BASE_NONE, NULL, 0, NULL, HFILL}},
         {&hf_eesp_option_payload_offset, {"PayloadOffset", "eesp.option.payload_offset", FT_UINT16, BASE_DEC, NULL,
-                                          0xfc00, "4-octet units from the Base Header to the payload", HFILL}},
+                                          PE_EESP_CO_FIELD_MASK << PE_EESP_CO_PAYLOAD_OFFSET_SHIFT, "4-octet units from the Base Header to the payload", HFILL}},
         {&hf_eesp_option_crypt_offset, {"CryptOffset", "eesp.option.crypt_offset", FT_UINT16, BASE_DEC, NULL,
-                                        0x03f0, "4-octet units of the payload left in clear", HFILL}},
-        {&hf_eesp_option_co_reserved, {"Reserved", "eesp.option.co_reserved", FT_UINT16, BASE_HEX, NULL, 0x000f,
+                                        PE_EESP_CO_FIELD_MASK << PE_EESP_CO_CRYPT_OFFSET_SHIFT, "4-octet units of the payload left in clear", HFILL}},
+        {&hf_eesp_option_co_reserved, {"Reserved", "eesp.option.co_reserved", FT_UINT16, BASE_HEX, NULL, PE_EESP_CO_R_MASK,
                                        NULL, HFILL}},
         {&hf_eesp_seq, {"Sequence Number", "eesp.seq", FT_UINT64, BASE_DEC, NULL, 0, NULL, HFILL}},
         {&hf_eesp_iv, {"IV", "eesp.iv", FT_BYTES, BASE_NONE, NULL, 0, NULL, HFILL}},

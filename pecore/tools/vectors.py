@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from pecore.protocol import checksum
+
 DEFAULT_SEED = 1
 
 #: The entry-point group through which an installed package offers a vector family (pyproject.toml).
@@ -95,13 +97,8 @@ _IPV6_EXT = (0, 43, 44, 60)
 
 
 def inet_sum(data: bytes) -> int:
-    """RFC 1071 checksum (complemented)."""
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f">{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    """RFC 1071 checksum (complemented), from the core."""
+    return checksum(data)
 
 
 def ipv4_header(src: str, dst: str, proto: int, payload_len: int, *, ident: int = 0, ttl: int = 64,

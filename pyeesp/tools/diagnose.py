@@ -69,6 +69,7 @@ from pecore.keys import EespSaEntry
 from pecore.protocol import crypt_offset_decode, eesp_suite, locate_eesp
 from pecore.util import key_bytes
 from pyeesp.errors import ConfigurationError, EespError
+from pyeesp.header import Header
 from pyeesp.sa import SA, Receiver, suite_id
 
 SPEC = "eesp.md"
@@ -203,21 +204,20 @@ class _Options:
     co: Optional[Tuple[int, int, int]]  # PayloadOffset, CryptOffset, R
 
 
-def _parse_options(raw: bytes) -> Optional[_Options]:
-    items, i = [], 0
-    while i < len(raw):
-        t = raw[i]
-        if t == 0:
-            items.append((0, b""))
-            i += 1
-            continue
-        if i + 2 > len(raw) or i + 2 + raw[i + 1] > len(raw):
-            return None
-        items.append((t, raw[i + 2 : i + 2 + raw[i + 1]]))
-        i += 2 + raw[i + 1]
-    co = next((d for t, d in items if t == 2 and len(d) == 2), None)
-    value = None if co is None else crypt_offset_decode(int.from_bytes(co, "big"))
-    return _Options(len(raw), items, value)
+def _parse_options(eesp: bytes) -> Optional[_Options]:
+    """The options as the core walks them for display (past a bad Base Header or Crypt Offset option);
+    None when they run past Opt Len or the packet."""
+    hdr, _status = Header.parse_lenient(eesp)
+    if hdr is None:
+        return None
+    opt_len = eesp[1]  # the wire's Opt Len, also when the options could not be walked
+    if BASE_LEN + opt_len > len(eesp) or (opt_len and not hdr.options):
+        return None
+    items = [(o.type, o.data) for o in hdr.options]
+    # the fields of the first well-formed Crypt Offset option, as the core's lenient parse takes them
+    first = next((o for o in hdr.options if o.type == 2 and len(o.data) == 2), None)
+    co = crypt_offset_decode(int.from_bytes(first.data, "big")) if first is not None else None
+    return _Options(opt_len, items, co)
 
 
 _OPT_NAMES = {0: "Pad1", 1: "PadN", 2: "CryptOffset"}
@@ -693,7 +693,7 @@ class EespDiagnoser:
             return rep
         spi, sid = int.from_bytes(eesp[4:8], "big"), int.from_bytes(eesp[2:4], "big")
         rep.fields = {"spi": f"{spi:#010x}", "session_id": sid, "optlen": eesp[1], "len": len(eesp)}
-        opts = _parse_options(eesp[BASE_LEN : BASE_LEN + eesp[1]]) if BASE_LEN + eesp[1] <= len(eesp) else None
+        opts = _parse_options(eesp)
         if opts is not None and opts.items:
             rep.fields["options"] = ",".join(_OPT_NAMES.get(t, f"type{t}") for t, _ in opts.items)
         sas = self._sas_for(spi, dst)

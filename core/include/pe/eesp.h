@@ -158,6 +158,15 @@ pe_status pe_eesp_crypt_offset_encode(const pe_eesp_crypt_offset *co, uint16_t *
  */
 pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
 /*
+ * For tools that show a packet whatever is wrong with it: the Base Header
+ * (8 octets needed) and, whenever Opt Len octets are present and their TLVs
+ * are framed within it, every option -- also past a bad Base Header, a
+ * malformed or repeated Crypt Offset option (whose fields then come from the
+ * first well-formed one).  Returns the first problem in pe_eesp_hdr_parse's
+ * order; n_options is 0 when the options could not be walked.
+ */
+pe_status pe_eesp_hdr_parse_lenient(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
+/*
  * Write the Base Header and h->option[0..n_options) as TLVs (Pad1: type only;
  * others: type, data_len, data; a Crypt Offset option is written from its
  * data like any other).  Opt Len is computed; *len gets 8 + Opt Len.
@@ -304,7 +313,8 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
  * tunnelled IP packet, or in transport mode the upper-layer segment whose
  * protocol is info->next_header.  With PE_EESP_OPEN_NO_REPLAY the replay
  * window is neither checked nor moved: a dissector revisits packets and
- * keeps its own per-Sub SA sequence analysis.
+ * keeps its own per-Sub SA sequence analysis.  With PE_ERR_EESP_NO_SA,
+ * info->hdr holds the Base Header and, when they parse, the options.
  */
 #define PE_EESP_OPEN_NO_REPLAY 1u
 pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_version, const uint8_t *dst,

@@ -41,6 +41,7 @@ typedef struct eesp_sa {
     uint8_t dst[16];
     pe_aead_dir dir;
     pe_keytable subs; /* Sub SA state by Session ID */
+    size_t next_same_spi; /* receiver: 1 + index in rx->sas of the next SA with this SPI, 0 for none */
 } eesp_sa;
 
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg)
@@ -661,6 +662,10 @@ struct pe_eesp_rx {
     int check_udp_checksum;
     size_t n_sas, cap_sas;
     eesp_sa **sas;
+    /* SPI index (open addressing): 1 + index in sas of the first SA with an SPI, 0 empty; the others with
+     * that SPI follow its next_same_spi chain.  A lookup costs the same however many SAs there are. */
+    size_t *spi_ix;
+    size_t ix_cap; /* power of two, above twice the SPIs held */
 };
 
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
@@ -690,6 +695,7 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
         free(rx->sas[i]);
     }
     free(rx->sas);
+    free(rx->spi_ix);
     free(rx);
 }
 
@@ -698,14 +704,50 @@ static int same_dst(const eesp_sa *a, int family, const uint8_t *dst)
     return a->dst_family == family && memcmp(a->dst, dst, family == 4 ? 4 : 16) == 0;
 }
 
+static size_t *ix_slot(const pe_eesp_rx *rx, uint32_t spi)
+{
+    size_t mask = rx->ix_cap - 1;
+    for (size_t i = (size_t)(spi * 2654435761u) & mask;; i = (i + 1) & mask) {
+        size_t e = rx->spi_ix[i];
+        if (!e || rx->sas[e - 1]->spi == spi)
+            return &rx->spi_ix[i];
+    }
+}
+
+/* The first SA added with this SPI (the others follow its chain), or NULL. */
+static eesp_sa *first_with_spi(const pe_eesp_rx *rx, uint32_t spi)
+{
+    if (!rx->ix_cap)
+        return NULL;
+    size_t e = *ix_slot(rx, spi);
+    return e ? rx->sas[e - 1] : NULL;
+}
+
+/* Room in the index for one more SPI: grown (and refilled from the chain heads) only when SAs are added. */
+static pe_status ix_reserve(pe_eesp_rx *rx)
+{
+    if (rx->ix_cap && (rx->n_sas + 1) * 2 < rx->ix_cap)
+        return PE_OK;
+    size_t cap = rx->ix_cap ? rx->ix_cap * 2 : 16;
+    size_t *ix = calloc(cap, sizeof *ix);
+    if (!ix)
+        return PE_ERR_NOMEM;
+    free(rx->spi_ix);
+    rx->spi_ix = ix;
+    rx->ix_cap = cap;
+    for (size_t i = 0; i < rx->n_sas; i++) {
+        size_t *slot = ix_slot(rx, rx->sas[i]->spi);
+        if (!*slot)
+            *slot = i + 1; /* the first one added: the chain from it is unchanged */
+    }
+    return PE_OK;
+}
+
 /* §16 step 3: by SPI and destination; an SA bound to the packet's destination beats one for any. */
 static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
 {
     eesp_sa *any = NULL;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        eesp_sa *sa = rx->sas[i];
-        if (sa->spi != spi)
-            continue;
+    for (eesp_sa *sa = first_with_spi(rx, spi); sa; sa = sa->next_same_spi ? rx->sas[sa->next_same_spi - 1] : NULL) {
         if (sa->dst_family == 0)
             any = sa;
         else if (dst && same_dst(sa, family, dst))
@@ -716,10 +758,15 @@ static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi, int family, const ui
 
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
 {
-    for (size_t i = 0; i < rx->n_sas; i++)
-        if (rx->sas[i]->spi == cfg->spi && rx->sas[i]->dst_family == cfg->dst_family &&
-            (cfg->dst_family == 0 || same_dst(rx->sas[i], cfg->dst_family, cfg->dst)))
+    eesp_sa *last = NULL;
+    for (eesp_sa *o = first_with_spi(rx, cfg->spi); o; o = o->next_same_spi ? rx->sas[o->next_same_spi - 1] : NULL) {
+        if (o->dst_family == cfg->dst_family && (cfg->dst_family == 0 || same_dst(o, cfg->dst_family, cfg->dst)))
             return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
+        last = o;
+    }
+    pe_status ist = ix_reserve(rx);
+    if (ist != PE_OK)
+        return ist;
     if (rx->n_sas == rx->cap_sas) {
         size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
         eesp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
@@ -737,7 +784,12 @@ pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
         free(sa);
         return st;
     }
+    sa->next_same_spi = 0;
     rx->sas[rx->n_sas++] = sa;
+    if (last)
+        last->next_same_spi = rx->n_sas; /* appended: lookups see the SAs of an SPI in the order added */
+    else
+        *ix_slot(rx, sa->spi) = rx->n_sas;
     return PE_OK;
 }
 
@@ -885,8 +937,16 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if ((st = pe_eesp_base_parse(e, elen, h)) != PE_OK)
         return st;
     eesp_sa *sa = find_sa(rx, h->spi, family, daddr);
-    if (!sa)
+    if (!sa) {
+        /* For tools that show the packet: the options too, when they parse; the status stays no-SA. */
+        if (pe_eesp_options_parse(e, elen, h) != PE_OK) {
+            h->options = NULL;
+            h->n_options = h->n_unknown = 0;
+            h->has_crypt_offset = 0;
+            h->payload_offset = h->crypt_offset = h->crypt_offset_reserved = 0;
+        }
         return PE_ERR_EESP_NO_SA;
+    }
     info->sa_found = 1;
     info->suite = sa->suite;
     info->mode = sa->mode;

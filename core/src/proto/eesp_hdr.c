@@ -160,10 +160,15 @@ static pe_status check_tlvs(const uint8_t *opts, size_t opt_len)
     return PE_OK;
 }
 
-/* Walk the TLVs of the options area (§16 step 4): first their framing, then D3 and D13. */
-static pe_status parse_options(const uint8_t *opts, size_t opt_len, pe_eesp_hdr *h)
+/*
+ * Walk the TLVs of the options area (§16 step 4): first their framing, then
+ * D3 and D13.  Lenient (for display): every option is listed, the Crypt
+ * Offset fields come from the first well-formed one, and the first D3/D13
+ * violation is returned at the end instead of at once.
+ */
+static pe_status parse_options(const uint8_t *opts, size_t opt_len, pe_eesp_hdr *h, int lenient)
 {
-    pe_status st = check_tlvs(opts, opt_len);
+    pe_status st = check_tlvs(opts, opt_len), bad = PE_OK;
     if (st != PE_OK)
         return st;
     size_t off = 0;
@@ -176,20 +181,27 @@ static pe_status parse_options(const uint8_t *opts, size_t opt_len, pe_eesp_hdr 
             o.data = opts + off + 2;
         }
         if (o.type == PE_EESP_OPT_CRYPT_OFFSET) {
-            if (o.data_len != PE_EESP_CRYPT_OFFSET_DATA_LEN || h->has_crypt_offset)
-                return PE_ERR_EESP_CRYPT_OFFSET_OPTION; /* D3, D13 */
-            pe_eesp_crypt_offset co = pe_eesp_crypt_offset_decode(pe_get16(o.data));
-            h->has_crypt_offset = 1;
-            h->payload_offset = co.payload_offset;
-            h->crypt_offset = co.crypt_offset;
-            h->crypt_offset_reserved = co.reserved;
+            int well_formed = o.data_len == PE_EESP_CRYPT_OFFSET_DATA_LEN;
+            if (!well_formed || h->has_crypt_offset) {
+                if (!lenient)
+                    return PE_ERR_EESP_CRYPT_OFFSET_OPTION; /* D3, D13 */
+                if (bad == PE_OK)
+                    bad = PE_ERR_EESP_CRYPT_OFFSET_OPTION;
+            }
+            if (well_formed && !h->has_crypt_offset) {
+                pe_eesp_crypt_offset co = pe_eesp_crypt_offset_decode(pe_get16(o.data));
+                h->has_crypt_offset = 1;
+                h->payload_offset = co.payload_offset;
+                h->crypt_offset = co.crypt_offset;
+                h->crypt_offset_reserved = co.reserved;
+            }
         } else if (o.type != PE_EESP_OPT_PAD1 && o.type != PE_EESP_OPT_PADN) {
             h->n_unknown++;
         }
         h->option[h->n_options++] = o; /* at most 255 one-octet options fit in Opt Len */
         off += total;
     }
-    return PE_OK;
+    return bad;
 }
 
 pe_status pe_eesp_base_parse(const uint8_t *b, size_t len, pe_eesp_hdr *h)
@@ -224,13 +236,26 @@ pe_status pe_eesp_options_parse(const uint8_t *b, size_t len, pe_eesp_hdr *h)
     if (PE_EESP_BASE_LEN + (size_t)h->opt_len > len)
         return PE_ERR_EESP_TRUNCATED; /* the Opt Len octets must be present */
     h->options = b + PE_EESP_BASE_LEN;
-    return parse_options(h->options, h->opt_len, h);
+    return parse_options(h->options, h->opt_len, h, 0);
 }
 
 pe_status pe_eesp_hdr_parse(const uint8_t *b, size_t len, pe_eesp_hdr *h)
 {
     pe_status st = pe_eesp_base_parse(b, len, h);
     return st != PE_OK ? st : pe_eesp_options_parse(b, len, h);
+}
+
+pe_status pe_eesp_hdr_parse_lenient(const uint8_t *b, size_t len, pe_eesp_hdr *h)
+{
+    pe_status st = pe_eesp_base_parse(b, len, h);
+    if (len < PE_EESP_BASE_LEN)
+        return st;
+    pe_status ost = PE_ERR_EESP_TRUNCATED;
+    if (PE_EESP_BASE_LEN + (size_t)h->opt_len <= len) {
+        h->options = b + PE_EESP_BASE_LEN;
+        ost = parse_options(h->options, h->opt_len, h, 1);
+    }
+    return st != PE_OK ? st : ost;
 }
 
 pe_status pe_eesp_hdr_build(const pe_eesp_hdr *h, uint8_t *b, size_t cap, size_t *len)
