@@ -429,15 +429,20 @@ class SA:
         pkts = list(packets)
         tx = self._tx
 
-        # The core's EESP transform (pe_eesp_capture_encap) spreads flows over Sub SAs; for one chosen Sub SA a
-        # thin callback calls pe_eesp_encap inside the core's batch loop.
+        # The core's EESP transform (pe_eesp_capture_encap) spreads flows over the capture Sub SAs, so with one
+        # of them it sends everything on Sub SA 0, all in C.  For another Sub SA (the core has no transform
+        # with a fixed one) a thin callback calls pe_eesp_encap inside the core's batch loop.
         @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
         def encap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
             why[0] = lib.pe_eesp_encap(tx, ip, n, sub_sa_id, out, cap, out_len)
             return lib.PE_VERDICT_TRANSFORMED if why[0] == lib.PE_OK else lib.PE_VERDICT_FAILED
 
-        with self._lock:
-            results = run_batch(encap, ffi.NULL, pkts, lib.PE_EESP_MAX_OVERHEAD, stop_at_failure=True)
+        with self._lock:  # encrypt_capture (which sets its own number of capture Sub SAs) takes it too
+            if sub_sa_id == 0 and lib.pe_eesp_tx_set_capture_sub_sas(tx, 1) == lib.PE_OK:
+                fn, ctx = lib.pe_eesp_capture_encap, tx
+            else:
+                fn, ctx = encap, ffi.NULL
+            results = run_batch(fn, ctx, pkts, lib.PE_EESP_MAX_OVERHEAD, stop_at_failure=True)
         out: List[bytes] = []
         for i, (st, data) in enumerate(results):
             if st != lib.PE_OK:

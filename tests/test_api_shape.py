@@ -104,14 +104,24 @@ def test_one_exception_and_one_query_for_a_spent_counter():
 # ------------------------------------------------------------------------------------------- EESP batches
 
 
-def test_eesp_encrypt_batch_is_the_single_calls():
+@pytest.mark.parametrize("sub", [0, 3])  # Sub SA 0 runs the core's own transform, others a callback in its loop
+def test_eesp_encrypt_batch_is_the_single_calls(sub, tmp_path):
     pkts = [udp4(bytes([i]) * i) for i in range(1, 40)]
     a, b = eesp_sa(), eesp_sa()
-    a.set_next_iv(77, 3)
-    b.set_next_iv(77, 3)
-    assert a.encrypt_batch(pkts, sub_sa_id=3) == [b.encrypt(p, 3) for p in pkts]
-    assert a.next_iv(3) == b.next_iv(3) == 77 + len(pkts) and a.next_iv(0) == 1
-    assert a.encrypt_batch([], 3) == []
+    from pecore.capture import LINKTYPE_RAW, CaptureWriter
+
+    cap = tmp_path / "in.pcap"
+    with CaptureWriter(str(cap), LINKTYPE_RAW) as w:
+        for p in pkts:
+            w.write(p)
+    pyeesp.encrypt_capture(a, cap, tmp_path / "out.pcap", sub_sas=4)  # a capture spread over 4 Sub SAs before
+    pyeesp.encrypt_capture(b, cap, tmp_path / "out2.pcap", sub_sas=4)
+    a.set_next_iv(77, sub)
+    b.set_next_iv(77, sub)
+    assert a.encrypt_batch(pkts, sub_sa_id=sub) == [b.encrypt(p, sub) for p in pkts]
+    assert a.next_iv(sub) == b.next_iv(sub) == 77 + len(pkts)
+    assert all(a.next_iv(k) == b.next_iv(k) for k in range(5))
+    assert a.encrypt_batch([], sub) == []
 
 
 def test_eesp_encrypt_batch_stops_at_the_first_failure():
