@@ -231,6 +231,7 @@ typedef struct {
     const uint8_t *ext;
     size_t ext_len;
 } pe_psp_hdr;
+#define PE_PSP_HDR_LEN ...
 size_t pe_psp_key_len(unsigned version);
 const char *pe_psp_version_name(unsigned version);
 typedef struct {
@@ -404,6 +405,7 @@ typedef struct {
 } pe_eesp_hdr;
 pe_status pe_eesp_hdr_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
 pe_status pe_eesp_hdr_parse_lenient(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
+#define PE_EESP_BASE_LEN ...
 pe_status pe_eesp_hdr_build(const pe_eesp_hdr *h, uint8_t *buf, size_t cap, size_t *len);
 typedef struct {
     uint32_t spi;

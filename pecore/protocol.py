@@ -163,6 +163,20 @@ def udp_checksum(ip_packet: Buffer) -> int:
     return out[0]
 
 
+# --------------------------------------------------------------------------- lenient header parses
+
+
+def parse_lenient(ctype: str, parse, data: Buffer, min_len: int):
+    """Run a core header parse for display: the filled ``ctype`` (None below ``min_len`` octets) and the status name.
+
+    The core's parsers fill what the octets allow also when they return an error.
+    """
+    h = ffi.new(ctype + " *")
+    buf = packet_buffer(data, "data")
+    st = parse(buf, len(buf), h)
+    return (None if len(buf) < min_len else h), status_name(st)
+
+
 # --------------------------------------------------------------------------- where the packet is
 
 
@@ -218,5 +232,5 @@ def locate_eesp(ip_packet: Buffer, ip_protocol: int = EESP_IP_PROTOCOL, port: in
 __all__ = [
     "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "EespLocation", "EespSuite", "PSP_UDP_PORT", "PSP_VERSIONS",
     "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode", "eesp_suite",
-    "locate_eesp", "locate_psp", "psp_version", "udp_checksum",
+    "locate_eesp", "locate_psp", "parse_lenient", "psp_version", "udp_checksum",
 ]

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from pecore.binding import ffi, lib
-from pecore.protocol import crypt_offset_decode, crypt_offset_encode
+from pecore.protocol import crypt_offset_decode, crypt_offset_encode, parse_lenient
 from pecore.util import Buffer, check_range, packet_buffer
 from pyeesp.errors import ConfigurationError, raise_eesp
 
@@ -135,14 +135,8 @@ class Header:
         None below the 8-octet Base Header; the options are listed whenever they are framed within
         Opt Len, also past a bad Base Header or Crypt Offset option (the core's lenient parse).
         """
-        from pecore.errors import status_name
-
-        h = ffi.new("pe_eesp_hdr *")
-        buf = packet_buffer(data, "data")
-        st = lib.pe_eesp_hdr_parse_lenient(buf, len(buf), h)
-        if len(buf) < 8:
-            return None, status_name(st)
-        return cls._from_c(h), status_name(st)
+        h, status = parse_lenient("pe_eesp_hdr", lib.pe_eesp_hdr_parse_lenient, data, lib.PE_EESP_BASE_LEN)
+        return (None if h is None else cls._from_c(h)), status
 
     def build(self) -> bytes:
         """Base Header and options as wire octets."""

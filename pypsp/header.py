@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pecore.binding import ffi, lib
-from pecore.protocol import PSP_VERSIONS
+from pecore.protocol import PSP_VERSIONS, parse_lenient
 from pecore.util import Buffer, packet_buffer
 from pypsp.errors import raise_psp
 
@@ -119,14 +119,8 @@ class Header:
     @classmethod
     def parse_lenient(cls, data: Buffer) -> "tuple[Optional[Header], str]":
         """Parse as far as possible (for display): the fields read and the status name ("ok" when valid)."""
-        from pecore.errors import status_name
-
-        h = ffi.new("pe_psp_hdr *")
-        buf = packet_buffer(data, "data")
-        st = lib.pe_psp_hdr_parse(buf, len(buf), h)
-        if len(buf) < 16:
-            return None, status_name(st)
-        return cls._from_c(h), status_name(st)
+        h, status = parse_lenient("pe_psp_hdr", lib.pe_psp_hdr_parse, data, lib.PE_PSP_HDR_LEN)
+        return (None if h is None else cls._from_c(h)), status
 
     def build(self) -> bytes:
         """The header's wire bytes (``header_len`` octets)."""
