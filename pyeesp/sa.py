@@ -200,18 +200,8 @@ class Receiver:
         self._info = ffi.new("pe_eesp_info *")
         self._lock = threading.Lock()
 
-    def _decrypted(self, packet: bytes, info=None) -> Decrypted:  # type: ignore[no-untyped-def]
-        info = self._info if info is None else info
-        return Decrypted(
-            header=Header._from_c(info.hdr),
-            packet=packet,
-            seq=info.seq if info.seq else None,
-            next_header=info.next_header,
-            pad_len=info.pad_len,
-            full_format=bool(info.full_format),
-            iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL else None,
-            udp_encap=bool(info.udp_encap),
-        )
+    def _decrypted(self, packet: bytes) -> Decrypted:
+        return Decrypted(packet=packet, **_info_fields(self._info))
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (any bytes-like object).
@@ -259,28 +249,30 @@ class Receiver:
         """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
         its exception.  Replay windows move as they would packet by packet."""
         pkts = list(packets)
-        infos = ffi.new("pe_eesp_info[]", max(len(pkts), 1))
-        at = [0]
+        info = self._info
+        seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
         rx = self._rx
 
         # The core has no batch context that records each packet's pe_eesp_info (PSP has pe_psp_batch_ctx):
         # a thin callback does pe_eesp_decap per packet inside the core's batch loop, which joins, walks and
-        # writes back the packets.
+        # writes back the packets, and keeps what the info says while the input it points into is alive.
         @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
         def decap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
-            i = at[0]
-            at[0] += 1
-            why[0] = lib.pe_eesp_decap(rx, ip, n, out, cap, out_len, infos + i)
-            return lib.PE_VERDICT_TRANSFORMED if why[0] == lib.PE_OK else lib.PE_VERDICT_FAILED
+            why[0] = lib.pe_eesp_decap(rx, ip, n, out, cap, out_len, info)
+            if why[0] == lib.PE_OK:
+                seen.append(_info_fields(info))
+                return lib.PE_VERDICT_TRANSFORMED
+            seen.append(bool(info.icv_valid))
+            return lib.PE_VERDICT_FAILED
 
-        inputs: list = []  # the joined input, which the infos' header and IV pointers reference
         results: List[Union[Decrypted, EespError]] = []
         with self._lock:
-            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0, keep=inputs)):
+            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0)):
+                got = seen[i] if i < len(seen) else False
                 if st != lib.PE_OK:
-                    results.append(_decap_error(st, infos[i]))
+                    results.append(_decap_error(st, icv_valid=bool(got) if not isinstance(got, dict) else False))
                 else:
-                    results.append(self._decrypted(data, infos[i]))
+                    results.append(Decrypted(packet=data, **got))
         return results
 
 
@@ -465,16 +457,29 @@ class SA:
         return self._receiver.decrypt_batch(packets)
 
 
-def _decap_error(st: int, info) -> EespError:  # type: ignore[no-untyped-def]
+def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
+    """What a pe_eesp_info says about a decrypted packet, as Decrypted's fields (all but the packet)."""
+    return dict(
+        header=Header._from_c(info.hdr),
+        seq=info.seq if info.seq else None,
+        next_header=info.next_header,
+        pad_len=info.pad_len,
+        full_format=bool(info.full_format),
+        iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL else None,
+        udp_encap=bool(info.udp_encap),
+    )
+
+
+def _decap_error(st: int, *, icv_valid: bool) -> EespError:
     code = status_name(st)
     err = error_class(code)(status_message(st), code)
     if isinstance(err, PolicyError):
-        err.icv_valid = bool(info.icv_valid)
+        err.icv_valid = icv_valid
     return err
 
 
 def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
-    raise _decap_error(st, info)
+    raise _decap_error(st, icv_valid=bool(info.icv_valid))
 
 
 def _failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]

@@ -160,6 +160,21 @@ def test_eesp_decrypt_batch_is_the_single_calls():
     assert got[4].header.session_id == 1 and got[4].seq == 2
 
 
+def test_eesp_decrypt_batch_keeps_the_policy_verdict():
+    """A drop for policy after the ICV check says whether the ICV verified, in a batch as alone."""
+    sender = eesp_sa(mode="tunnel", crypt_offset=2, max_crypt_offset=2)
+    wire = sender.encrypt(INNER)
+    bad = bytearray(wire)
+    bad[-1] ^= 1
+    for pkt, valid in ((wire, True), (bytes(bad), False)):
+        alone = pytest.raises(pyeesp.PolicyError)
+        with alone:
+            eesp_sa(mode="tunnel").decrypt(pkt)
+        (got,) = eesp_sa(mode="tunnel").decrypt_batch([pkt])
+        assert isinstance(got, pyeesp.PolicyError) and got.code == alone.excinfo.value.code
+        assert got.icv_valid is alone.excinfo.value.icv_valid is valid
+
+
 def test_batches_go_through_the_core_batch_loop():
     """Not a Python loop over the single calls: the batch methods hand all packets to pe_batch_transform*."""
     src = (REPO_ROOT / "pyeesp" / "sa.py").read_text(encoding="utf-8")
