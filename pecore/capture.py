@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, Optional, TextIO, Tuple
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.errors import CoreError, status_message, status_name
 from pecore.util import Buffer, packet_buffer
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, NoReturn, Optional, Type
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 
 
 class CoreError(Exception):
@@ -22,6 +22,16 @@ class CoreError(Exception):
     def __init__(self, message: str, code: str = "invalid-argument") -> None:
         super().__init__(message)
         self.code = code
+
+
+class ExhaustedError(CoreError):
+    """A sender used its last IV (PSP) or sequence number (EESP) and refuses to wrap: rekey the SA.
+
+    Both protocol packages raise a subclass of this one class (:class:`pypsp.IvExhaustedError`,
+    :class:`pyeesp.SequenceExhaustedError`), and both senders' ``next_iv()`` then return None.
+    """
+
+    category = "limit"
 
 
 def _category_table() -> Dict[str, str]:
@@ -62,6 +72,11 @@ def code_table(by_category: Mapping[str, Type[CoreError]],
 def status_name(status: int) -> str:
     """The stable name of a core status code."""
     return ffi.string(lib.pe_status_name(status)).decode()
+
+
+def status_names() -> "list[str]":
+    """Every status name of the core, in the order of its status list (status.h)."""
+    return [status_name(st) for st in range(lib.PE_STATUS_COUNT)]
 
 
 def status_message(status: int) -> str:

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.errors import CoreError, status_name
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.errors import CoreError, status_message, status_name
 
 AES_GCM = "aes-gcm"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.errors import status_name
 from pecore.util import Buffer, packet_buffer
 

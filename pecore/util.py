@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple, Type, Union
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 
 Key = Union[bytes, bytearray, memoryview, str]
 #: What calls that take packet octets accept: any contiguous bytes-like object.
@@ -107,3 +107,8 @@ def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list
     transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
     buf = ffi.buffer(out, cap)
     return [(status[i], buf[out_off[i] : out_off[i] + out_len[i]]) for i in range(n)]
+
+
+def openssl_version() -> str:
+    """The OpenSSL the core runs on, as OpenSSL names itself (e.g. "OpenSSL 3.0.15 3 Sep 2024")."""
+    return ffi.string(lib.OpenSSL_version(lib.OPENSSL_VERSION)).decode()

@@ -6,6 +6,7 @@
 >>> sa.decrypt(wire).packet == ip_packet               # doctest: +SKIP
 """
 from pecore.capture import Summary
+from pecore.errors import ExhaustedError
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import (
     AuthenticationError,
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted", "DummyPacketError",
-    "EespError", "Header", "InternalError", "KeyFileError", "LimitError", "MalformedPacketError", "NoSaError",
+    "EespError", "ExhaustedError", "Header", "InternalError", "KeyFileError", "LimitError", "MalformedPacketError", "NoSaError",
     "NotEespError", "Option", "PacketTooLargeError", "PolicyError", "Receiver", "ReplayError", "SA", "SUITES",
     "SequenceExhaustedError", "SubSaError", "Summary", "TruncatedPacketError", "UnsupportedVersionError",
     "decrypt_capture", "derive_sub_sa_key", "encrypt_capture", "suite_id",

@@ -1,5 +1,5 @@
 import sys
 
-from pyeesp.cli import main
+from pyeesp.tools.cli import main
 
 sys.exit(main())

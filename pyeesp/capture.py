@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from pecore._native import lib
+from pecore.binding import lib
 from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
 from pecore.util import check_range
 from pyeesp.errors import CaptureError, ConfigurationError, raise_eesp

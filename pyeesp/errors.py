@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Dict, NoReturn, Optional, Type
 
 from pecore.capture import CaptureError as _CaptureError
-from pecore.errors import CoreError, code_table, raise_status
+from pecore.errors import CoreError, ExhaustedError, code_table, raise_status
 from pecore.keys import KeyFileError as _KeyFileError
 
 
@@ -94,8 +94,8 @@ class LimitError(EespError):
     category = "limit"
 
 
-class SequenceExhaustedError(LimitError):
-    """The Sub SA has sent its last sequence number; it refuses to wrap."""
+class SequenceExhaustedError(LimitError, ExhaustedError):
+    """The Sub SA has sent its last sequence number; it refuses to wrap.  Caught with the other protocol's as :class:`pecore.errors.ExhaustedError`."""
 
 
 class PacketTooLargeError(LimitError, ValueError):

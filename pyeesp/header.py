@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.protocol import crypt_offset_decode, crypt_offset_encode, parse_lenient
 from pecore.util import Buffer, check_range, packet_buffer
 from pyeesp.errors import ConfigurationError, raise_eesp
@@ -161,3 +161,4 @@ class Header:
         if st != lib.PE_OK:
             raise_eesp(st)
         return bytes(ffi.buffer(out, n[0]))
+

@@ -1,4 +1,12 @@
-"""EESP Security Associations over the core: encrypt and decrypt whole IP packets."""
+"""EESP Security Associations over the core: encrypt and decrypt whole IP packets.
+
+Naming rule (both faces, scapy layers included): ``session_id`` is the 16-bit Base Header field, a value read
+from or written into a header (``Header.session_id``, the scapy ``EESP`` layer's field, ``Decrypted.header``);
+``sub_sa_id`` is the Sub SA a call selects or addresses on an SA (``encrypt(..., sub_sa_id=)``,
+``next_iv(sub_sa_id)``, ``derive_sub_sa_key(root, sub_sa_id, ...)``, ``max_sub_sa_id``).  The numbers are the
+same (eesp.md §2: the Session ID here is the Sub SA ID); the name says whether you read a packet or choose SA
+state.
+"""
 from __future__ import annotations
 
 import ipaddress
@@ -6,10 +14,11 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
+from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
 from pecore.protocol import EESP_SUITES
-from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin
+from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
 from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp
 from pyeesp.header import Header
 
@@ -22,6 +31,8 @@ SSKDFS = {None: 0, "none": 0, "hkdf-sha256": 1, "hkdf-sha384": 2, "hkdf-sha512":
 _MODES = {"transport": lib.PE_EESP_TRANSPORT, "tunnel": lib.PE_EESP_TUNNEL}
 _FORMATS = {"auto": lib.PE_EESP_FORMAT_AUTO, "full": lib.PE_EESP_FORMAT_FULL, "optimized": lib.PE_EESP_FORMAT_OPTIMIZED}
 _AADS = {"draft": lib.PE_EESP_AAD_DRAFT, "linux-xfrm": lib.PE_EESP_AAD_LINUX_XFRM}
+#: The core's transform callback type (batch.h): one packet in, one out, a verdict and a status.
+_TRANSFORM_FN = "pe_verdict(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *, pe_status *)"
 _SSKDF_UNDEFINED = next(i for i in range(lib.PE_STATUS_COUNT) if status_name(i) == "sskdf-undefined")
 
 
@@ -53,20 +64,22 @@ def _sskdf_id(sskdf: Optional[str]) -> int:
     return SSKDFS[key]
 
 
-def derive_sub_sa_key(root_key: Key, session_id: int, length: int, sskdf: str = "hkdf-sha256") -> bytes:
-    """KEYMAT for one Sub SA (eesp.md §12): HKDF-Expand(root, Session ID as 2 octets big-endian, length).
+@renamed_kwargs(session_id="sub_sa_id")
+def derive_sub_sa_key(root_key: Key, sub_sa_id: int, length: int, sskdf: str = "hkdf-sha256") -> bytes:
+    """KEYMAT for one Sub SA (eesp.md §12): HKDF-Expand(root, the Sub SA ID as 2 octets big-endian, length).
 
     ``length`` is key + salt of the suite (20 for AES-128-GCM, 36 for AES-256-GCM or ChaCha20-Poly1305, …).
+    (``session_id=`` is the old name of ``sub_sa_id=``: see the naming rule in :mod:`pyeesp.sa`.)
     """
     root = key_bytes(root_key, "root key", ConfigurationError)
-    check_range("session_id", session_id, 0xFFFF, ConfigurationError)
+    check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
     kdf = _sskdf_id(sskdf)
     if kdf == 0:
         raise ConfigurationError("derive_sub_sa_key needs an SSKDF: hkdf-sha256, hkdf-sha384 or hkdf-sha512")
     # HKDF-Expand yields at most 255 hash lengths (RFC 5869).
     check_range("length", length, 255 * {1: 32, 2: 48, 3: 64}[kdf], ConfigurationError, bottom=1)
     out = ffi.new("uint8_t[]", length)
-    st = lib.pe_eesp_derive_sub_sa_key(kdf, root, len(root), session_id, out, length)
+    st = lib.pe_eesp_derive_sub_sa_key(kdf, root, len(root), sub_sa_id, out, length)
     if st != lib.PE_OK:
         raise_eesp(st)
     return bytes(out)
@@ -189,17 +202,7 @@ class Receiver:
         self._lock = threading.Lock()
 
     def _decrypted(self, packet: bytes) -> Decrypted:
-        info = self._info
-        return Decrypted(
-            header=Header._from_c(info.hdr),
-            packet=packet,
-            seq=info.seq if info.seq else None,
-            next_header=info.next_header,
-            pad_len=info.pad_len,
-            full_format=bool(info.full_format),
-            iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL else None,
-            udp_encap=bool(info.udp_encap),
-        )
+        return Decrypted(packet=packet, **_info_fields(self._info))
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (any bytes-like object).
@@ -214,15 +217,64 @@ class Receiver:
                 _raise_decap(st, self._info)
             return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
 
-    def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, EespError]]:
-        """Decrypt many packets in order; a failed packet's slot holds its exception."""
-        out: List[Union[Decrypted, EespError]] = []
-        for p in packets:
+    def open(self, eesp: Buffer, *, ip_version: int = 4, dst: Optional[str] = None,
+             replay: bool = True) -> Decrypted:
+        """Open bare EESP octets (from the Base Header on: what follows the IP headers, or a UDP 4500 payload).
+
+        ``packet`` is then the inner part: the tunnelled IP packet, or in transport mode the upper-layer
+        segment whose protocol is ``next_header``.  ``ip_version`` (4 or 6) and ``dst`` (the outer
+        destination) pick the SA as :meth:`decrypt` would.  ``replay=False`` neither checks nor moves the
+        replay window (for looking at packets again).
+        """
+        buf = packet_buffer(eesp, "eesp")
+        if ip_version not in (4, 6):
+            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
+        daddr = ffi.NULL
+        if dst is not None:
             try:
-                out.append(self.decrypt(p))
-            except EespError as e:
-                out.append(e)
-        return out
+                addr = ipaddress.ip_address(dst)
+            except ValueError:
+                raise ConfigurationError(f"dst is not an IPv4 or IPv6 address: {dst!r}") from None
+            if addr.version != ip_version:
+                raise ConfigurationError(f"dst {dst} is not an IPv{ip_version} address")
+            daddr = ffi.new("uint8_t[]", addr.packed)
+        flags = 0 if replay else lib.PE_EESP_OPEN_NO_REPLAY
+        with self._lock:
+            st = lib.pe_eesp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
+                                  self._out_len, self._info)
+            if st != lib.PE_OK:
+                _raise_decap(st, self._info)
+            return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
+
+    def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EespError]]:
+        """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
+        its exception.  Replay windows move as they would packet by packet."""
+        pkts = list(packets)
+        info = self._info
+        seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
+        rx = self._rx
+
+        # The core has no batch context that records each packet's pe_eesp_info (PSP has pe_psp_batch_ctx):
+        # a thin callback does pe_eesp_decap per packet inside the core's batch loop, which joins, walks and
+        # writes back the packets, and keeps what the info says while the input it points into is alive.
+        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
+        def decap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
+            why[0] = lib.pe_eesp_decap(rx, ip, n, out, cap, out_len, info)
+            if why[0] == lib.PE_OK:
+                seen.append(_info_fields(info))
+                return lib.PE_VERDICT_TRANSFORMED
+            seen.append(bool(info.icv_valid))
+            return lib.PE_VERDICT_FAILED
+
+        results: List[Union[Decrypted, EespError]] = []
+        with self._lock:
+            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0)):
+                got = seen[i] if i < len(seen) else False
+                if st != lib.PE_OK:
+                    results.append(_decap_error(st, icv_valid=bool(got) if not isinstance(got, dict) else False))
+                else:
+                    results.append(Decrypted(packet=data, **got))
+        return results
 
 
 class SA:
@@ -297,6 +349,16 @@ class SA:
         self._lock = threading.Lock()
         self.spi, self.mode, self.suite = spi, mode, suite
 
+    def next_iv(self, sub_sa_id: int = 0) -> Optional[int]:
+        """The IV counter of a Sub SA: what the next packet carries as its sequence number and (unless
+        ``encrypt(iv=)`` says otherwise) its IV, eesp.md §10; None once exhausted (then :meth:`encrypt` raises
+        :class:`~pecore.errors.ExhaustedError`).  The same call as ``pypsp.Encryptor.next_iv()``."""
+        return self.next_seq(sub_sa_id)
+
+    def set_next_iv(self, next_iv: int, sub_sa_id: int = 0) -> None:
+        """Let a Sub SA's counter continue at ``next_iv`` (see :meth:`set_next_seq`), as ``pypsp.Encryptor``."""
+        self.set_next_seq(next_iv, sub_sa_id)
+
     def next_seq(self, sub_sa_id: int = 0) -> Optional[int]:
         """The sequence number (IV counter without SN) the next packet of a Sub SA carries; None once exhausted."""
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
@@ -313,42 +375,137 @@ class SA:
         if st != lib.PE_OK:
             raise_eesp(st, "sequence numbers only move forward" if status_name(st) == "invalid-argument" else None)
 
-    def encrypt(self, ip_packet: Buffer, sub_sa_id: int = 0) -> bytes:
-        """Encapsulate one IPv4/IPv6 packet (any bytes-like object) on a Sub SA; returns the outer IP packet."""
+    def encrypt(self, ip_packet: Buffer, sub_sa_id: int = 0, *, iv: Union[int, bytes, None] = None,
+                pad_len: Optional[int] = None) -> bytes:
+        """Encapsulate one IPv4/IPv6 packet (any bytes-like object) on a Sub SA; returns the outer IP packet.
+
+        For test packets and for rebuilding foreign ones: ``iv`` (an int or 8 octets) is sent as the explicit
+        IV instead of the sequence number (suites with an explicit IV only; the caller then owns its
+        uniqueness), ``pad_len`` (0..255) pads with that many zero octets instead of the D11 minimum.
+        """
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
         buf = packet_buffer(ip_packet, "ip_packet")
+        opts = _packet_opts(iv, pad_len)
         with self._lock:
-            st = lib.pe_eesp_encap(self._tx, buf, len(buf), sub_sa_id, self._out, _OUT_LEN, self._out_len)
+            if opts is None:
+                st = lib.pe_eesp_encap(self._tx, buf, len(buf), sub_sa_id, self._out, _OUT_LEN, self._out_len)
+            else:
+                st = lib.pe_eesp_encap_with(self._tx, buf, len(buf), sub_sa_id, opts, self._out, _OUT_LEN,
+                                            self._out_len)
             if st != lib.PE_OK:
                 raise_eesp(st)
             return ffi.buffer(self._out, self._out_len[0])[:]
 
-    def encrypt_batch(self, packets: Iterable[bytes], sub_sa_id: int = 0) -> List[bytes]:
-        """Encrypt many packets on one Sub SA.  Raises on the first packet that fails: the packets
-        before it used their sequence numbers and their results are in ``err.results``; it and the
-        packets after it used none."""
+    def seal(self, payload: Buffer, next_header: int, sub_sa_id: int = 0, *, ip_version: int = 4,
+             iv: Union[int, bytes, None] = None, pad_len: Optional[int] = None) -> bytes:
+        """Seal bare EESP octets, from the Base Header on (no IP or UDP header), around ``payload`` -- the
+        inner IP packet in tunnel mode, the upper-layer segment in transport mode -- whose protocol number is
+        ``next_header``.  ``ip_version`` is the carrier's (it picks the option alignment, §7); ``iv`` and
+        ``pad_len`` as in :meth:`encrypt`.  :meth:`Receiver.open` is its inverse."""
+        check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
+        check_range("next_header", next_header, 255, ConfigurationError)
+        if ip_version not in (4, 6):
+            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
+        buf = packet_buffer(payload, "payload")
+        opts = _packet_opts(iv, pad_len)
+        cap = len(buf) + lib.PE_EESP_MAX_OVERHEAD
+        out = ffi.new("uint8_t[]", cap)
+        with self._lock:
+            st = lib.pe_eesp_seal(self._tx, buf, len(buf), next_header, ip_version, sub_sa_id,
+                                  ffi.NULL if opts is None else opts, out, cap, self._out_len)
+            if st != lib.PE_OK:
+                raise_eesp(st)
+            return ffi.buffer(out, self._out_len[0])[:]
+
+    def encrypt_batch(self, packets: Iterable[Buffer], sub_sa_id: int = 0) -> List[bytes]:
+        """Encrypt many packets on one Sub SA in one core call (pe_batch_transform_until_failure), as
+        ``pypsp.Encryptor.encrypt_batch``.  Raises on the first packet that fails: the packets before it used
+        their sequence numbers and their results are in ``err.results``; it and the packets after it used
+        none (``next_iv(sub_sa_id)`` is the one the failed packet would have had)."""
+        check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
+        pkts = list(packets)
+        tx = self._tx
+
+        # The core's EESP transform (pe_eesp_capture_encap) spreads flows over the capture Sub SAs, so with one
+        # of them it sends everything on Sub SA 0, all in C.  For another Sub SA (the core has no transform
+        # with a fixed one) a thin callback calls pe_eesp_encap inside the core's batch loop.
+        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
+        def encap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
+            why[0] = lib.pe_eesp_encap(tx, ip, n, sub_sa_id, out, cap, out_len)
+            return lib.PE_VERDICT_TRANSFORMED if why[0] == lib.PE_OK else lib.PE_VERDICT_FAILED
+
+        with self._lock:  # encrypt_capture (which sets its own number of capture Sub SAs) takes it too
+            if sub_sa_id == 0 and lib.pe_eesp_tx_set_capture_sub_sas(tx, 1) == lib.PE_OK:
+                fn, ctx = lib.pe_eesp_capture_encap, tx
+            else:
+                fn, ctx = encap, ffi.NULL
+            results = run_batch(fn, ctx, pkts, lib.PE_EESP_MAX_OVERHEAD, stop_at_failure=True)
         out: List[bytes] = []
-        for i, p in enumerate(packets):
-            try:
-                out.append(self.encrypt(p, sub_sa_id))
-            except EespError as e:
-                err = type(e)(f"packet {i}: {e}", e.code)
+        for i, (st, data) in enumerate(results):
+            if st != lib.PE_OK:
+                err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
                 err.results = out  # type: ignore[attr-defined]
-                raise err from None
+                raise err
+            out.append(data)
         return out
 
     def decrypt(self, packet: bytes) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
         return self._receiver.decrypt(packet)
 
-    def decrypt_batch(self, packets: Iterable[bytes]) -> List[Union[Decrypted, EespError]]:
+    def open(self, eesp: Buffer, **kwargs) -> Decrypted:
+        """Open bare EESP octets (see :meth:`Receiver.open`)."""
+        return self._receiver.open(eesp, **kwargs)
+
+    def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EespError]]:
         """Decrypt many packets in order; a failed packet's slot holds its exception."""
         return self._receiver.decrypt_batch(packets)
 
 
-def _raise_decap(st: int, info) -> None:
+def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
+    """What a pe_eesp_info says about a decrypted packet, as Decrypted's fields (all but the packet)."""
+    return dict(
+        header=Header._from_c(info.hdr),
+        seq=info.seq if info.seq else None,
+        next_header=info.next_header,
+        pad_len=info.pad_len,
+        full_format=bool(info.full_format),
+        iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL else None,
+        udp_encap=bool(info.udp_encap),
+    )
+
+
+def _decap_error(st: int, *, icv_valid: bool) -> EespError:
     code = status_name(st)
     err = error_class(code)(status_message(st), code)
     if isinstance(err, PolicyError):
-        err.icv_valid = bool(info.icv_valid)
-    raise err
+        err.icv_valid = icv_valid
+    return err
+
+
+def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
+    raise _decap_error(st, icv_valid=bool(info.icv_valid))
+
+
+def _failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]
+    return lib.PE_VERDICT_FAILED  # a callback that raised (it cannot: no Python work in it) fails its packet
+
+
+def _packet_opts(iv: Union[int, bytes, None], pad_len: Optional[int]):  # type: ignore[no-untyped-def]
+    """A pe_eesp_packet_opts for encrypt(iv=, pad_len=), or None when neither is given."""
+    if iv is None and pad_len is None:
+        return None
+    opts = ffi.new("pe_eesp_packet_opts *")
+    lib.pe_eesp_packet_opts_init(opts)
+    if iv is not None:
+        if isinstance(iv, int) and not isinstance(iv, bool):
+            raw = check_range("iv", iv, 2**64 - 1, ConfigurationError).to_bytes(8, "big")
+        else:
+            raw = key_bytes(iv, "iv", ConfigurationError)
+            if len(raw) != 8:
+                raise ConfigurationError(f"iv must be 8 octets, not {len(raw)}")
+        opts.explicit_iv = 1
+        opts.iv = list(raw)
+    if pad_len is not None:
+        opts.pad_len = check_range("pad_len", pad_len, 255, ConfigurationError)
+    return opts

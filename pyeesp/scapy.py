@@ -55,8 +55,9 @@ from scapy.packet import (
     split_bottom_up,
 )
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.protocol import CRYPT_OFFSET_FIELD_BITS, eesp_suite
+from pecore._compat import renamed_kwargs, warn_renamed
 from pecore.util import Key, check_range, key_bytes
 from pyeesp.errors import ConfigurationError, NoSaError, raise_eesp
 from pyeesp.sa import SA, SUITES, Receiver, suite_id
@@ -441,8 +442,9 @@ class EESPSecurityAssociation:
       salt; the AES key size follows from its length); or ``root_key`` with
       ``sskdf`` ("hkdf-sha256/384/512") and ``key_bits`` derives each Sub
       SA's key ‖ salt.
-    - ``session_id``: the Sub SA that :meth:`encrypt` uses by default;
-      ``seq_num`` its first sequence number.  ``seq_present=False`` sends no
+    - ``sub_sa_id``: the Sub SA that :meth:`encrypt` uses by default
+      (``session_id=`` is its old name; the header field keeps the name
+      ``session_id``, see :mod:`pyeesp.sa`); ``seq_num`` its first sequence number.  ``seq_present=False`` sends no
       Sequence Number (and has no anti-replay).
     - ``mode`` "tunnel"/"transport", ``format`` "auto"/"full"/"optimized",
       ``aad`` "draft"/"linux-xfrm", ``strict``, ``crypt_offset``,
@@ -456,6 +458,7 @@ class EESPSecurityAssociation:
       this SA's Seq/IV/ICV layout (default on).
     """
 
+    @renamed_kwargs(session_id="sub_sa_id")
     def __init__(
         self,
         spi: int,
@@ -466,7 +469,7 @@ class EESPSecurityAssociation:
         root_key: Optional[Key] = None,
         sskdf: Optional[str] = None,
         key_bits: Optional[int] = None,
-        session_id: int = 0,
+        sub_sa_id: int = 0,
         seq_num: int = 1,
         seq_present: bool = True,
         iv_len: Optional[int] = None,
@@ -536,7 +539,7 @@ class EESPSecurityAssociation:
         )
         self._rx = Receiver([self._sa], ip_protocol=proto, udp_port=dport)
         self.spi, self.suite, self.mode = spi, name, mode
-        self.session_id = check_range("session_id", session_id, 0xFFFF, ConfigurationError)
+        self.sub_sa_id = check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
         self.seq_present = seq_present
         self.iv_len, self.icv_len, self.salt_len = s_iv, s_icv, salt_len
         self.tunnel_header, self.nat_t_header = tunnel_header, nat_t_header
@@ -545,18 +548,37 @@ class EESPSecurityAssociation:
         if register_layout:
             _LAYOUTS[spi] = self.layout
         if seq_num != 1:
-            self._sa.set_next_seq(seq_num, self.session_id)
+            self._sa.set_next_seq(seq_num, self.sub_sa_id)
 
-    def next_seq(self, session_id: Optional[int] = None) -> Optional[int]:
+    @property
+    def session_id(self) -> int:
+        """Deprecated name of :attr:`sub_sa_id`."""
+        warn_renamed("EESPSecurityAssociation.session_id", "EESPSecurityAssociation.sub_sa_id")
+        return self.sub_sa_id
+
+    @session_id.setter
+    def session_id(self, value: int) -> None:
+        warn_renamed("EESPSecurityAssociation.session_id", "EESPSecurityAssociation.sub_sa_id")
+        self.sub_sa_id = check_range("sub_sa_id", value, 0xFFFF, ConfigurationError)
+
+    @renamed_kwargs(session_id="sub_sa_id")
+    def next_iv(self, sub_sa_id: Optional[int] = None) -> Optional[int]:
+        """The counter the next packet of a Sub SA (default: the SA's) carries as sequence number and IV; None
+        once exhausted (:meth:`pyeesp.SA.next_iv`, as ``PSPSecurityAssociation.next_iv()``)."""
+        return self._sa.next_iv(self.sub_sa_id if sub_sa_id is None else sub_sa_id)
+
+    @renamed_kwargs(session_id="sub_sa_id")
+    def next_seq(self, sub_sa_id: Optional[int] = None) -> Optional[int]:
         """The sequence number the next packet of a Sub SA carries (None once exhausted)."""
-        return self._sa.next_seq(self.session_id if session_id is None else session_id)
+        return self._sa.next_seq(self.sub_sa_id if sub_sa_id is None else sub_sa_id)
 
-    def encrypt(self, pkt, seq_num: Optional[int] = None, session_id: Optional[int] = None):  # type: ignore[no-untyped-def]
-        """Encapsulate an ``IP``/``IPv6`` packet on Sub SA ``session_id`` (default: the SA's);
+    @renamed_kwargs(session_id="sub_sa_id")
+    def encrypt(self, pkt, seq_num: Optional[int] = None, sub_sa_id: Optional[int] = None):  # type: ignore[no-untyped-def]
+        """Encapsulate an ``IP``/``IPv6`` packet on Sub SA ``sub_sa_id`` (default: the SA's);
         returns the outer packet.  ``seq_num`` moves that Sub SA's counter forward to
         the value (never back: sequence numbers and IVs never repeat; the IV is the
         sequence number, eesp.md §10)."""
-        sub = self.session_id if session_id is None else session_id
+        sub = self.sub_sa_id if sub_sa_id is None else sub_sa_id
         data = ip_bytes(pkt)
         if seq_num is not None:
             if seq_num != self._sa.next_seq(sub):

@@ -6,8 +6,9 @@
 >>> dec = pypsp.Decryptor(keys={0x12345678: key})
 """
 from pecore.capture import Summary
+from pecore.errors import ExhaustedError
 from pypsp.capture import decrypt_capture, encrypt_capture
-from pypsp.crypto import Decrypted, Decryptor, Encryptor, derive_key
+from pypsp.crypto import Decrypted, Decryptor, Encryptor, derive_key, kdf_label
 from pypsp.errors import (
     AuthenticationError,
     CaptureError,
@@ -40,6 +41,7 @@ __all__ = [
     "Decrypted",
     "Decryptor",
     "Encryptor",
+    "ExhaustedError",
     "Header",
     "InternalError",
     "IvExhaustedError",
@@ -59,4 +61,5 @@ __all__ = [
     "decrypt_capture",
     "derive_key",
     "encrypt_capture",
+    "kdf_label",
 ]

@@ -1,5 +1,5 @@
 import sys
 
-from pypsp.cli import main
+from pypsp.tools.cli import main
 
 sys.exit(main())

@@ -1,12 +1,14 @@
 """Encrypt and decrypt whole capture files with PSP, at C speed."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from pecore._native import lib
+from pecore.binding import lib
 from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
-from pypsp.crypto import Decryptor, Encryptor
 from pypsp.errors import CaptureError, ConfigurationError
+
+if TYPE_CHECKING:  # annotations only: pypsp.crypto imports this module for Encryptor.encrypt_capture
+    from pypsp.crypto import Decryptor, Encryptor
 
 PathLike = "os.PathLike[str] | str"
 
@@ -19,7 +21,7 @@ def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[Progr
 
 
 def encrypt_capture(
-    encryptor: Encryptor,
+    encryptor: "Encryptor",
     in_path: PathLike,
     out_path: PathLike,
     *,
@@ -47,7 +49,7 @@ def encrypt_capture(
 
 
 def decrypt_capture(
-    decryptor: Decryptor,
+    decryptor: "Decryptor",
     in_path: PathLike,
     out_path: PathLike,
     *,

@@ -5,10 +5,12 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.capture import Summary
+from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
+from pecore._compat import CounterValue
 from pecore.errors import status_message, status_name
 from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
 
@@ -24,6 +26,11 @@ def _key_bytes(key: Key, what: str = "key") -> bytes:
 
 def _check_range(name: str, value: int, top: int) -> int:
     return check_range(name, value, top, ConfigurationError)
+
+
+def kdf_label(version: int) -> int:
+    """The default KDF label of a version (psp.md §5): "Pv<version>", 0x50763000 | version << 8."""
+    return lib.pe_psp_kdf_label(_check_range("version", version, 3))
 
 
 def derive_key(master_key: Key, spi: int, version: int, *, label: Optional[int] = None) -> bytes:
@@ -170,11 +177,21 @@ class Encryptor:
         self.version = version
         self.mode = mode
 
-    @property
-    def next_iv(self) -> int:
-        """The IV the next packet will carry."""
+    def _next_iv(self) -> CounterValue:
+        exhausted = ffi.new("int *")
         with self._lock:  # the core releases no GIL-free guarantee: every call on the SA is serialised
-            return lib.pe_psp_tx_next_iv(self._tx, ffi.NULL)
+            iv = lib.pe_psp_tx_next_iv(self._tx, exhausted)
+        # the old property's plain int was the core's counter, which stays at 2**64-1 once exhausted
+        return CounterValue(None if exhausted[0] else iv, iv, "Encryptor.next_iv")
+
+    @property
+    def next_iv(self) -> CounterValue:
+        """``next_iv()``: the IV the next packet will carry, or None once the SA used its last IV (then
+        :meth:`encrypt` raises :class:`~pecore.errors.ExhaustedError`), as ``pyeesp.SA.next_iv()``.
+
+        (Read without the call, as the property it used to be, it is still the int, with a DeprecationWarning.)
+        """
+        return self._next_iv()
 
     def set_next_iv(self, next_iv: int) -> None:
         """Let the IVs continue at ``next_iv``; only forward, so no IV is ever reused under this key."""
@@ -182,8 +199,10 @@ class Encryptor:
         with self._lock:
             st = lib.pe_psp_tx_set_next_iv(self._tx, next_iv)
         if st != lib.PE_OK:
+            now = self._next_iv()()
             raise ConfigurationError(
-                f"next_iv {next_iv:#x} is below the next unused IV {self.next_iv:#x}: IVs only move forward",
+                f"next_iv {next_iv:#x} is below the next unused IV "
+                f"{'(none: exhausted)' if now is None else f'{now:#x}'}: IVs only move forward",
                 status_name(st))
 
     def encrypt(self, ip_packet: Buffer) -> bytes:
@@ -195,10 +214,24 @@ class Encryptor:
                 raise_psp(st)
             return ffi.buffer(self._out, self._out_len[0])[:]
 
+    def seal(self, payload: Buffer, next_header: int) -> bytes:
+        """Seal a bare PSP packet (header, VC, sealed payload and ICV; no IP or UDP header) around ``payload``
+        -- the L4 segment in transport mode, the inner IP packet in tunnel mode -- whose protocol number is
+        ``next_header``.  Spends one IV; :meth:`Decryptor.open` is its inverse."""
+        buf = packet_buffer(payload, "payload")
+        nh = _check_range("next_header", next_header, 255)
+        cap = len(buf) + lib.PE_PSP_MAX_OVERHEAD
+        out = ffi.new("uint8_t[]", cap)
+        with self._lock:
+            st = lib.pe_psp_seal(self._tx, buf, len(buf), nh, out, cap, self._out_len)
+            if st != lib.PE_OK:
+                raise_psp(st)
+            return ffi.buffer(out, self._out_len[0])[:]
+
     def encrypt_batch(self, packets: Iterable[Buffer]) -> List[bytes]:
         """Encrypt many packets in one core call.  Raises on the first packet that fails: the
         packets before it have used their IVs and their results are in ``err.results``; it and
-        the packets after it used none (``next_iv`` is the IV the failed packet would have had)."""
+        the packets after it used none (``next_iv()`` is the IV the failed packet would have had)."""
         pkts = list(packets)
         with self._lock:
             results = run_batch(lib.pe_psp_capture_encap, self._tx, pkts, lib.PE_PSP_MAX_OVERHEAD,
@@ -214,8 +247,6 @@ class Encryptor:
 
     def encrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Encrypt every IP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.encrypt_capture`)."""
-        from pypsp.capture import encrypt_capture
-
         return encrypt_capture(self, in_path, out_path, **kwargs)
 
 
@@ -317,6 +348,4 @@ class Decryptor:
 
     def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Decrypt every PSP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.decrypt_capture`)."""
-        from pypsp.capture import decrypt_capture
-
         return decrypt_capture(self, in_path, out_path, **kwargs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Dict, NoReturn, Optional, Type
 
 from pecore.capture import CaptureError as _CaptureError
-from pecore.errors import CoreError, code_table, raise_status
+from pecore.errors import CoreError, ExhaustedError, code_table, raise_status
 from pecore.keys import KeyFileError as _KeyFileError
 
 
@@ -89,8 +89,8 @@ class LimitError(PspError):
     category = "limit"
 
 
-class IvExhaustedError(LimitError):
-    """The SA has used its last IV; it refuses to wrap and reuse one."""
+class IvExhaustedError(LimitError, ExhaustedError):
+    """The SA has used its last IV; it refuses to wrap and reuse one.  Caught with the other protocol's as :class:`pecore.errors.ExhaustedError`."""
 
 
 class PacketTooLargeError(LimitError, ValueError):

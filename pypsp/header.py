@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from pecore._native import ffi, lib
+from pecore.binding import ffi, lib
 from pecore.protocol import PSP_VERSIONS, parse_lenient
 from pecore.util import Buffer, packet_buffer
 from pypsp.errors import raise_psp

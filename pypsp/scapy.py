@@ -57,11 +57,11 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_bottom_up, bind_top_down, split_bottom_up, split_top_down
 from scapy.volatile import RandBin, VolatileValue
 
-from pecore._native import ffi, lib
 from pecore._scapy import LenientDissect, UpToTrailerField, header_template, ip_bytes, ip_packet
+from pecore._compat import CounterValue
 from pecore.util import key_bytes
 from pypsp.crypto import MAX_IP_LEN, Decryptor, Encryptor
-from pypsp.errors import ConfigurationError, NoKeyError, PacketTooLargeError, raise_psp
+from pypsp.errors import ConfigurationError, NoKeyError, PacketTooLargeError
 from pypsp.header import VERSION_NAMES
 
 __all__ = [
@@ -113,16 +113,6 @@ def _ext_len(pkt) -> int:  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------- the layer
 
 
-
-def _seal_bare(enc: Encryptor, payload: bytes, next_header: int) -> bytes:
-    """The bare PSP packet (header, VC, sealed payload) for ``payload`` whose protocol is ``next_header``."""
-    cap = len(payload) + 64
-    out = ffi.new("uint8_t[]", cap)
-    n = ffi.new("size_t *")
-    st = lib.pe_psp_seal(enc._tx, payload, len(payload), next_header, out, cap, n)
-    if st != lib.PE_OK:
-        raise_psp(st)
-    return ffi.buffer(out, n[0])[:]
 
 class PSP(LenientDissect, Packet):
     """PSP Security Protocol (psp.md §2): header, optional VC, extension, payload, ICV.
@@ -220,7 +210,7 @@ class PSP(LenientDissect, Packet):
             first_iv=int.from_bytes(iv, "big"),
             udp_sport=PSP_PORT,
         )
-        sealed = PSP(_seal_bare(enc, data, self.nexthdr))
+        sealed = PSP(enc.seal(data, self.nexthdr))
         for name in ("hdrextlen", "sectoken", "virtkey", "data", "icv"):
             if name in sealed.fields:
                 self.setfieldval(name, sealed.fields[name])
@@ -357,15 +347,17 @@ class PSPSecurityAssociation:
         self.tunnel_header = tunnel_header
 
     @property
-    def next_iv(self) -> int:
-        """The IV the next packet will carry."""
-        return self._enc.next_iv
+    def next_iv(self):  # type: ignore[no-untyped-def]
+        """``next_iv()``: the IV the next packet will carry, or None once exhausted (see
+        :attr:`pypsp.Encryptor.next_iv`; read as a plain int it still works and warns)."""
+        nxt = self._enc._next_iv()
+        return CounterValue(nxt(), int.__int__(nxt), "PSPSecurityAssociation.next_iv")
 
     def encrypt(self, pkt, iv: Optional[int] = None):  # type: ignore[no-untyped-def]
         """Encapsulate an ``IP``/``IPv6`` packet; returns the outer packet (IP/UDP/PSP).
 
         ``iv`` jumps the IV counter forward to that value (never back: an IV
-        below :attr:`next_iv` would repeat one and raises
+        below :meth:`next_iv` would repeat one and raises
         :class:`pypsp.ConfigurationError`).
         """
         data = ip_bytes(pkt)

@@ -68,7 +68,7 @@ if ((py)); then
         if ((quick)); then
             # Between them these call every function of the extension's cdef (docs/security.md#valgrind).
             pytest_args=(tests/test_primitives.py tests/test_psp_api.py tests/test_eesp_api.py tests/test_eesp_replay.py
-                         tests/test_psp_capture.py tests/test_eesp_capture.py tests/test_cli.py tests/test_eesp_cli.py
+                         tests/test_psp_capture.py tests/test_eesp_capture.py tests/test_psp_cli.py tests/test_eesp_cli.py
                          tests/test_security.py)
         else
             pytest_args=(tests)

@@ -25,9 +25,11 @@ Choices this model makes where the notes leave room (reported to the lead, not d
 - Crypt Offset not allowed / above the maximum: steps 6-9 still run (their drops win); after the AEAD the
   packet is dropped as "eesp-crypt-offset-not-allowed" whether or not the ICV verified (`icv_valid` says which).
 - D16 on receive is checked after decryption (step 11/12), once Pad Length / the inner length is known.
-- Optimized format: an inner packet too short to hold its length field, or an empty one, is
-  "eesp-bad-inner-packet"; a negative or > 255 Pad Length is "eesp-bad-pad-length".
-- Tunnel-mode decap requires PIH Next Header 4 or 41 (full format), else "eesp-bad-inner-packet".
+- Optimized format: an inner packet too short to hold its whole fixed IP header (20 / 40 octets), an IPv4
+  header with IHL < 5 or a Total Length below IHL * 4, or an empty one, is "eesp-bad-inner-packet"; a negative
+  or > 255 Pad Length is "eesp-bad-pad-length".
+- Tunnel-mode decap requires PIH Next Header 4 or 41 (full format) and one whole IP packet of that version
+  (docs/eesp.md), else "eesp-bad-inner-packet".
 - The Version check uses the version of the SA the SPI selects (0 when no SA matches).
 """
 
@@ -707,10 +709,15 @@ def _whole_ip_packet(pkt: bytes) -> bool:
 
 def _inner_ip_length(body: bytes) -> tuple[int, int]:
     """§8 optimized format: (Next Header, inner IP length) from the inner header's version nibble."""
+    # The length field is trusted only inside a whole fixed header (20 / 40 octets), and an IPv4 Total Length
+    # must at least cover the header its IHL (>= 5) announces: anything else cannot be the one IP packet a
+    # tunnel delivers (docs/eesp.md), so it is a bad inner packet, not a bad Pad Length.
     ver = body[0] >> 4 if body else None
-    if ver == 4 and len(body) >= 4:
-        return IPPROTO_IPV4, struct.unpack(">H", body[2:4])[0]
-    if ver == 6 and len(body) >= 6:
+    if ver == 4 and len(body) >= 20:
+        ihl, total = (body[0] & 0xF) * 4, struct.unpack(">H", body[2:4])[0]
+        if ihl >= 20 and total >= ihl:
+            return IPPROTO_IPV4, total
+    elif ver == 6 and len(body) >= 40:
         return IPPROTO_IPV6, 40 + struct.unpack(">H", body[4:6])[0]
     raise EespModelError("eesp-bad-inner-packet", f"version nibble {ver}, {len(body)} octets")
 
@@ -981,9 +988,14 @@ def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | No
     if sa.mode == "tunnel":
         if opened.next_header not in (IPPROTO_IPV4, IPPROTO_IPV6):
             raise EespModelError("eesp-bad-inner-packet", f"Next Header {opened.next_header} in tunnel mode")
-        # The project's decision: only one whole IP packet (of the version its nibble gives) is delivered.
+        # The project's decision (docs/eesp.md): only one whole IP packet, of the version the Next Header names
+        # (4 -> IPv4, 41 -> IPv6), is delivered.
         if not opened.payload or not _whole_ip_packet(opened.payload):
             raise EespModelError("eesp-bad-inner-packet", f"{len(opened.payload)} octets, not one whole IP packet")
+        want = 4 if opened.next_header == IPPROTO_IPV4 else 6
+        if opened.payload[0] >> 4 != want:
+            raise EespModelError("eesp-bad-inner-packet",
+                                 f"an IPv{opened.payload[0] >> 4} packet under Next Header {opened.next_header}")
         return opened, opened.payload
     head = bytearray(pkt[:at])
     head[nh_field] = opened.next_header  # the UDP header (if any) goes with the EESP packet

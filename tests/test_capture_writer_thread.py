@@ -54,7 +54,7 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_alike(captures):
     _, enc = captures
     seen = []
     for jobs in (1, 2):
-        sh = (f"{sys.executable} -m pypsp.cli decrypt {enc} - --key 1000:{KEY.hex()} -q --jobs {jobs}"
+        sh = (f"{sys.executable} -m pypsp decrypt {enc} - --key 1000:{KEY.hex()} -q --jobs {jobs}"
               " | head -c 100000 >/dev/null")
         r = subprocess.run(["bash", "-o", "pipefail", "-c", sh], capture_output=True, text=True, timeout=120,
                            cwd=str(ROOT))

@@ -33,7 +33,7 @@ def big_capture(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_stops_the_run_and_leaves_no_output(big_capture, tmp_path, sig, status, word):
     out = tmp_path / "enc.pcap"
-    proc = subprocess.Popen([sys.executable, "-m", "pypsp.cli", "encrypt", str(big_capture), str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "pypsp", "encrypt", str(big_capture), str(out),
                              "--master-key0", MK, "--spi", "12345678", "--version", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
     # wait until the run is under way: its temporary output exists and grows
@@ -57,26 +57,26 @@ def test_a_closed_pipe_ends_show_quietly(tmp_path):
     clear = tmp_path / "clear.pcap"
     assert subprocess.run([sys.executable, str(ROOT / "demo" / "sample_traffic.py"), str(clear), "-n", "3000"],
                           timeout=120).returncode == 0
-    p = cli("pypsp.cli", "encrypt", str(clear), str(enc), "--master-key0", MK, "--spi", "12345678", "--version", "0")
+    p = cli("pypsp", "encrypt", str(clear), str(enc), "--master-key0", MK, "--spi", "12345678", "--version", "0")
     assert p.returncode == 0, p.stderr
-    for mod in ("pypsp.cli", "pyeesp.cli"):
+    for mod in ("pypsp", "pyeesp"):
         sh = f"{sys.executable} -m {mod} show {enc} | head -n 2"
         r = subprocess.run(["bash", "-o", "pipefail", "-c", sh], capture_output=True, text=True, timeout=120,
                            cwd=str(ROOT))
         assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
         assert r.returncode in (0, 141), (r.returncode, r.stderr)
-        if mod == "pypsp.cli":
+        if mod == "pypsp":
             assert len(r.stdout.splitlines()) == 2
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["pypsp.cli", "show", "x.pcap", "--port", "70000"], "port must be in 0..65535"),
-    (["pypsp.cli", "decrypt", "x.pcap", "y.pcap", "--port", "70000"], "port must be in 0..65535"),
-    (["pypsp.cli", "show", "x.pcap", "--limit", "-1"], "count must be in 0.."),
-    (["pyeesp.cli", "show", "x.pcap", "--limit", "-1"], "count must be in 0.."),
-    (["pypsp.cli", "encrypt", "x.pcap", "y.pcap", "--first-iv", "0"], "IV must be in 1.."),
-    (["pypsp.cli", "encrypt", "x.pcap", "y.pcap", "--crypt-offset", "64"], "crypt offset must be in 0..63"),
-    (["pyeesp.cli", "decrypt", "x.pcap", "y.pcap", "--ip-protocol", "256"], "IP protocol must be in 0..255"),
+    (["pypsp", "show", "x.pcap", "--port", "70000"], "port must be in 0..65535"),
+    (["pypsp", "decrypt", "x.pcap", "y.pcap", "--port", "70000"], "port must be in 0..65535"),
+    (["pypsp", "show", "x.pcap", "--limit", "-1"], "count must be in 0.."),
+    (["pyeesp", "show", "x.pcap", "--limit", "-1"], "count must be in 0.."),
+    (["pypsp", "encrypt", "x.pcap", "y.pcap", "--first-iv", "0"], "IV must be in 1.."),
+    (["pypsp", "encrypt", "x.pcap", "y.pcap", "--crypt-offset", "64"], "crypt offset must be in 0..63"),
+    (["pyeesp", "decrypt", "x.pcap", "y.pcap", "--ip-protocol", "256"], "IP protocol must be in 0..255"),
 ])
 def test_options_are_checked_alike(argv, needle):
     p = cli(*argv)
@@ -85,5 +85,5 @@ def test_options_are_checked_alike(argv, needle):
 
 @pytest.mark.parametrize("prog", ["pypsp", "pyeesp"])
 def test_version(prog):
-    p = cli(f"{prog}.cli", "--version")
+    p = cli(prog, "--version")
     assert p.returncode == 0 and p.stdout.startswith(f"{prog} 0.") and "OpenSSL 3" in p.stdout, p.stdout + p.stderr

@@ -381,7 +381,7 @@ SSKDF_TABLE = [
 @pytest.mark.parametrize("sskdf,root,sid,length,want", SSKDF_TABLE)
 def test_derive_sub_sa_key_spec_table(sskdf, root, sid, length, want):
     assert derive_sub_sa_key(root, sid, length, sskdf) == bytes.fromhex(want)
-    assert derive_sub_sa_key(root.hex(), session_id=sid, length=length, sskdf=sskdf) == bytes.fromhex(want)
+    assert derive_sub_sa_key(root.hex(), sub_sa_id=sid, length=length, sskdf=sskdf) == bytes.fromhex(want)
     # aliases of the SSKDF name
     alias = {"hkdf-sha256": "SSKDF_HKDF_SHA2_256", "hkdf-sha384": "sha384", "hkdf-sha512": "HKDF_SHA512"}[sskdf]
     assert derive_sub_sa_key(root, sid, length, alias) == bytes.fromhex(want)

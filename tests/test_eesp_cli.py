@@ -1,7 +1,7 @@
 """The pyeesp command line: derive-key, encrypt, decrypt and show with key files
 (eesp-sa lines, docs/keys.md) and inline SA options, per-reason summaries,
 exit statuses, and clear errors for bad input.  Everything runs in-process
-through pyeesp.cli.main, plus one subprocess call of the console script."""
+through pyeesp.tools.cli.main, plus one subprocess call of the console script."""
 from __future__ import annotations
 
 import json
@@ -16,8 +16,8 @@ import pytest
 
 import pyeesp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
-from pyeesp.cli import main
 from pecore.protocol import checksum
+from pyeesp.tools.cli import main
 
 ROOT = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"  # §19
 ROOT384 = bytes(range(48)).hex()
@@ -100,7 +100,7 @@ def show_json(capsys, *argv):
     [
         (["--root-key", ROOT, "--session-id", "0"],
          "472a557f71f01e8d125da03ec21f6b770f62b36f  (key 472a557f71f01e8d125da03ec21f6b77 salt 0f62b36f)"),
-        (["--root-key", ROOT, "--session-id", "1"],
+        (["--root-key", ROOT, "--sub-sa-id", "1"],
          "bfb9feca177e0964367d975ca7e41bd64f44224a  (key bfb9feca177e0964367d975ca7e41bd6 salt 4f44224a)"),
         (["--root-key", ROOT, "--session-id", "0x1", "--key-bits", "256"],
          "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfdaeb0b4a1  (key "
@@ -142,7 +142,7 @@ def test_derive_key_errors(capsys):
     rc, _, err = run(capsys, "derive-key", "--root-key", ROOT[:-2], "--session-id", "1")
     assert rc == 2 and "bad-key-length" in err and ROOT[:-2] not in err
     rc, _, err = run(capsys, "derive-key", "--root-key", ROOT, "--session-id", "70000")
-    assert rc == 2 and "session_id" in err
+    assert rc == 2 and "sub_sa_id" in err
     with pytest.raises(SystemExit) as ei:  # argparse: SSKDF_AES256_CMAC is not even offered
         main(["derive-key", "--root-key", ROOT, "--session-id", "1", "--sskdf", "aes256-cmac"])
     assert ei.value.code == 2

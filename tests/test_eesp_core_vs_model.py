@@ -57,9 +57,8 @@ What is asserted:
   bits, Crypt Offset incl. not allowed / past the payload, raw option octets, Session IDs out of range, Seq 0,
   non-IP payloads): the core and the model reach the same verdict, and the same Decrypted fields on success.
 
-Known disagreements are recognised by `known_divergence` (narrowly: each needs its exact symptom) so that the
-property tests keep checking everything else, and each has a strict-xfail reproducer at the end of the module
-(test_divergence_*). Hypothesis example counts come from the profile (conftest.py); the flip / truncation test
+Core and model agree on every packet: no disagreement is tolerated. The disagreements found so far (A-D) are
+fixed, and each keeps a minimal regression test at the end of the module. Hypothesis example counts come from the profile (conftest.py); the flip / truncation test
 draws packets of at most 64 payload octets to stay inside the CI time budget.
 """
 
@@ -286,67 +285,15 @@ def options_walk_first_error(opts: bytes) -> str | None:
     return None
 
 
-def core_rejects_inner(crafted: dict) -> bool:
-    """The core's tunnel-mode inner-packet rule (§16 steps 12-13 as the core implements them) fails for a
-    crafted plaintext, where the model's looser rule may pass: the optimized format needs a whole IPv4 (20) or
-    IPv6 (40) header before it reads the length field, and a non-empty inner packet; the full format needs an
-    inner packet whose version nibble matches the PIH Next Header (4 -> 4, 41 -> 6)."""
-    body = crafted["payload"] + bytes(crafted["pad_len"])
-    if crafted["format"] == "optimized":
-        v = body[0] >> 4 if body else None
-        if v == 4 and len(body) >= 20:
-            n = struct.unpack(">H", body[2:4])[0]
-        elif v == 6 and len(body) >= 40:
-            n = 40 + struct.unpack(">H", body[4:6])[0]
-        else:
-            return True
-        return n == 0
-    want = {4: 4, 41: 6}.get(crafted["next_header"])
-    inner = crafted["payload"]
-    return want is not None and (not inner or inner[0] >> 4 != want)
-
-
-def known_divergence(core_code: str, model, eesp: bytes | None, msa: m.SA | None,
-                     crafted: dict | None = None) -> str | None:
-    """Name a known, reported core/model disagreement, or None. `model` is the model's EespModelError or
-    "accepted". Each has a strict-xfail reproducer test (test_divergence_*) at the end of this module; when
-    one is fixed, its test XPASSes (and fails, being strict): delete the test and the clause here.
-
-    (A, §16 step 4: TLV framing before D3/D13; B, step 5 before steps 6-7; C, D16 before the dummy-packet
-       discard: all fixed in the core; their reproducers stay as plain regression tests.)
-    D: Tunnel mode, inner packet: the core refuses an inner packet that is empty, shorter than its IP header
-       (optimized format) or whose version disagrees with the PIH Next Header (full format) as
-       eesp-bad-inner-packet; the model accepts it (or reports its later D16 / Pad Length check). (Crafted
-       packets only.)
-    """
-    mcode = model.code if isinstance(model, m.EespModelError) else "accepted"
-    if crafted is not None:
-        if (core_code == "eesp-bad-inner-packet" and crafted["mode"] == "tunnel"
-                and mcode in ("accepted", "eesp-crypt-offset-past-payload", "eesp-bad-pad-length")
-                and core_rejects_inner(crafted)):
-            return "D"
-    return None
-
-
-def check_agree(core, model, *, udp: bool, what: str, eesp: bytes | None = None, msa: m.SA | None = None,
-                crafted: dict | None = None) -> str | None:
+def check_agree(core, model, *, udp: bool, what: str) -> None:
     """A core outcome and a model outcome (None: accepted) for the same packet agree (both errors with mapped
-    codes). `eesp`, `msa`, `crafted`: to recognise a known divergence (see known_divergence), whose letter is
-    returned."""
+    codes)."""
     got = core.code if isinstance(core, pyeesp.EespError) else "accepted"
     if isinstance(model, m.EespModelError):
         want = core_codes_for(model, udp=udp)
-        if got not in want and got != "accepted":
-            known = known_divergence(got, model, eesp, msa, crafted)
-            if known:
-                return known
         assert got in want, f"{what}: core {got!r}, model {model.code!r} ({model}) -> expected one of {sorted(want)}"
     elif got != "accepted":
-        known = known_divergence(got, "accepted", eesp, msa, crafted)
-        if known:
-            return known
         raise AssertionError(f"{what}: core rejected with {core.code!r} ({core}); the model accepts")
-    return None
 
 
 def check_decrypted(d, opened: m.Opened, recovered: bytes, case: Case, what: str) -> None:
@@ -478,7 +425,7 @@ def check_eesp_flips(case: Case, core, msa: m.SA, sealed: bytes, data) -> None:
         what = f"flip of EESP bit {bit} (octet {bit // 8}, mask {0x80 >> (bit % 8):#04x}) of {eesp.hex()}"
         got = core_outcome(rx, bad)
         assert isinstance(got, pyeesp.EespError), f"{what}: the core accepted it"
-        check_agree(got, model_outcome(msa, bad), udp=case.udp, what=what, eesp=bad[off:], msa=msa)
+        check_agree(got, model_outcome(msa, bad), udp=case.udp, what=what)
     # clear part, ciphertext, padding, ICV: the model on a sample, which must agree on one code
     rest = range(8 * hdr_len, 8 * len(eesp))
     sample = data.draw(st.lists(st.sampled_from(rest), max_size=4, unique=True), label="model sample (body)")
@@ -599,7 +546,7 @@ def check_truncation(case: Case, core, msa: m.SA, sealed: bytes, data) -> None:
         assert isinstance(got, pyeesp.EespError), f"{what}: accepted"
         if k < dense_end or k in sample:
             model = model_outcome(msa, cut)
-            check_agree(got, model, udp=case.udp, what=what, eesp=cut[off:], msa=msa)
+            check_agree(got, model, udp=case.udp, what=what)
         if k >= dense_end:
             if above_code is None:
                 above_code = got.code
@@ -680,19 +627,14 @@ def test_crafted_packets_same_verdict(crafted):
     got = core_outcome(pyeesp.Receiver([case.core_sa()]), pkt)
     event(f"core: {got.code if isinstance(got, pyeesp.EespError) else 'accepted'}")
     model = model_outcome(msa, pkt)
-    off = (20 if pkt[0] >> 4 == 4 else 40) + (8 if case.udp else 0)
-    known = check_agree(got, model if isinstance(model, m.EespModelError) else None, udp=case.udp,
-                        what="crafted packet", eesp=pkt[off:], msa=msa, crafted=case.extra)
-    if known:
-        note(f"known divergence {known}")
-    elif not isinstance(model, m.EespModelError):
+    check_agree(got, model if isinstance(model, m.EespModelError) else None, udp=case.udp, what="crafted packet")
+    if not isinstance(model, m.EespModelError):
         opened, recovered = model
         check_decrypted(got, opened, recovered, case, "crafted packet")
 
 
 # --------------------------------------------------------------------------------------------------------
-# known core/model disagreements: minimal reproducers (strict xfail: an XPASS means it was fixed; then remove
-# the test and its clause in known_divergence)
+# former core/model disagreements (A-C fixed in the core, D in the model): minimal regression tests
 # --------------------------------------------------------------------------------------------------------
 
 KEYMAT = bytes(range(20))  # AES-128-GCM-16 key || salt
@@ -748,15 +690,11 @@ def test_d16_before_dummy_discard():
     assert core == model
 
 
-_VERSION_MISMATCH_XFAIL = pytest.mark.xfail(
-    strict=True, reason="known divergence D (model side): in tunnel mode the model hands out an inner packet of the "
-    "other version than the PIH's Next Header (the vectors mark it acceptable: BadInnerPacket)")
-
-
-@pytest.mark.parametrize("variant", ["full-empty", pytest.param("full-version-mismatch", marks=_VERSION_MISMATCH_XFAIL),
-                                     "optimized-short-ipv4", "optimized-zero-length"])
+@pytest.mark.parametrize("variant", ["full-empty", "full-version-mismatch", "optimized-short-ipv4",
+                                     "optimized-zero-length"])
 def test_divergence_d_tunnel_inner_packet_must_be_ip(variant):
-    """A tunnel delivers one whole IP packet: empty and header-truncated inner packets are refused by both."""
+    """Regression (was divergence D, fixed in the model): a tunnel delivers one whole IP packet of the version the
+    Next Header names (docs/eesp.md); empty, header-truncated and other-version inner packets are refused by both."""
     fmt, nh, payload = {
         "full-empty": ("full", 4, b""),
         "full-version-mismatch": ("full", 41, INNER),  # NH IPv6, an IPv4 packet inside

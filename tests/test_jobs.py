@@ -18,8 +18,8 @@ import pytest
 import pyeesp
 import pypsp
 from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter, read_capture
-from pyeesp.cli import main as eesp_main
-from pypsp.cli import main as psp_main
+from pyeesp.tools.cli import main as eesp_main
+from pypsp.tools.cli import main as psp_main
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = sorted((ROOT / "vectors" / "pcap").glob("*.pcap"))

@@ -156,7 +156,7 @@ def test_the_cli_reads_as_the_api(tmp_path):
         path = tmp_path / "k.txt"
         path.write_bytes(data)
         api = via(load_key_file, path)
-        p = subprocess.run([sys.executable, "-m", "pypsp.cli", "decrypt", str(empty), str(tmp_path / "o.pcap"),
+        p = subprocess.run([sys.executable, "-m", "pypsp", "decrypt", str(empty), str(tmp_path / "o.pcap"),
                             "-k", str(path), "-q"], capture_output=True, text=True, timeout=60, cwd=str(ROOT))
         if api[0] == "refused":
             assert p.returncode == 2 and f"[{api[1]}]" in p.stderr, (name, p.stderr)

@@ -1,4 +1,4 @@
-"""Keys from where users have them (pecore.keyimport, docs/keys.md "Importing and exporting keys").
+"""Keys from where users have them (pecore.tools.keyimport, docs/keys.md "Importing and exporting keys").
 
 Every importer's output is parsed by the core (an import the core refuses would be a bug), the keys that come out
 are the keys that went in, every bad input is a typed KeyImportError naming its line, and the export round trip
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pecore._native import ffi, lib
-from pecore.keyimport import (WIRESHARK_LAYOUTS, KeyImportError, from_esp_sa, from_psp_netlink, from_xfrm,
+from pecore.tools.keyimport import (WIRESHARK_LAYOUTS, KeyImportError, from_esp_sa, from_psp_netlink, from_xfrm,
                               to_esp_sa)
 from pecore.keys import KeyFileError, parse_key_file
 

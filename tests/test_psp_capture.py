@@ -153,7 +153,7 @@ def test_round_trip(tmp_path, fmt, linktype, sa):
     assert (s.packets, s.transformed, s.passed, s.failed) == (len(frames), n_ip, n_non, n_frag)
     assert s.passed_by_reason == {"not-ip": n_non}
     assert s.failed_by_reason == {"ip-fragment": n_frag}
-    assert enc.next_iv == 1 + n_ip  # the refused fragment spent no IV
+    assert enc.next_iv() == 1 + n_ip  # the refused fragment spent no IV
 
     encrypted = records(mid)
     assert len(encrypted) == len(frames)
@@ -401,7 +401,7 @@ def test_output_problems(tmp_path, sa):
         pypsp.encrypt_capture(enc, src, src)  # in place: refused, the input is left intact
     assert ei.value.code and str(ei.value)
     assert src.read_bytes() == before
-    assert enc.next_iv == 1
+    assert enc.next_iv() == 1
 
 
 # --------------------------------------------------------------------------- size
@@ -422,7 +422,7 @@ def test_twenty_thousand_packets(tmp_path):
     calls = []
     s = pypsp.encrypt_capture(enc, src, mid, progress=lambda d, t, p: calls.append((d, t, p)))
     assert (s.packets, s.transformed, s.passed, s.failed) == (n, n - n_arp, n_arp, 0)
-    assert enc.next_iv == 1 + n - n_arp
+    assert enc.next_iv() == 1 + n - n_arp
     assert len(calls) >= n // 4096 and [c[2] for c in calls] == sorted(c[2] for c in calls)
     assert [c[0] for c in calls] == sorted(c[0] for c in calls) and calls[-1][2] == n
     s = pypsp.decrypt_capture(dec, mid, out)

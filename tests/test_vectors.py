@@ -3,7 +3,7 @@
 - Determinism: regenerating from the default seed into a temporary directory gives byte-identical files
   (JSON, schemas, pcaps, key files) and exactly the set in vectors/.
 - Every file validates against its JSON Schema (jsonschema, draft 2020-12).
-- Every test passes against the core (`pecore.vectors.check_files`: receiver, and sender for valid tests).
+- Every test passes against the core (`pecore.tools.vectors.check_files`: receiver, and sender for valid tests).
 - Every test passes against the independent models (tests/psp_model.py, tests/eesp_model.py), through code in
   this module that reads the JSON itself and shares nothing with the core or the generator. The error-name
   vocabularies differ in a few documented places (MODEL_TO_CORE_*); where the two implementations reach a
@@ -28,7 +28,9 @@ import psp_model as pm
 from conftest import DATA_DIR, REPO_ROOT, needs_shared
 
 jsonschema = pytest.importorskip("jsonschema")
-pv = pytest.importorskip("pecore.vectors")
+pv = pytest.importorskip("pecore.tools.vectors")
+import pyeesp.tools.vectors  # noqa: E402  (the families register themselves with pv on import)
+import pypsp.tools.vectors  # noqa: E402
 
 VECTORS = REPO_ROOT / "vectors"
 FILES = sorted(VECTORS.glob("*_test.json"))
@@ -59,10 +61,10 @@ def test_files_present():
 
 
 def _generate_all(out: Path, seed: int = pv.DEFAULT_SEED, pcap: bool = True) -> None:
-    import pyeesp.vectors
-    import pypsp.vectors
+    import pyeesp.tools.vectors
+    import pypsp.tools.vectors
 
-    for mod in (pypsp.vectors, pyeesp.vectors):
+    for mod in (pypsp.tools.vectors, pyeesp.tools.vectors):
         pv.write_vector_files(mod.generate(seed), out, mod.SCHEMAS, pcap=pcap)
 
 
@@ -85,11 +87,11 @@ def test_regenerate_is_byte_identical(tmp_path):
 
 
 def test_seed_changes_bytes_and_repeats(tmp_path):
-    import pypsp.vectors
+    import pypsp.tools.vectors
 
-    files = pypsp.vectors.generate(7)
+    files = pypsp.tools.vectors.generate(7)
     a = [pv.dumps(f.doc) for f in files]
-    assert a == [pv.dumps(f.doc) for f in pypsp.vectors.generate(7)]
+    assert a == [pv.dumps(f.doc) for f in pypsp.tools.vectors.generate(7)]
     committed = [(VECTORS / f.name).read_text(encoding="utf-8") for f in files]
     assert all(x != y for x, y in zip(a, committed) if "kdf" not in x[:200])
 
@@ -623,36 +625,36 @@ def _foreign_psp_file(path: Path) -> None:
 
 
 def test_cli_check_reports_the_wrong_tcid(tmp_path, capsys):
-    import pypsp.cli
+    import pypsp.tools.cli
 
     f = tmp_path / "foreign.json"
     _foreign_psp_file(f)
-    assert pypsp.cli.main(["vectors", "check", str(f), "--json"]) == 1
+    assert pypsp.tools.cli.main(["vectors", "check", str(f), "--json"]) == 1
     rep = json.loads(capsys.readouterr().out)
     (fr,) = rep["files"]
     assert (fr["passed"], fr["failed"]) == (3, 1)
     by = {t["tcId"]: t for t in fr["tests"]}
     assert by[3]["status"] == "fail" and "authentication-failed" in by[3]["reason"]
     assert "compared loosely" in by[4]["reason"] and by[4]["status"] == "pass"
-    assert pypsp.cli.main(["vectors", "check", str(f)]) == 1
+    assert pypsp.tools.cli.main(["vectors", "check", str(f)]) == 1
     out = capsys.readouterr().out
     assert "tcId 3 [valid] FAIL" in out and "tcId 2" not in out and "total: 3/4 passed" in out
     # the same file through the other CLI, and a file the schema refuses
-    import pyeesp.cli
+    import pyeesp.tools.cli
 
-    assert pyeesp.cli.main(["vectors", "check", str(f), "-q"]) == 1
+    assert pyeesp.tools.cli.main(["vectors", "check", str(f), "-q"]) == 1
     doc = json.loads(f.read_text())
     doc["testGroups"][0]["tests"] = doc["testGroups"][0]["tests"][:2]
     doc["testGroups"][0]["tests"][0]["surprise"] = True
     f.write_text(json.dumps(doc))
-    assert pypsp.cli.main(["vectors", "check", str(f)]) == 1
+    assert pypsp.tools.cli.main(["vectors", "check", str(f)]) == 1
     assert "schema error" in capsys.readouterr().out
 
 
 def test_cli_check_eesp_foreign_file(tmp_path, capsys):
     """An EESP file made by the model: a valid packet, then the same packet claimed valid with another Next
     Header (tcId 2 must fail)."""
-    import pyeesp.cli
+    import pyeesp.tools.cli
 
     sa = em.SA(spi=0x2000, encr_id=20, keymat=bytes(range(20)), mode="tunnel")
     inner = bytes.fromhex("4500001c00000000401100000a0000010a00000204d2162e00080000")
@@ -673,16 +675,16 @@ def test_cli_check_eesp_foreign_file(tmp_path, capsys):
            "notes": {}, "testGroups": [group]}
     f = tmp_path / "eesp.json"
     f.write_text(json.dumps(doc))
-    assert pyeesp.cli.main(["vectors", "check", str(f), "--json"]) == 1
+    assert pyeesp.tools.cli.main(["vectors", "check", str(f), "--json"]) == 1
     rep = json.loads(capsys.readouterr().out)
     tests = {t["tcId"]: t for t in rep["files"][0]["tests"]}
     assert tests[1]["status"] == "pass" and tests[2]["status"] == "fail" and "Next Header 4" in tests[2]["reason"]
 
 
 def test_cli_generate_writes_the_same_files(tmp_path, capsys):
-    import pypsp.cli
+    import pypsp.tools.cli
 
-    assert pypsp.cli.main(["vectors", "generate", "--out", str(tmp_path), "--no-pcap"]) == 0
+    assert pypsp.tools.cli.main(["vectors", "generate", "--out", str(tmp_path), "--no-pcap"]) == 0
     assert "core check: all" in capsys.readouterr().out
     for p in tmp_path.glob("*.json"):
         assert p.read_bytes() == (VECTORS / p.name).read_bytes()

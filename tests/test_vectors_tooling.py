@@ -17,7 +17,7 @@ from typing import Dict
 
 import pytest
 
-import pecore.vectors as pv
+import pecore.tools.vectors as pv
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA_HINT = "pip install 'psp-eesp[vectors]'"
@@ -75,7 +75,7 @@ class Injected(Exception):
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
     """psp vectors (seed 1), written once; each test works on a copy."""
-    from pypsp.cli import main
+    from pypsp.tools.cli import main
 
     d = tmp_path_factory.mktemp("vectors")
     assert main(["vectors", "generate", "--out", str(d), "--seed", "1", "--no-check"]) == 0
@@ -96,7 +96,7 @@ def test_failure_mid_generation_leaves_the_previous_files(generated, tmp_path, m
     """The new seed would change every file; an exception while writing (inside a pcap, or between text files)
     must leave the old set byte for byte, the stale pcap included, and no temporary file."""
     from pecore.capture import CaptureWriter
-    from pypsp.cli import main
+    from pypsp.tools.cli import main
 
     out = copy_of(generated, tmp_path / "v")
     before = snapshot(out)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""atheris: the interop checkers pypsp.diagnose and pyeesp.diagnose on hostile input.
+"""atheris: the interop checkers pypsp.tools.diagnose and pyeesp.tools.diagnose on hostile input.
 
 The input is the packet, as octets or as a hex string (what ``pypsp diagnose
 HEX`` passes on), diagnosed against the keys of a PSP vector group (master
@@ -16,8 +16,8 @@ import atheris
 import _common
 
 with atheris.instrument_imports(include=_common.INSTRUMENT):
-    import pypsp.diagnose
-    import pyeesp.diagnose
+    import pypsp.tools.diagnose
+    import pyeesp.tools.diagnose
     from pecore.errors import CoreError
     from pecore.keys import load_key_file
 
@@ -53,9 +53,9 @@ def TestOneInput(data: bytes) -> None:
     packet = raw if mode in (0, 2) else raw.decode("latin-1")
     try:
         if mode < 2:
-            report = pypsp.diagnose.diagnose(packet, master_keys=PSP_MASTER, keys=PSP_KEYS, max_mistakes=max_mistakes)
+            report = pypsp.tools.diagnose.diagnose(packet, master_keys=PSP_MASTER, keys=PSP_KEYS, max_mistakes=max_mistakes)
         else:
-            report = pyeesp.diagnose.diagnose(packet, EESP_SAS, max_mistakes=max_mistakes)
+            report = pyeesp.tools.diagnose.diagnose(packet, EESP_SAS, max_mistakes=max_mistakes)
     except CoreError:
         return
     _render(report)

@@ -320,7 +320,7 @@ def _kat_inner(v):
 @pytest.mark.parametrize("v", KAT["vectors"], ids=lambda v: v["name"])
 def test_section19_vectors(v):
     suite = "aes-gcm-16-iiv" if v["encrId"] == 30 else "aes-gcm-16"
-    sa = EESPSecurityAssociation(0x1000, suite, root_key=ROOT, sskdf="hkdf-sha256", session_id=1, mode=v["mode"],
+    sa = EESPSecurityAssociation(0x1000, suite, root_key=ROOT, sskdf="hkdf-sha256", sub_sa_id=1, mode=v["mode"],
                                  format=v["format"], seq_num=v["seq"], crypt_offset=v.get("cryptOffset"),
                                  max_crypt_offset=v.get("maxCryptOffset"))
     expected = bytes.fromhex(v["wire"] if "wire" in v else v["variants"]["draft"]["wire"])
@@ -350,7 +350,7 @@ def test_section19_vectors(v):
 
 def test_e1_linux_xfrm_variant():
     v = KAT["vectors"][0]
-    sa = EESPSecurityAssociation(0x1000, "aes-gcm-16", root_key=ROOT, session_id=1, aad="linux-xfrm")
+    sa = EESPSecurityAssociation(0x1000, "aes-gcm-16", root_key=ROOT, sub_sa_id=1, aad="linux-xfrm")
     wire = sa.encrypt(IP(bytes.fromhex(INNER_HEX)))
     assert raw(wire[EESP]).hex() == v["variants"]["linux-xfrm"]["wire"]
 
@@ -423,7 +423,7 @@ def test_sub_sas_and_sskdfs():
     for sskdf, root in (("hkdf-sha256", ROOT), ("hkdf-sha384", bytes(range(48))), ("hkdf-sha512", bytes(range(64)))):
         sa = EESPSecurityAssociation(0x700, "aes-gcm-16", root_key=root, sskdf=sskdf, key_bits=256, max_sub_sa_id=7)
         for session in range(8):
-            wire = sa.encrypt(inner_v4(bytes([session]) * 9), session_id=session)
+            wire = sa.encrypt(inner_v4(bytes([session]) * 9), sub_sa_id=session)
             assert wire[EESP].session_id == session and wire[EESP].seq == 1
             keymat = pyeesp.derive_sub_sa_key(root, session, 36, sskdf)
             single = pyeesp.SA(0x700, "aes-gcm-16", key=keymat, key_bits=256)  # Sub SA key || salt, by hand
@@ -432,7 +432,7 @@ def test_sub_sas_and_sskdfs():
             assert raw(sa.decrypt(wire)) == raw(inner_v4(bytes([session]) * 9))
             assert sa.last_decrypted.sub_sa_id == session
         with pytest.raises(pyeesp.SubSaError):
-            sa.encrypt(inner_v4(), session_id=8)
+            sa.encrypt(inner_v4(), sub_sa_id=8)
     other = EESPSecurityAssociation(0x700, "aes-gcm-16", root_key=ROOT, max_sub_sa_id=3)
     wide = pyeesp.SA(0x700, "aes-gcm-16", root_key=ROOT)
     with pytest.raises(pyeesp.SubSaError):
@@ -440,7 +440,7 @@ def test_sub_sas_and_sskdfs():
 
 
 def test_sequence_numbers_and_iv():
-    sa = EESPSecurityAssociation(0x800, "aes-gcm-16", key=bytes(20), seq_num=10, session_id=0)
+    sa = EESPSecurityAssociation(0x800, "aes-gcm-16", key=bytes(20), seq_num=10, sub_sa_id=0)
     assert sa.next_seq() == 10
     w = sa.encrypt(inner_v4())
     assert (w[EESP].seq, w[EESP].iv) == (10, 10)

@@ -16,10 +16,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter
-from pecore.diagnose import DiagnoseInputError
+from pecore.tools.diagnose import DiagnoseInputError
 from pecore.keys import parse_key_file
-from pyeesp.cli import main
-from pyeesp.diagnose import EespDiagnoser, diagnose, diagnose_capture
+from pyeesp.tools.cli import main
+from pyeesp.tools.diagnose import EespDiagnoser, diagnose, diagnose_capture
 
 KAT = json.loads((Path(__file__).parent / "data" / "eesp_kat.json").read_text())
 VEC = {v["name"]: v for v in KAT["vectors"]}

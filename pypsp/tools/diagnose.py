@@ -30,9 +30,8 @@ import struct
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pecore import primitives as prim
-from pecore._native import lib
-from pecore.cli import addresses
-from pecore.diagnose import (
+from pecore.tools.cli import addresses
+from pecore.tools.diagnose import (
     DIAGNOSED,
     MALFORMED,
     NO_KEY,
@@ -53,7 +52,7 @@ from pecore.diagnose import (
 )
 from pecore.protocol import PSP_VERSIONS, locate_psp
 from pecore.util import key_bytes
-from pypsp.crypto import Decryptor
+from pypsp.crypto import Decryptor, kdf_label
 from pypsp.errors import ConfigurationError, PspError
 from pypsp.header import VERSION_NAMES, Header
 
@@ -67,11 +66,6 @@ SPEC = "psp.md"
 _SEARCHABLE = {"authentication-failed", "no-key", "psp-crypt-offset-past-payload"}
 
 KeyTable = Mapping[Union[int, Tuple[int, Optional[int]]], Union[bytes, str]]
-
-
-def kdf_label(version: int) -> int:
-    """The KDF label of a version: "Pv0" (0x50763000) with the version OR-ed into octet 6."""
-    return lib.pe_psp_kdf_label(version)
 
 
 def _label_text(label: int) -> str:
@@ -512,7 +506,7 @@ class PspDiagnoser:
 
 
 def _hex_only(text: str) -> bytes:
-    from pecore.diagnose import parse_hex
+    from pecore.tools.diagnose import parse_hex
 
     if not isinstance(text, str):
         raise DiagnoseInputError(f"a packet is bytes or a hex string, not {type(text).__name__}")
@@ -543,10 +537,9 @@ def diagnose_capture(path: str, *, master_keys=None, keys: Optional[KeyTable] = 
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from pecore.cli import UsageError
-    from pypsp.cli import Keys
+    from pecore.tools.cli import UsageError
 
-    keys = Keys.from_args(args)
+    keys = args.keys_from_args(args)
     if not keys.has_master() and not keys.derived:
         raise UsageError("no keys: give --key-file, --ref-config, --master-key0/1 or --key")
     d = PspDiagnoser(master_keys=keys.master if keys.has_master() else None, keys=keys.derived or None,
@@ -554,16 +547,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return emit(d.diagnose_source(args.input, limit=args.limit), args)
 
 
-def register(sub) -> None:
-    """Add the ``diagnose`` subcommand to the pypsp CLI's subparsers."""
-    from pypsp.cli import _add_key_options
-
+def register(sub, add_key_options, keys_from_args) -> None:
+    """Add the ``diagnose`` subcommand to the pypsp CLI's subparsers.  The CLI hands over its key options
+    (``add_key_options(parser)``) and how it reads them (``keys_from_args(args)``), so that this module does
+    not import the CLI that imports it."""
     p = sub.add_parser("diagnose", help="explain why PSP packets do not verify (known interop mistakes)",
                        description="Open each PSP packet with the given keys; when one does not verify, recompute it "
                                    "with the known implementation mistakes (KDF, master key, nonce, crypt offset, "
                                    "VC, GMAC/GCM, ...) and name the one that reproduces it exactly. Exit status: 0 "
                                    "when every packet verifies, 1 when some do not, 2 for usage or input errors.")
     add_common_arguments(p, "PSP")
-    _add_key_options(p)
+    add_key_options(p)
     p.add_argument("--port", type=int, default=1000, help="PSP UDP port (default 1000)")
-    p.set_defaults(func=cmd_diagnose)
+    p.set_defaults(func=cmd_diagnose, keys_from_args=keys_from_args)

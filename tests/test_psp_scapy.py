@@ -407,9 +407,9 @@ def test_sa_settings_are_the_encryptors():
     assert (wire[UDP].sport, wire[PSP].sample, wire[PSP].drop, wire[PSP].iv) == (777, 1, 1, (5).to_bytes(8, "big"))
     assert (wire[PSP].sectoken, wire[PSP].virtkey) == (0x01020304, 0x05060708)
     assert wire[PSP].vc == bytes.fromhex("0102030405060708")
-    assert sa.next_iv == 6
+    assert sa.next_iv() == 6
     wire = sa.encrypt(raw(clear_v4()), iv=100)  # bytes in, IV jumps forward
-    assert wire[PSP].iv == (100).to_bytes(8, "big") and sa.next_iv == 101
+    assert wire[PSP].iv == (100).to_bytes(8, "big") and sa.next_iv() == 101
     with pytest.raises(pypsp.ConfigurationError):
         sa.encrypt(clear_v4(), iv=50)  # would repeat
     cb = PSPSecurityAssociation(0x10, key=bytes(16), udp_sport=lambda inner: len(inner))

@@ -13,6 +13,7 @@ import threading
 from typing import Callable, Optional, Sequence, TextIO, Tuple
 
 from pecore.errors import CoreError
+from pecore.util import openssl_version
 
 #: Exit statuses of both CLIs (README.md, "Exit status", has the table).
 EXIT_OK = 0
@@ -175,9 +176,7 @@ class JsonLines:
 
 def add_version(parser: argparse.ArgumentParser, version: str) -> None:
     """--version: the package's version and the OpenSSL the core runs on."""
-    from pecore._native import ffi, lib
-
-    openssl = ffi.string(lib.OpenSSL_version(lib.OPENSSL_VERSION)).decode()
+    openssl = openssl_version()
     parser.add_argument("--version", action="version", version=f"{parser.prog} {version} (psp-eesp core on {openssl})")
 
 

@@ -3,7 +3,7 @@
 Files (``pyeesp vectors generate``): ``eesp_<suite>_test.json`` for every
 AEAD suite (schema ``eesp_packet_test_schema_v1.json``) and
 ``eesp_sskdf_test.json`` (schema ``eesp_sskdf_test_schema_v1.json``), in the
-Wycheproof layout of :mod:`pecore.vectors`.
+Wycheproof layout of :mod:`pecore.tools.vectors`.
 
 A packet test is receiver-centric, as for PSP: the group holds the SA
 settings both ends share (suite, key size, mode, format, AAD variant,
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
-from pecore.vectors import (
-    HEX, Checker, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, fix_ip, flip, hopopts,
-    ip_packet, ipv4_header, ipv4_recheck, ipv6_header, l4_checksum, l4_offset, put, register as _register,
+from pecore.tools.vectors import (
+    HEX, Checker, Family, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, fix_ip, flip, hopopts,
+    ip_packet, ipv4_header, ipv4_recheck, ipv6_header, l4_checksum, l4_offset, put, register as _register, register_family,
     test_object, top_schema, udp_segment, when_result,
 )
 
@@ -1250,6 +1250,10 @@ def check_sskdf_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
 CHECKERS = {PACKET_SCHEMA: check_packet_doc, SSKDF_SCHEMA: check_sskdf_doc}
 
 
+#: This family, registered with pecore's vector tooling on import (and offered as an entry point).
+FAMILY = register_family(Family("eesp", generate, SCHEMAS, CHECKERS))
+
+
 def register(sub: Any) -> None:
-    """``pyeesp vectors generate|check`` (called from pyeesp.cli.build_parser)."""
-    _register(sub, "eesp")
+    """``pyeesp vectors generate|check`` (called from pyeesp.tools.cli.build_parser)."""
+    _register(sub, FAMILY)

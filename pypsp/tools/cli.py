@@ -14,13 +14,15 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from pecore.protocol import locate_psp
 from pecore.capture import CaptureError, read_capture
-from pecore.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
+from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
                         iv_arg, port_arg, run_capture, run_main, spi_arg, truncated, words_arg)
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
 from pypsp.errors import PspError
 from pypsp.header import Header
+from pypsp.tools.diagnose import register as register_diagnose
+from pypsp.tools.vectors import register as register_vectors
 
 
 _int = int_arg
@@ -272,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
-    from pecore.keyimport import register as register_keys  # keys import|export (tooling)
+    from pecore.tools.keyimport import register as register_keys  # keys import|export (tooling)
 
     register_keys(sub)
 
@@ -320,13 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=count_arg, default=0, help="stop after N PSP packets (0: all)")
     s.set_defaults(func=cmd_show)
 
-    from pypsp.diagnose import register as register_diagnose  # imported here: it imports this module
-
-    register_diagnose(sub)
-
-    from pypsp.vectors import register as register_vectors  # vectors generate|check
-
-    register_vectors(sub)
+    register_diagnose(sub, _add_key_options, Keys.from_args)
+    register_vectors(sub)  # vectors generate|check
     return p
 
 

@@ -44,9 +44,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from pecore import primitives as prim
-from pecore._native import ffi, lib
-from pecore.cli import addresses
-from pecore.diagnose import (
+from pecore.tools.cli import addresses
+from pecore.tools.diagnose import (
     DIAGNOSED,
     MALFORMED,
     NO_KEY,
@@ -66,11 +65,11 @@ from pecore.diagnose import (
     parse_hex,
     search,
 )
-from pecore.errors import status_message, status_name
 from pecore.keys import EespSaEntry
-from pecore.protocol import eesp_suite, locate_eesp
+from pecore.protocol import crypt_offset_decode, eesp_suite, locate_eesp
 from pecore.util import key_bytes
-from pyeesp.errors import ConfigurationError, EespError, error_class
+from pyeesp.errors import ConfigurationError, EespError
+from pyeesp.header import Header
 from pyeesp.sa import SA, Receiver, suite_id
 
 SPEC = "eesp.md"
@@ -208,14 +207,17 @@ class _Options:
 def _parse_options(eesp: bytes) -> Optional[_Options]:
     """The options as the core walks them for display (past a bad Base Header or Crypt Offset option);
     None when they run past Opt Len or the packet."""
-    h = ffi.new("pe_eesp_hdr *")
-    lib.pe_eesp_hdr_parse_lenient(eesp, len(eesp), h)
-    if len(eesp) < BASE_LEN or BASE_LEN + h.opt_len > len(eesp) or (h.opt_len and not h.n_options):
+    hdr, _status = Header.parse_lenient(eesp)
+    if hdr is None:
         return None
-    items = [(o.type, bytes(ffi.buffer(o.data, o.data_len)) if o.data_len else b"")
-             for o in (h.option[i] for i in range(h.n_options))]
-    co = (h.payload_offset, h.crypt_offset, h.crypt_offset_reserved) if h.has_crypt_offset else None
-    return _Options(h.opt_len, items, co)
+    opt_len = eesp[1]  # the wire's Opt Len, also when the options could not be walked
+    if BASE_LEN + opt_len > len(eesp) or (opt_len and not hdr.options):
+        return None
+    items = [(o.type, o.data) for o in hdr.options]
+    # the fields of the first well-formed Crypt Offset option, as the core's lenient parse takes them
+    first = next((o for o in hdr.options if o.type == 2 and len(o.data) == 2), None)
+    co = crypt_offset_decode(int.from_bytes(first.data, "big")) if first is not None else None
+    return _Options(opt_len, items, co)
 
 
 _OPT_NAMES = {0: "Pad1", 1: "PadN", 2: "CryptOffset"}
@@ -231,15 +233,11 @@ class _Structure:
 
 def _open_status(receiver: Receiver, eesp: bytes) -> Optional[EespError]:
     """Open bare EESP octets on the SA's receiver as an IPv4 packet's payload would be; the error, or None."""
-    out = ffi.new("uint8_t[]", max(len(eesp), 1))
-    out_len = ffi.new("size_t *")
-    info = ffi.new("pe_eesp_info *")
-    with receiver._lock:
-        st = lib.pe_eesp_open(receiver._rx, eesp, len(eesp), 4, ffi.NULL, 0, out, len(eesp), out_len, info)
-    if st == lib.PE_OK:
-        return None
-    code = status_name(st)
-    return error_class(code)(status_message(st), code)
+    try:
+        receiver.open(eesp, ip_version=4)
+    except EespError as e:
+        return e
+    return None
 
 
 def _payload_length(nh: int, data: bytes) -> Optional[Tuple[int, str]]:
@@ -893,11 +891,9 @@ def diagnose_capture(path: str, sas: Iterable[SaSpec], *, max_mistakes: int = 2,
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from pyeesp.cli import _entries
+    from pecore.tools.cli import UsageError
 
-    from pecore.cli import UsageError
-
-    entries = _entries(args)
+    entries = args.sa_entries(args)
     if not (args.key or args.root_key):  # --spi / --dst narrow the key file's SAs
         entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
                    and (args.dst is None or _same_addr(e.dst or "", args.dst))]
@@ -907,10 +903,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return emit(d.diagnose_source(args.input, limit=args.limit), args)
 
 
-def register(sub) -> None:
-    """Add the ``diagnose`` subcommand to the pyeesp CLI's subparsers."""
-    from pyeesp.cli import _sa_options
-
+def register(sub, sa_options, sa_entries) -> None:
+    """Add the ``diagnose`` subcommand to the pyeesp CLI's subparsers.  The CLI hands over its SA options
+    (``sa_options(parser)``) and how it reads them (``sa_entries(args)``), so that this module does not import
+    the CLI that imports it."""
     p = sub.add_parser("diagnose", help="explain why EESP packets do not verify (known interop mistakes)",
                        description="Open each EESP packet with the given SAs; when one does not verify, recompute it "
                                    "with the known implementation mistakes (AAD variant, SSKDF info, salt split, "
@@ -918,5 +914,5 @@ def register(sub) -> None:
                                    "exactly. Exit status: 0 when every packet verifies, 1 when some do not, 2 for "
                                    "usage or input errors.")
     add_common_arguments(p, "EESP")
-    _sa_options(p)
-    p.set_defaults(func=cmd_diagnose)
+    sa_options(p)
+    p.set_defaults(func=cmd_diagnose, sa_entries=sa_entries)

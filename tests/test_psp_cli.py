@@ -13,7 +13,7 @@ import pytest
 import pypsp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
 from pecore.protocol import checksum
-from pypsp.cli import main
+from pypsp.tools.cli import main
 
 MK0 = "34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca"
 MK1 = "563952565d3a78ae773ec1b779f2f2d99f4a7f53a6fbb9b07d5b71f39364d739"

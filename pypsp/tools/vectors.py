@@ -2,7 +2,7 @@
 
 Files (``pypsp vectors generate``): ``psp_kdf_test.json`` and
 ``psp_v0_test.json`` … ``psp_v3_test.json``, in the Wycheproof layout of
-:mod:`pecore.vectors`, schemas ``psp_kdf_test_schema_v1.json`` and
+:mod:`pecore.tools.vectors`, schemas ``psp_kdf_test_schema_v1.json`` and
 ``psp_packet_test_schema_v1.json``.
 
 A packet test is receiver-centric: ``inputs`` hold the key material and the
@@ -26,9 +26,9 @@ import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
-from pecore.vectors import (
-    HEX, Checker, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, fix_ip, flip, hex_of, hex_of_any,
-    hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, l4_checksum, l4_offset, put, register as _register, test_object, top_schema,
+from pecore.tools.vectors import (
+    HEX, Checker, Family, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, fix_ip, flip, hex_of, hex_of_any,
+    hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, l4_checksum, l4_offset, put, register as _register, register_family, test_object, top_schema,
     udp_segment, when_result,
 )
 
@@ -1083,6 +1083,10 @@ def check_kdf_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
 CHECKERS = {PACKET_SCHEMA: check_packet_doc, KDF_SCHEMA: check_kdf_doc}
 
 
+#: This family, registered with pecore's vector tooling on import (and offered as an entry point).
+FAMILY = register_family(Family("psp", generate, SCHEMAS, CHECKERS))
+
+
 def register(sub: Any) -> None:
-    """``pypsp vectors generate|check`` (called from pypsp.cli.build_parser)."""
-    _register(sub, "psp")
+    """``pypsp vectors generate|check`` (called from pypsp.tools.cli.build_parser)."""
+    _register(sub, FAMILY)

@@ -482,10 +482,6 @@ def emit(report: Report, args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- small helpers
 
 
-def hex_or_none(data: Optional[bytes]) -> Optional[str]:
-    return None if data is None else data.hex()
-
-
 def bswap(value: int, octets: int) -> int:
     return int.from_bytes(value.to_bytes(octets, "big"), "little")
 

@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives.cmac import CMAC
 
 from pecore import primitives
 from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter
-from pecore.diagnose import DiagnoseInputError, parse_hex
-from pypsp.cli import main
-from pypsp.diagnose import PspDiagnoser, diagnose, diagnose_capture
+from pecore.tools.diagnose import DiagnoseInputError, parse_hex
+from pypsp.tools.cli import main
+from pypsp.tools.diagnose import PspDiagnoser, diagnose, diagnose_capture
 
 MK0 = bytes.fromhex("34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca")
 MK1 = bytes.fromhex("563952565d3a78ae773ec1b779f2f2d99f4a7f53a6fbb9b07d5b71f39364d739")

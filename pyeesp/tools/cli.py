@@ -14,13 +14,15 @@ from typing import List, Optional, Sequence
 
 from pecore.protocol import eesp_suite, locate_eesp
 from pecore.capture import CaptureError, read_capture
-from pecore.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
+from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
                         protocol_arg, run_capture, run_main, spi_arg, truncated)
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
 from pyeesp.header import Header
 from pyeesp.sa import SA, SUITES, Receiver, derive_sub_sa_key, suite_id
+from pyeesp.tools.diagnose import register as register_diagnose
+from pyeesp.tools.vectors import register as register_vectors
 
 
 def _sa_options(p: argparse.ArgumentParser) -> None:
@@ -108,7 +110,7 @@ def cmd_derive_key(args: argparse.Namespace) -> int:
         assert row is not None  # suite_id() accepted it
         salt = row.salt_len
         length = (row.key_lens[0] if len(row.key_lens) == 1 else key_bits // 8) + salt
-    keymat = derive_sub_sa_key(root, args.session_id, length, sskdf)
+    keymat = derive_sub_sa_key(root, args.sub_sa_id, length, sskdf)
     print(f"{keymat.hex()}  (key {keymat[:-salt].hex()} salt {keymat[-salt:].hex()})" if args.length is None
           else keymat.hex())
     return 0
@@ -208,13 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
-    from pecore.keyimport import register as register_keys  # keys import|export (tooling)
+    from pecore.tools.keyimport import register as register_keys  # keys import|export (tooling)
 
     register_keys(sub)
 
     d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")
     _sa_options(d)
-    d.add_argument("--session-id", type=int_arg, required=True, help="the Sub SA ID (0..65535)")
+    d.add_argument("--sub-sa-id", "--session-id", dest="sub_sa_id", type=int_arg, required=True,
+                   help="the Sub SA ID (0..65535; --session-id is its old name)")
     d.add_argument("--length", type=int, help="octets to derive (default: key + salt of the suite)")
     d.set_defaults(func=cmd_derive_key)
 
@@ -240,13 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=count_arg, default=0)
     s.set_defaults(func=cmd_show)
 
-    from pyeesp.diagnose import register as register_diagnose  # imported here: it imports this module
-
-    register_diagnose(sub)
-
-    from pyeesp.vectors import register as register_vectors  # vectors generate|check
-
-    register_vectors(sub)
+    register_diagnose(sub, _sa_options, _entries)
+    register_vectors(sub)  # vectors generate|check
     return p
 
 

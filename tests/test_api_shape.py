@@ -1,0 +1,290 @@
+"""One shape for both Python faces (README.md, "Python: one shape for PSP and EESP"): the same verbs, the same way
+to report a spent counter, EESP batches through the core's batch loop, the EESP test-packet knobs (explicit IV,
+Pad Length), bare seal/open on both, and the old names still working with a DeprecationWarning."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+import pecore.errors
+import pyeesp
+import pypsp
+from conftest import REPO_ROOT
+from pyeesp.header import Header as EespHeader
+from pypsp.header import Header as PspHeader
+
+MK = (bytes(range(32)), bytes(range(32, 64)))
+SPI = 0x9A345678
+ROOT = bytes(range(32))
+INNER = bytes.fromhex("4500002000000000401166cb0a0000010a00000204d2162e000c0000deadbeef")  # eesp.md §19
+
+
+def udp4(payload: bytes = b"x" * 16) -> bytes:
+    n = 28 + len(payload)
+    return bytes.fromhex(f"4500{n:04x}000000004011000" + "0c0a80001c0a80002") + bytes.fromhex(
+        f"04d2162e{8 + len(payload):04x}0000") + payload
+
+
+def eesp_sa(**kw) -> pyeesp.SA:
+    return pyeesp.SA(0x1000, "aes-gcm-16", **({"root_key": ROOT, "sskdf": "hkdf-sha256"} | kw))
+
+
+class _Strict:
+    """A block in which any DeprecationWarning is an error (the new names must not warn)."""
+
+    def __enter__(self):
+        self._cm = warnings.catch_warnings()
+        self._cm.__enter__()
+        warnings.simplefilter("error", DeprecationWarning)
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
+# ------------------------------------------------------------------------------------------- the verb table
+
+
+def readme_table() -> list:
+    """(verb, PSP call, EESP call) rows of the README's side-by-side table."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("| Verb | PSP (`pypsp`) | EESP (`pyeesp`) |")
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_readme_table_names_calls_that_exist():
+    """Every call the README's table names exists on the class or module it names."""
+    objs = {"enc": pypsp.Encryptor, "dec": pypsp.Decryptor, "pypsp": pypsp, "sa": pyeesp.SA, "rx": pyeesp.Receiver,
+            "pyeesp": pyeesp, "pecore.errors": pecore.errors}
+    rows = readme_table()
+    assert len(rows) >= 10
+    for verb, *calls in rows:
+        for cell in calls:
+            for owner, name in re.findall(r"`(enc|dec|pypsp|sa|rx|pyeesp|pecore\.errors)\.(\w+)", cell):
+                assert hasattr(objs[owner], name), f"README row {verb!r}: {owner}.{name} does not exist"
+
+
+def test_the_same_verbs_on_both_faces():
+    for verb in ("encrypt", "encrypt_batch", "seal", "next_iv", "set_next_iv"):
+        assert callable(getattr(pypsp.Encryptor, verb, None)) or isinstance(getattr(pypsp.Encryptor, verb), property)
+        assert callable(getattr(pyeesp.SA, verb))
+    for verb in ("decrypt", "decrypt_batch", "open"):
+        assert callable(getattr(pypsp.Decryptor, verb))
+        assert callable(getattr(pyeesp.Receiver, verb)) and callable(getattr(pyeesp.SA, verb))
+
+
+# ------------------------------------------------------------------------------------------- exhaustion
+
+
+def test_one_exception_and_one_query_for_a_spent_counter():
+    enc = pypsp.Encryptor(spi=SPI, master_keys=MK, first_iv=2**64 - 1)
+    sa = eesp_sa(key=bytes(20), root_key=None, sskdf=None)
+    sa.set_next_iv(2**64 - 1)
+    with _Strict():
+        assert enc.next_iv() == 2**64 - 1 and sa.next_iv() == 2**64 - 1
+        enc.encrypt(udp4())
+        sa.encrypt(INNER)
+        assert enc.next_iv() is None and sa.next_iv() is None
+    for sender, call in ((enc, lambda: enc.encrypt(udp4())), (sa, lambda: sa.encrypt(INNER)),
+                         (enc, lambda: enc.encrypt_batch([udp4()])), (sa, lambda: sa.encrypt_batch([INNER]))):
+        with pytest.raises(pecore.errors.ExhaustedError) as ei:
+            call()
+        assert ei.value.category == "limit"
+    assert pypsp.ExhaustedError is pyeesp.ExhaustedError is pecore.errors.ExhaustedError
+    assert issubclass(pypsp.IvExhaustedError, pypsp.PspError) and issubclass(pyeesp.SequenceExhaustedError,
+                                                                              pyeesp.EespError)
+
+
+# ------------------------------------------------------------------------------------------- EESP batches
+
+
+@pytest.mark.parametrize("sub", [0, 3])  # Sub SA 0 runs the core's own transform, others a callback in its loop
+def test_eesp_encrypt_batch_is_the_single_calls(sub, tmp_path):
+    pkts = [udp4(bytes([i]) * i) for i in range(1, 40)]
+    a, b = eesp_sa(), eesp_sa()
+    from pecore.capture import LINKTYPE_RAW, CaptureWriter
+
+    cap = tmp_path / "in.pcap"
+    with CaptureWriter(str(cap), LINKTYPE_RAW) as w:
+        for p in pkts:
+            w.write(p)
+    pyeesp.encrypt_capture(a, cap, tmp_path / "out.pcap", sub_sas=4)  # a capture spread over 4 Sub SAs before
+    pyeesp.encrypt_capture(b, cap, tmp_path / "out2.pcap", sub_sas=4)
+    a.set_next_iv(77, sub)
+    b.set_next_iv(77, sub)
+    assert a.encrypt_batch(pkts, sub_sa_id=sub) == [b.encrypt(p, sub) for p in pkts]
+    assert a.next_iv(sub) == b.next_iv(sub) == 77 + len(pkts)
+    assert all(a.next_iv(k) == b.next_iv(k) for k in range(5))
+    assert a.encrypt_batch([], sub) == []
+
+
+def test_eesp_encrypt_batch_stops_at_the_first_failure():
+    sa = eesp_sa(max_sub_sa_id=7)
+    pkts = [udp4(), udp4(), b"\x45" + bytes(10), udp4()]
+    with pytest.raises(pyeesp.EespError) as ei:
+        sa.encrypt_batch(pkts, 2)
+    assert ei.value.code.startswith("ip-") and str(ei.value).startswith("packet 2:")
+    assert len(ei.value.results) == 2 and sa.next_iv(2) == 3  # the failed packet and the one after spent nothing
+    assert [sa.decrypt(w).packet for w in ei.value.results] == pkts[:2]
+
+
+def test_eesp_decrypt_batch_is_the_single_calls():
+    sender = eesp_sa(mode="tunnel")
+    wires = [sender.encrypt(INNER, sid) for sid in (0, 1, 2, 1)]
+    bad = bytearray(wires[1])
+    bad[-1] ^= 1
+    batch = [wires[0], bytes(bad), wires[1], wires[1], wires[3], b"\x45\x00"]
+    one, many = eesp_sa(mode="tunnel"), eesp_sa(mode="tunnel")
+    singles = []
+    for p in batch:
+        try:
+            singles.append(one.decrypt(p))
+        except pyeesp.EespError as e:
+            singles.append(e)
+    got = many.decrypt_batch(batch)
+    assert len(got) == len(singles)
+    for g, s in zip(got, singles):
+        assert type(g) is type(s)
+        if isinstance(s, pyeesp.EespError):
+            assert g.code == s.code
+        else:
+            assert g == s
+    assert [type(g).__name__ for g in got] == ["Decrypted", "AuthenticationError", "Decrypted", "ReplayError",
+                                               "Decrypted", "TruncatedPacketError"]
+    assert got[4].header.session_id == 1 and got[4].seq == 2
+
+
+def test_eesp_decrypt_batch_keeps_the_policy_verdict():
+    """A drop for policy after the ICV check says whether the ICV verified, in a batch as alone."""
+    sender = eesp_sa(mode="tunnel", crypt_offset=2, max_crypt_offset=2)
+    wire = sender.encrypt(INNER)
+    bad = bytearray(wire)
+    bad[-1] ^= 1
+    for pkt, valid in ((wire, True), (bytes(bad), False)):
+        alone = pytest.raises(pyeesp.PolicyError)
+        with alone:
+            eesp_sa(mode="tunnel").decrypt(pkt)
+        (got,) = eesp_sa(mode="tunnel").decrypt_batch([pkt])
+        assert isinstance(got, pyeesp.PolicyError) and got.code == alone.excinfo.value.code
+        assert got.icv_valid is alone.excinfo.value.icv_valid is valid
+
+
+def test_batches_go_through_the_core_batch_loop():
+    """Not a Python loop over the single calls: the batch methods hand all packets to pe_batch_transform*."""
+    src = (REPO_ROOT / "pyeesp" / "sa.py").read_text(encoding="utf-8")
+    for method in ("encrypt_batch", "decrypt_batch"):
+        body = re.search(rf"    def {method}\(.*?(?=\n    def |\nclass |\ndef )", src, re.S).group(0)
+        if "self._receiver.decrypt_batch" in body:
+            continue
+        assert "run_batch(" in body, method
+        assert "self.encrypt(" not in body and "self.decrypt(" not in body, method
+
+
+# ------------------------------------------------------------------------------------------- test packets
+
+
+def test_eesp_explicit_iv_and_pad_length():
+    sa = eesp_sa(mode="tunnel", format="full")
+    wire = sa.encrypt(INNER, 1, iv=0x1122334455667788, pad_len=12)
+    h = EespHeader.parse(wire[20:])
+    assert h.session_id == 1
+    rx = eesp_sa(mode="tunnel", format="full")
+    d = rx.decrypt(wire)
+    assert d.seq == 1 and d.iv == bytes.fromhex("1122334455667788") and d.pad_len == 12 and d.packet == INNER
+    assert sa.next_iv(1) == 2  # the sequence number still counts
+    assert rx.decrypt(sa.encrypt(INNER, 1, iv=bytes(8))).iv == bytes(8)
+    with pytest.raises(pyeesp.EespError) as ei:
+        sa.encrypt(INNER, 1, pad_len=256)
+    assert isinstance(ei.value, pyeesp.ConfigurationError)
+    with pytest.raises(pyeesp.ConfigurationError):
+        sa.encrypt(INNER, 1, iv=b"short")
+    iiv = pyeesp.SA(0x2000, "aes-gcm-16-iiv", key=bytes(20))
+    with pytest.raises(pyeesp.EespError) as ei:
+        iiv.encrypt(INNER, iv=5)
+    assert "implicit" in ei.value.code
+
+
+def test_bare_seal_and_open_on_both_faces():
+    a, b = eesp_sa(mode="tunnel"), eesp_sa(mode="tunnel")
+    bare = a.seal(INNER, 4, 2)
+    assert bare == b.encrypt(INNER, 2)[20:]  # the EESP part of the IPv4 packet encrypt builds
+    d = eesp_sa(mode="tunnel").open(bare)
+    assert d.packet == INNER and d.header.session_id == 2 and d.seq == 1
+    rx = pyeesp.Receiver([eesp_sa(mode="tunnel")])
+    rx.open(bare)
+    with pytest.raises(pyeesp.ReplayError):
+        rx.open(bare)
+    assert rx.open(bare, replay=False).packet == INNER
+    enc = pypsp.Encryptor(spi=SPI, master_keys=MK, mode="tunnel")
+    psp = enc.seal(INNER, 4)
+    got = pypsp.Decryptor(master_keys=MK).open(psp)
+    assert got.packet == INNER and got.header.iv == 1 and enc.next_iv() == 2
+    assert PspHeader.parse(psp).spi == SPI
+
+
+# ------------------------------------------------------------------------------------------- deprecations
+
+
+def test_old_names_warn_and_still_work():
+    enc = pypsp.Encryptor(spi=SPI, master_keys=MK, first_iv=5)
+    with pytest.warns(DeprecationWarning, match=r"next_iv\(\)"):
+        assert enc.next_iv == 5
+    with pytest.warns(DeprecationWarning):
+        assert f"{enc.next_iv:#x}" == "0x5" and enc.next_iv + 1 == 6
+    with _Strict():
+        new = pyeesp.derive_sub_sa_key(ROOT, sub_sa_id=1, length=20)
+    with pytest.warns(DeprecationWarning, match="sub_sa_id"):
+        assert pyeesp.derive_sub_sa_key(ROOT, session_id=1, length=20) == new
+    with pytest.raises(TypeError):
+        pyeesp.derive_sub_sa_key(ROOT, session_id=1, sub_sa_id=1, length=20)
+
+
+def test_old_scapy_names_warn_and_still_work():
+    pytest.importorskip("scapy")
+    from scapy.layers.inet import IP
+
+    from pyeesp.scapy import EESP, EESPSecurityAssociation
+    from pypsp.scapy import PSPSecurityAssociation
+
+    with pytest.warns(DeprecationWarning, match="sub_sa_id"):
+        sa = EESPSecurityAssociation(0x1000, "aes-gcm-16", root_key=ROOT, sskdf="hkdf-sha256", session_id=1)
+    assert sa.sub_sa_id == 1
+    with pytest.warns(DeprecationWarning):
+        assert sa.session_id == 1
+    with pytest.warns(DeprecationWarning):
+        w = sa.encrypt(IP(INNER), session_id=2)
+    assert w[EESP].session_id == 2
+    with pytest.warns(DeprecationWarning):
+        assert sa.next_seq(session_id=2) == 2
+    with _Strict():
+        assert sa.next_iv(2) == 2 and sa.next_seq(sub_sa_id=1) == 1
+    psa = PSPSecurityAssociation(SPI, master_keys=MK, iv=9)
+    with _Strict():
+        assert psa.next_iv() == 9
+    with pytest.warns(DeprecationWarning):
+        assert psa.next_iv == 9
+
+
+@pytest.mark.parametrize("old,new,attr", [("pypsp.diagnose", "pypsp.tools.diagnose", "PspDiagnoser"),
+                                          ("pyeesp.diagnose", "pyeesp.tools.diagnose", "EespDiagnoser"),
+                                          ("pecore.vectors", "pecore.tools.vectors", "check_files")])
+def test_moved_modules_warn_and_still_work(old, new, attr):
+    """Documented import paths (docs/interop.md, vectors/README.md) of modules that moved into ``tools``."""
+    import importlib
+    import subprocess
+    import sys
+
+    code = (f"import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+            f"try:\n    import {old}\nexcept DeprecationWarning as e:\n    print('warned:', e)\n"
+            f"warnings.simplefilter('ignore')\nimport {old} as m, {new} as n\n"
+            f"print(m.{attr} is n.{attr})")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(REPO_ROOT))
+    assert p.returncode == 0, p.stderr
+    assert f"warned: {old} moved to {new}" in p.stdout and p.stdout.strip().endswith("True"), p.stdout
+    importlib.import_module(new)

@@ -1,0 +1,55 @@
+"""The vector families register with pecore's vector tooling (pecore never imports pypsp or pyeesp): in one
+process by importing a family, across packages through the ``psp_eesp.vectors`` entry points, so that either
+CLI checks any family's files (vectors/README.md)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT
+
+PSP_FILE = str(REPO_ROOT / "vectors" / "psp_v0_test.json")
+
+
+def check_with_pyeesp(pythonpath: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    return subprocess.run([sys.executable, "-m", "pyeesp", "vectors", "check", PSP_FILE, "-q"], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=str(REPO_ROOT))
+
+
+def fake_install(tmp_path, entry_points: str):
+    """A dist-info that offers entry points, as `pip install` of this project writes one."""
+    info = tmp_path / "psp_eesp_fake-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: psp-eesp-fake\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return str(tmp_path)
+
+
+def test_the_other_cli_finds_a_family_through_its_entry_point(tmp_path):
+    eps = "[psp_eesp.vectors]\npsp = pypsp.tools.vectors:FAMILY\neesp = pyeesp.tools.vectors:FAMILY\n"
+    p = check_with_pyeesp(os.pathsep.join([fake_install(tmp_path, eps), str(REPO_ROOT)]))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "passed" in p.stdout and "not checked" not in p.stdout
+
+
+def test_without_the_entry_point_the_family_is_unknown(tmp_path):
+    """What the entry point adds: the EESP CLI alone imports no PSP code (and a stale entry point is ignored)."""
+    eps = "[psp_eesp.vectors]\npsp = pypsp.tools.gone:FAMILY\n"
+    installed = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(any(e.group == 'psp_eesp.vectors' and "
+         "e.value.startswith('pypsp.tools') for e in m.entry_points()) if hasattr(m.entry_points(), 'select') "
+         "else False)"], capture_output=True, text=True, cwd=str(tmp_path)).stdout.strip()
+    if installed == "True":
+        return  # this environment installed the project with its entry points: nothing to show here
+    p = check_with_pyeesp(os.pathsep.join([fake_install(tmp_path, eps), str(REPO_ROOT)]))
+    assert p.returncode == 1 and "unknown schema 'psp_packet_test_schema_v1.json'" in p.stdout, p.stdout + p.stderr
+
+
+def test_families_register_on_import():
+    code = ("import pecore.tools.vectors as v, pypsp.tools.vectors, pyeesp.tools.vectors; "
+            "print(sorted(v.families()))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(REPO_ROOT),
+                       env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    assert p.returncode == 0 and p.stdout.strip() == "['eesp', 'psp']", p.stdout + p.stderr
