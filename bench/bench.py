@@ -136,8 +136,8 @@ def key_for(version: int) -> bytes:
 
 
 def build_c(jobs: int) -> Path:
-    """Configure (once) and build build/bench (pe_bench and eesp_bench); returns the PSP bench binary."""
-    exe = BUILD_DIR / "pe_bench"
+    """Configure (once) and build build/bench (psp_bench and eesp_bench); returns the PSP bench binary."""
+    exe = BUILD_DIR / "psp_bench"
     steps = []
     if not (BUILD_DIR / "CMakeCache.txt").exists():
         steps.append(["cmake", "-S", str(ROOT / "bench"), "-B", str(BUILD_DIR), "-DCMAKE_BUILD_TYPE=Release"])
@@ -151,13 +151,13 @@ def build_c(jobs: int) -> Path:
 
 
 def run_c(exe: Path, min_time: float, repeats: int) -> List[dict]:
-    """Run pe_bench; one row per (version, op, size) with raw EVP and core side by side."""
+    """Run psp_bench; one row per (version, op, size) with raw EVP and core side by side."""
     cmd = [str(exe), "--min-time", str(min_time), "--repeats", str(repeats),
            "--sizes", ",".join(map(str, C_SIZES)), "--versions", ",".join(map(str, C_VERSIONS))]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
-        raise SystemExit("bench: pe_bench failed")
+        raise SystemExit("bench: psp_bench failed")
     raw = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
     by_key = {(r["version"], r["op"], r["size"], r["impl"]): r for r in raw}
     rows = []
