@@ -379,7 +379,7 @@ static size_t pass(inst *s, int enc, double *cpu)
     return n - first;
 }
 
-static double min_time = 0.2;
+static double min_time = 0.1;
 static int repeats = 5;
 
 static void single(const kase *k, const char *variant, const char *suite, size_t size, int first_row)
