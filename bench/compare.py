@@ -20,6 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -135,7 +136,18 @@ def run(exe: Path, quick: bool, min_time: Optional[float], repeats: Optional[int
     load0 = os.getloadavg()
     started = datetime.datetime.now(datetime.timezone.utc)
     log(f"compare: {' '.join(cmd)}")
+    samples: List[float] = []
+    done = threading.Event()
+
+    def sample_load() -> None:  # the 1-minute load average every 10 s while the bench runs
+        while not done.wait(10):
+            samples.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample_load, daemon=True)
+    sampler.start()
     p = subprocess.run(cmd, capture_output=True, text=True)
+    done.set()
+    sampler.join()
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
         raise SystemExit("compare: compare_bench failed")
@@ -149,6 +161,7 @@ def run(exe: Path, quick: bool, min_time: Optional[float], repeats: Optional[int
         "seconds": round((ended - started).total_seconds(), 1),
         "load_average_before": load0,
         "load_average_after": os.getloadavg(),
+        "load_average_during": samples,
         "quick": quick,
         "machine": machine(),
         "clock": perf_clock(exe) if not quick else {"available": False, "why": "not probed in --quick"},
@@ -260,19 +273,24 @@ def plot_threads(mt: List[dict], path: Path, model: Dict[tuple, Dict[int, float]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    measured = mt_table({"bench": {"threads": mt}})
     for ax, op in zip(axes, ("encrypt", "decrypt")):
         for key, pts in model.items():
             if key[2] != op:
                 continue
             xs = sorted(pts)
-            ax.plot(xs, [pts[x] / 1e6 for x in xs], marker="o", ms=3, label=f"{key[0]} {key[1]}")
+            line, = ax.plot(xs, [pts[x] / 1e6 for x in xs], ls="--", lw=1, label=f"{key[0]} {key[1]}: MODEL")
+            got = measured.get(key, {})
+            ns = sorted(got)
+            ax.plot(ns, [max(got[n]["pps"]) / 1e6 for n in ns], ls="-", marker="o", ms=4, color=line.get_color(),
+                    label=f"{key[0]} {key[1]}: measured (wall clock)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("cores (measured up to the machine's, then MODEL)")
+        ax.set_xlabel("cores (dots: measured; dashed: MODEL)")
         ax.set_title(f"{op}, 1500 octets, AES-GCM-128")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("Mpackets/s (all threads)")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -289,26 +307,26 @@ def model(mt: Dict[tuple, Dict[int, dict]], max_n: int) -> Tuple[Dict[tuple, dic
     """Fits the MODEL's parameters to the measured points; returns (parameters, curve incl. measured points)."""
     params, curves = {}, {}
     for key, pts in mt.items():
-        x1 = max(pts[1]["pps"])
         xn_n = max(n for n in pts)
-        xn = max(pts[xn_n]["pps"])
         cpu1 = pts[1]["cpu_pps_of_best"]
         cpun = pts[xn_n]["cpu_pps_of_best"]
-        curve = {n: max(p["pps"]) for n, p in pts.items()}
+        x1 = cpu1  # one core's rate undisturbed by other jobs: packets per second of the thread's CPU time
+        curve: Dict[int, float] = {}
         if key[1] == "shared":
-            # Everything runs under the lock: at most one packet at a time, plus the hand-off between cores.
-            # X(n) = min(n, 1 / (1 + h)) * X1 for n >= 2, h fitted from the largest measured n.
-            h = max(0.0, x1 / xn - 1.0) if xn_n > 1 else 0.0
+            # Everything runs under the lock: at most one packet at a time, plus the hand-off between cores,
+            # h fitted from the wall-clock rates of 1 and N threads.
+            w1, wn = max(pts[1]["pps"]), max(pts[xn_n]["pps"])
+            h = max(0.0, w1 / wn - 1.0) if xn_n > 1 else 0.0
             params[key] = {"kind": "shared", "x1": x1, "h": h}
-            for n in MODEL_CORES:
-                curve[n] = x1 / (1 + h)
+            for n in sorted(set(pts) | set(MODEL_CORES)):
+                curve[n] = x1 if n == 1 else x1 / (1 + h)
         else:
             # Per-thread SAs: no shared state; each added core raises the per-packet CPU cost by kappa
             # (caches, memory, the hypervisor), fitted from CPU-time rates: c(n) = c1 * (1 + kappa (n - 1)).
             eff = cpun / (xn_n * cpu1) if xn_n > 1 and cpu1 else 1.0
             kappa = max(0.0, (1 / eff - 1) / (xn_n - 1)) if xn_n > 1 else 0.0
             params[key] = {"kind": "per-thread", "x1": x1, "kappa": kappa, "efficiency_measured": eff}
-            for n in MODEL_CORES:
+            for n in sorted(set(pts) | set(MODEL_CORES)):
                 curve[n] = n * x1 / (1 + kappa * (n - 1))
         curves[key] = curve
     return params, curves
@@ -344,6 +362,10 @@ def render(data: dict, out_md: Path, fig_dir: Path) -> str:
     A(f"| kernel | {m['kernel']} |")
     A(f"| date (UTC) | {data['started']} |")
     A(f"| load average before / after the run | {' / '.join(', '.join(f'{x:.2f}' for x in la) for la in (data['load_average_before'], data['load_average_after']))} |")
+    during = data.get("load_average_during") or []
+    if during:
+        A(f"| 1-minute load average during the run (every 10 s) | mean {statistics.mean(during):.2f}, "
+          f"min {min(during):.2f}, max {max(during):.2f} ({len(during)} samples; the bench itself adds about 1) |")
     A("")
     A("The machine was shared with other jobs during the run (see the load averages): every single-core figure "
       "is CPU time of the measuring thread (`CLOCK_THREAD_CPUTIME_ID`), so time other jobs took from it is not "
@@ -527,12 +549,14 @@ def render(data: dict, out_md: Path, fig_dir: Path) -> str:
       "and it ignores everything but the CPU work of this benchmark: NIC queues and RSS spreading, interrupts, "
       "memory bandwidth at 64 cores, NUMA, turbo falling with more busy cores, and the traffic's flow mix.")
     A("")
+    A("- X1 is one core's rate from the 1-thread run's CPU time (packets per second of the thread's own CPU "
+      "time), so time other jobs took from the bench does not lower it.")
     A("- *per-thread* SAs (no shared state): X(n) = n X1 / (1 + k (n - 1)), where k is the rise of the "
       "per-packet CPU cost per added core, fitted from the CPU-time rates: k = (1/e - 1) / (N - 1) with "
       "e = (CPU-time rate at N threads) / (N x CPU-time rate at 1 thread), N the most threads measured.")
     A("- *shared* SA behind one lock: the whole packet is processed under the lock, so at most one packet is in "
-      "flight: X(n) = X1 / (1 + h) for n >= 2, where h is the lock hand-off cost fitted from the measured "
-      "N-thread rate, h = X1 / X(N) - 1 (0 when it did not drop). More cores do not help.")
+      "flight: X(n) = X1 / (1 + h) for n >= 2, where h is the lock hand-off cost fitted from the wall-clock "
+      "rates, h = W(1) / W(N) - 1 (0 when W(N) did not drop below W(1)). More cores do not help.")
     A("")
     A("| protocol | SA sharing | op | fitted | " + " | ".join(f"{n} cores, Mpkt/s" for n in MODEL_CORES)
       + " | " + " | ".join(f"{n} cores, Gbit/s" for n in MODEL_CORES) + " |")
@@ -543,7 +567,7 @@ def render(data: dict, out_md: Path, fig_dir: Path) -> str:
         A(f"| {key[0]} | {key[1]} | {key[2]} | {fit} | " + " | ".join(f"{c[n] / 1e6:.2f}" for n in MODEL_CORES)
           + " | " + " | ".join(f"{c[n] * 1500 * 8 / 1e9:.0f}" for n in MODEL_CORES) + " |")
     A("")
-    plot_threads(mt, fig_dir / "threads.svg", curves)
+    plot_threads(data["bench"]["threads"], fig_dir / "threads.svg", curves)
     text = "\n".join(L) + "\n"
     out_md.write_text(text)
     return text
