@@ -31,10 +31,14 @@ static int tag_len_ok(pe_aead_alg alg, size_t tag_len)
     return tag_len == 8 || tag_len == 12 || tag_len == 16;
 }
 
-/* Nonce length, CCM tag length, then the key: the order OpenSSL's CCM needs, for a first key or a new one. */
+/*
+ * Nonce length, CCM tag length, then the key: the order OpenSSL's CCM needs, for a first key or a new one.
+ * GCM and ChaCha20-Poly1305 nonces are the ciphers' default 12 octets, so they skip the length call: a
+ * cold Sub SA pays every call here once per packet.
+ */
 static int set_key(EVP_CIPHER_CTX *ctx, const pe_aead *a, const uint8_t *key)
 {
-    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)a->nonce_len, NULL) != 1)
+    if (a->alg == PE_AEAD_AES_CCM && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)a->nonce_len, NULL) != 1)
         return 0;
     if (a->alg == PE_AEAD_AES_CCM && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, NULL) != 1)
         return 0;
@@ -63,10 +67,13 @@ pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8
     a->tag_len = tag_len;
     a->nonce_len = alg == PE_AEAD_AES_CCM ? 11 : 12;
 
-    if (EVP_CipherInit_ex2(ctx, cipher, NULL, NULL, (int)dir, NULL) != 1)
-        goto fail;
-    if (!set_key(ctx, a, key))
-        goto fail;
+    if (alg == PE_AEAD_AES_CCM) {
+        if (EVP_CipherInit_ex2(ctx, cipher, NULL, NULL, (int)dir, NULL) != 1 || !set_key(ctx, a, key))
+            goto fail;
+    } else if (EVP_CIPHER_get_iv_length(cipher) != (int)a->nonce_len ||
+               EVP_CipherInit_ex2(ctx, cipher, key, NULL, (int)dir, NULL) != 1) {
+        goto fail; /* one call: cipher and key schedule together, as a careful EVP caller does */
+    }
     if (!cached)
         EVP_CIPHER_free(cipher);
     a->ctx = ctx;
