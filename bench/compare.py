@@ -155,7 +155,7 @@ def run(exe: Path, quick: bool, min_time: Optional[float], repeats: Optional[int
     ended = datetime.datetime.now(datetime.timezone.utc)
     return {
         "schema": SCHEMA,
-        "command": "bench/compare " + " ".join(sys.argv[1:]),
+        "command": " ".join(["bench/compare"] + sys.argv[1:]),
         "bench_command": " ".join([Path(cmd[0]).relative_to(ROOT).as_posix()] + cmd[1:]),
         "started": started.isoformat(timespec="seconds"),
         "seconds": round((ended - started).total_seconds(), 1),
@@ -229,6 +229,7 @@ def fmt(x: float, nd: int = 0) -> str:
 def plot_cost(idx, fam: str, op: str, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "bench-compare"  # stable element ids: a re-render gives the same file
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for k, ops in idx.items():
@@ -246,13 +247,14 @@ def plot_cost(idx, fam: str, op: str, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Date": None})  # no timestamp: a re-render gives the same file
     plt.close(fig)
 
 
 def plot_goodput(rows: List[Tuple[str, Dict[int, int]]], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "bench-compare"  # stable element ids: a re-render gives the same file
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, wires in rows:
@@ -264,13 +266,14 @@ def plot_goodput(rows: List[Tuple[str, Dict[int, int]]], path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Date": None})  # no timestamp: a re-render gives the same file
     plt.close(fig)
 
 
 def plot_threads(mt: List[dict], path: Path, model: Dict[tuple, Dict[int, float]]) -> None:
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "bench-compare"  # stable element ids: a re-render gives the same file
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     measured = mt_table({"bench": {"threads": mt}})
@@ -292,7 +295,7 @@ def plot_threads(mt: List[dict], path: Path, model: Dict[tuple, Dict[int, float]
     axes[0].set_ylabel("Mpackets/s (all threads)")
     axes[1].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Date": None})  # no timestamp: a re-render gives the same file
     plt.close(fig)
 
 
@@ -490,7 +493,9 @@ def render(data: dict, out_md: Path, fig_dir: Path) -> str:
       "stack), cores assumed to add linearly (the multicore section shows how far that holds). IMIX: the "
       f"mix's packet rate x its mean cost. For scale: the Intel IPsec study cited in issue 15 reports 100 "
       f"Gbit/s of ESP with AES-128-CBC + HMAC-SHA1 from **{INTEL_CORES} Xeon Platinum 8160 cores** (AES-NI); "
-      "the raw EVP AES-CBC+HMAC-SHA1 rows are that suite measured here, on this CPU.")
+      "the raw EVP AES-CBC+HMAC-SHA1 rows are that suite measured here, on this CPU, with OpenSSL's EVP (no new "
+      "dependency). The study's packet sizes, NIC and software stack are not reproduced here: set its 12 cores "
+      "beside these rows as an order of magnitude, not as a like-for-like figure.")
     A("")
     A("| protocol, mode | suite | encrypt, 1500 | decrypt, 1500 | encrypt, IMIX | decrypt, IMIX |")
     A("|---|---|---:|---:|---:|---:|")
