@@ -529,7 +529,9 @@ def render(data: dict, out_md: Path, fig_dir: Path) -> str:
     A("")
     A(f"Measured on this machine's {maxn} core(s): 1500-octet packets, AES-GCM-128 (PSP v0), "
       f"best of {data['bench']['mt_repeats']} runs of {data['bench']['mt_duration']} s wall time each, packets/s "
-      "summed over the threads. *shared*: one SA (sender or receiver) used by every thread behind one mutex, as "
+      "summed over the threads. Decrypt threads take packets from a ring of 1024 sealed packets (per thread, or "
+      "one shared), with a fresh receiver each time the ring is spent (inside the timed run, amortised over "
+      "1024 packets) so anti-replay stays on. *shared*: one SA (sender or receiver) used by every thread behind one mutex, as "
       "the Python faces do. *per-thread*: ESP one SA per thread (per-CPU SAs as RFC 9611 negotiates them), "
       "EESP one Sub SA per thread (same SA, Sub SA ID = thread), PSP one SPI per thread. The CPU-time column "
       "sums each thread's packets per second of its own CPU time: where it is well above the wall-clock figure "
