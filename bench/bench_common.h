@@ -1,4 +1,4 @@
-/* Helpers shared by the C benches (pe_bench.c for PSP, eesp_bench.c for EESP). */
+/* Helpers shared by the C benches (psp_bench.c for PSP, eesp_bench.c for EESP). */
 #ifndef PE_BENCH_COMMON_H
 #define PE_BENCH_COMMON_H
 

@@ -59,6 +59,17 @@ void pe_aead_free(pe_aead *a);
 /* ct may equal pt (in place).  Writes tag_len octets to tag. */
 pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                        const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag);
+/*
+ * Seal a plaintext given in parts (n_pt <= PE_AEAD_MAX_PT_PARTS) into one
+ * contiguous ciphertext at ct: a protocol can encrypt its payload straight
+ * from the caller's packet while its own header and padding octets sit in
+ * the output already.  A part may lie in place (at the ct octets it becomes);
+ * otherwise parts must not overlap ct.  Same result as pe_aead_seal over the
+ * parts concatenated.
+ */
+#define PE_AEAD_MAX_PT_PARTS 3
+pe_status pe_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                         const pe_iov *pt, size_t n_pt, uint8_t *ct, uint8_t *tag);
 /* pt may equal ct.  PE_ERR_AUTH when the tag does not verify (pt contents then undefined). */
 pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                        const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt);

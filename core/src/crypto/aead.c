@@ -5,6 +5,8 @@
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 
+#include "evp_cache.h"
+
 /* CCM takes its AAD in one call, so split AAD is gathered here first. */
 #define PE_CCM_AAD_MAX 4096
 
@@ -29,10 +31,14 @@ static int tag_len_ok(pe_aead_alg alg, size_t tag_len)
     return tag_len == 8 || tag_len == 12 || tag_len == 16;
 }
 
-/* Nonce length, CCM tag length, then the key: the order OpenSSL's CCM needs, for a first key or a new one. */
+/*
+ * Nonce length, CCM tag length, then the key: the order OpenSSL's CCM needs, for a first key or a new one.
+ * GCM and ChaCha20-Poly1305 nonces are the ciphers' default 12 octets, so they skip the length call: a
+ * cold Sub SA pays every call here once per packet.
+ */
 static int set_key(EVP_CIPHER_CTX *ctx, const pe_aead *a, const uint8_t *key)
 {
-    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)a->nonce_len, NULL) != 1)
+    if (a->alg == PE_AEAD_AES_CCM && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, (int)a->nonce_len, NULL) != 1)
         return 0;
     if (a->alg == PE_AEAD_AES_CCM && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, NULL) != 1)
         return 0;
@@ -49,7 +55,9 @@ pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8
     if (!tag_len_ok(alg, tag_len))
         return PE_ERR_INVALID_ARGUMENT;
 
-    EVP_CIPHER *cipher = EVP_CIPHER_fetch(NULL, name, NULL);
+    /* The process-wide cipher (evp_cache.h); a fetch of our own only when there is none. */
+    EVP_CIPHER *cached = pe_evp_cipher(alg, key_len);
+    EVP_CIPHER *cipher = cached ? cached : EVP_CIPHER_fetch(NULL, name, NULL);
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     if (!cipher || !ctx)
         goto fail;
@@ -59,15 +67,20 @@ pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8
     a->tag_len = tag_len;
     a->nonce_len = alg == PE_AEAD_AES_CCM ? 11 : 12;
 
-    if (EVP_CipherInit_ex2(ctx, cipher, NULL, NULL, (int)dir, NULL) != 1)
-        goto fail;
-    if (!set_key(ctx, a, key))
-        goto fail;
-    EVP_CIPHER_free(cipher);
+    if (alg == PE_AEAD_AES_CCM) {
+        if (EVP_CipherInit_ex2(ctx, cipher, NULL, NULL, (int)dir, NULL) != 1 || !set_key(ctx, a, key))
+            goto fail;
+    } else if (EVP_CIPHER_get_iv_length(cipher) != (int)a->nonce_len ||
+               EVP_CipherInit_ex2(ctx, cipher, key, NULL, (int)dir, NULL) != 1) {
+        goto fail; /* one call: cipher and key schedule together, as a careful EVP caller does */
+    }
+    if (!cached)
+        EVP_CIPHER_free(cipher);
     a->ctx = ctx;
     return PE_OK;
 fail:
-    EVP_CIPHER_free(cipher);
+    if (!cached)
+        EVP_CIPHER_free(cipher);
     EVP_CIPHER_CTX_free(ctx);
     memset(a, 0, sizeof *a);
     return PE_ERR_CRYPTO_BACKEND;
@@ -171,6 +184,45 @@ pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
         return PE_ERR_CRYPTO_BACKEND;
     uint8_t none[16];
     if (EVP_CipherFinal_ex(ctx, len ? ct + outl : none, &finl) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)a->tag_len, tag) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    return PE_OK;
+}
+
+pe_status pe_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                         const pe_iov *pt, size_t n_pt, uint8_t *ct, uint8_t *tag)
+{
+    if (a->dir != PE_AEAD_SEAL || n_pt > PE_AEAD_MAX_PT_PARTS)
+        return PE_ERR_INVALID_ARGUMENT;
+    size_t len = 0;
+    for (size_t i = 0; i < n_pt; i++)
+        len += pt[i].len;
+    if (n_pt <= 1)
+        return pe_aead_seal(a, nonce, aad, n_aad, n_pt ? pt[0].base : ct, len, ct, tag);
+    if (a->alg == PE_AEAD_AES_CCM) {
+        /* CCM takes its payload in one call: gather the parts into ct first and seal in place. */
+        size_t off = 0;
+        for (size_t i = 0; i < n_pt; i++) {
+            if (pt[i].len && pt[i].base != ct + off)
+                memmove(ct + off, pt[i].base, pt[i].len);
+            off += pt[i].len;
+        }
+        return pe_aead_seal(a, nonce, aad, n_aad, ct, len, ct, tag);
+    }
+    pe_status st = begin(a, nonce, aad, n_aad, len, NULL);
+    if (st != PE_OK)
+        return st;
+    EVP_CIPHER_CTX *ctx = a->ctx;
+    int outl = 0, finl = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < n_pt; i++) {
+        if (pt[i].len && EVP_CipherUpdate(ctx, ct + off, &outl, pt[i].base, (int)pt[i].len) != 1)
+            return PE_ERR_CRYPTO_BACKEND;
+        off += (size_t)outl; /* GCM and ChaCha20-Poly1305 are streams: all octets come out at once */
+    }
+    uint8_t none[16];
+    if (off != len || EVP_CipherFinal_ex(ctx, len ? ct + off : none, &finl) != 1)
         return PE_ERR_CRYPTO_BACKEND;
     if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)a->tag_len, tag) != 1)
         return PE_ERR_CRYPTO_BACKEND;

@@ -30,7 +30,7 @@
 #include "pe/ip.h"
 #include "pe/psp.h"
 
-#define BENCH_NAME "pe_bench"
+#define BENCH_NAME "psp_bench"
 #include "bench_common.h"
 
 #define SPI 0x00001234u
@@ -281,7 +281,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
-            die("usage: pe_bench [--min-time S] [--repeats N] [--sizes 64,1500] [--versions 0,1]");
+            die("usage: psp_bench [--min-time S] [--repeats N] [--sizes 64,1500] [--versions 0,1]");
         if (!strcmp(a, "--min-time"))
             min_time = atof(v);
         else if (!strcmp(a, "--repeats"))
