@@ -50,9 +50,8 @@ def log(msg: str) -> None:
 
 
 def build() -> Path:
-    steps = []
-    if not (BUILD_DIR / "CMakeCache.txt").exists():
-        steps.append(["cmake", "-S", str(ROOT / "bench"), "-B", str(BUILD_DIR), "-DCMAKE_BUILD_TYPE=Release"])
+    # Configured every time: a build folder from before a bench was added knows no target for it.
+    steps = [["cmake", "-S", str(ROOT / "bench"), "-B", str(BUILD_DIR), "-DCMAKE_BUILD_TYPE=Release"]]
     steps.append(["cmake", "--build", str(BUILD_DIR), "-j", str(os.cpu_count() or 2), "--target", "compare_bench"])
     for cmd in steps:
         p = subprocess.run(cmd, capture_output=True, text=True)
