@@ -37,10 +37,13 @@ def test_the_other_cli_finds_a_family_through_its_entry_point(tmp_path):
 def test_without_the_entry_point_the_family_is_unknown(tmp_path):
     """What the entry point adds: the EESP CLI alone imports no PSP code (and a stale entry point is ignored)."""
     eps = "[psp_eesp.vectors]\npsp = pypsp.tools.gone:FAMILY\n"
+    # (entry_points() is a dict of groups before Python 3.10 and in 3.10-3.11 iterates as one; select() is 3.10+)
     installed = subprocess.run(
-        [sys.executable, "-c", "import importlib.metadata as m; print(any(e.group == 'psp_eesp.vectors' and "
-         "e.value.startswith('pypsp.tools') for e in m.entry_points()) if hasattr(m.entry_points(), 'select') "
-         "else False)"], capture_output=True, text=True, cwd=str(tmp_path)).stdout.strip()
+        [sys.executable, "-c", "import importlib.metadata as m\n"
+         "eps = m.entry_points()\n"
+         "eps = eps.select(group='psp_eesp.vectors') if hasattr(eps, 'select') else eps.get('psp_eesp.vectors', [])\n"
+         "print(any(e.value.startswith('pypsp.tools') for e in eps))"],
+        capture_output=True, text=True, cwd=str(tmp_path), check=True).stdout.strip()
     if installed == "True":
         return  # this environment installed the project with its entry points: nothing to show here
     p = check_with_pyeesp(os.pathsep.join([fake_install(tmp_path, eps), str(REPO_ROOT)]))
