@@ -371,6 +371,8 @@ def test_decrypt_through_pipes_stays_under_64_mib(tmp_path):
     r = capture_memory.measure(300, tmp_path)
     assert r["returncode"] == 0, r["stderr"]
     assert r["matches_clear"] and r["input_bytes"] > 300_000_000
+    if os.environ.get("PE_EXPECT_SANITIZED"):
+        return  # ASan's shadow memory and quarantine are in the RSS: the bound is the plain build's to keep
     assert r["peak_rss_bytes"] < 64 << 20, f"peak RSS {r['peak_rss_bytes'] / (1 << 20):.1f} MiB"
 
 
