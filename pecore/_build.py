@@ -380,8 +380,21 @@ pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
                        const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag);
 pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                        const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt);
+typedef enum {
+    PE_ENCR_AES_CCM_8 = 14,
+    PE_ENCR_AES_CCM_12 = 15,
+    PE_ENCR_AES_CCM_16 = 16,
+    PE_ENCR_AES_GCM_8 = 18,
+    PE_ENCR_AES_GCM_12 = 19,
+    PE_ENCR_AES_GCM_16 = 20,
+    PE_ENCR_NULL_AUTH_AES_GMAC = 21,
+    PE_ENCR_CHACHA20_POLY1305 = 28,
+    PE_ENCR_AES_CCM_8_IIV = 29,
+    PE_ENCR_AES_GCM_16_IIV = 30,
+    PE_ENCR_CHACHA20_POLY1305_IIV = 31,
+} pe_eesp_encr;
 typedef struct {
-    int encr;
+    pe_eesp_encr encr;
     pe_aead_alg alg;
     size_t key_len;
     size_t salt_len;
@@ -392,7 +405,7 @@ typedef struct {
 pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
 const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
 typedef struct {
-    int encr;
+    pe_eesp_encr encr;
     const char *name;
     const char *ikev2_name;
     pe_aead_alg alg;
