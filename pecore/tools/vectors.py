@@ -275,11 +275,11 @@ KEY_ORDER = [
     "algorithm", "schema", "numberOfTests", "header", "notes", "testGroups",
     "bugType", "description", "effect", "links",
     "type", "source", "name", "version",
-    "mode", "vc", "suite", "encrId", "keySize", "ivSize", "tagSize", "format", "aad", "seqPresent", "sskdf",
+    "mode", "vc", "suite", "encrId", "keySize", "ivSize", "tagSize", "esn", "antiReplay", "format", "aad", "seqPresent", "sskdf",
     "alignOptions", "maxSubSaId", "maxCryptOffset", "strict", "ipProtocol", "udpEncap", "stateful",
     "replayWindow", "tcId", "comment", "tests", "flags", "inputs", "outputs", "result",
     "masterKey", "masterKey0", "masterKey1", "derivedKey", "rootKey", "key", "salt", "label", "spi", "sessionId",
-    "length", "seq", "iv", "cryptOffset", "vcValue", "sample", "drop", "options", "acceptedVersions",
+    "length", "seq", "iv", "replayTop", "cryptOffset", "vcValue", "sample", "drop", "options", "acceptedVersions",
     "ciphertextPacket", "plaintextPacket", "keymat", "icv", "nextHeader", "padLength", "icvValid", "error",
 ]
 _RANK = {k: i for i, k in enumerate(KEY_ORDER)}

@@ -1,0 +1,1128 @@
+"""ESP (RFC 4303) interop test vectors: generation and checking (vectors/README.md).
+
+Files (``pyesp vectors generate``): ``esp_<suite>_test.json`` for every AEAD suite the core has (schema
+``esp_packet_test_schema_v1.json``), in the Wycheproof layout of :mod:`pecore.tools.vectors`, with a pcap and an
+``esp-sa`` key file per group.
+
+A packet test is receiver-centric, as for PSP and EESP: the group holds the SA settings both ends share (suite,
+key size, mode, ESN, the receiver's anti-replay window, UDP encapsulation); ``inputs`` hold the KEYMAT (``key``
+and ``salt``), the SPI, the sender's 64-bit sequence number ``seq`` and explicit IV ``iv``, the receiver's
+highest sequence number accepted so far ``replayTop`` (which places the ESN inference of RFC 4303 Appendix
+A2.2) and the wire octets; ``outputs`` what the receiver delivers or why it drops the packet.  Groups with
+``stateful: true`` are processed by one receiver in tcId order.
+
+The wire octets are built here, with :mod:`pecore.primitives` (one AEAD call per packet) and the framing of
+RFC 4303 §3.1 / RFC 3948, never with the core's encapsulation: ``check`` then runs every vector against the
+core through :mod:`pyesp` (the receiver on the wire octets and, for valid tests without ``DecryptOnly``, the
+sender with the same sequence number, which must give the same octets), and the test suite runs them against
+the independent model tests/esp_model.py and scapy's SecurityAssociation.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from pecore import primitives
+from pecore.tools.vectors import (
+    HEX, Checker, Family, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, fix_ip, flip, hopopts,
+    ip_packet, ipv4_header, ipv4_recheck, ipv6_header, l4_checksum, put, register as _register, register_family,
+    test_object, top_schema, udp_segment, when_result,
+)
+
+PACKET_SCHEMA = "esp_packet_test_schema_v1.json"
+SOURCE_SELF = {"name": "self", "version": "pyesp 0.1.0, RFC 4303 with RFC 4106/4309/4543/7634/8750 and RFC 3948"}
+SOURCE_MCGREW = {"name": "draft-mcgrew-gcm-test-01", "version": "§4: the AES-GCM test cases 1-14 and the AES-GMAC case"}
+SOURCE_RFC7634 = {"name": "rfc7634", "version": "Appendix A: ESP with ChaCha20-Poly1305"}
+M32 = 0xFFFFFFFF
+MAX_SEQ = 2**64 - 1
+IPPROTO_ESP, IPPROTO_UDP = 50, 17
+
+
+@dataclass(frozen=True)
+class SuiteInfo:
+    name: str
+    encr_id: int
+    kind: str  # gcm, ccm, gmac, chacha
+    salt: int
+    iv: int  # explicit IV octets on the wire (0: RFC 8750)
+    icv: int
+
+    @property
+    def alg(self) -> str:
+        return {"gcm": primitives.AES_GCM, "gmac": primitives.AES_GCM, "ccm": primitives.AES_CCM,
+                "chacha": primitives.CHACHA20_POLY1305}[self.kind]
+
+    @property
+    def iiv(self) -> bool:
+        return self.iv == 0
+
+
+SUITES = {s.name: s for s in (
+    SuiteInfo("aes-gcm-8", 18, "gcm", 4, 8, 8),
+    SuiteInfo("aes-gcm-12", 19, "gcm", 4, 8, 12),
+    SuiteInfo("aes-gcm-16", 20, "gcm", 4, 8, 16),
+    SuiteInfo("aes-ccm-8", 14, "ccm", 3, 8, 8),
+    SuiteInfo("aes-ccm-12", 15, "ccm", 3, 8, 12),
+    SuiteInfo("aes-ccm-16", 16, "ccm", 3, 8, 16),
+    SuiteInfo("aes-gmac", 21, "gmac", 4, 8, 16),
+    SuiteInfo("chacha20-poly1305", 28, "chacha", 4, 8, 16),
+    SuiteInfo("aes-ccm-8-iiv", 29, "ccm", 3, 0, 8),
+    SuiteInfo("aes-gcm-16-iiv", 30, "gcm", 4, 0, 16),
+    SuiteInfo("chacha20-poly1305-iiv", 31, "chacha", 4, 0, 16),
+)}
+
+# --------------------------------------------------------------------------------------------------------
+# notes (flags)
+# --------------------------------------------------------------------------------------------------------
+
+NOTES: Dict[str, Dict[str, str]] = {
+    "SpecKat": {"bugType": "BASIC", "description": "A published ESP packet (draft-mcgrew-gcm-test-01 §4, RFC 7634 "
+                "Appendix A) in an outer IPv4 header (the documents give the ESP octets only). Its IV is random, so "
+                "it is checked by decryption only."},
+    "SelfComputed": {"bugType": "BASIC", "description": "Computed by this project from RFC 4303 and the AEAD RFCs; "
+                     "checked by the project's core, by an independent model (tests/esp_model.py) and, for the suites "
+                     "it has, by scapy's SecurityAssociation."},
+    "ImplicitIv": {"bugType": "BASIC", "description": "RFC 8750: no IV field; the nonce is salt ‖ the 64-bit "
+                   "sequence number."},
+    "IntegrityOnly": {"bugType": "BASIC", "description": "AES-GMAC (RFC 4543): nothing is encrypted; the AAD is SPI ‖ "
+                      "Sequence Number ‖ IV ‖ payload ‖ padding ‖ trailer (the IV included, as draft-mcgrew-gcm-test-01 "
+                      "clarifies)."},
+    "Esn": {"bugType": "BASIC", "description": "Extended sequence numbers (RFC 4303 §2.2.1): only the low half "
+            "travels; the AAD is SPI ‖ Seq high ‖ Seq low (RFC 4106 §5) and the receiver infers the high half."},
+    "EsnInference": {"bugType": "EDGE_CASE", "description": "An edge of the ESN inference of RFC 4303 Appendix A2.2 "
+                     "(Case A or B, the subspace boundary), from the receiver's replayTop and window."},
+    "EsnSubspaceZero": {"bugType": "EDGE_CASE", "description": "Appendix A2.2 Case B while the high half is 0: no "
+                        "subspace lies below, so the project keeps high half 0 and accepts the packet; Linux "
+                        "(xfrm_replay_seqhi) takes high half 2^32-1 and fails the ICV."},
+    "EsnBeyondWindow": {"bugType": "FUNCTIONALITY", "description": "A sequence number more than 2^32 - W ahead of "
+                        "the receiver: the inferred high half is wrong, so the ICV fails (RFC 4303 Appendix A3's "
+                        "resynchronisation is not triggered by one packet)."},
+    "EsnAadMistake": {"bugType": "WRONG_PRIMITIVE", "description": "Sealed with an ESN AAD of a known mistake (the "
+                      "high half left out, or after the low half): authentication must fail."},
+    "UdpEncap": {"bugType": "BASIC", "description": "ESP in UDP port 4500 (RFC 3948), checksum 0."},
+    "MixedTunnel": {"bugType": "EDGE_CASE", "description": "Tunnel mode with inner and outer packets of different IP "
+                    "versions."},
+    "Padding": {"bugType": "EDGE_CASE", "description": "Payload lengths 0-3 mod 4: 0-3 octets of default padding "
+                "1, 2, 3 (RFC 4303 §2.4)."},
+    "ExtraPadding": {"bugType": "EDGE_CASE", "description": "More padding than the 4-octet alignment needs, up to "
+                     "255 octets, still 1, 2, 3, ...: receivers accept it (RFC 4303 §2.4)."},
+    "BadPadding": {"bugType": "EDGE_CASE", "description": "Padding octets other than 1, 2, 3, ... (authenticated): "
+                   "RFC 4303 §2.4 says the receiver SHOULD inspect them; the project drops the packet, Linux does not "
+                   "look."},
+    "BadPadLength": {"bugType": "MODIFIED_PARAMETER", "description": "A Pad Length that runs past the payload "
+                     "(authenticated)."},
+    "MaxSeq": {"bugType": "EDGE_CASE", "description": "The last sequence number of the SA: 2^32-1, or 2^64-1 with ESN."},
+    "Ipv6ExtensionHeaders": {"bugType": "EDGE_CASE", "description": "IPv6 transport mode with extension headers: ESP "
+                             "follows Hop-by-Hop, Routing, Fragment and a Destination Options header that precedes a "
+                             "Routing header; a Destination Options header alone travels inside ESP (RFC 4303 §3.1.1 "
+                             "allows either side; scapy and Linux keep it in front)."},
+    "Ipv4Options": {"bugType": "EDGE_CASE", "description": "IPv4 transport mode with header options: ESP follows them."},
+    "IvNotSeq": {"bugType": "EDGE_CASE", "description": "An explicit IV unrelated to the sequence number (random, as "
+                 "scapy and the documents' vectors send): receivers must take the nonce from the IV field."},
+    "DecryptOnly": {"bugType": "FUNCTIONALITY", "description": "Valid on receive, but a sender that uses the sequence "
+                    "number as IV with default padding does not produce it (random IV, extra padding, a UDP checksum, "
+                    "a published vector). Check it by decryption only."},
+    "ModifiedIcv": {"bugType": "AUTH_BYPASS", "description": "An ICV bit flipped."},
+    "ModifiedCiphertext": {"bugType": "AUTH_BYPASS", "description": "An encrypted octet (for AES-GMAC a payload "
+                           "octet) flipped."},
+    "ModifiedAad": {"bugType": "AUTH_BYPASS", "description": "An authenticated clear field (Sequence Number, IV) "
+                    "changed after sealing (named in the comment)."},
+    "AadMistake": {"bugType": "WRONG_PRIMITIVE", "description": "AES-GMAC sealed with the IV left out of the AAD "
+                   "(RFC 4543 read without draft-mcgrew-gcm-test-01's clarification): authentication must fail."},
+    "KeySplitMistake": {"bugType": "MODIFIED_PARAMETER", "description": "Sealed with key and salt taken from the "
+                        "wrong ends of the KEYMAT block (the salt is its last 3/4 octets)."},
+    "NonceMistake": {"bugType": "MODIFIED_PARAMETER", "description": "Sealed with a nonce of a known mistake (named "
+                     "in the comment): authentication must fail."},
+    "Truncated": {"bugType": "MODIFIED_PARAMETER", "description": "The ESP part is cut short (IP and UDP lengths "
+                  "fixed up)."},
+    "SpiZero": {"bugType": "EDGE_CASE", "description": "SPI 0, which RFC 4303 §2.1 reserves (MUST NOT be sent), in a "
+                "published vector (draft-mcgrew-gcm-test-01 case 4): a receiver may have no SA for it (the error "
+                "names that drop); one configured for it, as the core can be, opens it. scapy reads SPI 0 as the "
+                "non-ESP marker."},
+    "NoSa": {"bugType": "MISSING_STEP", "description": "No SA for the SPI."},
+    "SeqZero": {"bugType": "MODIFIED_PARAMETER", "description": "Sequence number 0, never sent (RFC 4303 §3.3.3)."},
+    "OrderDependent": {"bugType": "FUNCTIONALITY", "description": "In a stateful group: one receiver processes the "
+                       "tests in tcId order, so the verdict depends on the tests before it."},
+    "ReplayedSeq": {"bugType": "FUNCTIONALITY", "description": "A sequence number already received."},
+    "ReplayTooOld": {"bugType": "FUNCTIONALITY", "description": "A sequence number left of the replay window."},
+    "DummyPacket": {"bugType": "FUNCTIONALITY", "description": "Next Header 59 (RFC 4303 §2.6): a dummy packet, "
+                    "authenticated and then discarded; nothing is delivered (icvValid: it verified, and it moved the "
+                    "window)."},
+    "BadNextHeader": {"bugType": "MODIFIED_PARAMETER", "description": "Tunnel mode: a Next Header other than 4 or 41 "
+                      "(authenticated)."},
+    "BadInnerPacket": {"bugType": "MODIFIED_PARAMETER", "description": "Tunnel mode: the decrypted payload is not one "
+                       "whole IPv4/IPv6 packet of the version Next Header names (authenticated)."},
+    "NotEsp": {"bugType": "FUNCTIONALITY", "description": "Not ESP for this receiver: another IP protocol or UDP port, "
+               "or on UDP 4500 a NAT keepalive, an IKE message (non-ESP marker) or EESP (first octet's MSB set, for a "
+               "host that runs EESP beside ESP)."},
+    "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing, or a fragment."},
+    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "A non-zero UDP checksum: RFC 3948 §3.1.1 lets the "
+                    "receiver ignore it; a receiver may verify it."},
+}
+
+# --------------------------------------------------------------------------------------------------------
+# schema
+# --------------------------------------------------------------------------------------------------------
+
+_U64 = {"type": "string", "pattern": "^[0-9a-f]{16}$"}
+_ERROR = {"type": "string", "minLength": 1,
+          "description": "the reason, as the project's core names it (pe_status_name, e.g. authentication-failed)"}
+PACKET_GROUP = {
+    "type": "object",
+    "required": ["type", "source", "suite", "encrId", "keySize", "ivSize", "tagSize", "mode", "esn", "antiReplay",
+                 "replayWindow", "udpEncap", "stateful", "tests"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"const": "EspPacketTest"},
+        "source": {"$ref": "#/$defs/source"},
+        "suite": {"enum": list(SUITES)},
+        "encrId": {"type": "integer", "description": "IKEv2 ENCR transform ID"},
+        "keySize": {"enum": [128, 192, 256], "description": "bits"},
+        "ivSize": {"enum": [0, 64], "description": "explicit IV on the wire, bits (0: RFC 8750 implicit IV)"},
+        "tagSize": {"enum": [64, 96, 128], "description": "ICV, bits"},
+        "mode": {"enum": ["transport", "tunnel"]},
+        "esn": {"type": "boolean", "description": "extended sequence numbers (RFC 4303 §2.2.1)"},
+        "antiReplay": {"type": "boolean", "description": "the receiver checks and moves its replay window"},
+        "replayWindow": {"type": "integer", "minimum": 64,
+                         "description": "the receiver's window W in packets; with ESN it also places the inference"},
+        "udpEncap": {"type": "boolean", "description": "ESP in UDP 4500 (RFC 3948)"},
+        "stateful": {"type": "boolean", "description": "one receiver processes the tests in tcId order"},
+        "comment": {"type": "string"},
+        "tests": {"type": "array", "items": {"$ref": "#/$defs/test"}},
+    },
+}
+PACKET_TEST = test_object(
+    {
+        "type": "object",
+        "required": ["key", "salt", "spi", "seq", "ciphertextPacket"],
+        "additionalProperties": False,
+        "properties": {
+            "key": {"type": "string", "pattern": "^([0-9a-f]{32}|[0-9a-f]{48}|[0-9a-f]{64})$"},
+            "salt": {"type": "string", "pattern": "^([0-9a-f]{6}|[0-9a-f]{8})$"},
+            "spi": {"type": "string", "pattern": "^[0-9a-f]{8}$"},
+            "seq": {**_U64, "description": "the sender's sequence number, all 64 bits (only the low 32 travel)"},
+            "iv": {**_U64, "description": "the explicit IV (absent with an implicit-IV suite)"},
+            "replayTop": {**_U64, "description": "the receiver's highest sequence number accepted before this packet "
+                          "(absent: 0, a fresh SA); with ESN it places the inference of RFC 4303 Appendix A2.2"},
+            "ciphertextPacket": HEX,
+        },
+    },
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "plaintextPacket": HEX,
+            "icv": {"type": "string", "pattern": "^([0-9a-f]{16}|[0-9a-f]{24}|[0-9a-f]{32})$"},
+            "nextHeader": {"type": "integer", "minimum": 0, "maximum": 255},
+            "padLength": {"type": "integer", "minimum": 0, "maximum": 255},
+            "error": _ERROR,
+            "icvValid": {"type": "boolean"},
+        },
+    },
+    [when_result("valid", ["plaintextPacket", "icv", "nextHeader", "padLength"]), when_result("invalid", ["error"]),
+     when_result("acceptable", ["error"])],
+)
+_SOURCE = {
+    "type": "object",
+    "required": ["name", "version"],
+    "additionalProperties": False,
+    "properties": {"name": {"enum": ["self", "draft-mcgrew-gcm-test-01", "rfc7634", "scapy"]},
+                   "version": {"type": "string"}},
+}
+SCHEMAS = {
+    PACKET_SCHEMA: top_schema(
+        PACKET_SCHEMA, "ESP packet test vectors",
+        "Wycheproof-style ESP (RFC 4303 with the AEAD suites of RFC 4106, 4309, 4543, 7634 and 8750; RFC 3948) "
+        "packet vectors: full wire octets and what a receiver delivers, or why it drops the packet. See "
+        "vectors/README.md.",
+        ["ESP"], PACKET_GROUP, {"test": PACKET_TEST, "source": _SOURCE}),
+}
+
+# --------------------------------------------------------------------------------------------------------
+# building blocks: ESP octets from the primitives, RFC 4303 §3.1 framing
+# --------------------------------------------------------------------------------------------------------
+
+
+def esn_aad(spi: int, seq: int, esn: bool) -> bytes:
+    """RFC 4106 §5 (RFC 4309 §5, RFC 7634 §2.1, RFC 8750 §4): SPI ‖ Seq, or SPI ‖ Seq high ‖ Seq low."""
+    return struct.pack(">III", spi, seq >> 32, seq & M32) if esn else struct.pack(">II", spi, seq & M32)
+
+
+def seal_esp(su: SuiteInfo, key: bytes, salt: bytes, spi: int, seq: int, esn: bool, body: bytes, *,
+             iv: Optional[bytes] = None, aad: Optional[bytes] = None, nonce: Optional[bytes] = None,
+             gmac_iv_in_aad: bool = True) -> bytes:
+    """SPI ‖ Seq low ‖ IV ‖ AEAD(body) ‖ ICV.  ``body`` = payload ‖ padding ‖ Pad Length ‖ Next Header.  The IV
+    defaults to the sequence number; ``aad``/``nonce`` replace the RFCs' (known mistakes)."""
+    iv_field = b"" if su.iiv else (struct.pack(">Q", seq) if iv is None else iv)
+    head = struct.pack(">II", spi, seq & M32) + iv_field
+    if nonce is None:
+        nonce = salt + (struct.pack(">Q", seq) if su.iiv else iv_field)
+    if aad is None:
+        aad = esn_aad(spi, seq, esn)
+    if su.kind == "gmac":  # RFC 4543 §3.3: all authenticated, nothing encrypted
+        _ct, tag = primitives.aead_seal(su.alg, key, nonce, [aad, iv_field if gmac_iv_in_aad else b"", body], b"",
+                                        su.icv)
+        return head + body + tag
+    ct, tag = primitives.aead_seal(su.alg, key, nonce, [aad], body, su.icv)
+    return head + ct + tag
+
+
+def trailer_body(payload: bytes, nh: int, padding: Optional[bytes] = None, pad_len: Optional[int] = None) -> bytes:
+    if padding is None:  # RFC 4303 §2.4: to a 4-octet boundary, octets 1, 2, 3
+        padding = bytes(range(1, -(len(payload) + 2) % 4 + 1))
+    return payload + padding + bytes([len(padding) if pad_len is None else pad_len, nh])
+
+
+def transport_split(pkt: bytes) -> Tuple[int, int]:
+    """(octets kept in front of ESP, offset of the octet that names what follows them): RFC 4303 §3.1.1, with a
+    Destination Options header in front only when a Routing header follows it (the core's placement)."""
+    if pkt[0] >> 4 == 4:
+        return (pkt[0] & 0xF) * 4, 9
+    chain, nh, off = [], pkt[6], 40
+    while nh in (0, 43, 44, 60):
+        n = 8 if nh == 44 else (pkt[off + 1] + 1) * 8
+        chain.append((nh, off, n))
+        nh, off = pkt[off], off + n
+    keep, at = 40, 6
+    for i, (t, o, n) in enumerate(chain):
+        if t in (0, 43, 44) or (t == 60 and any(c[0] == 43 for c in chain[i + 1 :])):
+            keep, at = o + n, o
+        else:
+            break
+    return keep, at
+
+
+def esp_offset(wire: bytes) -> int:
+    """Where ESP starts in a wire packet (after the IP header chain, and the UDP header)."""
+    if wire[0] >> 4 == 4:
+        off, proto = (wire[0] & 0xF) * 4, wire[9]
+    else:
+        proto, off = wire[6], 40
+        while proto in (0, 43, 44, 60):
+            proto, off = wire[off], off + (8 if proto == 44 else (wire[off + 1] + 1) * 8)
+    return off + 8 if proto == IPPROTO_UDP else off
+
+
+class Sealed:
+    """A sealed packet and its parts (for the mutations)."""
+
+    def __init__(self, gb: "EspGroupBuilder", test: Test, wire: bytes, pkt: bytes, *, seq: int, iv: bytes,
+                 payload: bytes, nh: int, body: bytes, outer: Optional[bytes], udp_sport: int) -> None:
+        self.gb, self.test, self.wire, self.pkt = gb, test, wire, pkt
+        self.seq, self.iv, self.payload, self.nh, self.body = seq, iv, payload, nh, body
+        self.outer, self.udp_sport = outer, udp_sport
+
+    @property
+    def at(self) -> int:
+        return esp_offset(self.wire)
+
+    @property
+    def esp(self) -> bytes:
+        return self.wire[self.at :]
+
+    def eflip(self, offset: int, mask: int = 0x01) -> bytes:
+        off = offset if offset >= 0 else len(self.esp) + offset
+        return flip(self.wire, self.at + off, mask)
+
+    def with_esp(self, e: bytes) -> bytes:
+        return fix_ip(self.wire[: self.at] + e, udp_at=self.at - 8 if self.gb.udp else None)
+
+
+class EspGroupBuilder:
+    def __init__(self, fb: "EspFileBuilder", group: Group, key_bits: int) -> None:
+        self.fb, self.g = fb, group
+        f = group.fields
+        self.suite = SUITES[f["suite"]]
+        self.key_bits = key_bits
+        self.mode, self.esn, self.udp = f["mode"], f["esn"], f["udpEncap"]
+        self.rng = fb.rng.child("group", len(fb.groups))
+        spi = int.from_bytes(self.rng.child("spi").bytes(4), "big")
+        # SPIs 1-255 are reserved (RFC 4303 §2.1); on UDP 4500 the MSB says EESP (eesp.md §14)
+        self.spi = (spi & 0x7FFFFFFF if self.udp else spi) | 0x100
+        km = self.rng.child("key").bytes(key_bits // 8 + self.suite.salt)
+        self.key, self.salt = km[: -self.suite.salt], km[-self.suite.salt :]
+        self._seq = self.rng.child("seq")
+
+    def outer(self, ipv: int) -> bytes:
+        r = self.rng.child("outer", ipv)
+        if ipv == 4:
+            return ipv4_header(f"203.0.113.{r.int(1, 254)}", f"203.0.113.{r.int(1, 254)}", IPPROTO_ESP, 0,
+                               ident=r.int(0, 0xFFFF))
+        return ipv6_header(f"2001:db8:ffff::{r.int(1, 0xFFFF):x}", f"2001:db8:eeee::{r.int(1, 0xFFFF):x}", IPPROTO_ESP, 0)
+
+    def next_seq(self) -> int:
+        return self._seq.int(1, 2**31 - 1) if not self.esn else self._seq.int(2**32, 2**40)
+
+    def frame(self, pkt: bytes, esp: bytes, *, outer: Optional[bytes], udp_sport: int = 4500,
+              udp_dport: int = 4500) -> bytes:
+        if self.mode == "tunnel":
+            head, at = bytearray(outer), 9 if outer[0] >> 4 == 4 else 6
+        else:
+            keep, at = transport_split(pkt)
+            head = bytearray(pkt[:keep])
+        if self.udp:  # RFC 3948 §2.1, checksum 0
+            esp = struct.pack(">HHHH", udp_sport, udp_dport, 8 + len(esp), 0) + esp
+        head[at] = IPPROTO_UDP if self.udp else IPPROTO_ESP
+        return fix_ip(bytes(head) + esp)
+
+    def split(self, pkt: bytes) -> Tuple[bytes, int]:
+        if self.mode == "tunnel":
+            return pkt, 4 if pkt[0] >> 4 == 4 else 41
+        keep, at = transport_split(pkt)
+        return pkt[keep:], pkt[at]
+
+    def inputs(self, seq: int, iv: bytes, replay_top: int, wire: bytes) -> Dict[str, Any]:
+        inp: Dict[str, Any] = {"key": self.key.hex(), "salt": self.salt.hex(), "spi": f"{self.spi:08x}",
+                               "seq": f"{seq:016x}"}
+        if self.suite.iv:
+            inp["iv"] = iv.hex()
+        if replay_top:
+            inp["replayTop"] = f"{replay_top:016x}"
+        inp["ciphertextPacket"] = wire.hex()
+        return inp
+
+    def valid(self, comment: str, flags: Sequence[str], pkt: bytes, *, seq: Optional[int] = None,
+              replay_top: int = 0, outer: Optional[int] = None, udp_sport: int = 4500, iv: Optional[bytes] = None,
+              padding: Optional[bytes] = None, add: bool = True) -> Sealed:
+        """A packet as the core's sender makes it (IV = sequence number, default padding), unless ``iv`` or
+        ``padding`` say otherwise (then DecryptOnly)."""
+        if seq is None:
+            seq = self.next_seq()
+        payload, nh = self.split(pkt)
+        body = trailer_body(payload, nh, padding)
+        esp = seal_esp(self.suite, self.key, self.salt, self.spi, seq, self.esn, body, iv=iv)
+        tmpl = self.outer(outer or (pkt[0] >> 4)) if self.mode == "tunnel" else None
+        wire = self.frame(pkt, esp, outer=tmpl, udp_sport=udp_sport)
+        flags = list(flags)
+        if iv is not None or padding is not None:
+            flags.append("DecryptOnly")
+        if seq == (MAX_SEQ if self.esn else M32):
+            flags.append("MaxSeq")
+        if self.mode == "tunnel" and tmpl is not None and tmpl[0] >> 4 != pkt[0] >> 4:
+            flags.append("MixedTunnel")
+        iv_field = b"" if self.suite.iiv else (struct.pack(">Q", seq) if iv is None else iv)
+        out = {"plaintextPacket": pkt.hex(), "icv": esp[-self.suite.icv :].hex(), "nextHeader": nh,
+               "padLength": body[-2]}
+        t = Test(comment, list(dict.fromkeys(flags)), self.inputs(seq, iv_field, replay_top, wire), out, "valid", wire)
+        s = Sealed(self, t, wire, pkt, seq=seq, iv=iv_field, payload=payload, nh=nh, body=body, outer=tmpl,
+                   udp_sport=udp_sport)
+        if add:
+            self.g.add(t)
+        return s
+
+    def invalid(self, comment: str, flags: Sequence[str], base: Sealed, wire: bytes, error: str, *,
+                result: str = "invalid", icv_valid: Optional[bool] = None, plaintext: Optional[bytes] = None,
+                **inputs: Any) -> Test:
+        inp = dict(base.test.inputs, ciphertextPacket=wire.hex())
+        inp.update(inputs)
+        out: Dict[str, Any] = {"error": error}
+        if icv_valid is not None:
+            out["icvValid"] = icv_valid
+        if plaintext is not None:
+            out["plaintextPacket"] = plaintext.hex()
+        keep = [f for f in base.test.flags if f in ("MixedTunnel", "Esn")]
+        return self.g.add(Test(comment, list(dict.fromkeys(keep + list(flags))), inp, out, result, wire))
+
+    def crafted(self, comment: str, flags: Sequence[str], base: Sealed, *, body: Optional[bytes] = None,
+                seq: Optional[int] = None, iv: Optional[bytes] = None, key: Optional[bytes] = None,
+                salt: Optional[bytes] = None, aad: Optional[bytes] = None, nonce: Optional[bytes] = None,
+                gmac_iv_in_aad: bool = True, result: str = "invalid", error: Optional[str] = None,
+                icv_valid: Optional[bool] = None, plaintext: Optional[bytes] = None, replay_top: Optional[int] = None,
+                frame: Optional[Any] = None) -> Tuple[Test, bytes]:
+        """A packet sealed here from base's SA with some parts changed (before sealing: it authenticates unless a
+        key/AAD/nonce mistake is asked for)."""
+        seq = base.seq if seq is None else seq
+        body = base.body if body is None else body
+        esp = seal_esp(self.suite, key or self.key, salt or self.salt, self.spi, seq, self.esn, body, iv=iv, aad=aad,
+                       nonce=nonce, gmac_iv_in_aad=gmac_iv_in_aad)
+        wire = frame(esp) if frame is not None else base.with_esp(esp)
+        iv_field = esp[8 : 8 + self.suite.iv]
+        top = int(base.test.inputs.get("replayTop", "0"), 16) if replay_top is None else replay_top
+        inp = self.inputs(seq, iv_field, top, wire)
+        keep = [f for f in base.test.flags if f in ("MixedTunnel", "Esn")]
+        if result == "valid":
+            out: Dict[str, Any] = {"plaintextPacket": (base.pkt if plaintext is None else plaintext).hex(),
+                                   "icv": esp[-self.suite.icv :].hex(), "nextHeader": body[-1], "padLength": body[-2]}
+            flags = keep + list(flags) + ["DecryptOnly"]
+        else:
+            out = {"error": error}
+            if icv_valid is not None:
+                out["icvValid"] = icv_valid
+            if result == "acceptable" and plaintext is not None:
+                out["plaintextPacket"] = plaintext.hex()
+            flags = keep + list(flags)
+        return self.g.add(Test(comment, list(dict.fromkeys(flags)), inp, out, result, wire)), wire
+
+    def finish(self) -> None:
+        """The group's key file: one esp-sa line per SA (the published vectors' groups hold several)."""
+        f = self.g.fields
+        sas = dict.fromkeys((t.inputs["spi"], t.inputs["key"] + t.inputs["salt"]) for t in self.g.tests)
+        if len({spi for spi, _k in sas}) != len(sas):
+            raise ValueError(f"{self.fb.name}: two keys for one SPI in a group")
+        lines = []
+        for spi, key in sas:
+            parts = [f"spi=0x{spi}", f"suite={self.suite.name}"]
+            if self.suite.kind != "chacha":
+                parts.append(f"key-bits={self.key_bits}")
+            parts += [f"key={key}", f"mode={self.mode}", f"esn={int(self.esn)}", f"anti-replay={int(f['stateful'])}",
+                      f"replay-window={f['replayWindow']}"]
+            tops = {t.inputs.get("replayTop") for t in self.g.tests}
+            if f["stateful"] and len(tops) == 1 and None not in tops:
+                parts.append(f"first-seq={int(tops.pop(), 16) + 1}")
+            parts.append(f"udp-encap={int(self.udp)}")
+            lines.append("esp-sa " + " ".join(parts) + "\n")
+        self.g.keys = (f"# ESP test SA{'s' if len(lines) > 1 else ''} of {self.fb.name} group {len(self.fb.groups)} "
+                       "(vectors/README.md).\n# Public test values: never use them for real traffic.\n" + "".join(lines))
+
+
+class EspFileBuilder:
+    def __init__(self, seed: int, suite: str) -> None:
+        self.suite = SUITES[suite]
+        self.name = f"esp_{suite}_test.json"
+        self.rng = Rng(seed, "esp", suite)
+        self.inner = Inner(self.rng.child("inner"))
+        self.groups: List[Group] = []
+
+    def group(self, comment: str, *, mode: str, key_bits: int, esn: bool = False, udp: bool = False,
+              stateful: bool = False, anti_replay: bool = True, window: int = 1024,
+              source: Optional[dict] = None) -> EspGroupBuilder:
+        su = self.suite
+        if su.kind == "chacha":
+            key_bits = 256
+        f: Dict[str, Any] = {"type": "EspPacketTest", "source": source or SOURCE_SELF, "suite": su.name,
+                             "encrId": su.encr_id, "keySize": key_bits, "ivSize": 8 * su.iv, "tagSize": 8 * su.icv,
+                             "mode": mode, "esn": esn, "antiReplay": anti_replay, "replayWindow": window,
+                             "udpEncap": udp, "stateful": stateful, "comment": comment}
+        g = Group(f)
+        gb = EspGroupBuilder(self, g, key_bits)
+        self.groups.append(g)
+        return gb
+
+
+# --------------------------------------------------------------------------------------------------------
+# groups
+# --------------------------------------------------------------------------------------------------------
+
+
+def _mutations(gb: EspGroupBuilder, s: Sealed, tag: str, full: bool = True) -> None:
+    """ICV, ciphertext and header-field changes, the unknown SPI and (``full``) truncation at each field and the
+    key mistakes."""
+    su = gb.suite
+    e = s.esp
+    start = 8 + su.iv
+    need = 8 + su.iv + 2 + su.icv
+    if not full:
+        gb.invalid(f"{tag}: last ICV bit flipped", ["ModifiedIcv"], s, s.eflip(-1, 0x01), "authentication-failed")
+        gb.invalid(f"{tag}: first {'payload' if su.kind == 'gmac' else 'encrypted'} octet flipped",
+                   ["ModifiedCiphertext"], s, s.eflip(start, 0x01), "authentication-failed")
+        gb.invalid(f"{tag}: Sequence Number bit 30 flipped", ["ModifiedAad"], s, s.eflip(4, 0x40),
+                   "authentication-failed")
+        gb.invalid(f"{tag}: SPI flipped: no SA", ["NoSa"], s, s.eflip(3, 0x01), "esp-no-sa")
+        gb.invalid(f"{tag}: cut to {need - 1} octets", ["Truncated"], s, s.with_esp(e[: need - 1]), "esp-truncated")
+        return
+    gb.invalid(f"{tag}: first ICV bit flipped", ["ModifiedIcv"], s, s.eflip(-su.icv, 0x80), "authentication-failed")
+    gb.invalid(f"{tag}: last ICV bit flipped", ["ModifiedIcv"], s, s.eflip(-1, 0x01), "authentication-failed")
+    if su.kind == "gmac":
+        gb.invalid(f"{tag}: a payload octet flipped (AES-GMAC: in clear, authenticated)", ["ModifiedCiphertext"], s,
+                   s.eflip(start, 0x01), "authentication-failed")
+        gb.invalid(f"{tag}: the Next Header octet flipped (in clear, authenticated)", ["ModifiedCiphertext"], s,
+                   s.eflip(-su.icv - 1, 0x01), "authentication-failed")
+    else:
+        gb.invalid(f"{tag}: first encrypted octet flipped", ["ModifiedCiphertext"], s, s.eflip(start, 0x01),
+                   "authentication-failed")
+        gb.invalid(f"{tag}: last encrypted octet (Next Header) flipped", ["ModifiedCiphertext"], s,
+                   s.eflip(-su.icv - 1, 0x40), "authentication-failed")
+    gb.invalid(f"{tag}: Sequence Number bit 30 flipped", ["ModifiedAad"], s, s.eflip(4, 0x40), "authentication-failed")
+    if su.iv:
+        gb.invalid(f"{tag}: IV flipped", ["ModifiedAad"], s, s.eflip(15, 0x04), "authentication-failed")
+    gb.invalid(f"{tag}: SPI flipped: no SA", ["NoSa"], s, s.eflip(3, 0x01), "esp-no-sa")
+    gb.invalid(f"{tag}: last ICV octet cut off", ["Truncated"], s, s.with_esp(e[:-1]), "authentication-failed")
+    gb.invalid(f"{tag}: cut to {need - 1} octets, one short of header" + (" + IV" if su.iv else "")
+               + " + Pad Length + Next Header + ICV", ["Truncated"], s, s.with_esp(e[: need - 1]), "esp-truncated")
+    for n, what in ((8, "the SPI and Sequence Number alone"), (7, "in the Sequence Number"), (3, "in the SPI"),
+                    (0, "no ESP octets at all")):
+        gb.invalid(f"{tag}: cut to {n} octets ({what})", ["Truncated"], s, s.with_esp(e[:n]), "esp-truncated")
+    km = s.gb.key + s.gb.salt
+    gb.crafted(f"{tag}: salt taken from the front of the KEYMAT block", ["KeySplitMistake"], s,
+               key=km[su.salt :], salt=km[: su.salt], error="authentication-failed")
+    seq = s.seq
+    if su.iiv:
+        gb.crafted(f"{tag}: nonce salt ‖ Seq low ‖ 0 (the 32-bit number in the wrong half)", ["NonceMistake"], s,
+                   nonce=gb.salt + struct.pack(">II", seq & M32, 0), error="authentication-failed")
+    else:
+        iv2 = gb.rng.child("iv-mistake", tag).bytes(8)
+        gb.crafted(f"{tag}: IV field {iv2.hex()} but the nonce built from the sequence number (RFC 8750's rule on "
+                   "an explicit-IV suite)", ["NonceMistake"], s, iv=iv2, nonce=gb.salt + struct.pack(">Q", seq),
+                   error="authentication-failed")
+    if su.kind == "gmac":
+        gb.crafted(f"{tag}: AES-GMAC with the IV left out of the AAD", ["AadMistake"], s, gmac_iv_in_aad=False,
+                   error="authentication-failed")
+
+
+def _receiver_rules(gb: EspGroupBuilder, s: Sealed, tag: str, full: bool = True) -> None:
+    """Packets that authenticate and are dropped after the ICV (padding, trailer, dummy), and the valid
+    hand-made ones (random IV, extra padding)."""
+    su = gb.suite
+    p = s.payload
+    gb.crafted(f"{tag}: sequence number 0 (sealed)", ["SeqZero"], s, seq=0, error="esp-sequence-zero")
+    if su.iv:
+        iv = gb.rng.child("random-iv", tag).bytes(8)
+        gb.crafted(f"{tag}: a random IV {iv.hex()} (the nonce is salt ‖ IV field)", ["IvNotSeq"], s, iv=iv,
+                   result="valid")
+    pad = bytes(range(1, len(s.body) - len(p) - 2 + 9))
+    gb.crafted(f"{tag}: {len(pad)} octets of padding (8 more than needed)", ["ExtraPadding"], s,
+               body=trailer_body(p, s.nh, pad), result="valid")
+    if full:
+        pad = bytes(range(1, 256 - (len(p) + 2 + 255) % 4 if (len(p) + 2 + 255) % 4 else 256))
+        gb.crafted(f"{tag}: {len(pad)} octets of padding, the most Pad Length holds on a 4-octet boundary",
+                   ["ExtraPadding"], s, body=trailer_body(p, s.nh, pad), result="valid")
+    n = len(s.body) - len(p) - 2
+    zeros = bytes(n) if n else bytes(4)
+    gb.crafted(f"{tag}: {len(zeros)} zero padding octets", ["BadPadding"], s, body=trailer_body(p, s.nh, zeros),
+               result="acceptable", error="esp-bad-padding", icv_valid=True, plaintext=s.pkt)
+    region = len(s.body) - 2
+    gb.crafted(f"{tag}: Pad Length {region + 1}, one more than the payload and padding", ["BadPadLength"], s,
+               body=s.body[:-2] + bytes([region + 1, s.nh]), error="esp-bad-pad-length", icv_valid=True)
+    if not full:
+        return
+    gb.crafted(f"{tag}: padding 1, 2, 4, 4", ["BadPadding"], s, body=trailer_body(p, s.nh, b"\x01\x02\x04\x04"),
+               result="acceptable", error="esp-bad-padding", icv_valid=True, plaintext=s.pkt)
+    gb.crafted(f"{tag}: Pad Length 255", ["BadPadLength"], s, body=s.body[:-2] + bytes([255, s.nh]),
+               error="esp-bad-pad-length", icv_valid=True)
+    gb.crafted(f"{tag}: Next Header 59, a dummy packet", ["DummyPacket"], s, body=trailer_body(p, 59),
+               error="esp-dummy-packet", icv_valid=True)
+
+
+def _framing(gb: EspGroupBuilder, s: Sealed, tag: str) -> None:
+    w = s.wire
+    if w[0] >> 4 == 4:
+        gb.invalid(f"{tag}: outer IPv4 MF set (a fragment)", ["IpFraming"], s, ipv4_recheck(put(w, 6, b"\x20\x00")),
+                   "ip-fragment")
+        gb.invalid(f"{tag}: outer IPv4 Total Length one more than the packet", ["IpFraming"], s,
+                   ipv4_recheck(put(w, 2, struct.pack(">H", len(w) + 1))), "ip-bad-length")
+        if not gb.udp:
+            gb.invalid(f"{tag}: outer IP protocol 51 (AH)", ["NotEsp"], s, ipv4_recheck(put(w, 9, b"\x33")), "not-esp")
+    else:
+        if not gb.udp:
+            gb.invalid(f"{tag}: outer IPv6 Next Header 51 (AH)", ["NotEsp"], s, put(w, 6, b"\x33"), "not-esp")
+
+
+def _tunnel_group(fb: EspFileBuilder) -> None:
+    gb = fb.group("tunnel mode: IPv4 and IPv6, mixed tunnels, padding, and every rejection of the decoder",
+                  mode="tunnel", key_bits=128)
+    inner = fb.inner
+    base = gb.valid("IPv4/UDP in IPv4", [], inner.udp(4, 12))
+    b6 = gb.valid("IPv6/TCP in IPv6", [], inner.tcp(6, 12))
+    gb.valid("IPv6/UDP in IPv4", [], inner.udp(6, 8), outer=4)
+    gb.valid("IPv4/TCP in IPv6", [], inner.tcp(4, 8), outer=6)
+    gb.valid("IPv4/ICMP in IPv4", [], inner.icmp(4, 8))
+    gb.valid("IPv6/ICMPv6 in IPv6", [], inner.icmp(6, 8))
+    gb.valid("sequence number 1", [], inner.udp(4, 4), seq=1)
+    gb.valid("sequence number 2^32-1, the last of a 32-bit SA", [], inner.udp(4, 4), seq=M32)
+    for n in range(4):
+        pkt = inner.udp(4, 4 + n)
+        gb.valid(f"IPv4 inner packet of {len(pkt)} octets: {-(len(pkt) + 2) % 4} octets of padding", ["Padding"], pkt)
+    _mutations(gb, base, "IPv4 in IPv4")
+    _receiver_rules(gb, base, "IPv4 in IPv4")
+    p = base.payload
+    gb.crafted("Next Header 17 in tunnel mode", ["BadNextHeader"], base, body=trailer_body(p, 17),
+               error="esp-bad-next-header", icv_valid=True)
+    gb.crafted("Next Header 41 over an IPv4 packet", ["BadInnerPacket"], base, body=trailer_body(p, 41),
+               error="esp-bad-inner-packet", icv_valid=True)
+    gb.crafted("Next Header 4 over an IPv6 packet", ["BadInnerPacket"], b6, body=trailer_body(b6.payload, 4),
+               error="esp-bad-inner-packet", icv_valid=True)
+    longer = put(p, 2, struct.pack(">H", len(p) + 1))
+    gb.crafted("inner IPv4 Total Length one more than the payload", ["BadInnerPacket"], base,
+               body=trailer_body(ipv4_recheck(longer), 4), error="esp-bad-inner-packet", icv_valid=True)
+    gb.crafted("inner packet with version nibble 5", ["BadInnerPacket"], base, body=trailer_body(b"\x50" + p[1:], 4),
+               error="esp-bad-inner-packet", icv_valid=True)
+    _framing(gb, base, "IPv4 in IPv4")
+    _framing(gb, b6, "IPv6 in IPv6")
+    gb.finish()
+
+
+def _ipv4_with_options(inner: Inner) -> bytes:
+    seg = udp_segment(inner.port(), inner.port(), inner.payload(8))
+    src, dst = inner.addrs(4)
+    h = ipv4_header(src, dst, IPPROTO_UDP, 0)
+    h = bytes([0x46]) + h[1:20] + b"\x01\x01\x01\x00"  # IHL 6: NOP, NOP, NOP, End of Options
+    seg = l4_checksum(h[12:16], h[16:20], IPPROTO_UDP, seg, 6)
+    return fix_ip(h + seg)
+
+
+def _transport_group(fb: EspFileBuilder) -> None:
+    gb = fb.group("transport mode: IPv4 (with options) and IPv6 (with extension headers), padding, dummy packets",
+                  mode="transport", key_bits=192)
+    inner = fb.inner
+    base = gb.valid("IPv4/UDP", [], inner.udp(4, 8))
+    gb.valid("IPv4/TCP", [], inner.tcp(4, 8))
+    gb.valid("IPv4/ICMP", [], inner.icmp(4, 8))
+    gb.valid("IPv4 with header options (IHL 6)/UDP", ["Ipv4Options"], _ipv4_with_options(inner))
+    b6 = gb.valid("IPv6/TCP", [], inner.tcp(6, 8))
+    gb.valid("IPv6/ICMPv6", [], inner.icmp(6, 4))
+    src, dst = inner.addrs(6)
+    seg = udp_segment(inner.port(), inner.port(), inner.payload(8))
+    gb.valid("IPv6 Hop-by-Hop/UDP: ESP after Hop-by-Hop", ["Ipv6ExtensionHeaders"],
+             ip_packet(src, dst, IPPROTO_UDP, seg, ext=hopopts(IPPROTO_UDP), ext_nh=0))
+    gb.valid("IPv6 Destination Options/UDP: the Destination Options header travels inside ESP",
+             ["Ipv6ExtensionHeaders"], ip_packet(src, dst, IPPROTO_UDP, seg, ext=hopopts(IPPROTO_UDP), ext_nh=60))
+    routing = bytes([IPPROTO_UDP, 0, 253, 0, 0, 0, 0, 0])  # an experimental Routing Type, Segments Left 0
+    gb.valid("IPv6 Hop-by-Hop/Destination Options/Routing/UDP: all three in front of ESP", ["Ipv6ExtensionHeaders"],
+             ip_packet(src, dst, IPPROTO_UDP, seg, ext=hopopts(60) + hopopts(43) + routing, ext_nh=0))
+    for n in range(4):
+        pkt = inner.udp(4, n)
+        gb.valid(f"IPv4/UDP with {n} payload octets: {-(8 + n + 2) % 4} octets of padding", ["Padding"], pkt)
+    gb.valid("IPv4 header alone, protocol 253: an empty ESP payload", ["Padding"],
+             ipv4_header(*inner.addrs(4), 253, 0))
+    _mutations(gb, base, "IPv4/UDP", full=False)
+    _receiver_rules(gb, base, "IPv4/UDP", full=False)
+    nonext = ipv6_header(*inner.addrs(6), 59, 8) + inner.payload(8)
+    s = gb.valid("", [], nonext, add=False)
+    gb.invalid("IPv6 with No Next Header (59): sealed as it is, so it reads as a dummy packet (ESP cannot tell them "
+               "apart, RFC 4303 §2.6)", ["DummyPacket"], s, s.wire, "esp-dummy-packet", icv_valid=True)
+    _framing(gb, b6, "IPv6/TCP")
+    gb.finish()
+
+
+def _esn_group(fb: EspFileBuilder) -> None:
+    gb = fb.group("extended sequence numbers (tunnel, window 64): the high half inferred from the receiver's "
+                  "replayTop (RFC 4303 Appendix A2.2), Case A and Case B, the subspace boundaries",
+                  mode="tunnel", key_bits=256, esn=True, window=64)
+    inner = fb.inner
+
+    def v(comment: str, seq: int, top: int, flags: Sequence[str] = ("EsnInference",), **kw: Any) -> Sealed:
+        return gb.valid(comment, ["Esn", *flags], inner.udp(4, 8), seq=seq, replay_top=top, **kw)
+
+    base = v("sequence number 2^40 + 5, receiver at the number before", 2**40 + 5, 2**40 + 4, ())
+    v("IPv6 inner, high half 0x12345678", 0x1234_5678_9ABC_DEF0, 0x1234_5678_9ABC_DEEF, (), outer=6)
+    v("low half 0: sequence number 2^32, receiver at 2^32 - 1 (Case A, next subspace)", 2**32, 2**32 - 1)
+    v("low half 0: sequence number 2^32, receiver at 2^32 - 10", 2**32, 2**32 - 10)
+    v("Case A, Seql below Bl: receiver at 0x1fffffff0, sequence number 0x200000005", 0x2_0000_0005, 0x1_FFFF_FFF0)
+    v("Case A, Seql in the window: receiver at 0x1fffffff0, late 0x1ffffffc0 (the window's bottom)", 0x1_FFFF_FFB1,
+      0x1_FFFF_FFF0)
+    v("Case B, Seql >= Bl: receiver at 0x200000005, late 0x1fffffff0 (previous subspace)", 0x1_FFFF_FFF0,
+      0x2_0000_0005)
+    v("Case B, Seql < Bl: receiver at 0x200000005, 0x200000010 ahead", 0x2_0000_0010, 0x2_0000_0005)
+    v("Case A, 2^32 - 64 ahead: the farthest number the inference reaches", 0x1_0000_0100 + 2**32 - 64,
+      0x1_0000_0100)
+    v("sequence number 2^64 - 1, the last of an ESN SA", MAX_SEQ, MAX_SEQ - 1)
+    s = v("", 0xFFFF_FFF0, 5, add=False)
+    gb.invalid("Case B in subspace 0: receiver at 5, sequence number 0xfffffff0 (a receiver that wraps to high half "
+               "2^32 - 1 fails the ICV)", ["Esn", "EsnInference", "EsnSubspaceZero"], s, s.wire,
+               "authentication-failed", result="acceptable", plaintext=s.pkt)
+    s = v("", 2**32 + 7, 0, add=False)
+    gb.invalid("low half 0 to a fresh receiver: sequence number 2^32 read as 0", ["Esn", "EsnInference", "SeqZero"],
+               s, s.with_esp(seal_esp(gb.suite, gb.key, gb.salt, gb.spi, 2**32, True, s.body)), "esp-sequence-zero",
+               seq=f"{2**32:016x}", **({"iv": f"{2**32:016x}"} if gb.suite.iv else {}))
+    s = v("", 0x3_8000_0001, 0x1_8000_0000, add=False)
+    gb.invalid("Case A, more than 2^32 - 64 ahead: receiver at 0x180000000, sequence number 0x380000001 inferred as "
+               "0x180000001", ["Esn", "EsnBeyondWindow"], s, s.wire, "authentication-failed")
+    s = v("", 0x1_7FFF_F000, 0x1_8000_0000, add=False)
+    gb.invalid("Case A, left of the window: receiver at 0x180000000, old 0x17ffff000 inferred as 0x27ffff000 "
+               "(with ESN an old number fails the ICV instead of replay-too-old)", ["Esn", "EsnInference",
+               "ReplayTooOld"], s, s.wire, "authentication-failed")
+    s = v("", 0x1_FFFF_FF00, 0x2_0000_0005, add=False)
+    gb.invalid("Case B, left of the window: receiver at 0x200000005, old 0x1ffffff00 inferred as 0x2ffffff00",
+               ["Esn", "EsnInference", "ReplayTooOld"], s, s.wire, "authentication-failed")
+    seq = base.seq
+    gb.crafted("sealed with the AAD SPI ‖ Seq low (the high half left out)", ["EsnAadMistake"], base,
+               aad=esn_aad(gb.spi, seq, False), error="authentication-failed")
+    gb.crafted("sealed with the AAD SPI ‖ Seq low ‖ Seq high (halves swapped)", ["EsnAadMistake"], base,
+               aad=struct.pack(">III", gb.spi, seq & M32, seq >> 32), error="authentication-failed")
+    if gb.suite.iiv:
+        gb.crafted("nonce salt ‖ 0 ‖ Seq low (the high half left out of the implicit IV)", ["NonceMistake"], base,
+                   nonce=gb.salt + struct.pack(">II", 0, seq & M32), error="authentication-failed")
+    _mutations(gb, base, "ESN", full=False)
+    gb.finish()
+
+
+def _udp_group(fb: EspFileBuilder) -> None:
+    gb = fb.group("UDP encapsulation (RFC 3948, port 4500), tunnel mode, SPIs below 0x80000000", mode="tunnel",
+                  key_bits=128, udp=True)
+    inner = fb.inner
+    base = gb.valid("IPv4/UDP in IPv4/UDP 4500", ["UdpEncap"], inner.udp(4, 12))
+    gb.valid("IPv6/TCP in IPv6/UDP 4500", ["UdpEncap"], inner.tcp(6, 8))
+    gb.valid("IPv4/UDP in IPv6/UDP 4500", ["UdpEncap"], inner.udp(4, 8), outer=6)
+    gb.valid("source port 61000 (behind a NAT)", ["UdpEncap"], inner.udp(4, 8), udp_sport=61000)
+    w, at = base.wire, base.at - 8
+    seg = l4_checksum(w[12:16], w[16:20], IPPROTO_UDP, w[at:], 6)
+    t = gb.invalid("a correct non-zero UDP checksum", ["UdpEncap", "UdpChecksum", "DecryptOnly"], base, w[:at] + seg,
+                   "")
+    t.result, t.outputs = "valid", dict(base.test.outputs)
+    gb.invalid("a wrong non-zero UDP checksum (a receiver may verify it)", ["UdpEncap", "UdpChecksum"], base,
+               w[:at] + put(seg, 6, struct.pack(">H", struct.unpack(">H", seg[6:8])[0] ^ 0x0101)), "udp-bad-checksum",
+               result="acceptable", plaintext=base.pkt)
+    gb.invalid("UDP destination port 4501", ["NotEsp"], base, put(w, at + 2, struct.pack(">H", 4501)), "not-esp")
+    gb.invalid("UDP length one more than the datagram", ["IpFraming"], base,
+               put(w, at + 4, struct.pack(">H", len(w) - at + 1)), "udp-bad-length")
+    gb.invalid("a NAT keepalive (one octet 0xff)", ["NotEsp"], base, base.with_esp(b"\xff"), "nat-keepalive")
+    gb.invalid("an IKE message (non-ESP marker: four zero octets)", ["NotEsp"], base,
+               base.with_esp(bytes(4) + base.esp[:24]), "ike-non-esp-marker")
+    gb.invalid("SPI with its top bit set: EESP on the port (eesp.md §14)", ["NotEsp"], base, base.eflip(0, 0x80),
+               "eesp-in-udp")
+    _mutations(gb, base, "UDP", full=False)
+    _framing(gb, base, "UDP")
+    gb.finish()
+
+
+def _stateful_group(fb: EspFileBuilder) -> None:
+    gb = fb.group("stateful: one receiver with a 64-packet replay window processes the tests in tcId order",
+                  mode="tunnel", key_bits=128, stateful=True, window=64)
+    inner = fb.inner
+    od = ["OrderDependent"]
+
+    def v(comment: str, seq: int) -> Sealed:
+        return gb.valid(comment, od, inner.udp(4, 8), seq=seq)
+
+    def again(s: Sealed, comment: str, error: str, flag: str) -> None:
+        gb.invalid(comment, od + [flag], s, s.wire, error)
+
+    s1, s2 = v("sequence number 1", 1), v("sequence number 2", 2)
+    again(s2, "sequence number 2 again", "replay-duplicate", "ReplayedSeq")
+    again(s1, "sequence number 1 again", "replay-duplicate", "ReplayedSeq")
+    v("sequence number 100", 100)
+    v("sequence number 40: late, inside the window [37, 100]", 40)
+    s36 = gb.valid("", od, inner.udp(4, 8), seq=36, add=False)
+    again(s36, "sequence number 36: left of the window [37, 100]", "replay-too-old", "ReplayTooOld")
+    s37 = v("sequence number 37: the window's bottom", 37)
+    again(s37, "sequence number 37 again", "replay-duplicate", "ReplayedSeq")
+    s101 = gb.valid("", od, inner.udp(4, 8), seq=101, add=False)
+    gb.invalid("sequence number 101 with a flipped ICV: the window does not move", od + ["ModifiedIcv"], s101,
+               s101.eflip(-1), "authentication-failed")
+    gb.g.add(Test("sequence number 101, intact: still new", od, s101.test.inputs, s101.test.outputs, "valid", s101.wire))
+    gb.crafted("sequence number 102 as a dummy packet (Next Header 59): authenticated, so it moves the window",
+               od + ["DummyPacket"], s101, seq=102, body=trailer_body(s101.payload, 59), error="esp-dummy-packet",
+               icv_valid=True)
+    s102 = gb.valid("", od, inner.udp(4, 8), seq=102, add=False)
+    again(s102, "sequence number 102 again, now with data: the dummy packet took it", "replay-duplicate", "ReplayedSeq")
+    gb.crafted("sequence number 0", od + ["SeqZero"], s1, seq=0, error="esp-sequence-zero")
+    smax = v("sequence number 2^32 - 1", M32)
+    again(s101, "sequence number 101 again: now far left of the window", "replay-too-old", "ReplayTooOld")
+    again(smax, "sequence number 2^32 - 1 again", "replay-duplicate", "ReplayedSeq")
+    gb.finish()
+
+
+def _stateful_esn_group(fb: EspFileBuilder) -> None:
+    top = 0xFFFF_FFF0
+    gb = fb.group("stateful ESN: one receiver (window 64, resumed at 0xfffffff0) across the 2^32 boundary, in tcId "
+                  "order", mode="tunnel", key_bits=128, esn=True, stateful=True, window=64)
+    inner = fb.inner
+    od = ["Esn", "OrderDependent"]
+
+    def v(comment: str, seq: int, flags: Sequence[str] = ()) -> Sealed:
+        return gb.valid(comment, od + list(flags), inner.udp(4, 8), seq=seq, replay_top=top)
+
+    def later(seq: int) -> Sealed:
+        return gb.valid("", od, inner.udp(4, 8), seq=seq, replay_top=top, add=False)
+
+    v("0xfffffff8", 0xFFFF_FFF8)
+    sff = v("0xffffffff", 0xFFFF_FFFF)
+    s100 = v("0x100000000: low half 0, the high half moves to 1 (Case A)", 0x1_0000_0000, ["EsnInference"])
+    v("0x100000001", 0x1_0000_0001)
+    v("0xfffffffc: late, across the boundary (Case B, previous subspace)", 0xFFFF_FFFC, ["EsnInference"])
+    gb.invalid("0xffffffff again", od + ["ReplayedSeq"], sff, sff.wire, "replay-duplicate")
+    gb.invalid("0x100000000 again", od + ["ReplayedSeq"], s100, s100.wire, "replay-duplicate")
+    v("0x100000040: Case A from here on", 0x1_0000_0040)
+    s = later(0xFFFF_FFFD)
+    gb.invalid("0xfffffffd: now left of the window [0x100000001, 0x100000040], inferred as 0x1fffffffd",
+               od + ["EsnInference", "ReplayTooOld"], s, s.wire, "authentication-failed")
+    v("0x100000002: inside the window, not seen yet", 0x1_0000_0002)
+    s = later(0x2_0000_0005)
+    gb.invalid("0x200000005: more than 2^32 - 64 ahead, inferred as 0x100000005", od + ["EsnBeyondWindow"], s,
+               s.wire, "authentication-failed")
+    v("0x100000005: not taken by the packet before (its ICV failed)", 0x1_0000_0005)
+    gb.finish()
+
+
+def _kat_groups(fb: EspFileBuilder) -> None:
+    su = fb.suite
+    outer = ("192.0.2.1", "192.0.2.2")
+    if su.name == "aes-gcm-16":
+        by: Dict[Tuple[int, bool], List[Tuple[int, tuple]]] = {}
+        for i, case in enumerate(MCGREW, 1):
+            by.setdefault((len(case[0]) * 4, len(case[3]) == 24), []).append((i, case))
+        for (bits, esn), cases in sorted(by.items()):
+            gb = fb.group(f"draft-mcgrew-gcm-test-01 §4, AES-{bits}-GCM-16 with {'extended' if esn else '32-bit'} "
+                          "sequence numbers, transport mode (the draft's Next Header 1)", mode="transport",
+                          key_bits=bits, esn=esn, source=SOURCE_MCGREW)
+            for i, (key, nonce, pt, aad, ct, tag) in cases:
+                aad_b, pt_b = bytes.fromhex(aad), bytes.fromhex(pt)
+                spi = struct.unpack(">I", aad_b[:4])[0]
+                seq = struct.unpack(">Q", aad_b[4:])[0] if esn else struct.unpack(">I", aad_b[4:])[0]
+                esp = aad_b[:4] + aad_b[-4:] + bytes.fromhex(nonce[8:] + ct + tag)
+                _kat(gb, f"draft-mcgrew-gcm-test-01 §4 test case {i}", bytes.fromhex(key), bytes.fromhex(nonce[:8]),
+                     spi, seq, bytes.fromhex(nonce[8:]), pt_b, esp, outer)
+            gb.finish()
+    elif su.name == "aes-gmac":
+        gb = fb.group("draft-mcgrew-gcm-test-01 §4, the AES-GMAC case (RFC 4543), transport mode", mode="transport",
+                      key_bits=128, source=SOURCE_MCGREW)
+        keymat, body, icv = (bytes.fromhex(x) for x in MCGREW_GMAC)
+        esp = struct.pack(">II", 0x4321, 7) + bytes(8) + body + icv
+        _kat(gb, "draft-mcgrew-gcm-test-01 §4, AES-GMAC", keymat[:16], keymat[16:], 0x4321, 7, bytes(8), body, esp,
+             outer)
+        gb.finish()
+    elif su.name == "chacha20-poly1305":
+        gb = fb.group("RFC 7634 Appendix A, tunnel mode", mode="tunnel", key_bits=256, source=SOURCE_RFC7634)
+        keymat, esp, inner = (bytes.fromhex(x) for x in (RFC7634_KEYMAT, RFC7634_ESP, RFC7634_INNER))
+        t = _kat(gb, "RFC 7634 Appendix A", keymat[:32], keymat[32:], 0x01020304, 5, esp[8:16],
+                 trailer_body(inner, 4), esp, ("203.0.113.1", "203.0.113.2"))
+        t.outputs["plaintextPacket"] = inner.hex()
+        gb.finish()
+
+
+def _kat(gb: EspGroupBuilder, comment: str, key: bytes, salt: bytes, spi: int, seq: int, iv: bytes, body: bytes,
+         esp: bytes, addrs: Tuple[str, str]) -> Test:
+    """A published packet: wire = an outer IPv4 header ‖ the ESP octets.  In transport mode the plaintext is that
+    header with the document's Next Header and the payload behind it."""
+    gb.key, gb.salt, gb.spi = key, salt, spi
+    payload, pad, nh = body[: len(body) - 2 - body[-2]], body[-2], body[-1]
+    wire = fix_ip(ipv4_header(addrs[0], addrs[1], IPPROTO_ESP, 0) + esp)
+    plain = fix_ip(ipv4_header(addrs[0], addrs[1], nh, 0) + payload)
+    inp = gb.inputs(seq, iv, seq - 1 if gb.esn else 0, wire)
+    out = {"plaintextPacket": plain.hex(), "icv": esp[-gb.suite.icv :].hex(), "nextHeader": nh, "padLength": pad}
+    flags = ["SpecKat", "DecryptOnly"] + (["Esn"] if gb.esn else [])
+    if spi == 0:  # RFC 4303 §2.1: reserved, never on the wire -- yet test case 4 of the draft sends it
+        out["error"] = "esp-no-sa"
+        return gb.g.add(Test(comment + ": SPI 0", flags + ["SpiZero"], inp, out, "acceptable", wire))
+    return gb.g.add(Test(comment, flags, inp, out, "valid", wire))
+
+
+def packet_file(seed: int, suite: str) -> VectorFile:
+    fb = EspFileBuilder(seed, suite)
+    su = fb.suite
+    _kat_groups(fb)
+    _tunnel_group(fb)
+    _transport_group(fb)
+    _esn_group(fb)
+    _udp_group(fb)
+    _stateful_group(fb)
+    _stateful_esn_group(fb)
+    flags = ["ImplicitIv"] if su.iiv else []
+    if su.kind == "gmac":
+        flags.append("IntegrityOnly")
+    header = [
+        f"ESP (RFC 4303) packet vectors, suite {suite} (IKEv2 ENCR {su.encr_id}), {8 * su.icv}-bit ICV"
+        + (", implicit IV (RFC 8750)." if su.iiv else "."),
+        f"Generated by `pyesp vectors generate --seed {seed}`; see vectors/README.md.",
+        "Wire octets sealed with the AEAD primitive alone; checked against the core, an independent model and scapy.",
+    ]
+    vf = assemble(fb.name, "ESP", PACKET_SCHEMA, header, NOTES, fb.groups, common_flags=flags)
+    for g in vf.doc["testGroups"]:
+        for t in g["tests"]:
+            if "SpecKat" not in t["flags"]:
+                t["flags"].append("SelfComputed")
+    vf.doc["notes"]["SelfComputed"] = NOTES["SelfComputed"]
+    vf.doc["notes"] = {k: vf.doc["notes"][k] for k in sorted(vf.doc["notes"])}
+    return vf
+
+
+def generate(seed: int) -> List[VectorFile]:
+    return [packet_file(seed, s) for s in SUITES]
+
+
+# --------------------------------------------------------------------------------------------------------
+# published vectors (the bytes of core/tests/test_esp.c; tests/test_esp_model.py holds its own copy)
+# --------------------------------------------------------------------------------------------------------
+
+MCGREW = [  # key, nonce (salt || IV), plaintext (payload || padding || trailer), AAD, ciphertext, ICV
+    ('4c80cdefbb5d10da906ac73c3613a634',
+     '2e443b684956ed7e3b244cfe',
+     '45000048699a000080114db7c0a80102c0a801010a9bf15638d301000001000000000000045f736970045f756470037369700963796265726369747902646b000021000101020201',
+     '000043218765432100000000',
+     'fecf537e729d5b07dc30df528dd22b768d1b98736696a6fd348509fa13ceac34cfa2436f14a3f3cf65925bf1f4a13c5d15b21e1884f5ff6247aeabb786b93bce61bc17d768fd9732',
+     '459018148f6cbe722fd04796562dfdb4'),
+    ('feffe9928665731c6d6a8f9467308308',
+     'cafebabefacedbaddecaf888',
+     '4500003e698f000080114dccc0a80102c0a801010a980035002a2343b2d001000001000000000000037369700963796265726369747902646b00000100010001',
+     '0000a5f80000000a',
+     'deb22cd9b07c72c16e3a65beeb8df304a5a5897d33ae530f1ba76d5d114d2a5c3de81827c10e9a4f51330d0eec416642cfbb85a5b47e48a4ec3b9ba95d918bd1',
+     '83b70d3aa8bc6ee4c309e9d85a41ad4a'),
+    ('abbccddef00112233445566778899aababbccddef00112233445566778899aab',
+     '112233440102030405060708',
+     '4500003069a6400080062690c0a801029389155e0a9e008b2dc57ee0000000007002400020bf0000020405b40101040201020201',
+     '4a2cbfe300000002',
+     'ff425c9b724599df7a3bcd510194e00d6a78107f1b0b1cbf06efae9d65a5d763748a637985771d347f0545659f14e99def842d8e',
+     'b335f4eecfdbf831824b4c4915956c96'),
+    ('00000000000000000000000000000000',
+     '000000000000000000000000',
+     '4500003c99c500008001cb7a40679318010101010800075c020044006162636465666768696a6b6c6d6e6f707172737475767761626364656667686901020201',
+     '0000000000000001',
+     '4688daf2f973a392732909c331d56d60f694abaa414b5e7ff5fdcdfff5e9a284456476492719ffb64de7d9dca1e1d894bc3bd57873ed4d181d19d4d5c8c18af3',
+     'f821d496eeb096e98ad2b69e4799c71d'),
+    ('3de09874b388e6491988d0c3607eae1f',
+     '57690e434e280000a2fca1a3',
+     '4500003c99c300008001cb7c40679318010101010800085c020043006162636465666768696a6b6c6d6e6f707172737475767761626364656667686901020201',
+     '42f67e3f1010101010101010',
+     'fba2caa4853cf9f0f22cb10d86dd83b0fec75691cf1a04b00d1138ec9c35791765acbd8701ad79845bf9fe3fba487bc91755e6662b4c8d0d1f5e22739530320a',
+     'e0d731cc978ecafaeae88f00e80d6e48'),
+    ('3de09874b388e6491988d0c3607eae1f',
+     '57690e434e280000a2fca1a3',
+     '4500001c42a200008001441f406793b6e00000020a00f5ff01020201',
+     '42f67e3f1010101010101010',
+     'fba2ca845e5df9f0f22c3e6e86dd831e1fc65792cd1af9130e1379ed',
+     '369f071f35e034be95f112e4e7d05d35'),
+    ('feffe9928665731c6d6a8f9467308308feffe9928665731c',
+     'cafebabefacedbaddecaf888',
+     '45000028a4ad4000400678800a01038f0a010612802306b8cb712602dd6bb03e501016d075680001',
+     '0000a5f80000000a',
+     'a5b1f8066029aea40e598b8122de02420938b3ab33f828e687b8858b5bfbdbd0315b27452144cc77',
+     '95457b9652037f5318027b5b4cd7a636'),
+    ('abbccddef00112233445566778899aab',
+     'decaf888cafedebaceface74',
+     '4500004933ba00007f119106c3fb1d10c2b1d326c02831ce0035dd7b800302d500004e20001e8c18d75b81dc91baa0476b91b924b280389d92c963bac046ec959b6266c04722b14923010101',
+     '000001000000000000000001',
+     '18a6fd42f72cbf4ab2a2ea901f73d814e3e7f243d95412e1c349c1d2fbec168f9190feebaf2cb01984e65863965d7472b79da345e0e780191f0d2f0e0f496c226f2127b27db35724e7845d68',
+     '651f57e65f354f75ff17015769623436'),
+    ('abbccddef00112233445566778899aababbccddef00112233445566778899aab',
+     '73616c74616e640169766563',
+     '45080028732c00004006e9f90a0106120a01038f06b88023dd6bafbecb71260250101f646d540001',
+     '17405e67156f3126dd0db99b',
+     'f2d69ecdbd5a0d5b8d5ef38bad4da58d1f278fde98ef67549d524a3018d9a57ff4d3a31ce673119e',
+     '451626c2415771e3b7eebca614c89b35'),
+    ('3de09874b388e6491988d0c3607eae1f',
+     '57690e434e280000a2fca1a3',
+     '45000049333e00007f119182c3fb1d10c2b1d326c02831ce0035cb458003025b000001e0001e8c18d65759d52284a0352c71475c8880391c764d6e5ee0496b325ae270c03899493915010101',
+     '42f67e3f1010101010101010',
+     'fba2cad12fc1f9f00d3cebf305410db83d7784b607323d220f24b0a97d54182800cadb0f68d99ef0e0c0c89ae9bea8884e52d65bc1afd0740f742444747b5b39ab533163aad4550ee5160975',
+     'cdb608c5769189609763b8e18caa81e2'),
+    ('abbccddef00112233445566778899aababbccddef00112233445566778899aab',
+     '73616c74616e640169766563',
+     '636973636f0172756c657301746865016e6574776501646566696e6501746865746563686e6f6c6f67696573017468617477696c6c01646566696e65746f6d6f72726f7701020201',
+     '17405e67156f3126dd0db99b',
+     'd4b7ed86a1777f2ea13d6973d324c69e7b43f826fb56831226508bebd2dceb18d0a6df10e5487df074113e14c641024e3e6773d91a62ee429b043a10e3efe6b012a49363412364f8',
+     'c0cac587f249e56b11e24f30e44ccc76'),
+    ('7d773d00c144c525ac619d18c84a3f47',
+     'd966426743457e9182443bc6',
+     '01020201',
+     '335467aeffffffff',
+     '437f866b',
+     'cb3f699fe9b0822bac961c4504bef270'),
+    ('abbccddef00112233445566778899aab',
+     'decaf888cafedebaceface74',
+     '746f016265016f72016e6f7401746f0162650001',
+     '000001000000000000000001',
+     '29c9fc69a197d038ccdd14e2ddfcaa0543332164',
+     '412503524303ed3c6c5f283843af8c3e'),
+    ('6c6567616c697a656d6172696a75616e61616e64646f69746265666f72656961',
+     '7475726e333021696765746d',
+     '45000030da3a00008001df3bc0a80005c0a800010800c6cd020007006162636465666768696a6b6c6d6e6f707172737401020201',
+     '796b6963ffffffffffffffff',
+     'f97ab2aa356d8edce17644ac8c78e25dd24dedbb29ebf1b64a274b39b49c3a864cd3d78ca4ae68a32b42458fb57dbe821dcc63b9',
+     'd0937ba2945f669368661a329fb4c053'),
+]
+# draft-mcgrew-gcm-test-01 §4, AES-GMAC (RFC 4543): SPI 0x4321, Seq 7, IV 0; keymat, payload || padding || trailer, ICV
+MCGREW_GMAC = ("4c80cdefbb5d10da906ac73c3613a634" "22433c64",
+               "45000030da3a00008001df3bc0a80005c0a800010800c6cd020007006162636465666768696a6b6c6d6e6f707172737401020201",
+               "f2a9a836e155106aa8dcd618e4099aaa")
+# RFC 7634 Appendix A: keymat (key || salt), the ESP packet, the inner packet
+RFC7634_KEYMAT = "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f" "a0a1a2a3"
+RFC7634_ESP = ("01020304" "00000005" "1011121314151617"
+               "24039428b97f417e3c13753a4f05087b67c352e6a7fab1b982d466ef407ae5c614ee8099d52844eb61aa95df"
+               "ab4c02f72aa71e7c4c4f64c9befe2facc638e8f3cbec163fac469b502773f6fb94e664da9165b82829f641e0"
+               "76aaa8266b7fb0f7b11b369907e1ad43")
+RFC7634_INNER = ("45000054a6f200004001e778c6336405c00002050800" "5b7a3a080000553bec1000073627"
+                 "08090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f3031323334353637")
+
+# --------------------------------------------------------------------------------------------------------
+# checking against the core (through pyesp)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _first_diff(a: bytes, b: bytes) -> str:
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first difference at octet {i} (lengths {len(a)} and {len(b)})"
+
+
+def sa_settings(group: dict, inp: dict) -> Dict[str, Any]:
+    """pyesp.SA keyword arguments (receiving side) from a group and a test's inputs."""
+    return dict(spi=int(inp["spi"], 16), suite=group["suite"], key=bytes.fromhex(inp["key"] + inp["salt"]),
+                mode=group["mode"], esn=group["esn"], anti_replay=group["antiReplay"],
+                replay_window=group["replayWindow"], replay_top=int(inp.get("replayTop", "0"), 16),
+                udp_encap=group["udpEncap"])
+
+
+def check_packet_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
+    import pyesp
+
+    ck = Checker(file, loose)
+    for g in doc["testGroups"]:
+        shared = None
+        for t in g["tests"]:
+            try:
+                inp, out = t["inputs"], t["outputs"]
+                kw = sa_settings(g, inp)
+                if g["stateful"]:
+                    if shared is None:
+                        shared = (kw, pyesp.Receiver([pyesp.SA(**kw)]))
+                    elif kw != shared[0]:
+                        ck.record(t, "fail", "exception", "a stateful group's tests must share one SA")
+                        continue
+                    rx = shared[1]
+                else:
+                    rx = pyesp.Receiver([pyesp.SA(**kw)])
+                wire = bytes.fromhex(inp["ciphertextPacket"])
+                problems: List[str] = []
+                got: Optional[str] = None
+                try:
+                    d = rx.decrypt(wire)
+                except pyesp.EspError as e:
+                    got = e.code
+                    iv_ok = getattr(e, "icv_valid", None)
+                    if "icvValid" in out and iv_ok is not None and iv_ok != out["icvValid"]:
+                        problems.append(f"icvValid is {iv_ok}, expected {out['icvValid']}")
+                else:
+                    want = out.get("plaintextPacket")
+                    if want is not None and d.packet.hex() != want:
+                        problems.append("decrypted packet differs from plaintextPacket: "
+                                        + _first_diff(d.packet, bytes.fromhex(want)))
+                    if "nextHeader" in out and d.next_header != out["nextHeader"]:
+                        problems.append(f"Next Header {d.next_header}, expected {out['nextHeader']}")
+                    if "padLength" in out and d.pad_len != out["padLength"]:
+                        problems.append(f"Pad Length {d.pad_len}, expected {out['padLength']}")
+                    if d.seq != int(inp["seq"], 16):
+                        problems.append(f"sequence number {d.seq:#x}, expected {inp['seq']}")
+                icv_len = g["tagSize"] // 8
+                if "icv" in out and out["icv"] != wire[-icv_len:].hex():
+                    problems.append("outputs.icv is not the last octets of ciphertextPacket")
+                if t["result"] == "valid" and "DecryptOnly" not in t["flags"] and "plaintextPacket" in out:
+                    problems += _sender_check(g, inp, wire, kw, bytes.fromhex(out["plaintextPacket"]))
+                ck.verdict(t, got, problems=problems)
+            except Exception as e:  # a broken foreign vector must not stop the run
+                ck.record(t, "fail", "exception", f"{type(e).__name__}: {e}")
+    return ck.outcomes
+
+
+def _sender_check(g: dict, inp: dict, wire: bytes, kw: Dict[str, Any], plain: bytes) -> List[str]:
+    """The core's sender, given the plaintext and the same sequence number, must write the wire octets."""
+    import pyesp
+
+    skw = dict(kw, anti_replay=False, replay_top=0)
+    if g["udpEncap"]:
+        at = esp_offset(wire) - 8
+        skw["udp_sport"], skw["udp_dport"] = struct.unpack(">HH", wire[at : at + 4])
+    if g["mode"] == "tunnel":
+        skw["outer_header"] = wire[:20] if wire[0] >> 4 == 4 else wire[:40]
+    seq = int(inp["seq"], 16)
+    if "iv" in inp and int(inp["iv"], 16) != seq:
+        return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
+    try:
+        sa = pyesp.SA(**skw)
+        sa.set_next_seq(seq)
+        sent = sa.encrypt(plain)
+    except pyesp.EspError as e:
+        return [f"sender refused the packet: {e.code}"]
+    if sent != wire:
+        return ["sender output differs from ciphertextPacket: " + _first_diff(sent, wire)]
+    return []
+
+
+CHECKERS = {PACKET_SCHEMA: check_packet_doc}
+
+#: This family, registered with pecore's vector tooling on import (and offered as an entry point).
+FAMILY = register_family(Family("esp", generate, SCHEMAS, CHECKERS))
+
+
+def register(sub: Any) -> None:
+    """``pyesp vectors generate|check`` (called from pyesp.tools.cli)."""
+    _register(sub, FAMILY)
