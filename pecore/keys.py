@@ -56,7 +56,8 @@ class EespSaEntry:
 
 @dataclass(frozen=True)
 class EspSaEntry:
-    """An ``esp-sa`` line (RFC 4303).  ``settings`` holds the line's values with every default filled in."""
+    """An ``esp-sa`` line (RFC 4303).  ``settings`` holds the line's values with every default filled in:
+    keyword arguments for :class:`pyesp.SA`."""
 
     spi: int
     settings: Dict[str, object]
@@ -172,6 +173,8 @@ def _esp_entry(e) -> EspSaEntry:
         udp_sport=e.udp_sport,
         udp_dport=e.udp_dport,
     )
+    if e.has_dst:  # as for eesp-sa: the receiver binds the SA to it, so SA(**settings) is the line's SA
+        settings["dst"] = _address(e.dst_family, e.dst)
     return EspSaEntry(
         spi=e.spi,
         settings=settings,

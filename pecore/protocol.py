@@ -1,8 +1,8 @@
 """Protocol facts from the core, for the Python faces and tools: tables, checksums, where a packet is.
 
-Nothing here knows PSP or EESP itself: the suite and version tables, the
+Nothing here knows PSP, EESP or ESP itself: the suite and version tables, the
 Crypt Offset option's layout, the Internet checksum and the rules that find
-PSP/EESP inside an IP packet all come from the C core, so that every front
+PSP/EESP/ESP inside an IP packet all come from the C core, so that every front
 end (CLIs, diagnose, scapy layers, the Wireshark plugin) reads them from one
 place.
 """
@@ -21,6 +21,8 @@ _AEAD_NAMES = {lib.PE_AEAD_AES_GCM: "aes-gcm", lib.PE_AEAD_AES_CCM: "aes-ccm",
 PSP_UDP_PORT = 1000
 EESP_UDP_PORT = 4500
 EESP_IP_PROTOCOL = 49  # provisional, test-only (D7)
+ESP_IP_PROTOCOL = lib.PE_ESP_IPPROTO  # 50 (RFC 4303)
+ESP_UDP_PORT = lib.PE_ESP_UDP_PORT  # 4500 (RFC 3948), shared with EESP
 
 
 def _text(p) -> str:
@@ -229,8 +231,54 @@ def locate_eesp(ip_packet: Buffer, ip_protocol: int = EESP_IP_PROTOCOL, port: in
     return EespLocation(loc.ip_version, bool(loc.udp_encap), loc.offset, loc.len, loc.l4_offset), "ok"
 
 
+@dataclass(frozen=True)
+class EspLocation:
+    """Where ESP is in an IP packet: ``packet[offset : offset + length]`` from the SPI on."""
+
+    ip_version: int
+    udp_encap: bool
+    offset: int
+    length: int
+
+
+_UDP4500_NOT_ESP = {lib.PE_UDP4500_KEEPALIVE: "nat-keepalive", lib.PE_UDP4500_IKE: "ike-non-esp-marker",
+                    lib.PE_UDP4500_EESP: "eesp-in-udp"}
+
+
+def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool = False,
+               eesp_on_port: bool = True) -> Tuple[Optional[EspLocation], str]:
+    """The ESP part of an IP packet (IP protocol 50 after any IPv6 extension headers, or UDP ``port`` as
+    RFC 3948 and eesp.md §14 demultiplex it), and the core's status name ("ok", "not-esp", "nat-keepalive",
+    "ike-non-esp-marker", "eesp-in-udp", "ip-fragment", ...).
+
+    The core's own steps, as pe_esp_decap takes them: pe_ip_parse, pe_ip_udp and pe_eesp_udp_classify.
+    ``either_port`` matches UDP by source port too (tools looking at both directions); ``eesp_on_port=False``
+    takes a first octet with its top bit set as ESP too (a host without EESP).
+    """
+    buf = packet_buffer(ip_packet, "ip_packet")
+    ip = ffi.new("pe_ip_info *")
+    st = lib.pe_ip_parse(buf, len(buf), ip)
+    if st != lib.PE_OK:
+        return None, status_name(st)
+    if ip.is_fragment:
+        return None, "ip-fragment"
+    if ip.protocol == ESP_IP_PROTOCOL:
+        return EspLocation(ip.version, False, ip.l4_offset, ip.len - ip.l4_offset), "ok"
+    udp = ffi.new("pe_udp_view *")
+    if ip.protocol != 17 or lib.pe_ip_udp(buf, len(buf), udp) != lib.PE_OK or \
+            not (udp.dport == port or (either_port and udp.sport == port)):
+        return None, "not-esp"
+    kind = lib.pe_eesp_udp_classify(buf + udp.payload_offset, udp.payload_len)
+    if kind == lib.PE_UDP4500_EESP and not eesp_on_port:
+        kind = lib.PE_UDP4500_ESP
+    if kind != lib.PE_UDP4500_ESP:
+        return None, _UDP4500_NOT_ESP[kind]
+    return EspLocation(ip.version, True, udp.payload_offset, udp.payload_len), "ok"
+
+
 __all__ = [
-    "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "EespLocation", "EespSuite", "PSP_UDP_PORT", "PSP_VERSIONS",
+    "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "ESP_IP_PROTOCOL", "ESP_UDP_PORT",
+    "EespLocation", "EespSuite", "EspLocation", "PSP_UDP_PORT", "PSP_VERSIONS",
     "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode", "eesp_suite",
-    "locate_eesp", "locate_psp", "parse_lenient", "psp_version", "udp_checksum",
+    "locate_eesp", "locate_esp", "locate_psp", "parse_lenient", "psp_version", "udp_checksum",
 ]

@@ -1,5 +1,5 @@
-"""One shape for both Python faces (README.md, "Python: one shape for PSP and EESP"): the same verbs, the same way
-to report a spent counter, EESP batches through the core's batch loop, the EESP test-packet knobs (explicit IV,
+"""One shape for the Python faces (README.md, "One shape for PSP, EESP and ESP"): the same verbs, the same way
+to report a spent counter, EESP and ESP batches through the core's batch loop, the EESP test-packet knobs (explicit IV,
 Pad Length), bare seal/open on both, and the old names still working with a DeprecationWarning."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 import pecore.errors
 import pyeesp
+import pyesp
 import pypsp
 from conftest import REPO_ROOT
 from pyeesp.header import Header as EespHeader
@@ -47,9 +48,9 @@ class _Strict:
 
 
 def readme_table() -> list:
-    """(verb, PSP call, EESP call) rows of the README's side-by-side table."""
+    """(verb, PSP call, EESP call, ESP call) rows of the README's side-by-side table."""
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("| Verb | PSP (`pypsp`) | EESP (`pyeesp`) |")
+    start = text.index("| Verb | PSP (`pypsp`) | EESP (`pyeesp`) | ESP (`pyesp`) |")
     rows = []
     for line in text[start:].splitlines()[2:]:
         if not line.startswith("|"):
@@ -61,22 +62,35 @@ def readme_table() -> list:
 def test_readme_table_names_calls_that_exist():
     """Every call the README's table names exists on the class or module it names."""
     objs = {"enc": pypsp.Encryptor, "dec": pypsp.Decryptor, "pypsp": pypsp, "sa": pyeesp.SA, "rx": pyeesp.Receiver,
-            "pyeesp": pyeesp, "pecore.errors": pecore.errors}
+            "pyeesp": pyeesp, "esp_sa": pyesp.SA, "esp_rx": pyesp.Receiver, "pyesp": pyesp,
+            "pecore.errors": pecore.errors}
     rows = readme_table()
-    assert len(rows) >= 10
+    assert len(rows) >= 10 and all(len(r) == 4 for r in rows)
+    named = 0
     for verb, *calls in rows:
         for cell in calls:
-            for owner, name in re.findall(r"`(enc|dec|pypsp|sa|rx|pyeesp|pecore\.errors)\.(\w+)", cell):
+            for owner, name in re.findall(r"`(enc|dec|pypsp|sa|rx|pyeesp|esp_sa|esp_rx|pyesp|pecore\.errors)\.(\w+)",
+                                          cell):
+                named += owner in ("esp_sa", "esp_rx", "pyesp")
                 assert hasattr(objs[owner], name), f"README row {verb!r}: {owner}.{name} does not exist"
 
 
-def test_the_same_verbs_on_both_faces():
+    assert named >= 11  # the ESP column names real calls too
+
+
+def test_the_same_verbs_on_every_face():
     for verb in ("encrypt", "encrypt_batch", "seal", "next_iv", "set_next_iv"):
         assert callable(getattr(pypsp.Encryptor, verb, None)) or isinstance(getattr(pypsp.Encryptor, verb), property)
-        assert callable(getattr(pyeesp.SA, verb))
+        assert callable(getattr(pyeesp.SA, verb)) and callable(getattr(pyesp.SA, verb))
     for verb in ("decrypt", "decrypt_batch", "open"):
         assert callable(getattr(pypsp.Decryptor, verb))
         assert callable(getattr(pyeesp.Receiver, verb)) and callable(getattr(pyeesp.SA, verb))
+        assert callable(getattr(pyesp.Receiver, verb)) and callable(getattr(pyesp.SA, verb))
+    for face in (pypsp, pyeesp, pyesp):
+        assert callable(face.encrypt_capture) and callable(face.decrypt_capture)
+    for name in ("AuthenticationError", "MalformedPacketError", "TruncatedPacketError", "ConfigurationError",
+                 "CaptureError", "KeyFileError"):
+        assert issubclass(getattr(pyesp, name), pyesp.EspError) and hasattr(pyeesp, name), name
 
 
 # ------------------------------------------------------------------------------------------- exhaustion
@@ -86,19 +100,24 @@ def test_one_exception_and_one_query_for_a_spent_counter():
     enc = pypsp.Encryptor(spi=SPI, master_keys=MK, first_iv=2**64 - 1)
     sa = eesp_sa(key=bytes(20), root_key=None, sskdf=None)
     sa.set_next_iv(2**64 - 1)
+    esp = pyesp.SA(0x1000, "aes-gcm-16", bytes(20), esn=True)
+    esp.set_next_iv(2**64 - 1)
     with _Strict():
-        assert enc.next_iv() == 2**64 - 1 and sa.next_iv() == 2**64 - 1
+        assert enc.next_iv() == 2**64 - 1 and sa.next_iv() == 2**64 - 1 and esp.next_iv() == 2**64 - 1
         enc.encrypt(udp4())
         sa.encrypt(INNER)
-        assert enc.next_iv() is None and sa.next_iv() is None
+        esp.encrypt(INNER)
+        assert enc.next_iv() is None and sa.next_iv() is None and esp.next_iv() is None
     for sender, call in ((enc, lambda: enc.encrypt(udp4())), (sa, lambda: sa.encrypt(INNER)),
-                         (enc, lambda: enc.encrypt_batch([udp4()])), (sa, lambda: sa.encrypt_batch([INNER]))):
+                         (enc, lambda: enc.encrypt_batch([udp4()])), (sa, lambda: sa.encrypt_batch([INNER])),
+                         (esp, lambda: esp.encrypt(INNER)), (esp, lambda: esp.encrypt_batch([INNER]))):
         with pytest.raises(pecore.errors.ExhaustedError) as ei:
             call()
         assert ei.value.category == "limit"
-    assert pypsp.ExhaustedError is pyeesp.ExhaustedError is pecore.errors.ExhaustedError
+    assert pypsp.ExhaustedError is pyeesp.ExhaustedError is pyesp.ExhaustedError is pecore.errors.ExhaustedError
     assert issubclass(pypsp.IvExhaustedError, pypsp.PspError) and issubclass(pyeesp.SequenceExhaustedError,
                                                                               pyeesp.EespError)
+    assert issubclass(pyesp.SequenceExhaustedError, pyesp.EspError)
 
 
 # ------------------------------------------------------------------------------------------- EESP batches
@@ -175,15 +194,19 @@ def test_eesp_decrypt_batch_keeps_the_policy_verdict():
         assert got.icv_valid is alone.excinfo.value.icv_valid is valid
 
 
-def test_batches_go_through_the_core_batch_loop():
+@pytest.mark.parametrize("package", ["pyeesp", "pyesp"])
+def test_batches_go_through_the_core_batch_loop(package):
     """Not a Python loop over the single calls: the batch methods hand all packets to pe_batch_transform*."""
-    src = (REPO_ROOT / "pyeesp" / "sa.py").read_text(encoding="utf-8")
+    src = (REPO_ROOT / package / "sa.py").read_text(encoding="utf-8")
     for method in ("encrypt_batch", "decrypt_batch"):
         body = re.search(rf"    def {method}\(.*?(?=\n    def |\nclass |\ndef )", src, re.S).group(0)
         if "self._receiver.decrypt_batch" in body:
             continue
         assert "run_batch(" in body, method
         assert "self.encrypt(" not in body and "self.decrypt(" not in body, method
+    if package == "pyesp":  # ESP's encrypt_batch is the core's own transform, no Python per packet
+        body = re.search(r"    def encrypt_batch\(.*?(?=\n    def )", src, re.S).group(0)
+        assert "run_batch(lib.pe_esp_capture_encap" in body and "callback" not in body
 
 
 # ------------------------------------------------------------------------------------------- test packets

@@ -1,10 +1,10 @@
-"""The Python layers hold: tooling (pecore/pypsp/pyeesp ``tools``) above the runtime library above pecore's floor,
-pecore importing neither protocol package, pypsp and pyeesp independent, no import cycles, and the cffi binding
+"""The Python layers hold: tooling (pecore/pypsp/pyeesp/pyesp ``tools``) above the runtime library above pecore's
+floor, pecore importing no protocol package, pypsp, pyeesp and pyesp independent, no import cycles, and the cffi binding
 owned by one module.
 
 The contracts live in pyproject.toml (``[tool.importlinter]``) and are checked by import-linter's ``lint-imports``,
 which the test extra installs; a missing tool is a failure, not a skip.  The contracts are only as good as their
-module lists, so the test also checks that every module of the three packages is placed, and that a forbidden
+module lists, so the test also checks that every module of the four packages is placed, and that a forbidden
 import in a copy of the tree breaks them.
 """
 from __future__ import annotations
@@ -19,12 +19,13 @@ import pytest
 
 from conftest import REPO_ROOT
 
-PACKAGES = ("pecore", "pypsp", "pyeesp")
+PACKAGES = ("pecore", "pypsp", "pyeesp", "pyesp")
 
 # Modules that are no layer's business: the cffi build script (run by setuptools, never imported), the
 # deprecated aliases of moved modules (they import their target by name, at run time), the entry points.
 UNLAYERED = {
-    "pecore", "pypsp", "pyeesp", "pecore._build", "pecore._moved", "pypsp.__main__", "pyeesp.__main__",
+    "pecore", "pypsp", "pyeesp", "pyesp", "pecore._build", "pecore._moved", "pypsp.__main__", "pyeesp.__main__",
+    "pyesp.__main__",
     "pypsp.diagnose", "pyeesp.diagnose", "pecore.vectors", "pecore.vectors.__main__",
 }
 
@@ -39,7 +40,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 
 
 def modules(root: Path) -> dict:
-    """Every Python module of the three packages: dotted name -> path."""
+    """Every Python module of the four packages: dotted name -> path."""
     out = {}
     for pkg in PACKAGES:
         for path in sorted((root / pkg).rglob("*.py")):
@@ -100,8 +101,16 @@ def test_only_the_binding_imports_the_compiled_module():
 
 
 @pytest.mark.parametrize("module,line,broken", [
-    ("pecore/util.py", "import pypsp", "the shared floor (pecore) imports neither protocol package"),
-    ("pypsp/crypto.py", "import pyeesp.sa", "pypsp and pyeesp are independent of each other"),
+    ("pecore/util.py", "import pypsp", "the shared floor (pecore) imports no protocol package"),
+    ("pecore/keys.py", "import pyesp.sa", "the shared floor (pecore) imports no protocol package"),
+    ("pypsp/crypto.py", "import pyeesp.sa", "pypsp, pyeesp and pyesp are independent of each other"),
+    ("pyesp/sa.py", "import pyeesp.sa", "pypsp, pyeesp and pyesp are independent of each other"),
+    ("pyeesp/sa.py", "import pyesp.errors", "pypsp, pyeesp and pyesp are independent of each other"),
+    ("pyesp/capture.py", "import pyesp.tools.cli", "the runtime (every module outside the tools subpackages) "
+                                                   "imports no tooling"),
+    ("pyesp/tools/cli.py", "from pecore.binding import ffi", "the tooling uses the runtime API, not the cffi binding"),
+    ("pyesp/errors.py", "import pyesp.sa", "no import cycles between sibling modules"),
+    ("pyesp/header.py", "import pyesp.scapy", "tooling -> runtime -> pecore runtime -> binding"),
     ("pypsp/header.py", "import pypsp.tools.cli", "the runtime (every module outside the tools subpackages) imports "
                                                   "no tooling"),
     ("pyeesp/tools/cli.py", "from pecore.binding import lib", "the tooling uses the runtime API, not the cffi binding"),

@@ -45,7 +45,7 @@ def test_build_check_names_what_to_install_without_a_compiler():
     assert "no working C compiler" in str(ei.value) and "libssl-dev" in str(ei.value)
 
 
-@pytest.mark.parametrize("module,extra", [("pypsp.scapy", "scapy"), ("pyeesp.scapy", "scapy")])
+@pytest.mark.parametrize("module,extra", [("pypsp.scapy", "scapy"), ("pyeesp.scapy", "scapy"), ("pyesp.scapy", "scapy")])
 def test_scapy_layers_name_the_extra_when_scapy_is_missing(module, extra):
     code = f"import sys; sys.modules['scapy'] = None\ntry:\n    import {module}\nexcept ModuleNotFoundError as e:\n" \
            "    print(e)\n"

@@ -1,0 +1,5 @@
+import sys
+
+from pyesp.tools.cli import main
+
+sys.exit(main())

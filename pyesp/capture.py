@@ -1,0 +1,74 @@
+"""Encrypt and decrypt whole capture files with ESP, at C speed (pe_esp_capture_encap/decap in the core's
+capture loop; docs/captures.md)."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from pecore.binding import lib
+from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
+from pecore.keys import KeyFile
+from pyesp.errors import CaptureError, ConfigurationError
+from pyesp.sa import SA, Receiver
+
+PathLike = "os.PathLike[str] | str"
+
+
+def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str],
+         grows: bool, jobs: Optional[int]) -> Summary:
+    check_jobs(jobs, ConfigurationError)  # the same check as the other protocols' ...
+    # ... but one thread: the core's worker pool (pe/parallel.h) has per-protocol ops that copy an SA for each
+    # worker, for PSP and EESP only; ESP's capture transforms run on the calling thread (no `parallel=`).
+    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
+                         fmt=fmt, grows=grows)
+
+
+def encrypt_capture(
+    sa: SA,
+    in_path: PathLike,
+    out_path: PathLike,
+    *,
+    drop_failed: bool = False,
+    progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
+    jobs: Optional[int] = None,
+) -> Summary:
+    """Encrypt every IPv4/IPv6 packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
+
+    Non-IP frames pass unchanged; refused packets are kept (or left out with ``drop_failed``) and counted
+    by reason.  Timestamps are kept.  ``jobs`` is accepted and checked as for PSP and EESP, but ESP runs on
+    one thread whatever it says: the core's worker pool has no ESP operations yet (the output would be the
+    same).
+    """
+    if not isinstance(sa, SA):
+        raise TypeError(f"sa must be a pyesp.SA, not {type(sa).__name__}")
+    with sa._lock:
+        return _run(lib.pe_esp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, fmt, True, jobs)
+
+
+def decrypt_capture(
+    receiver: Union[SA, Receiver, KeyFile],
+    in_path: PathLike,
+    out_path: PathLike,
+    *,
+    drop_failed: bool = False,
+    progress: Optional[ProgressFn] = None,
+    fmt: Optional[str] = None,
+    jobs: Optional[int] = None,
+) -> Summary:
+    """Decrypt every ESP packet of a pcap/pcapng file (same format out, or ``fmt``
+    "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
+
+    ``receiver``: an :class:`SA`, a :class:`Receiver`, or a parsed key file (:func:`pecore.keys.load_key_file`:
+    a receiver of all its ``esp-sa`` lines).  Other traffic, EESP, IKE and keepalives on UDP 4500 and valid
+    dummy packets pass unchanged and are counted by kind; ESP packets that fail (bad ICV, replay, no SA,
+    malformed) are kept (or left out with ``drop_failed``) and counted by reason.  Replay windows persist in
+    the receiver across calls.  ``jobs``: as for :func:`encrypt_capture`, one thread.
+    """
+    if isinstance(receiver, KeyFile):
+        receiver = Receiver([SA(**e.settings) for e in receiver.esp_sas])  # type: ignore[arg-type]
+    if not isinstance(receiver, (SA, Receiver)):
+        raise TypeError(f"receiver must be a pyesp.SA, pyesp.Receiver or KeyFile, not {type(receiver).__name__}")
+    rx = receiver._receiver if isinstance(receiver, SA) else receiver
+    with rx._lock:
+        return _run(lib.pe_esp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, fmt, False, jobs)

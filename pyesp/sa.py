@@ -1,0 +1,438 @@
+"""ESP Security Associations over the core (RFC 4303): encrypt and decrypt whole IP packets.
+
+The same shape as :mod:`pyeesp.sa` (README.md, "One shape"): an :class:`SA` sends and, for tests, receives
+its own packets; a :class:`Receiver` receives for many SAs at once, looked up by SPI (and destination).
+The suites are the IKEv2 ENCR IDs of EESP's table (one table in the core for both protocols).
+"""
+from __future__ import annotations
+
+import ipaddress
+import threading
+from dataclasses import dataclass
+from typing import Iterable, List, Optional, Union
+
+from pecore.binding import ffi, lib
+from pecore.errors import status_message, status_name
+from pecore.protocol import EESP_SUITES, eesp_suite
+from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
+from pyesp.errors import ConfigurationError, EspError, PolicyError, error_class, raise_esp
+from pyesp.header import Header
+
+MAX_IP_LEN = 65535
+_OUT_LEN = MAX_IP_LEN + 512
+
+#: IKEv2 ENCR transform IDs by suite name, from the core's suite table (the same names as EESP's).
+SUITES = {s.name: s.id for s in EESP_SUITES}
+_MODES = {"transport": lib.PE_ESP_TRANSPORT, "tunnel": lib.PE_ESP_TUNNEL}
+_MODE_NAMES = {v: k for k, v in _MODES.items()}
+#: The core's transform callback type (batch.h): one packet in, one out, a verdict and a status.
+_TRANSFORM_FN = "pe_verdict(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *, pe_status *)"
+_SEQ32_MAX = 0xFFFFFFFF
+
+
+def suite_id(suite: Union[str, int]) -> int:
+    """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
+    if isinstance(suite, int) and not isinstance(suite, bool):
+        if suite in SUITES.values():
+            return suite
+        raise ConfigurationError(f"unknown ESP suite ID {suite}", "esp-bad-suite")
+    if isinstance(suite, str) and suite.strip().isdigit():
+        return suite_id(int(suite))
+    if isinstance(suite, str):
+        name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
+        name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
+        if name in SUITES:
+            return SUITES[name]
+    raise ConfigurationError(f"unknown ESP suite {suite!r}; one of {', '.join(SUITES)}", "esp-bad-suite")
+
+
+def _key_bits(encr: int, key: bytes, key_bits: Optional[int]) -> int:
+    """The AES key size: as given, or what the KEYMAT's length says (key || salt)."""
+    row = eesp_suite(encr)
+    assert row is not None  # suite_id() accepted it
+    if len(row.key_lens) == 1:  # ChaCha20-Poly1305: 256 bits only
+        if key_bits not in (None, 8 * row.key_lens[0]):
+            raise ConfigurationError(f"{row.name} takes {8 * row.key_lens[0]}-bit keys, not {key_bits}",
+                                     "esp-bad-suite")
+        return 0
+    if key_bits is None:
+        n = len(key) - row.salt_len
+        if n not in row.key_lens:
+            raise ConfigurationError(
+                f"key must be key || {row.salt_len}-octet salt with a 16, 24 or 32-octet AES key for {row.name}, "
+                f"not {len(key)} octets", "bad-key-length")
+        return 8 * n
+    return check_range("key_bits", key_bits, 256, ConfigurationError)
+
+
+@dataclass(frozen=True)
+class Decrypted:
+    """A decrypted packet and what its ESP header and trailer said.
+
+    ``packet``: the inner IP packet (tunnel), the packet with its IP header back in front (transport,
+    :meth:`Receiver.decrypt`), or the payload (:meth:`Receiver.open`).  ``seq`` is the whole sequence
+    number (with ESN the inferred 64 bits, RFC 4303 Appendix A2.2), ``seq_low`` the 32-bit field on the
+    wire.  ``iv``: the explicit IV (None for implicit-IV suites, RFC 8750).
+    """
+
+    packet: bytes
+    spi: int
+    seq: int
+    seq_low: int
+    next_header: int
+    pad_len: int
+    udp_encap: bool
+    iv: Optional[bytes]
+    icv_valid: bool
+    mode: str
+    esn: bool
+
+    @property
+    def header(self) -> Header:
+        """The ESP header as it was on the wire."""
+        return Header(self.spi, self.seq_low)
+
+
+def _address(dst: Optional[str], what: str = "dst"):  # type: ignore[no-untyped-def]
+    if dst is None:
+        return None
+    try:
+        return ipaddress.ip_address(dst)
+    except ValueError:
+        raise ConfigurationError(f"{what} is not an IPv4 or IPv6 address: {dst!r}") from None
+
+
+def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_window, replay_top, first_seq,
+                 udp_encap, udp_sport, udp_dport, outer_header, dst, for_receiver):
+    """A pe_esp_sa_config from SA settings, and the buffers it points to (kept until the core copied them)."""
+    err = ConfigurationError
+    if key is None:
+        raise err("key= (KEYMAT: key || salt) is required")
+    if mode not in _MODES:
+        raise err(f"mode must be one of {list(_MODES)}, not {mode!r}")
+    keep: list = []
+    c = ffi.new("pe_esp_sa_config *")
+    lib.pe_esp_sa_config_init(c)
+    c.spi = check_range("spi", spi, 0xFFFFFFFF, err)
+    c.encr = suite_id(suite)
+    k = key_bytes(key, "key", err)
+    c.key_bits = _key_bits(c.encr, k, key_bits)
+    c.key, c.key_len = pin(keep, k), len(k)
+    c.mode = _MODES[mode]
+    c.esn = bool(esn)
+    c.anti_replay = bool(anti_replay)
+    c.replay_window = 0 if replay_window is None else check_range("replay_window", replay_window, 1 << 20, err, 64)
+    check_range("first_seq", first_seq, 2**64 - 1, err, bottom=1)
+    top = check_range("replay_top", replay_top, 2**64 - 1, err)
+    # A receiver resuming an SA at first_seq has seen everything below it (the key file's first-seq rule).
+    c.replay_top = (top or first_seq - 1) if for_receiver else 0
+    c.udp_encap = bool(udp_encap)
+    c.udp_sport = check_range("udp_sport", udp_sport, 0xFFFF, err)
+    c.udp_dport = check_range("udp_dport", udp_dport, 0xFFFF, err)
+    if outer_header is not None:
+        oh = key_bytes(outer_header, "outer_header", err) if isinstance(outer_header, str) else bytes(outer_header)
+        c.outer_header, c.outer_header_len = pin(keep, oh), len(oh)
+    addr = _address(dst)
+    if addr is not None:
+        c.dst_family = addr.version
+        c.dst[0 : len(addr.packed)] = list(addr.packed)
+    return c, keep
+
+
+def _config_error(st: int, context: str = "") -> ConfigurationError:
+    """A refused SA configuration is the caller's setting, whatever layer noticed it."""
+    return ConfigurationError(f"{context}{status_message(st)}", status_name(st))
+
+
+class Receiver:
+    """Receives for many SAs at once (looked up by SPI, and destination for SAs bound to one), e.g. every
+    ``esp-sa`` line of a key file.  Every SA's receiving state (replay window, ESN top) lives here.
+
+    ``udp_port``: the UDP encapsulation port (RFC 3948).  ``eesp_on_port`` (default on): on that port a
+    first octet with its top bit set is EESP and passed over (``eesp-in-udp``), so inbound ESP SPIs must
+    be below 0x80000000 there; off for a host without EESP (docs/guide-esp.md).
+    """
+
+    def __init__(self, sas: Iterable["SA"], *, udp_port: int = 4500, check_udp_checksum: bool = False,
+                 eesp_on_port: bool = True) -> None:
+        sas = list(sas)
+        rc = ffi.new("pe_esp_rx_config *")
+        lib.pe_esp_rx_config_init(rc)
+        rc.udp_port = check_range("udp_port", udp_port, 0xFFFF, ConfigurationError)
+        rc.check_udp_checksum = bool(check_udp_checksum)
+        rc.eesp_on_port = bool(eesp_on_port)
+        rx = ffi.new("pe_esp_rx **")
+        st = lib.pe_esp_rx_new(rc, rx)
+        if st != lib.PE_OK:
+            raise_esp(st)
+        self._rx = ffi.gc(rx[0], lib.pe_esp_rx_free)
+        for sa in sas:
+            if not isinstance(sa, SA):
+                raise TypeError(f"sas must hold pyesp.SA objects, not {type(sa).__name__}")
+            c, _keep = _make_config(**sa._settings, for_receiver=True)
+            st = lib.pe_esp_rx_add_sa(self._rx, c)
+            if st == lib.PE_OK:
+                continue
+            if status_name(st) == "invalid-argument":
+                raise ConfigurationError(f"SA {sa.spi:#010x}: a second SA with this SPI and destination",
+                                         "invalid-argument")
+            raise _config_error(st, f"SA {sa.spi:#010x}: ")
+        self._out = ffi.new("uint8_t[]", _OUT_LEN)
+        self._out_len = ffi.new("size_t *")
+        self._info = ffi.new("pe_esp_info *")
+        self._lock = threading.Lock()
+
+    def decrypt(self, packet: Buffer) -> Decrypted:
+        """Verify, replay-check and decrypt one outer IP packet (any bytes-like object): ESP over IP
+        protocol 50, or in UDP on the receiver's port.
+
+        Raises :class:`~pyesp.ReplayError` for duplicates and too-old packets (checked before decryption;
+        only a verified packet moves the window), :class:`~pyesp.NotEspError` for packets that are not ESP.
+        """
+        buf = packet_buffer(packet, "packet")
+        with self._lock:
+            st = lib.pe_esp_decap(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._info)
+            if st != lib.PE_OK:
+                _raise_decap(st, self._info)
+            return Decrypted(packet=ffi.buffer(self._out, self._out_len[0])[:], **_info_fields(self._info))
+
+    def open(self, esp: Buffer, *, ip_version: int = 4, dst: Optional[str] = None,
+             replay: bool = True) -> Decrypted:
+        """Open bare ESP octets (from the SPI on: the IP payload, or the UDP 4500 payload).
+
+        ``packet`` is then the inner part: the tunnelled IP packet, or in transport mode the upper-layer
+        segment whose protocol is ``next_header``.  ``ip_version`` (4 or 6) and ``dst`` (the outer
+        destination) pick the SA as :meth:`decrypt` would.  ``replay=False`` neither checks nor moves the
+        replay window (``PE_ESP_OPEN_NO_REPLAY``, for looking at packets again; the ESN inference still
+        reads the window).
+        """
+        buf = packet_buffer(esp, "esp")
+        if ip_version not in (4, 6):
+            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
+        daddr = ffi.NULL
+        addr = _address(dst)
+        if addr is not None:
+            if addr.version != ip_version:
+                raise ConfigurationError(f"dst {dst} is not an IPv{ip_version} address")
+            daddr = ffi.new("uint8_t[]", addr.packed)
+        flags = 0 if replay else lib.PE_ESP_OPEN_NO_REPLAY
+        with self._lock:
+            st = lib.pe_esp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
+                                 self._out_len, self._info)
+            if st != lib.PE_OK:
+                _raise_decap(st, self._info)
+            return Decrypted(packet=ffi.buffer(self._out, self._out_len[0])[:], **_info_fields(self._info))
+
+    def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EspError]]:
+        """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
+        its exception.  Replay windows move as they would packet by packet."""
+        pkts = list(packets)
+        info = self._info
+        seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
+        rx = self._rx
+
+        # pe_esp_capture_decap (the core's ESP transform) passes no pe_esp_info out, and a Decrypted needs it
+        # (the inferred ESN, Pad Length, IV): a thin callback does pe_esp_decap per packet inside the core's
+        # batch loop, which joins, walks and writes back the packets, as pyeesp's decrypt_batch does.
+        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
+        def decap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
+            why[0] = lib.pe_esp_decap(rx, ip, n, out, cap, out_len, info)
+            if why[0] == lib.PE_OK:
+                seen.append(_info_fields(info))
+                return lib.PE_VERDICT_TRANSFORMED
+            seen.append(bool(info.icv_valid))
+            return lib.PE_VERDICT_FAILED
+
+        results: List[Union[Decrypted, EspError]] = []
+        with self._lock:
+            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0)):
+                got = seen[i] if i < len(seen) else False
+                if st != lib.PE_OK:
+                    results.append(_decap_error(st, icv_valid=bool(got) if not isinstance(got, dict) else False))
+                else:
+                    results.append(Decrypted(packet=data, **got))
+        return results
+
+
+class SA:
+    """One ESP SA (one direction), in the shape of :class:`pyeesp.SA` and scapy's ``SecurityAssociation``.
+
+    - ``suite``: "aes-gcm-16" (also -8, -12; RFC 4106), "aes-ccm-8/12/16" (RFC 4309), "chacha20-poly1305"
+      (RFC 7634), "aes-gmac" (RFC 4543), "aes-gcm-16-iiv", "aes-ccm-8-iiv", "chacha20-poly1305-iiv"
+      (RFC 8750), or the IKEv2 ENCR ID (:data:`SUITES`).
+    - ``key``: the KEYMAT block key ‖ salt (bytes or hex): a 4-octet salt, 3 for CCM, ends it.  The AES
+      key size follows from its length (or give ``key_bits``).
+    - ``mode`` "tunnel" (default, as for EESP and the key file) or "transport"; ``esn``: extended sequence
+      numbers (RFC 4303 §2.2.1: the high half is in the AAD, never on the wire).
+    - Receiving: ``anti_replay``, ``replay_window`` (packets, 64..2^20; None: the core's 1024),
+      ``replay_top`` (the highest number already accepted, to resume an SA; it places the ESN inference),
+      ``dst`` (bind the SA to a destination address, so one SPI can serve several).
+    - Sending: ``first_seq`` (the first sequence number, to resume an SA; a receiver made from the same SA
+      takes ``first_seq - 1`` as its top unless ``replay_top`` is given, as a key file's ``first-seq``
+      says), ``udp_encap`` with ``udp_sport``/``udp_dport`` (RFC 3948), ``outer_header`` (tunnel: an IPv4
+      header of 20 octets or an IPv6 header; default a copy of the inner packet's).
+
+    The IV: every explicit-IV suite sends the 64-bit sequence number as its IV (RFC 4106 §3.1 asks only that
+    it never repeat under a key), implicit-IV suites use it without sending it (RFC 8750), so
+    :meth:`next_iv` is :meth:`next_seq`.
+
+    ``encrypt`` and ``decrypt`` may be called on the same object (the same keys serve both, as in tests):
+    its own receiver listens on ``udp_dport`` and, for an SPI with its top bit set (which a host that also
+    runs EESP cannot receive on UDP 4500), with ``eesp_on_port`` off.  Calls are serialised, so threads may
+    share it.  Sequence numbers and IVs never repeat.
+    """
+
+    def __init__(
+        self,
+        spi: int,
+        suite: Union[str, int] = "aes-gcm-16",
+        key: Optional[Key] = None,
+        *,
+        key_bits: Optional[int] = None,
+        mode: str = "tunnel",
+        esn: bool = False,
+        anti_replay: bool = True,
+        replay_window: Optional[int] = None,
+        replay_top: int = 0,
+        first_seq: int = 1,
+        udp_encap: bool = False,
+        udp_sport: int = 4500,
+        udp_dport: int = 4500,
+        outer_header: Optional[bytes] = None,
+        dst: Optional[str] = None,
+    ) -> None:
+        settings = dict(locals())
+        del settings["self"]
+        c, keep = _make_config(**settings, for_receiver=False)
+        tx = ffi.new("pe_esp_tx **")
+        st = lib.pe_esp_tx_new(c, tx)
+        if st != lib.PE_OK:
+            raise _config_error(st)
+        self._tx = ffi.gc(tx[0], lib.pe_esp_tx_free)
+        if first_seq != 1:
+            st = lib.pe_esp_tx_set_next_seq(self._tx, first_seq)
+            if st != lib.PE_OK:
+                raise _config_error(st, f"first_seq {first_seq}: ")
+        self._settings = settings
+        self.spi, self.mode, self.suite, self.esn = spi, mode, suite, bool(esn)
+        self._receiver = Receiver([self], udp_port=udp_dport, eesp_on_port=spi < 0x80000000)
+        self._out = ffi.new("uint8_t[]", _OUT_LEN)
+        self._out_len = ffi.new("size_t *")
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # the key stays out of logs and tracebacks
+        return f"<pyesp.SA spi={self.spi:#010x} suite={self.suite} mode={self.mode}{' esn' if self.esn else ''}>"
+
+    def next_seq(self) -> Optional[int]:
+        """The sequence number the next packet carries (all 64 bits with ESN); None once exhausted (then
+        :meth:`encrypt` raises :class:`~pecore.errors.ExhaustedError`)."""
+        with self._lock:
+            n = lib.pe_esp_tx_next_seq(self._tx)
+        return n or None
+
+    def set_next_seq(self, next_seq: int) -> None:
+        """Let the sequence numbers continue at ``next_seq``: only forward, and within 32 bits without ESN, so no
+        sequence number or IV is ever reused."""
+        check_range("next_seq", next_seq, 2**64 - 1, ConfigurationError, bottom=1)
+        with self._lock:
+            st = lib.pe_esp_tx_set_next_seq(self._tx, next_seq)
+        if st != lib.PE_OK:
+            raise_esp(st, "sequence numbers only move forward (and stay below 2^32 without ESN)"
+                      if status_name(st) == "invalid-argument" else None)
+
+    def next_iv(self) -> Optional[int]:
+        """The IV of the next packet: the core's IV is the 64-bit sequence number (sent as the 8-octet
+        explicit IV, or the nonce's counter for implicit-IV suites), so this is :meth:`next_seq`.  The same
+        call as ``pypsp.Encryptor.next_iv()`` and ``pyeesp.SA.next_iv()``."""
+        return self.next_seq()
+
+    def set_next_iv(self, next_iv: int) -> None:
+        """Let the counter continue at ``next_iv`` (see :meth:`set_next_seq`), as ``pyeesp.SA.set_next_iv``."""
+        self.set_next_seq(next_iv)
+
+    def encrypt(self, ip_packet: Buffer) -> bytes:
+        """Encapsulate one IPv4/IPv6 packet (any bytes-like object); returns the outer IP packet."""
+        buf = packet_buffer(ip_packet, "ip_packet")
+        with self._lock:
+            st = lib.pe_esp_encap(self._tx, buf, len(buf), self._out, _OUT_LEN, self._out_len)
+            if st != lib.PE_OK:
+                raise_esp(st)
+            return ffi.buffer(self._out, self._out_len[0])[:]
+
+    def seal(self, payload: Buffer, next_header: int) -> bytes:
+        """The ESP octets alone, from the SPI to the ICV (no IP or UDP header), around ``payload`` -- the
+        inner IP packet in tunnel mode, the upper-layer segment in transport mode -- whose protocol number is
+        ``next_header``.  Next Header 59 (:data:`pyesp.header.NEXT_HEADER_DUMMY`) makes a dummy packet
+        (RFC 4303 §2.6), which a receiver authenticates and discards (:class:`~pyesp.DummyPacketError`).
+        :meth:`Receiver.open` is its inverse."""
+        check_range("next_header", next_header, 255, ConfigurationError)
+        buf = packet_buffer(payload, "payload")
+        cap = len(buf) + lib.PE_ESP_MAX_OVERHEAD
+        out = ffi.new("uint8_t[]", cap)
+        with self._lock:
+            st = lib.pe_esp_seal(self._tx, next_header, buf, len(buf), out, cap, self._out_len)
+            if st != lib.PE_OK:
+                raise_esp(st)
+            return ffi.buffer(out, self._out_len[0])[:]
+
+    def encrypt_batch(self, packets: Iterable[Buffer]) -> List[bytes]:
+        """Encrypt many packets in one core call: the core's ESP transform (pe_esp_capture_encap) in its
+        batch loop (pe_batch_transform_until_failure), all in C.  Raises on the first packet that fails: the
+        packets before it used their sequence numbers and their results are in ``err.results``; it and the
+        packets after it used none (``next_seq()`` is the one the failed packet would have had)."""
+        pkts = list(packets)
+        with self._lock:
+            results = run_batch(lib.pe_esp_capture_encap, self._tx, pkts, lib.PE_ESP_MAX_OVERHEAD,
+                                stop_at_failure=True)
+        out: List[bytes] = []
+        for i, (st, data) in enumerate(results):
+            if st != lib.PE_OK:
+                err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
+                err.results = out  # type: ignore[attr-defined]
+                raise err
+            out.append(data)
+        return out
+
+    def decrypt(self, packet: Buffer) -> Decrypted:
+        """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
+        return self._receiver.decrypt(packet)
+
+    def open(self, esp: Buffer, **kwargs) -> Decrypted:  # type: ignore[no-untyped-def]
+        """Open bare ESP octets (see :meth:`Receiver.open`)."""
+        return self._receiver.open(esp, **kwargs)
+
+    def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EspError]]:
+        """Decrypt many packets in order; a failed packet's slot holds its exception."""
+        return self._receiver.decrypt_batch(packets)
+
+
+def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
+    """What a pe_esp_info says about a decrypted packet, as Decrypted's fields (all but the packet)."""
+    return dict(
+        spi=info.spi,
+        seq=info.seq,
+        seq_low=info.seq_low,
+        next_header=info.next_header,
+        pad_len=info.pad_len,
+        udp_encap=bool(info.udp_encap),
+        iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL and info.iv_len else None,
+        icv_valid=bool(info.icv_valid),
+        mode=_MODE_NAMES.get(info.mode, str(info.mode)),
+        esn=bool(info.esn),
+    )
+
+
+def _decap_error(st: int, *, icv_valid: bool) -> EspError:
+    code = status_name(st)
+    err = error_class(code)(status_message(st), code)
+    if isinstance(err, PolicyError):
+        err.icv_valid = icv_valid
+    return err
+
+
+def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
+    raise _decap_error(st, icv_valid=bool(info.icv_valid))
+
+
+def _failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]
+    return lib.PE_VERDICT_FAILED  # a callback that raised (it cannot: no Python work in it) fails its packet
