@@ -184,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_show)
 
     # More subcommands register here, each with one line (as pyeesp's diagnose and vectors do):
-    # from pyesp.tools.vectors import register as register_vectors; register_vectors(sub)
+    from pyesp.tools.vectors import register as register_vectors  # vectors generate|check (tooling)
+    register_vectors(sub)
     return p
 
 
