@@ -358,8 +358,9 @@ def decap(sas, wire: bytes, *, replay: bool = True, udp_port: int = UDP_ENCAP_PO
             at, field_at = off + n, off
             if t == IPV6_FRAGMENT:
                 fragment |= struct.unpack(">H", wire[off + 2 : off + 4])[0] & 0xFFF9
-    if total != len(wire):
+    if total > len(wire) or total < at:
         raise EspModelError("ip-bad-length")
+    wire = wire[:total]  # RFC 791 / RFC 8200: the length field ends the datagram (link-layer padding follows)
     proto, rest = wire[field_at], wire[at:]
     if proto == IPPROTO_ESP:
         if fragment:

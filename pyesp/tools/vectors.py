@@ -157,6 +157,8 @@ NOTES: Dict[str, Dict[str, str]] = {
                "or on UDP 4500 a NAT keepalive, an IKE message (non-ESP marker) or EESP (first octet's MSB set, for a "
                "host that runs EESP beside ESP)."},
     "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing, or a fragment."},
+    "TrailingOctets": {"bugType": "EDGE_CASE", "description": "Octets after the end the IP length field gives "
+                       "(link-layer padding): not part of the datagram, so not part of ESP."},
     "UdpChecksum": {"bugType": "EDGE_CASE", "description": "A non-zero UDP checksum: RFC 3948 §3.1.1 lets the "
                     "receiver ignore it; a receiver may verify it."},
 }
@@ -596,6 +598,9 @@ def _receiver_rules(gb: EspGroupBuilder, s: Sealed, tag: str, full: bool = True)
 
 def _framing(gb: EspGroupBuilder, s: Sealed, tag: str) -> None:
     w = s.wire
+    t = gb.invalid(f"{tag}: four octets after the IP length (link-layer padding): not part of the datagram",
+                   ["TrailingOctets", "DecryptOnly"], s, w + bytes(4), "")
+    t.result, t.outputs = "valid", dict(s.test.outputs, icv=w[-gb.suite.icv :].hex())
     if w[0] >> 4 == 4:
         gb.invalid(f"{tag}: outer IPv4 MF set (a fragment)", ["IpFraming"], s, ipv4_recheck(put(w, 6, b"\x20\x00")),
                    "ip-fragment")
@@ -1034,6 +1039,12 @@ def _first_diff(a: bytes, b: bytes) -> str:
     return f"first difference at octet {i} (lengths {len(a)} and {len(b)})"
 
 
+def _datagram(wire: bytes) -> bytes:
+    """The octets the IP length field covers (what follows it is link-layer padding)."""
+    n = struct.unpack(">H", wire[2:4])[0] if wire[0] >> 4 == 4 else 40 + struct.unpack(">H", wire[4:6])[0]
+    return wire[:n]
+
+
 def sa_settings(group: dict, inp: dict) -> Dict[str, Any]:
     """pyesp.SA keyword arguments (receiving side) from a group and a test's inputs."""
     return dict(spi=int(inp["spi"], 16), suite=group["suite"], key=bytes.fromhex(inp["key"] + inp["salt"]),
@@ -1083,8 +1094,8 @@ def check_packet_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]
                     if d.seq != int(inp["seq"], 16):
                         problems.append(f"sequence number {d.seq:#x}, expected {inp['seq']}")
                 icv_len = g["tagSize"] // 8
-                if "icv" in out and out["icv"] != wire[-icv_len:].hex():
-                    problems.append("outputs.icv is not the last octets of ciphertextPacket")
+                if "icv" in out and out["icv"] != _datagram(wire)[-icv_len:].hex():
+                    problems.append("outputs.icv is not the last octets of ciphertextPacket's IP datagram")
                 if t["result"] == "valid" and "DecryptOnly" not in t["flags"] and "plaintextPacket" in out:
                     problems += _sender_check(g, inp, wire, kw, bytes.fromhex(out["plaintextPacket"]))
                 ck.verdict(t, got, problems=problems)
