@@ -19,7 +19,8 @@ receiver under test may choose otherwise; the vector files flag those tests `acc
 - default padding 1, 2, 3, ... up to a 4-octet boundary of body; on receive the padding octets are checked
   (RFC 4303 §2.4 "SHOULD"): esp-bad-padding, after the ICV;
 - ESN inference exactly per Appendix A2.2; in Case B with Seq high 0 there is no subspace below: high half 0;
-- the replay window covers [top - W + 1, top] and moves only after the ICV verified (§3.4.3);
+- the replay window covers [top - W + 1, top] and moves only after the ICV verified (§3.4.3); W is rounded up
+  to a multiple of 64 (the project's windows are whole words);
 - tunnel mode delivers one whole IPv4/IPv6 packet whose version matches Next Header 4/41;
 - Next Header 59 is a dummy packet (§2.6): authenticated, then discarded;
 - on UDP 4500 (RFC 3948 §2.2) one 0xff octet is a NAT keepalive, four zero octets the non-ESP marker, and (for
@@ -103,6 +104,10 @@ class SA:
             raise EspModelError("bad-key-length", f"{len(self.keymat)} octets of KEYMAT")
         self.key, self.salt = self.keymat[:n], self.keymat[n:]
         self.top = self.replay_top
+        # The window W a receiver keeps: the project's windows are whole 64-bit words (core/include/pe/replay.h
+        # rounds the size up), and that W is also the one the ESN inference uses; without anti-replay there is
+        # no bitmap and W is the number configured.
+        self.window = -(-self.replay_window // 64) * 64 if self.anti_replay else self.replay_window
 
 
 # ----------------------------------------------------------------------------------------------- AEAD
@@ -189,7 +194,7 @@ def infer_seq(top: int, window: int, seq_low: int) -> int:
 def replay_verdict(sa: SA, seq: int) -> str | None:
     if seq > sa.top:
         return None
-    if seq <= sa.top - sa.replay_window:
+    if seq <= sa.top - sa.window:
         return "replay-too-old"
     return "replay-duplicate" if seq in sa.accepted else None
 
@@ -214,7 +219,7 @@ def open(sas, esp: bytes, *, replay: bool = True) -> Opened:  # noqa: A001 - the
     s = sa.suite
     if len(esp) < 8 + s.iv_len + 2 + s.icv_len:
         raise EspModelError("esp-truncated", f"{len(esp)} octets")
-    seq = infer_seq(sa.top, sa.replay_window, seq_low) if sa.esn else seq_low
+    seq = infer_seq(sa.top, sa.window, seq_low) if sa.esn else seq_low
     if seq == 0:
         raise EspModelError("esp-sequence-zero")
     check = replay and sa.anti_replay
@@ -343,32 +348,59 @@ def classify_udp(payload: bytes, eesp_on_port: bool = True) -> str | None:
     return None
 
 
+def _outer(wire: bytes) -> tuple[bytes, int, int, bool]:
+    """(the datagram, offset of what follows the IP header chain, offset of the octet naming it, fragment?).
+
+    RFC 791 / RFC 8200: the length field ends the datagram (octets after it are link-layer padding); IPv6
+    extension headers (RFC 7045's list) are walked up to the upper layer, or to a fragment header of a real
+    fragment (offset or M set; an atomic fragment, RFC 6946, is a whole packet)."""
+    if not wire:
+        raise EspModelError("ip-truncated")
+    if wire[0] >> 4 == 4:
+        if len(wire) < 20:
+            raise EspModelError("ip-truncated")
+        ihl, total = (wire[0] & 0xF) * 4, struct.unpack(">H", wire[2:4])[0]
+        if ihl < 20:
+            raise EspModelError("ip-bad-header-length")
+        if ihl > len(wire):
+            raise EspModelError("ip-truncated")
+        if not ihl <= total <= len(wire):
+            raise EspModelError("ip-bad-length")
+        return wire[:total], ihl, 9, bool(struct.unpack(">H", wire[6:8])[0] & 0x3FFF)
+    if wire[0] >> 4 != 6:
+        raise EspModelError("ip-bad-version")
+    if len(wire) < 40:
+        raise EspModelError("ip-truncated")
+    total = 40 + struct.unpack(">H", wire[4:6])[0]
+    if total > len(wire):
+        raise EspModelError("ip-bad-length")
+    pkt, nh, at, field_at = wire[:total], wire[6], 40, 6
+    while nh in (0, 43, 44, 60, 135, 139, 140):
+        if at + 8 > total:
+            raise EspModelError("ip-bad-extension-header")
+        n = 8 if nh == IPV6_FRAGMENT else (pkt[at + 1] + 1) * 8
+        if at + n > total:
+            raise EspModelError("ip-bad-extension-header")
+        real_fragment = nh == IPV6_FRAGMENT and struct.unpack(">H", pkt[at + 2 : at + 4])[0] & 0xFFF9
+        nh, field_at, at = pkt[at], at, at + n
+        if real_fragment:
+            return pkt, at, field_at, True
+    return pkt, at, field_at, False
+
+
 def decap(sas, wire: bytes, *, replay: bool = True, udp_port: int = UDP_ENCAP_PORT) -> tuple[Opened, bytes]:
     """One IP packet from the wire -> (Opened, the delivered packet)."""
-    if not wire or wire[0] >> 4 not in (4, 6):
-        raise EspModelError("ip-bad-version")
-    if wire[0] >> 4 == 4:
-        at, field_at = (wire[0] & 0xF) * 4, 9
-        total = struct.unpack(">H", wire[2:4])[0]
-        fragment = struct.unpack(">H", wire[6:8])[0] & 0x3FFF
-    else:
-        total = 40 + struct.unpack(">H", wire[4:6])[0]
-        at, field_at, fragment = 40, 6, 0
-        for t, off, n in _ipv6_chain(wire):
-            at, field_at = off + n, off
-            if t == IPV6_FRAGMENT:
-                fragment |= struct.unpack(">H", wire[off + 2 : off + 4])[0] & 0xFFF9
-    if total > len(wire) or total < at:
-        raise EspModelError("ip-bad-length")
-    wire = wire[:total]  # RFC 791 / RFC 8200: the length field ends the datagram (link-layer padding follows)
+    wire, at, field_at, fragment = _outer(wire)
     proto, rest = wire[field_at], wire[at:]
     if proto == IPPROTO_ESP:
         if fragment:
             raise EspModelError("ip-fragment")
         esp = rest
     elif proto == IPPROTO_UDP and len(rest) >= 8 and struct.unpack(">H", rest[2:4])[0] == udp_port:
-        if fragment:
-            raise EspModelError("ip-fragment")
+        if fragment:  # only a first fragment shows the port; a later one's "header" is data
+            first = struct.unpack(">H", wire[6:8])[0] & 0x1FFF == 0 if wire[0] >> 4 == 4 else \
+                struct.unpack(">H", wire[field_at + 2 : field_at + 4])[0] & 0xFFF8 == 0
+            raise EspModelError("ip-fragment" if first else "not-esp")
         if struct.unpack(">H", rest[4:6])[0] != len(rest):
             raise EspModelError("udp-bad-length")
         esp = rest[8:]
