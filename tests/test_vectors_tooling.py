@@ -1,4 +1,4 @@
-"""`pypsp vectors` / `pyeesp vectors` hold up: a missing extra and a failure mid-generation.
+"""`pypsp vectors` / `pyeesp vectors` / `pyesp vectors` hold up: a missing extra and a failure mid-generation.
 
 - Without jsonschema (the `vectors` extra), `vectors check` and `vectors generate` say which extra to install
   and exit with the CLI's usage/environment status 2, without a traceback, and generate writes nothing.
@@ -35,7 +35,8 @@ def no_jsonschema(tmp_path_factory) -> Dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("cli,vector", [("pypsp", "psp_v0_test.json"), ("pyeesp", "eesp_aes-gcm-16_test.json")])
+@pytest.mark.parametrize("cli,vector", [("pypsp", "psp_v0_test.json"), ("pyeesp", "eesp_aes-gcm-16_test.json"),
+                                        ("pyesp", "esp_aes-gcm-16_test.json")])
 def test_check_without_jsonschema_names_the_extra(no_jsonschema, cli, vector):
     p = subprocess.run([sys.executable, "-m", cli, "vectors", "check", str(ROOT / "vectors" / vector)],
                        env=no_jsonschema, capture_output=True, text=True, timeout=120, cwd=str(ROOT))
@@ -44,7 +45,7 @@ def test_check_without_jsonschema_names_the_extra(no_jsonschema, cli, vector):
     assert p.stderr.startswith(f"{cli}: error: "), p.stderr
 
 
-@pytest.mark.parametrize("cli", ["pypsp", "pyeesp"])
+@pytest.mark.parametrize("cli", ["pypsp", "pyeesp", "pyesp"])
 def test_generate_without_jsonschema_names_the_extra_and_writes_nothing(no_jsonschema, tmp_path, cli):
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, "-m", cli, "vectors", "generate", "--out", str(out)],
