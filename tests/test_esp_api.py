@@ -492,3 +492,25 @@ def test_locate_esp():
     assert all(s in CATEGORY_BY_CODE for s in statuses + got)
     with pytest.raises(TypeError, match="ip_packet"):
         locate_esp("not bytes")
+
+
+def test_threads_share_an_sa():
+    """Calls are serialised: threads sharing one SA never send a sequence number (the IV) twice."""
+    import threading
+
+    sa, rx = sender_and_receiver(replay_window=4096)
+    wires: list = []
+
+    def work() -> None:
+        for _ in range(200):
+            wires.append(sa.encrypt(INNER4))
+        wires.extend(sa.encrypt_batch([INNER4] * 50))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seqs = sorted(Header.parse(w[20:]).seq for w in wires)
+    assert seqs == list(range(1, 1001)) and sa.next_seq() == 1001
+    assert all(d.packet == INNER4 for d in rx.decrypt_batch(wires))
