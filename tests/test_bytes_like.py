@@ -13,6 +13,7 @@ import struct
 import pytest
 
 import pyeesp
+import pyesp
 import pypsp
 from pecore.capture import LINKTYPE_RAW, CaptureWriter, read_capture
 from pecore.protocol import checksum
@@ -75,15 +76,35 @@ def test_eesp_accepts_every_bytes_like(kind):
     assert pyeesp.Header.parse(memoryview(wire)[20:]).spi == 0x2000
 
 
+@pytest.mark.parametrize("kind", [k for k, _ in views(PKT)])
+def test_esp_accepts_every_bytes_like(kind):
+    data = dict(views(PKT))[kind]
+    sa = pyesp.SA(0x2000, "aes-gcm-16", bytes(range(20)), mode="tunnel")
+    ref = pyesp.SA(0x2000, "aes-gcm-16", bytes(range(20)), mode="tunnel")
+    wire = sa.encrypt(data)
+    assert wire == ref.encrypt(PKT)
+    assert sa.encrypt_batch([data]) == ref.encrypt_batch([PKT])
+    assert sa.seal(data, 4) == ref.seal(PKT, 4)
+    rx = pyesp.Receiver([pyesp.SA(0x2000, "aes-gcm-16", bytes(range(20)), mode="tunnel")])
+    assert rx.decrypt(bytearray(wire)).packet == PKT
+    assert [r.packet for r in rx.decrypt_batch([memoryview(ref.encrypt(PKT))])] == [PKT]
+    assert rx.open(memoryview(ref.seal(PKT, 4))).packet == PKT
+    assert pyesp.Header.parse(memoryview(wire)[20:]).spi == 0x2000
+
+
 @pytest.mark.parametrize("name,bad", BAD)
 def test_other_types_raise_a_type_error_naming_the_parameter(name, bad):
     enc, dec = psp_pair()
     sa = pyeesp.SA(0x2000, key=bytes(range(20)), mode="tunnel")
+    esa = pyesp.SA(0x2000, "aes-gcm-16", bytes(range(20)), mode="tunnel")
     calls = [
         (enc.encrypt, "ip_packet"), (dec.decrypt, "packet"), (dec.open, "psp"),
         (pypsp.Header.parse, "data"), (pypsp.Header.parse_lenient, "data"),
         (lambda b: sa.encrypt(b, 0), "ip_packet"), (sa.decrypt, "packet"), (pyeesp.Header.parse, "data"),
         (lambda b: enc.encrypt_batch([PKT, b]), "packets[1]"), (lambda b: dec.decrypt_batch([b]), "packets[0]"),
+        (esa.encrypt, "ip_packet"), (esa.decrypt, "packet"), (esa.open, "esp"), (lambda b: esa.seal(b, 4), "payload"),
+        (pyesp.Header.parse, "data"), (lambda b: esa.encrypt_batch([PKT, b]), "packets[1]"),
+        (lambda b: esa.decrypt_batch([b]), "packets[0]"),
     ]
     for call, param in calls:
         with pytest.raises(TypeError) as ei:

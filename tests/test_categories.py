@@ -1,7 +1,7 @@
 """One meaning for every status: the core's category column (core/include/pe/status.h) is what every face shows.
 
-Walks every status name the core has and checks that the Python exception classes of both packages stand for
-its category; the dissectors' expert items are checked against the same table by the tshark tests
+Walks every status name the core has and checks that the Python exception classes of every package (pypsp,
+pyeesp, pyesp) stand for its category; the dissectors' expert items are checked against the same table by the tshark tests
 (tests/test_wireshark_plugin.py, tests/test_lua_dissectors.py).
 """
 from __future__ import annotations
@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 import pyeesp
+import pyesp
 import pypsp
 from pecore._native import ffi, lib
 from pecore.errors import CATEGORIES, CATEGORY_BY_CODE, CoreError
 from pyeesp.errors import error_class as eesp_error_class
+from pyesp.errors import error_class as esp_error_class
 from pypsp.errors import error_class as psp_error_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +45,8 @@ def test_the_header_lists_each_status_with_one_category():
 @pytest.mark.parametrize("code", sorted(c for c, cat in CATEGORY_BY_CODE.items() if cat != "ok"))
 def test_python_classes_stand_for_the_category(code):
     category = CATEGORY_BY_CODE[code]
-    for error_class, base in ((psp_error_class, pypsp.PspError), (eesp_error_class, pyeesp.EespError)):
+    for error_class, base in ((psp_error_class, pypsp.PspError), (eesp_error_class, pyeesp.EespError),
+                              (esp_error_class, pyesp.EspError)):
         cls = error_class(code)
         assert issubclass(cls, base) and issubclass(cls, CoreError)
         assert cls.category == category, (code, cls.__name__)
@@ -53,7 +56,7 @@ def test_python_classes_stand_for_the_category(code):
 
 def test_the_category_classes():
     """Each package has one class per category, and the refinements stay inside theirs."""
-    for mod in (pypsp, pyeesp):
+    for mod in (pypsp, pyeesp, pyesp):
         assert issubclass(mod.TruncatedPacketError, mod.MalformedPacketError)
         assert mod.CutByCaptureError.category == "cut-by-capture"
         assert mod.PacketTooLargeError.category == "limit" and issubclass(mod.PacketTooLargeError, mod.LimitError)
@@ -64,4 +67,6 @@ def test_the_category_classes():
     assert issubclass(pyeesp.SubSaError, pyeesp.PolicyError) and issubclass(pyeesp.DummyPacketError, pyeesp.PolicyError)
     assert issubclass(pypsp.VersionDisabledError, pypsp.PolicyError)
     assert issubclass(pypsp.VersionDisabledError, pypsp.UnsupportedVersionError)
+    assert issubclass(pyesp.DummyPacketError, pyesp.PolicyError)
     assert pypsp.IvExhaustedError.category == pyeesp.SequenceExhaustedError.category == "limit"
+    assert pyesp.SequenceExhaustedError.category == "limit"

@@ -59,7 +59,7 @@ def test_a_closed_pipe_ends_show_quietly(tmp_path):
                           timeout=120).returncode == 0
     p = cli("pypsp", "encrypt", str(clear), str(enc), "--master-key0", MK, "--spi", "12345678", "--version", "0")
     assert p.returncode == 0, p.stderr
-    for mod in ("pypsp", "pyeesp"):
+    for mod in ("pypsp", "pyeesp", "pyesp"):
         sh = f"{sys.executable} -m {mod} show {enc} | head -n 2"
         r = subprocess.run(["bash", "-o", "pipefail", "-c", sh], capture_output=True, text=True, timeout=120,
                            cwd=str(ROOT))
@@ -77,13 +77,16 @@ def test_a_closed_pipe_ends_show_quietly(tmp_path):
     (["pypsp", "encrypt", "x.pcap", "y.pcap", "--first-iv", "0"], "IV must be in 1.."),
     (["pypsp", "encrypt", "x.pcap", "y.pcap", "--crypt-offset", "64"], "crypt offset must be in 0..63"),
     (["pyeesp", "decrypt", "x.pcap", "y.pcap", "--ip-protocol", "256"], "IP protocol must be in 0..255"),
+    (["pyesp", "show", "x.pcap", "--limit", "-1"], "count must be in 0.."),
+    (["pyesp", "encrypt", "x.pcap", "y.pcap", "--first-seq", "0"], "IV must be in 1.."),
+    (["pyesp", "decrypt", "x.pcap", "y.pcap", "--jobs", "0"], "jobs must be in 1..1024"),
 ])
 def test_options_are_checked_alike(argv, needle):
     p = cli(*argv)
     assert p.returncode == 2 and needle in p.stderr, (p.returncode, p.stderr)
 
 
-@pytest.mark.parametrize("prog", ["pypsp", "pyeesp"])
+@pytest.mark.parametrize("prog", ["pypsp", "pyeesp", "pyesp"])
 def test_version(prog):
     p = cli(prog, "--version")
     assert p.returncode == 0 and p.stdout.startswith(f"{prog} 0.") and "OpenSSL 3" in p.stdout, p.stdout + p.stderr

@@ -452,3 +452,65 @@ def test_package_exports():
     for name in pyesp.__all__:
         assert hasattr(pyesp, name), name
     assert pyesp.ExhaustedError is ExhaustedError
+
+
+# ------------------------------------------------------------------------------------------- where ESP is
+
+
+def test_locate_esp():
+    """pecore.protocol.locate_esp: protocol 50 after IPv6 extension headers, UDP 4500 as RFC 3948 and
+    eesp.md §14 demultiplex it; every status it gives is one of the core's."""
+    from pecore.errors import CATEGORY_BY_CODE
+    from pecore.protocol import locate_esp
+
+    k = keymat("aes-gcm-16", 128)
+    esp = SA(SPI, "aes-gcm-16", k, mode="transport").seal(b"x" * 10, 17)
+    v4 = with_ip_length(bytes.fromhex("4500000000000000403200000a0000010a000002") + esp)
+    loc, st = locate_esp(v4)
+    assert st == "ok" and (loc.ip_version, loc.udp_encap, loc.offset, loc.length) == (4, False, 20, len(esp))
+    hbh = bytes([50, 0]) + bytes(6)  # Hop-by-Hop, then ESP
+    v6 = struct.pack("!IHBB", 0x60000000, len(hbh) + len(esp), 0, 64) + bytes(32) + hbh + esp
+    loc, st = locate_esp(v6)
+    assert st == "ok" and (loc.ip_version, loc.offset, loc.length) == (6, 48, len(esp))
+
+    def udp4500(payload: bytes, sport: int = 1111, dport: int = 4500) -> bytes:
+        return with_ip_length(bytes.fromhex("4500000000000000401100000a0000010a000002")
+                              + struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload)
+
+    loc, st = locate_esp(udp4500(esp))
+    assert st == "ok" and loc.udp_encap and loc.offset == 28
+    assert locate_esp(udp4500(esp, 4500, 1111))[1] == "not-esp"
+    assert locate_esp(udp4500(esp, 4500, 1111), either_port=True)[1] == "ok"
+    high = b"\x80" + esp[1:]
+    got = [locate_esp(udp4500(p))[1] for p in (b"\xff", bytes(4) + b"ike", high)]
+    assert got == ["nat-keepalive", "ike-non-esp-marker", "eesp-in-udp"]
+    assert locate_esp(udp4500(high), eesp_on_port=False)[1] == "ok"
+    frag = bytearray(v4)
+    frag[6] = 0x20  # More Fragments
+    statuses = [locate_esp(bytes(frag))[1], locate_esp(INNER4)[1], locate_esp(b"\x45")[1], locate_esp(b"")[1]]
+    assert statuses[:2] == ["ip-fragment", "not-esp"]
+    assert all(s in CATEGORY_BY_CODE for s in statuses + got)
+    with pytest.raises(TypeError, match="ip_packet"):
+        locate_esp("not bytes")
+
+
+def test_threads_share_an_sa():
+    """Calls are serialised: threads sharing one SA never send a sequence number (the IV) twice."""
+    import threading
+
+    sa, rx = sender_and_receiver(replay_window=4096)
+    wires: list = []
+
+    def work() -> None:
+        for _ in range(200):
+            wires.append(sa.encrypt(INNER4))
+        wires.extend(sa.encrypt_batch([INNER4] * 50))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seqs = sorted(Header.parse(w[20:]).seq for w in wires)
+    assert seqs == list(range(1, 1001)) and sa.next_seq() == 1001
+    assert all(d.packet == INNER4 for d in rx.decrypt_batch(wires))

@@ -28,7 +28,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 #: Modules whose code atheris instruments (scapy, cffi and the standard library are left alone).
-INSTRUMENT = ["pecore", "pypsp", "pyeesp"]
+INSTRUMENT = ["pecore", "pypsp", "pyeesp", "pyesp"]
 
 
 def frame(payload: bytes, choices: Sequence[int]) -> bytes:
@@ -73,6 +73,26 @@ def eesp_entries():
             seen.add((e.spi, e.dst))
             out.append(e)
     return out
+
+
+#: The ESP SAs of fuzz_esp.py (no ESP vectors to take them from): SPI, suite, key octets, and settings.  Every
+#: suite family, both modes, ESN (resumed above 2^32), UDP encapsulation, and one SPI with its top bit set.
+ESP_SAS = (
+    (0x101, "aes-gcm-16", 20, dict(mode="tunnel")),
+    (0x102, "aes-ccm-8", 19, dict(mode="transport", esn=True, first_seq=(5 << 32) + 1)),
+    (0x103, "chacha20-poly1305", 36, dict(mode="transport", udp_encap=True)),
+    (0x104, "aes-gmac", 36, dict(mode="tunnel", esn=True)),
+    (0x105, "aes-gcm-16-iiv", 20, dict(mode="tunnel", udp_encap=True)),
+    (0x106, "aes-gcm-8", 28, dict(mode="transport", anti_replay=False)),
+    (0x80000107, "aes-ccm-16", 35, dict(mode="tunnel")),  # over IP: on UDP 4500 its top bit says EESP
+)
+
+
+def esp_sas():
+    """One pyesp.SA per row of ESP_SAS (keys 00 01 02 ...)."""
+    import pyesp
+
+    return [pyesp.SA(spi, suite, bytes(range(n)), **kw) for spi, suite, n, kw in ESP_SAS]
 
 
 def replays_protected(entry) -> bool:

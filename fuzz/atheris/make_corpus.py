@@ -104,6 +104,43 @@ class Corpus:
         self.bytes += len(data)
 
 
+def esp_corpus() -> "Corpus":
+    """fuzz_esp: packets of every SA in _common.ESP_SAS (IPv4 and IPv6 inside), whole, bare and cut, and what
+    else UDP 4500 carries (modes as in fuzz_esp.MODES)."""
+    from pecore.protocol import checksum, locate_esp
+
+    def ipv4(proto: int, payload: bytes) -> bytes:
+        h = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, 0, 64, proto, 0,
+                                  bytes([192, 0, 2, 1]), bytes([192, 0, 2, 2])))
+        h[10:12] = struct.pack("!H", checksum(bytes(h)))
+        return bytes(h) + payload
+
+    def udp(data: bytes, port: int = 53) -> bytes:
+        return struct.pack("!HHHH", 4000, port, 8 + len(data), 0) + data
+
+    def ipv6(payload: bytes) -> bytes:
+        return struct.pack("!IHBB16s16s", 0x60000000, len(payload), 17, 64, bytes(15) + b"\1",
+                           bytes(15) + b"\2") + payload
+
+    c = Corpus("esp")
+    inners = [ipv4(17, udp(b"hello esp")), ipv6(udp(bytes(range(40))))]
+    for sa in _common.esp_sas():
+        for n, inner in enumerate(inners):
+            w = sa.encrypt(inner)
+            loc, _ = locate_esp(w)
+            esp = w[loc.offset : loc.offset + loc.length]
+            c.add(f"header-{sa.spi:x}-{n}", frame(w if n else esp, [0]))
+            c.add(f"decrypt-{sa.spi:x}-{n}", frame(w, [1]))
+            c.add(f"open-{sa.spi:x}-{n}", frame(esp, [2, n]))
+            if n == 0:
+                c.add(f"decrypt-cut-{sa.spi:x}", frame(w[:-3], [1]))
+                c.add(f"open-dummy-{sa.spi:x}", frame(sa.seal(b"dummy", 59), [2, 0]))
+    for label, data in (("keepalive", b"\xff"), ("ike", bytes(4) + b"\x01" * 28), ("eesp", b"\x80" + bytes(27))):
+        c.add(f"decrypt-udp-4500-{label}", frame(ipv4(17, udp(data, 4500)), [1]))
+        c.add(f"header-udp-4500-{label}", frame(ipv4(17, udp(data, 4500)), [0]))
+    return c
+
+
 def stem(path: str) -> str:
     return os.path.basename(path)[: -len(".keys")]
 
@@ -241,6 +278,8 @@ def main() -> int:
         t = pick(tests, 1)[0]
         c.add(f"eesp-hex-{stem(keys)}-{t['tcId']}", frame(wire(t).hex().encode(), [3, 1]))
     made.append(c)
+
+    made.append(esp_corpus())
 
     for c in made:
         print(f"{os.path.relpath(c.dir, _common.ROOT)}: {c.n} seeds, {c.bytes} octets")

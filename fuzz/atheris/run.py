@@ -9,7 +9,7 @@ Fuzzing starts from the committed seeds (fuzz/atheris/corpus/<harness>/,
 read only) and keeps what it finds in build/atheris/<harness>/corpus; crash
 inputs land in build/atheris/<harness>/ as crash-*, timeout-*, oom-*.  The
 table at the end gives, per harness: executions, executions per second,
-coverage (atheris's count of Python edges in pecore/pypsp/pyeesp: the
+coverage (atheris's count of Python edges in pecore/pypsp/pyeesp/pyesp: the
 prebuilt atheris wheel does not see inside the C extension, which the C
 libFuzzer harnesses in fuzz/ cover), features, corpus size and crashes.
 Exit status 1 when any harness crashed or failed to run.
