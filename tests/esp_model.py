@@ -19,10 +19,10 @@ receiver under test may choose otherwise; the vector files flag those tests `acc
 - default padding 1, 2, 3, ... up to a 4-octet boundary of body; on receive the padding octets are checked
   (RFC 4303 §2.4 "SHOULD"): esp-bad-padding, after the ICV;
 - ESN inference exactly per Appendix A2.2; in Case B with Seq high 0 there is no subspace below: high half 0;
-- the replay window covers [top - W + 1, top] and moves only after the ICV verified (§3.4.3); W is rounded up
-  to a multiple of 64 (the project's windows are whole words);
+- the replay window covers [top - W + 1, top] and moves only after the ICV verified (RFC 4303 §3.4.3); W is
+  rounded up to a multiple of 64 (the project's windows are whole words);
 - tunnel mode delivers one whole IPv4/IPv6 packet whose version matches Next Header 4/41;
-- Next Header 59 is a dummy packet (§2.6): authenticated, then discarded;
+- Next Header 59 is a dummy packet (RFC 4303 §2.6): authenticated, then discarded;
 - on UDP 4500 (RFC 3948 §2.2) one 0xff octet is a NAT keepalive, four zero octets the non-ESP marker, and (for
   a host that also runs EESP, the project's default) a first octet with its top bit set is EESP, not ESP.
 
@@ -236,7 +236,7 @@ def open(sas, esp: bytes, *, replay: bool = True) -> Opened:  # noqa: A001 - the
         body = _open(sa, nonce, aad, region, icv)
     if body is None:
         raise EspModelError("authentication-failed", icv_valid=False)
-    if check:  # §3.4.3: the window moves only for authenticated packets
+    if check:  # RFC 4303 §3.4.3: the window moves only for authenticated packets
         sa.accepted.add(seq)
     if replay and seq > sa.top:
         sa.top = seq
