@@ -1,5 +1,6 @@
-"""A run on several threads hands its output to a writer thread (core/src/io/capture.c, out_async): a write
-that fails there is reported as one thread reports it, and the output written before it is the same."""
+"""A run on several threads writes its output from whichever thread's turn it is (core/src/io/capture.c,
+own_put): a write that fails there is reported as one thread reports it, and the output written before it is the
+same."""
 from __future__ import annotations
 
 import dataclasses

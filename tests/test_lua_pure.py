@@ -1937,6 +1937,33 @@ def test_scripts_compile(luac: str) -> None:
         assert proc.returncode == 0, proc.stderr
 
 
+def test_sub_sa_table_is_bounded_by_max_live_sub_sas(lua: Harness, workdir: Path) -> None:
+    """As the core (docs/keys.md, max-live-sub-sas=), the scripts keep at most that many Sub SA keys per SA, the
+    least recently used going first; an evicted Session ID still decrypts (its key is derived again)."""
+    root = K(32, 2)
+    text = (f"eesp-sa spi=0x300 suite=aes-gcm-16 root-key={root.hex()} sskdf=hkdf-sha256 mode=tunnel "
+            "max-live-sub-sas=3\n").encode()
+    assert lua.call("load", str(write_keys(workdir, "live.keys", text))) == LOADED
+    tx = pyeesp.SA(0x300, "aes-gcm-16", root_key=root, sskdf="hkdf-sha256", mode="tunnel")
+    pkt = clear_packets(1)[0]
+    wire = {sid: eesp_octets(tx.encrypt(pkt, sid)) for sid in range(1, 8)}
+
+    def open_(sid: int) -> str:
+        e, ipv, dst = wire[sid]
+        return lua.call("eesp", hx(e), ipv, dst.hex())["status"]
+
+    for sid in (1, 2, 3):
+        assert open_(sid) == "ok"
+    assert lua.call("state")["eesp_subs"] == 3
+    assert open_(1) == "ok"  # 1 is now the most recently used: 2 goes next
+    for sid in range(4, 8):
+        assert open_(sid) == "ok"
+        assert lua.call("state")["eesp_subs"] == 3
+    for sid in range(1, 8):  # evicted or not, every Session ID still opens
+        assert open_(sid) == "ok"
+        assert lua.call("state")["eesp_subs"] == 3
+
+
 def test_forged_packets_keep_no_keys(lua: Harness, workdir: Path) -> None:
     """As in the core, a key derived for a packet is kept only once a packet verified under it: forged SPIs and
     Session IDs build no state."""

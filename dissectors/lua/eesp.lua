@@ -1700,6 +1700,8 @@ end
 function Keys:sub_sa(sa, sid)
     local sub_sa = sa.subs[sid]
     if sub_sa then
+        sa.tick = sa.tick + 1
+        sub_sa.used = sa.tick
         return sub_sa, false
     end
     local s = sa.suite
@@ -1712,6 +1714,26 @@ function Keys:sub_sa(sa, sid)
     end
     return { open = self.backend.aead(s.alg, sub(keymat, 1, key_len), s.icv_len), salt = sub(keymat, key_len + 1) },
         true
+end
+
+-- Keep a Sub SA that verified a packet.  At most max-live-sub-sas are kept per SA, as in the core: the least
+-- recently used one goes (its key is derived again if its Session ID comes back), so a capture with many
+-- Session IDs cannot make the dissector hold a key for each.
+local function keep_sub_sa(sa, sid, sub_sa)
+    if sa.n_subs >= sa.max_live then
+        local lru, oldest
+        for id, x in pairs(sa.subs) do
+            if not oldest or x.used < oldest then
+                lru, oldest = id, x.used
+            end
+        end
+        sa.subs[lru] = nil
+        sa.n_subs = sa.n_subs - 1
+    end
+    sa.tick = sa.tick + 1
+    sub_sa.used = sa.tick
+    sa.subs[sid] = sub_sa
+    sa.n_subs = sa.n_subs + 1
 end
 
 -- core/src/proto/eesp.c open_eesp (§16 steps 2-13) with PE_EESP_OPEN_NO_REPLAY: a dissector revisits packets.
@@ -1817,7 +1839,7 @@ local function eesp_open(self, e, family, daddr)
         return finish(info, policy_drop and "eesp-crypt-offset-not-allowed" or "authentication-failed")
     end
     if fresh then
-        sa.subs[sid] = sub_sa
+        keep_sub_sa(sa, sid, sub_sa)
     end
     local region = sub(e, payload_off + 1, aad_end) .. pt -- PIH (full format), inner part, padding
 
@@ -1907,7 +1929,8 @@ local function build_keys(backend, master0, master1, psp_keys, eesp_sas)
         list[#list + 1] = { suite = e.suite, key_bits = e.key_bits, sskdf = e.sskdf, key = e.key,
             root_key = e.root_key, mode = e.mode, format = e.format, seq_present = e.seq_present, aad = e.aad,
             max_sub_sa_id = e.max_sub_sa_id, max_crypt_offset = e.max_crypt_offset, strict = e.strict,
-            dst_family = e.dst_family, dst = e.dst, subs = {} }
+            dst_family = e.dst_family, dst = e.dst, subs = {}, n_subs = 0, max_live = e.max_live_sub_sas,
+            tick = 0 }
         k.eesp_by_spi[e.spi] = list
     end
     return k

@@ -15,14 +15,12 @@ from typing import List, Optional, Sequence
 from pecore.protocol import eesp_suite, locate_eesp
 from pecore.capture import CaptureError, read_capture
 from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
-                        protocol_arg, run_capture, run_main, spi_arg, truncated)
+                        protocol_arg, run_capture, run_main, spi_arg, tooling_wanted, truncated)
 from pecore.keys import EespSaEntry, load_key_file
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
 from pyeesp.header import Header
 from pyeesp.sa import SA, SUITES, Receiver, derive_sub_sa_key, suite_id
-from pyeesp.tools.diagnose import register as register_diagnose
-from pyeesp.tools.vectors import register as register_vectors
 
 
 def _sa_options(p: argparse.ArgumentParser) -> None:
@@ -204,16 +202,12 @@ def _format(info: dict) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pyeesp", description="IPsec Enhanced ESP: Sub SA keys, capture encryption and decryption.")
     from pyeesp import __version__
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
-    from pecore.tools.keyimport import register as register_keys  # keys import|export (tooling)
-
-    register_keys(sub)
-
     d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")
     _sa_options(d)
     d.add_argument("--sub-sa-id", "--session-id", dest="sub_sa_id", type=int_arg, required=True,
@@ -243,13 +237,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=count_arg, default=0)
     s.set_defaults(func=cmd_show)
 
-    register_diagnose(sub, _sa_options, _entries)
-    register_vectors(sub)  # vectors generate|check
+    if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
+        from pecore.tools.keyimport import register as register_keys  # keys import|export
+        from pyeesp.tools.diagnose import register as register_diagnose
+        from pyeesp.tools.vectors import register as register_vectors
+
+        register_keys(sub)
+        register_diagnose(sub, _sa_options, _entries)
+        register_vectors(sub)  # vectors generate|check
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_main(build_parser(), argv)
+    return run_main(build_parser(argv), argv)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,12 @@ from typing import Dict, Optional, Sequence, Tuple
 from pecore.protocol import locate_psp
 from pecore.capture import CaptureError, read_capture
 from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
-                        iv_arg, port_arg, run_capture, run_main, spi_arg, truncated, words_arg)
+                        iv_arg, port_arg, run_capture, run_main, spi_arg, tooling_wanted, truncated, words_arg)
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
 from pypsp.errors import PspError
 from pypsp.header import Header
-from pypsp.tools.diagnose import register as register_diagnose
-from pypsp.tools.vectors import register as register_vectors
 
 
 _int = int_arg
@@ -268,16 +266,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pypsp", description="PSP Security Protocol: keys, capture encryption and decryption.")
     from pypsp import __version__
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
-    from pecore.tools.keyimport import register as register_keys  # keys import|export (tooling)
-
-    register_keys(sub)
-
     d = sub.add_parser("derive-key", help="derive an SA key from a master key (SP 800-108 / AES-256-CMAC)")
     d.add_argument("--master-key", metavar="HEX", help="the 32-octet master key (default: from the key options by the SPI's MSB)")
     _add_key_options(d, derived=False)
@@ -322,13 +316,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=count_arg, default=0, help="stop after N PSP packets (0: all)")
     s.set_defaults(func=cmd_show)
 
-    register_diagnose(sub, _add_key_options, Keys.from_args)
-    register_vectors(sub)  # vectors generate|check
+    if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
+        from pecore.tools.keyimport import register as register_keys  # keys import|export
+        from pypsp.tools.diagnose import register as register_diagnose
+        from pypsp.tools.vectors import register as register_vectors
+
+        register_keys(sub)
+        register_diagnose(sub, _add_key_options, Keys.from_args)
+        register_vectors(sub)  # vectors generate|check
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_main(build_parser(), argv)
+    return run_main(build_parser(argv), argv)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,19 @@ void pe_parallel_wait(pe_parallel *p);
 void pe_parallel_after(pe_parallel *p, pe_parallel_item *it);
 
 /*
+ * For loops that hand whole chunks to threads (the capture transform): run
+ * fn(context, index, arg) on every thread of the pool at once, the caller's
+ * (index 0) included, and return once every one has returned.  fn calls
+ * `before` and `after` through these two, in input order under a lock of its
+ * own (so that state moves as one thread would move it), and `work` with its
+ * thread's context.
+ */
+typedef void (*pe_parallel_run_fn)(void *context, unsigned index, void *arg);
+void pe_parallel_run(pe_parallel *p, pe_parallel_run_fn fn, void *arg);
+void pe_parallel_before(pe_parallel *p, pe_parallel_item *it);
+void pe_parallel_work(pe_parallel *p, void *context, pe_parallel_item *it);
+
+/*
  * Like pe_batch_transform, on the pool: packet i is in[in_off[i] .. +in_len[i]).
  * Result i gets a slot of in_len[i] + ops->growth octets, slots back to back
  * in out (so out_off[i] is known before the work; a result leaves the rest of

@@ -28,7 +28,6 @@
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -218,7 +217,6 @@ struct pe_capture_reader {
     int pinned;     /* records in the window are in use: it may fill behind them, not move */
     uint8_t *owned; /* the window of a descriptor reader */
     size_t owned_cap;
-    struct read_ahead *ahead; /* a parallel run's reading thread, or NULL */
     pe_capture_format fmt;
     int be;         /* pcap: the file's byte order; pcapng: the current section's */
     pe_status err;  /* sticky: a corrupt file stays corrupt */
@@ -242,150 +240,6 @@ typedef struct cap_block {
 
 /* Internal: the record is not all in the window and the window may not move now. */
 #define WINDOW_PINNED PE_STATUS_COUNT
-
-/*
- * A thread that reads a regular file ahead for a parallel run, so the calling
- * thread copies the next octets from memory (the kernel's copy from the page
- * cache is the costliest part of its work).  Two blocks: the thread fills one
- * while the caller takes from the other.  A block holds what read() returned;
- * an empty block is the end of the input, a failed one its errno.
- */
-#define READ_AHEAD_BLOCK (512u << 10)
-
-typedef struct read_ahead {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int fd;
-    uint8_t *blk[2];
-    size_t len[2];
-    int full[2], err[2];
-    unsigned take;  /* the caller's block */
-    size_t off;     /* octets of it taken */
-    int stop;
-} read_ahead;
-
-static void *read_ahead_main(void *arg)
-{
-    read_ahead *a = arg;
-    for (unsigned i = 0;; i ^= 1) {
-        pthread_mutex_lock(&a->mu);
-        while (!a->stop && a->full[i])
-            pthread_cond_wait(&a->cv, &a->mu);
-        int stop = a->stop;
-        pthread_mutex_unlock(&a->mu);
-        if (stop)
-            return NULL;
-        size_t len = 0;
-        int err = 0;
-        while (len < READ_AHEAD_BLOCK) {
-            ssize_t n = read(a->fd, a->blk[i] + len, READ_AHEAD_BLOCK - len);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                err = n < 0 ? errno : 0;
-                break;
-            }
-            len += (size_t)n;
-        }
-        /* A short block (end, failure) is handed over as it is; the next read says so again in an empty one. */
-        pthread_mutex_lock(&a->mu);
-        a->len[i] = len;
-        a->err[i] = len ? 0 : err;
-        a->full[i] = 1;
-        pthread_cond_broadcast(&a->cv);
-        pthread_mutex_unlock(&a->mu);
-        if (!len)
-            return NULL; /* the caller sees the end or the failure in this block */
-    }
-}
-
-/* read() for the window from the blocks: > 0 octets, 0 at the end, -1 with errno. */
-static ssize_t read_ahead_take(read_ahead *a, uint8_t *dst, size_t cap)
-{
-    unsigned i = a->take;
-    pthread_mutex_lock(&a->mu);
-    while (!a->full[i])
-        pthread_cond_wait(&a->cv, &a->mu);
-    pthread_mutex_unlock(&a->mu);
-    if (a->len[i] == 0) { /* stays full: every later call sees the same end */
-        if (a->err[i]) {
-            errno = a->err[i];
-            return -1;
-        }
-        return 0;
-    }
-    size_t n = a->len[i] - a->off < cap ? a->len[i] - a->off : cap;
-    memcpy(dst, a->blk[i] + a->off, n);
-    a->off += n;
-    if (a->off == a->len[i]) {
-        pthread_mutex_lock(&a->mu);
-        a->full[i] = 0;
-        pthread_cond_broadcast(&a->cv);
-        pthread_mutex_unlock(&a->mu);
-        a->take ^= 1;
-        a->off = 0;
-    }
-    return (ssize_t)n;
-}
-
-static void read_ahead_stop(pe_capture_reader *r)
-{
-    read_ahead *a = r->ahead;
-    if (!a)
-        return;
-    pthread_mutex_lock(&a->mu);
-    a->stop = 1;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
-    pthread_cond_destroy(&a->cv);
-    pthread_mutex_destroy(&a->mu);
-    free(a->blk[0]);
-    free(a->blk[1]);
-    free(a);
-    r->ahead = NULL;
-}
-
-/*
- * Start reading ahead: regular files only (a pipe's reader must get what has
- * come as soon as it comes).  Without memory or a thread the reader reads on
- * the calling thread as before.
- */
-static void read_ahead_start(pe_capture_reader *r)
-{
-    struct stat sb;
-    if (r->fd < 0 || r->at_eof || r->ahead || fstat(r->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return;
-    read_ahead *a = calloc(1, sizeof *a);
-    if (!a)
-        return;
-    a->fd = r->fd;
-    a->blk[0] = malloc(READ_AHEAD_BLOCK);
-    a->blk[1] = malloc(READ_AHEAD_BLOCK);
-    if (!a->blk[0] || !a->blk[1]) {
-        free(a->blk[0]);
-        free(a->blk[1]);
-        free(a);
-        return;
-    }
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the caller's threads */
-    int rc = pthread_create(&a->thread, NULL, read_ahead_main, a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        pthread_cond_destroy(&a->cv);
-        pthread_mutex_destroy(&a->mu);
-        free(a->blk[0]);
-        free(a->blk[1]);
-        free(a);
-        return;
-    }
-    r->ahead = a;
-}
 
 /*
  * Make buf[pos..pos+need) available.  PE_ERR_CAP_TRUNCATED when the input
@@ -421,8 +275,7 @@ static pe_status window_need(pe_capture_reader *r, size_t need)
     }
     /* Fill what the window holds (fewer, larger reads), but return as soon as `need` is there. */
     while (r->len - r->pos < need) {
-        ssize_t n = r->ahead ? read_ahead_take(r->ahead, r->owned + r->len, r->owned_cap - r->len)
-                             : read(r->fd, r->owned + r->len, r->owned_cap - r->len);
+        ssize_t n = read(r->fd, r->owned + r->len, r->owned_cap - r->len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -848,7 +701,6 @@ void pe_capture_close(pe_capture_reader *r)
 {
     if (!r)
         return;
-    read_ahead_stop(r);
     if (r->own_fd)
         close(r->fd);
     free(r->owned);
@@ -865,29 +717,11 @@ void pe_capture_close(pe_capture_reader *r)
  * (not opened for appending) is seekable: fields written early, such as a
  * snap length, can be patched once the run knows better (out_patch32).
  */
-/*
- * A thread that writes full buffers for a parallel run, so the calling thread
- * (which reads, dispatches and lays out records) does not also spend the
- * kernel's copy into the page cache.  One buffer is out at a time; the other
- * fills meanwhile.
- */
-typedef struct out_async {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint8_t *spare;         /* the buffer not being filled */
-    const uint8_t *pending; /* handed to the thread, not yet written */
-    size_t pending_len;
-    int stop;
-    int failed, err;        /* the thread's first failure, taken over at out_sync */
-} out_async;
-
 typedef struct out_file {
     int fd;
     int own_fd;
     uint8_t *buf;
     size_t used;
-    out_async *async;  /* NULL: writes on the calling thread */
     uint64_t written;  /* octets handed to out_write: the output offset of the next one */
     uint64_t start;    /* the descriptor's offset when the output began */
     int seekable;
@@ -958,131 +792,9 @@ static void out_raw(out_file *o, const uint8_t *p, size_t n)
     }
 }
 
-/* The write loop of out_raw on the writer thread: it records a failure for out_sync. */
-static void *out_async_main(void *arg)
-{
-    out_file *o = arg;
-    out_async *a = o->async;
-    pthread_mutex_lock(&a->mu);
-    for (;;) {
-        while (!a->stop && !a->pending)
-            pthread_cond_wait(&a->cv, &a->mu);
-        if (!a->pending) /* stop, nothing left */
-            break;
-        const uint8_t *p = a->pending;
-        size_t n = a->pending_len;
-        int failed = a->failed;
-        pthread_mutex_unlock(&a->mu);
-        int err = 0;
-        while (n && !failed) {
-            ssize_t k = write(o->fd, p, n);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0) {
-                failed = 1;
-                err = k < 0 ? errno : EIO;
-                break;
-            }
-            p += k;
-            n -= (size_t)k;
-        }
-        pthread_mutex_lock(&a->mu);
-        if (failed && !a->failed) {
-            a->failed = 1;
-            a->err = err;
-        }
-        a->pending = NULL;
-        pthread_cond_broadcast(&a->cv);
-    }
-    pthread_mutex_unlock(&a->mu);
-    return NULL;
-}
-
-/* Wait until the writer thread has written what it holds; its failure becomes the output's. */
-static void out_sync(out_file *o)
-{
-    out_async *a = o->async;
-    if (!a)
-        return;
-    pthread_mutex_lock(&a->mu);
-    while (a->pending)
-        pthread_cond_wait(&a->cv, &a->mu);
-    if (a->failed)
-        out_fail(o, a->err);
-    pthread_mutex_unlock(&a->mu);
-}
-
-/*
- * Start the writer thread (a parallel run).  Without memory or a thread the
- * output stays on the calling thread: slower, the same octets.
- */
-static void out_start_async(out_file *o)
-{
-    out_async *a = calloc(1, sizeof *a);
-    if (!a || !(a->spare = malloc(OUT_BUFFER_SIZE))) {
-        free(a);
-        return;
-    }
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
-    o->async = a;
-    /* Signals stay with the caller's threads (Ctrl-C reaches the progress callback as before). */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&a->thread, NULL, out_async_main, o);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        o->async = NULL;
-        pthread_cond_destroy(&a->cv);
-        pthread_mutex_destroy(&a->mu);
-        free(a->spare);
-        free(a);
-    }
-}
-
-/* Write what the thread holds, then end it; the output is on the calling thread again. */
-static void out_stop_async(out_file *o)
-{
-    out_async *a = o->async;
-    if (!a)
-        return;
-    out_sync(o);
-    pthread_mutex_lock(&a->mu);
-    a->stop = 1;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
-    pthread_cond_destroy(&a->cv);
-    pthread_mutex_destroy(&a->mu);
-    free(a->spare);
-    free(a);
-    o->async = NULL;
-}
-
 static void out_flush(out_file *o)
 {
-    out_async *a = o->async;
-    if (!a || o->failed) {
-        out_raw(o, o->buf, o->used);
-        o->used = 0;
-        return;
-    }
-    if (!o->used)
-        return;
-    out_sync(o); /* the spare buffer is free again */
-    if (o->failed) {
-        o->used = 0; /* nothing more goes out */
-        return;
-    }
-    pthread_mutex_lock(&a->mu);
-    a->pending = o->buf;
-    a->pending_len = o->used;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    uint8_t *next = a->spare;
-    a->spare = o->buf;
-    o->buf = next;
+    out_raw(o, o->buf, o->used);
     o->used = 0;
 }
 
@@ -1094,7 +806,6 @@ static void out_write(out_file *o, const void *p, size_t n)
     if (n > OUT_BUFFER_SIZE - o->used)
         out_flush(o);
     if (n >= OUT_BUFFER_SIZE) {
-        out_sync(o); /* in order after what the thread holds */
         out_raw(o, p, n);
         return;
     }
@@ -1116,7 +827,6 @@ static void out_patch32(out_file *o, uint64_t off, uint32_t v, int be)
     if (!o->seekable || o->failed)
         return;
     out_flush(o);
-    out_sync(o);
     for (size_t done = 0; done < 4 && !o->failed;) {
         ssize_t k = pwrite(o->fd, b + done, 4 - done, (off_t)(o->start + off + done));
         if (k < 0 && errno == EINTR)
@@ -1133,7 +843,6 @@ static pe_status out_close(out_file *o)
 {
     if (o->buf)
         out_flush(o);
-    out_stop_async(o);
     if (o->own_fd && o->fd >= 0 && close(o->fd) != 0)
         out_fail(o, errno); /* a full disk may show only now (NFS) */
     o->fd = -1;
@@ -1899,154 +1608,277 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
 /* ---- the same loop on a worker pool (pe/parallel.h) ---- */
 
 /*
- * Records per chunk of a parallel run: enough work per hand-over to keep the
- * threads busy, and two chunks (the one out, the one being read) well inside
- * the reader's window so that it rarely has to stop and move.  (An 8 MiB window
- * cost more in cache misses than its fewer stops saved.)
+ * Every thread of the pool, the caller's included, takes whole chunks and
+ * carries each from read() to write(): in its reading turn it takes the next
+ * records from the reader, copying them out of the reader's window so that the
+ * window can move on, and runs `before` on them (a sender's IVs and sequence
+ * numbers, in input order); it transforms them with no lock held; in its
+ * writing turn, in input order, it runs `after` (a receiver's replay window)
+ * and writes them as transform_loop does.  Reading and writing are each done by
+ * one thread at a time, but they overlap with each other and with the
+ * transforms, and a chunk's octets stay in one core's cache all along: handing
+ * packets to other threads and the results back cost more than the
+ * transforms gained (two jobs were 1.3x one on two cores, a prototype of this
+ * loop 2x).  Progress is reported on the caller's thread only (Python's
+ * signal handlers run there), at the same packet counts as transform_loop.
  */
-#define PAR_CHUNK_RECORDS 128u
+#define OWN_CHUNK_RECORDS 1024u
+#define OWN_CHUNK_OCTETS (1u << 20) /* input octets per chunk (a longer record makes a chunk of its own) */
 
-typedef struct par_chunk {
-    chunk_rec recs[PAR_CHUNK_RECORDS];
-    pe_parallel_item items[PAR_CHUNK_RECORDS];
-    size_t item_rec[PAR_CHUNK_RECORDS]; /* the record of each item */
+typedef struct own_chunk {
+    chunk_rec recs[OWN_CHUNK_RECORDS];
+    pe_parallel_item items[OWN_CHUNK_RECORDS];
+    size_t item_rec[OWN_CHUNK_RECORDS]; /* the record of each item */
+    size_t raw_off[OWN_CHUNK_RECORDS];  /* where each record's octets are in `in` */
     size_t n, n_items;
+    uint8_t *in;      /* the records' octets, copied from the reader's window */
+    size_t in_cap;
     uint8_t *arena;   /* the items' outputs, each as long as its packet can grow to */
     size_t arena_cap;
-    uint64_t end_offset; /* the reader's offset after the chunk: summary->offset once it is written */
-    int eof, stalled; /* stalled: nothing read, the window must move first (chunk before still out) */
-    pe_status stop;
-} par_chunk;
+    uint64_t seq;     /* its place in the input */
+    uint64_t end_offset;
+    int eof;
+    pe_status stop;   /* the input error that ended this chunk, if any */
+} own_chunk;
 
-/*
- * read_chunk for a parallel run: with `pinned` the chunk before is still out
- * and its records must stay where they are in the window.
- */
-static pe_status read_par_chunk(transform_run *t, par_chunk *c, uint64_t packets_left, int pinned, size_t growth)
+typedef struct own_run {
+    transform_run *t;
+    pe_parallel *pool;
+    size_t growth;
+    own_chunk **chunks; /* one per thread */
+    pthread_mutex_t read_mu;
+    uint64_t next_read;     /* the seq of the next chunk handed out */
+    uint64_t read_packets;  /* packets handed out (chunks end where progress is due) */
+    int input_done;         /* no more chunks: the input ended or the run stopped */
+    pthread_mutex_t write_mu;
+    pthread_cond_t write_cv;
+    uint64_t next_write;    /* the seq whose turn it is */
+    int stopped;            /* nothing more is written */
+    pe_status st;           /* why the run stopped early */
+    pe_progress_fn progress;
+    void *progress_ctx;
+    int progress_due;       /* a written chunk ended on a progress count: no one writes on until it is reported */
+    uint64_t due_offset, due_packets;
+} own_run;
+
+static pe_status own_reserve(uint8_t **buf, size_t *cap, size_t need)
 {
-    uint64_t packets = 0;
-    size_t need = 0;
+    if (need <= *cap)
+        return PE_OK;
+    size_t n = *cap ? *cap : OWN_CHUNK_OCTETS;
+    while (n < need)
+        n *= 2;
+    uint8_t *b = realloc(*buf, n);
+    if (!b)
+        return PE_ERR_NOMEM;
+    *buf = b;
+    *cap = n;
+    return PE_OK;
+}
+
+/* The reading turn: the next chunk, its records copied and prepared, `before` run.  0: no chunk. */
+static int own_take(own_run *o, own_chunk *c)
+{
+    transform_run *t = o->t;
+    pthread_mutex_lock(&o->read_mu);
+    if (o->input_done) {
+        pthread_mutex_unlock(&o->read_mu);
+        return 0;
+    }
+    c->seq = o->next_read++;
     c->n = c->n_items = 0;
-    c->eof = c->stalled = 0;
+    c->eof = 0;
     c->stop = PE_OK;
-    while (c->n < PAR_CHUNK_RECORDS && packets < packets_left) {
+    uint64_t packets = 0, left = TRANSFORM_PROGRESS_EVERY - o->read_packets % TRANSFORM_PROGRESS_EVERY;
+    size_t used = 0;
+    while (c->n < OWN_CHUNK_RECORDS && packets < left && used < OWN_CHUNK_OCTETS) {
         chunk_rec *r = &c->recs[c->n];
-        pe_status st = next_block(t->r, &r->b, &c->eof, pinned || c->n > 0);
-        if ((int)st == WINDOW_PINNED) {
-            c->stalled = c->n == 0;
-            break;
-        }
+        pe_status st = next_block(t->r, &r->b, &c->eof, 0);
+        if (st == PE_OK && !c->eof)
+            st = own_reserve(&c->in, &c->in_cap, used + r->b.raw_len);
         if (st != PE_OK) {
             c->stop = st;
             break;
         }
         if (c->eof)
             break;
-        if (r->b.is_packet) {
-            prepare_packet(r);
-            packets++;
-            if (r->to_fn) {
-                /* Room as the one-thread loop gives, bounded by what this packet can need. */
-                size_t room = r->ip_len + growth < TRANSFORM_OUT_CAP ? r->ip_len + growth : TRANSFORM_OUT_CAP;
-                c->item_rec[c->n_items] = c->n;
-                c->items[c->n_items++] = (pe_parallel_item){.in = r->ip, .in_len = r->ip_len, .out_cap = room};
-                need += room;
-            }
-        }
+        memcpy(c->in + used, r->b.raw, r->b.raw_len);
+        c->raw_off[c->n] = used;
+        if (r->b.is_packet) /* rec.data becomes an offset until the copy stops moving */
+            r->b.rec.data = (const uint8_t *)(uintptr_t)(r->b.rec.data - r->b.raw);
+        used += r->b.raw_len;
+        packets += r->b.is_packet;
         c->n++;
     }
+    o->read_packets += packets;
     c->end_offset = pe_capture_reader_offset(t->r);
-    if (need > c->arena_cap) {
-        uint8_t *a = realloc(c->arena, need);
-        if (!a)
-            return PE_ERR_NOMEM;
-        c->arena = a;
-        c->arena_cap = need;
+    if (c->eof || c->stop != PE_OK)
+        o->input_done = 1;
+    size_t need = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        chunk_rec *r = &c->recs[i];
+        r->b.raw = c->in + c->raw_off[i];
+        if (!r->b.is_packet)
+            continue;
+        r->b.rec.data = r->b.raw + (uintptr_t)r->b.rec.data;
+        prepare_packet(r);
+        if (r->to_fn) {
+            size_t room = r->ip_len + o->growth < TRANSFORM_OUT_CAP ? r->ip_len + o->growth : TRANSFORM_OUT_CAP;
+            c->item_rec[c->n_items] = i;
+            c->items[c->n_items++] = (pe_parallel_item){.in = r->ip, .in_len = r->ip_len, .out_cap = room};
+            need += room;
+        }
     }
-    for (size_t i = 0, off = 0; i < c->n_items; off += c->items[i].out_cap, i++)
+    if (own_reserve(&c->arena, &c->arena_cap, need) != PE_OK) {
+        /* No room for the results: the chunk goes out as far as it was read, failing here. */
+        c->n_items = 0;
+        for (size_t i = 0; i < c->n; i++)
+            if (c->recs[i].b.is_packet && c->recs[i].to_fn) {
+                c->n = i;
+                break;
+            }
+        c->stop = PE_ERR_NOMEM;
+        o->input_done = 1;
+    }
+    for (size_t i = 0, off = 0; i < c->n_items; off += c->items[i].out_cap, i++) {
         c->recs[c->item_rec[i]].out = c->items[i].out = c->arena + off;
-    return PE_OK;
-}
-
-/* The pool's results back into the records, with the in-order step of each (a receiver's replay window). */
-static void take_results(pe_parallel *p, par_chunk *c)
-{
-    for (size_t i = 0; i < c->n_items; i++) {
-        pe_parallel_item *it = &c->items[i];
-        chunk_rec *r = &c->recs[c->item_rec[i]];
-        pe_parallel_after(p, it);
-        r->v = it->verdict;
-        r->why = it->why;
-        r->out_len = it->out_len;
+        pe_parallel_before(o->pool, &c->items[i]);
     }
+    pthread_mutex_unlock(&o->read_mu);
+    return 1;
 }
 
-/*
- * transform_loop with the transform on a pool: the caller reads chunk k + 1
- * while the pool works on chunk k, then hands k + 1 over and writes k while
- * the pool works on it.  Counting, writing and progress are transform_loop's.
- */
+/* Stop handing out chunks (the run stopped while some were still unread). */
+static void own_halt(own_run *o)
+{
+    pthread_mutex_lock(&o->read_mu);
+    o->input_done = 1;
+    pthread_mutex_unlock(&o->read_mu);
+}
+
+/* Report a due progress count (the caller's thread, write_mu held; released around the callback). */
+static void own_report(own_run *o)
+{
+    uint64_t offset = o->due_offset, packets = o->due_packets;
+    pthread_mutex_unlock(&o->write_mu);
+    int stop = o->progress(o->progress_ctx, offset, pe_capture_reader_size(o->t->r), packets) != 0;
+    pthread_mutex_lock(&o->write_mu);
+    o->progress_due = 0;
+    if (stop && !o->stopped) {
+        o->stopped = 1;
+        o->st = PE_ERR_CAP_ABORTED;
+    }
+    pthread_cond_broadcast(&o->write_cv);
+}
+
+/* The writing turn: `after` and the records, in input order. */
+static void own_put(own_run *o, own_chunk *c, int caller)
+{
+    transform_run *t = o->t;
+    pthread_mutex_lock(&o->write_mu);
+    for (;;) {
+        if (caller && o->progress_due)
+            own_report(o);
+        else if (o->next_write == c->seq && !o->progress_due)
+            break;
+        else
+            pthread_cond_wait(&o->write_cv, &o->write_mu);
+    }
+    if (!o->stopped) {
+        for (size_t i = 0; i < c->n_items; i++) {
+            pe_parallel_item *it = &c->items[i];
+            chunk_rec *r = &c->recs[c->item_rec[i]];
+            pe_parallel_after(o->pool, it);
+            r->v = it->verdict;
+            r->why = it->why;
+            r->out_len = it->out_len;
+        }
+        uint64_t before = t->sum->packets;
+        pe_status st = write_chunk(t, c->recs, c->n);
+        t->sum->offset = c->end_offset;
+        if (st == PE_OK)
+            st = c->stop;
+        if (st != PE_OK) {
+            o->stopped = 1;
+            o->st = st;
+        } else if (c->eof) {
+            o->stopped = 1;
+        } else if (o->progress && t->sum->packets != before && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0) {
+            o->progress_due = 1;
+            o->due_offset = c->end_offset;
+            o->due_packets = t->sum->packets;
+        }
+    }
+    o->next_write++;
+    int stopped = o->stopped;
+    if (caller && o->progress_due)
+        own_report(o);
+    pthread_cond_broadcast(&o->write_cv);
+    pthread_mutex_unlock(&o->write_mu);
+    if (stopped)
+        own_halt(o);
+}
+
+static void own_main(void *context, unsigned index, void *arg)
+{
+    own_run *o = arg;
+    own_chunk *c = o->chunks[index];
+    while (own_take(o, c)) {
+        for (size_t i = 0; i < c->n_items; i++)
+            pe_parallel_work(o->pool, context, &c->items[i]);
+        own_put(o, c, index == 0);
+    }
+    if (index != 0)
+        return;
+    /* The caller's thread reports what the others still write, until every chunk handed out is written. */
+    pthread_mutex_lock(&o->write_mu);
+    for (;;) {
+        pthread_mutex_lock(&o->read_mu);
+        uint64_t handed = o->next_read;
+        pthread_mutex_unlock(&o->read_mu);
+        if (o->progress_due)
+            own_report(o);
+        else if (o->next_write == handed)
+            break;
+        else
+            pthread_cond_wait(&o->write_cv, &o->write_mu);
+    }
+    pthread_mutex_unlock(&o->write_mu);
+}
+
 static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn progress, void *progress_ctx)
 {
-    size_t growth = pe_parallel_growth(p);
-    par_chunk *c[2] = {calloc(1, sizeof(par_chunk)), calloc(1, sizeof(par_chunk))};
-    pe_status st = c[0] && c[1] ? write_file_header(t) : PE_ERR_NOMEM;
-    uint64_t read_packets = 0;
-    if (pe_parallel_jobs(p) > 1) {
-        out_start_async(&t->out); /* ended by out_close */
-        read_ahead_start(t->r);   /* ended below */
-    }
-#define PACKETS_LEFT (TRANSFORM_PROGRESS_EVERY - read_packets % TRANSFORM_PROGRESS_EVERY)
-    if (st == PE_OK)
-        st = read_par_chunk(t, c[0], PACKETS_LEFT, 0, growth);
-    if (st == PE_OK)
-        pe_parallel_submit(p, c[0]->items, c[0]->n_items);
-    for (unsigned k = 0; st == PE_OK; k ^= 1) {
-        par_chunk *cur = c[k], *next = c[k ^ 1];
-        for (size_t i = 0; i < cur->n; i++)
-            read_packets += cur->recs[i].b.is_packet;
-        int more = cur->stop == PE_OK && !cur->eof;
-        if (more)
-            st = read_par_chunk(t, next, PACKETS_LEFT, 1, growth);
-        pe_parallel_wait(p);
-        if (st != PE_OK)
-            break;
-        take_results(p, cur);
-        if (more && !next->stalled)
-            pe_parallel_submit(p, next->items, next->n_items);
-        uint64_t before = t->sum->packets;
-        st = write_chunk(t, cur->recs, cur->n);
-        t->sum->offset = cur->end_offset;
-        if (st != PE_OK)
-            break;
-        if (cur->stop != PE_OK) {
-            st = cur->stop;
-            break;
-        }
-        if (cur->eof)
-            break;
-        if (progress && t->sum->packets != before && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
-            report_progress(t, progress, progress_ctx)) {
+    unsigned jobs = pe_parallel_jobs(p);
+    own_run o = {.t = t, .pool = p, .growth = pe_parallel_growth(p), .progress = progress,
+                 .progress_ctx = progress_ctx};
+    pe_status st = write_file_header(t);
+    o.chunks = calloc(jobs, sizeof *o.chunks);
+    if (!o.chunks)
+        st = PE_ERR_NOMEM;
+    for (unsigned i = 0; st == PE_OK && i < jobs; i++)
+        if (!(o.chunks[i] = calloc(1, sizeof(own_chunk))))
+            st = PE_ERR_NOMEM;
+    if (st == PE_OK) {
+        pthread_mutex_init(&o.read_mu, NULL);
+        pthread_mutex_init(&o.write_mu, NULL);
+        pthread_cond_init(&o.write_cv, NULL);
+        pe_parallel_run(p, own_main, &o);
+        pthread_cond_destroy(&o.write_cv);
+        pthread_mutex_destroy(&o.write_mu);
+        pthread_mutex_destroy(&o.read_mu);
+        st = o.st;
+        /* The final report may abort too: the caller asked to stop, so the run does not count as done. */
+        if (st == PE_OK && progress && report_progress(t, progress, progress_ctx))
             st = PE_ERR_CAP_ABORTED;
-            break;
-        }
-        if (next->stalled) { /* chunk k is written: the window may move now */
-            st = read_par_chunk(t, next, PACKETS_LEFT, 0, growth);
-            if (st == PE_OK)
-                pe_parallel_submit(p, next->items, next->n_items);
-        }
     }
-#undef PACKETS_LEFT
-    pe_parallel_wait(p); /* a chunk still out when the run stopped: its results go unused */
-    read_ahead_stop(t->r);
-    /* The final report may abort too: the caller asked to stop, so the run does not count as done. */
-    if (st == PE_OK && progress && report_progress(t, progress, progress_ctx))
-        st = PE_ERR_CAP_ABORTED;
-    for (int i = 0; i < 2; i++) {
-        if (c[i])
-            free(c[i]->arena);
-        free(c[i]);
+    for (unsigned i = 0; o.chunks && i < jobs; i++) {
+        if (o.chunks[i]) {
+            free(o.chunks[i]->in);
+            free(o.chunks[i]->arena);
+        }
+        free(o.chunks[i]);
     }
+    free(o.chunks);
     return st;
 }
 

@@ -37,6 +37,9 @@ struct pe_parallel {
     int stop;
     int pending;          /* submitted, not yet waited for */
     atomic_size_t next;   /* next item to claim */
+    pe_parallel_run_fn run_fn; /* set while pe_parallel_run runs: the generation is a run, not a chunk */
+    void *run_arg;
+    unsigned ran;         /* workers that have returned from run_fn */
 };
 
 /* Claim and process items until none is left. */
@@ -65,6 +68,16 @@ static void *worker_main(void *arg)
         if (p->stop)
             break;
         seen = p->generation;
+        if (p->run_fn) {
+            pe_parallel_run_fn fn = p->run_fn;
+            void *run_arg = p->run_arg;
+            pthread_mutex_unlock(&p->mu);
+            fn(w->ctx, (unsigned)(w - p->workers), run_arg);
+            pthread_mutex_lock(&p->mu);
+            p->ran++;
+            pthread_cond_signal(&p->idle);
+            continue;
+        }
         pe_parallel_item *items = p->items;
         size_t n = p->n;
         p->active++;
@@ -183,6 +196,41 @@ void pe_parallel_wait(pe_parallel *p)
         pthread_cond_wait(&p->idle, &p->mu);
     p->pending = 0;
     pthread_mutex_unlock(&p->mu);
+}
+
+void pe_parallel_run(pe_parallel *p, pe_parallel_run_fn fn, void *arg)
+{
+    pe_parallel_wait(p);
+    pthread_mutex_lock(&p->mu);
+    while (p->active)
+        pthread_cond_wait(&p->idle, &p->mu);
+    p->run_fn = fn;
+    p->run_arg = arg;
+    p->ran = 0;
+    p->generation++;
+    if (p->started)
+        pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    fn(p->workers[0].ctx, 0, arg);
+    pthread_mutex_lock(&p->mu);
+    /* Every worker runs fn, even one that wakes after the work is gone: arg must outlive them all. */
+    while (p->ran < p->started)
+        pthread_cond_wait(&p->idle, &p->mu);
+    p->run_fn = NULL;
+    p->run_arg = NULL;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pe_parallel_before(pe_parallel *p, pe_parallel_item *it)
+{
+    if (p->ops->before && !it->settled)
+        p->ops->before(p->shared, it);
+}
+
+void pe_parallel_work(pe_parallel *p, void *context, pe_parallel_item *it)
+{
+    if (!it->settled)
+        p->ops->work(context, it);
 }
 
 void pe_parallel_after(pe_parallel *p, pe_parallel_item *it)
