@@ -16,7 +16,7 @@ from pecore.capture import CaptureError, read_capture
 from pecore.keys import EspSaEntry, load_key_file
 from pecore.protocol import ESP_UDP_PORT, locate_esp
 from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg,
-                              iv_arg, port_arg, run_capture, run_main, spi_arg, truncated)
+                              iv_arg, port_arg, run_capture, run_main, spi_arg, tooling_wanted, truncated)
 from pyesp.capture import decrypt_capture, encrypt_capture
 from pyesp.errors import EspError
 from pyesp.header import Header
@@ -152,16 +152,12 @@ def _format(info: dict) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pyesp", description="IPsec ESP (RFC 4303): capture encryption and decryption.")
     from pyesp import __version__
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
-    from pecore.tools.keyimport import register as register_keys  # keys import|export (tooling)
-
-    register_keys(sub)
-
     e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
     add_capture_args(e)
     _sa_options(e)
@@ -183,14 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=count_arg, default=0)
     s.set_defaults(func=cmd_show)
 
-    # More subcommands register here, each with one line (as pyeesp's diagnose and vectors do):
-    from pyesp.tools.vectors import register as register_vectors  # vectors generate|check (tooling)
-    register_vectors(sub)
+    if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
+        from pecore.tools.keyimport import register as register_keys  # keys import|export
+        from pyesp.tools.vectors import register as register_vectors  # vectors generate|check
+
+        register_keys(sub)
+        register_vectors(sub)
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_main(build_parser(), argv)
+    return run_main(build_parser(argv), argv)
 
 
 if __name__ == "__main__":
