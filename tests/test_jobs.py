@@ -19,6 +19,7 @@ import pyeesp
 import pypsp
 from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter, read_capture
 from pyeesp.tools.cli import main as eesp_main
+from pyesp.tools.cli import main as esp_main
 from pypsp.tools.cli import main as psp_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ def _assert_same(results: dict) -> None:
 @pytest.mark.parametrize("pcap", VECTORS, ids=[p.stem for p in VECTORS])
 def test_vector_captures_decrypt_alike(pcap: Path, tmp_path, capsys):
     keys = pcap.with_suffix(".keys")
-    main = psp_main if pcap.name.startswith("psp_") else eesp_main
+    main = {"psp": psp_main, "eesp": eesp_main, "esp": esp_main}[pcap.name.split("_")[0]]
     results = _run_jobs(main, capsys, ["decrypt", str(pcap), "{out}", "-k", str(keys)], tmp_path / "out.pcap")
     _assert_same(results)
 
