@@ -285,6 +285,12 @@ def test_cli(tmp_path):
     assert p.returncode == 2 and "no aes-ccm-12 [keyfile-bad-value]" in p.stderr, p.stderr  # no CCM in Wireshark
     p = subprocess.run(export + ["--skip-unsupported"], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
     assert p.returncode == 0 and p.stdout.count('"NULL"') == 3 and "0x00001003) left out" in p.stdout, p.stderr
+    # A release between two layouts gets the older one: 4.5 is 4.4's 10 columns without "Any" or ChaCha20.
+    p = subprocess.run(export[:-1] + ["4.5", "--skip-unsupported"], capture_output=True, text=True, cwd=str(ROOT),
+                       timeout=60)
+    assert p.returncode == 0 and "Wireshark 4.4" in p.stdout and p.stdout.count('"NULL"') == 2, p.stderr
+    p = subprocess.run(export[:-1] + ["3.6"], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    assert p.returncode == 2 and "[invalid-argument]" in p.stderr, p.stderr
     bad = tmp_path / "bad.txt"
     bad.write_text("src 192.0.2.1 dst 192.0.2.2\n\tproto ah spi 0x1 mode tunnel\n")
     p = subprocess.run([sys.executable, "-m", "pyeesp", "keys", "import", "--from", "xfrm", str(bad)],

@@ -542,7 +542,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from pecore.keys import load_key_file
 
-    _write(args.output, to_esp_sa(load_key_file(args.keyfile), args.wireshark_version, args.skip_unsupported))
+    layout = layout_for(args.wireshark_version)
+    _write(args.output, to_esp_sa(load_key_file(args.keyfile), layout, args.skip_unsupported))
     return 0
 
 
@@ -561,8 +562,9 @@ def register(sub) -> None:  # type: ignore[no-untyped-def]
     e.add_argument("--to", dest="target", required=True, choices=("esp_sa",))
     e.add_argument("keyfile")
     e.add_argument("-o", "--output", help="file to write (mode 600; default standard output)")
-    e.add_argument("--wireshark-version", choices=sorted(WIRESHARK_LAYOUTS), default="4.0",
-                   help="column layout and suites of that Wireshark (default 4.0)")
+    e.add_argument("--wireshark-version", default="4.0", metavar="MAJOR.MINOR",
+                   help="column layout and suites of that Wireshark: those of the newest of "
+                        f"{', '.join(WIRESHARK_LAYOUTS)} not newer than it (default 4.0)")
     e.add_argument("--skip-unsupported", action="store_true",
                    help="leave out (with a comment) lines that Wireshark cannot decrypt instead of failing")
     e.set_defaults(func=cmd_export)
