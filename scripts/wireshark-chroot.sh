@@ -30,7 +30,10 @@ case "$SUITE" in
     *) echo "unsupported suite $SUITE: trixie (Wireshark 4.4) or sid (4.6)" >&2; exit 2 ;;
 esac
 shell=0 bench=0 bench_args=()
-pytest_args=(-q -m tshark tests/test_wireshark_plugin.py tests/test_lua_dissectors.py tests/test_lua_pure.py)
+# The tshark tests: the plugin and Lua dissectors, and Wireshark's own ESP dissector on the core's ESP through the
+# esp_sa UAT that `keys export` writes (what each release decrypts is the table in tests/test_esp_interop.py).
+pytest_args=(-q -m tshark tests/test_wireshark_plugin.py tests/test_lua_dissectors.py tests/test_lua_pure.py
+             tests/test_esp_interop.py tests/test_keyimport.py)
 while (($#)); do
     case "$1" in
         --shell) shell=1 ;;

@@ -5,17 +5,23 @@
    32-bit sequence numbers and ESN, IP and UDP encapsulation:
    - given the core's IV (the 64-bit sequence number) scapy writes the very ESP octets the core writes;
    - what scapy encrypts (random IVs) the core decrypts to the packet that went in, and vice versa.
-2. tshark's own ESP dissector (Wireshark 4.0, libgcrypt; keys through an ``esp_sa`` UAT, no plugins)
-   decrypts a capture written by the core, and what it shows as the ESP contained data is the payload
-   that went in, with its ICV marked good, for every suite Wireshark has.
+2. tshark's own ESP dissector (libgcrypt; no plugins) with the ``esp_sa`` UAT that ``keys export --to esp_sa``
+   writes for its release: for every suite the core has, without and with ESN, in both modes, IPv4/IPv6 and
+   IP/UDP encapsulation, it decrypts the core's packets to the payload that went in with a good ICV wherever
+   that release has the suite.  What each release does is the table WS_ESP (Wireshark 4.0, 4.4, 4.6; the chroots
+   of scripts/wireshark-chroot.sh run these tests against 4.4 and 4.6).
 
 Where the implementations part ways, the tests say so:
 - scapy 2.8 ignores crypt_icv_size for AES-GCM: it always writes (and expects) the full 16-octet tag, where
   RFC 4106 sends 8 or 12 octets of it.  Its GCM-8/12 packets are the core's plus the rest of the tag
   (asserted), and the round trips for those two suites are xfail(strict);
 - Wireshark 4.0 has no ESN (its AAD is always SPI || Seq): it decrypts GCM payloads (the keystream does not
-  depend on the AAD) and marks their ICV bad -- asserted as such;
-- Wireshark 4.0 has AES-GCM only, no AES-CCM, ChaCha20-Poly1305 or AES-GMAC for ESP: xfail(strict);
+  depend on the AAD) and marks their ICV bad -- asserted as such; 4.4 and 4.6 have ESN (ICV good);
+- no Wireshark has AES-CCM, AES-GMAC or AES-CCM-8 with IIV for ESP; 4.0 and 4.4 have AES-GCM only, 4.6 adds
+  ChaCha20-Poly1305 and AES-GCM-16 / ChaCha20-Poly1305 with IIV (RFC 8750): the rest is xfail(strict);
+- Wireshark 4.6 leaves the ICV of AES-GCM with IIV unchecked, and on an ESN SA builds the implicit IV from the
+  low 32 bits with 0 above (RFC 8750 §3 takes the 64-bit ESN): its decryption is asserted to be exactly the one
+  under that IV;
 - scapy puts ESP after every Destination Options header ahead of a Routing header or the upper layer
   (the Linux placement); the core keeps in front only Hop-by-Hop, Routing, Fragment and a Destination
   Options header that precedes a Routing header (eesp.md D14).  RFC 4303 §3.1.1 allows both: each
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from scapy.all import IP, TCP, UDP, IPv6, Raw, raw
@@ -36,6 +43,8 @@ from scapy.layers.ipsec import ESP, SecurityAssociation
 import wireshark
 from pcaputil import write_pcap
 from pecore._native import ffi, lib
+from pecore.keys import parse_key_file
+from pecore.tools import keyimport
 
 ENCR = {"gcm": 20, "gcm8": 18, "gcm12": 19, "ccm8": 14, "ccm12": 15, "ccm16": 16, "chacha": 28, "gmac": 21}
 # (core suite, AES key bits) -> (scapy crypt_algo, ICV size)
@@ -55,7 +64,7 @@ SUITE_IDS = [f"{s}-{b}" if b else s for s, b in SUITES]
 
 
 def keymat(suite: str, bits: int) -> bytes:
-    key_len = 32 if suite == "chacha" else bits // 8
+    key_len = 32 if suite.startswith("chacha") else bits // 8
     salt_len = 3 if suite.startswith("ccm") else 4
     return bytes((0x11 * i + 7) & 0xFF for i in range(key_len + salt_len))
 
@@ -250,96 +259,226 @@ def test_ipv6_destination_options_placement():
 
 # ------------------------------------------------------------------ 2. tshark
 
-# Wireshark 4.0's esp_sa UAT labels (epan/dissectors/packet-ipsec.c, esp_encryption_type_vals).
-WS_GCM = {8: "AES-GCM with 8 octet ICV [RFC4106]", 12: "AES-GCM with 12 octet ICV [RFC4106]",
-          16: "AES-GCM with 16 octet ICV [RFC4106]"}
-WS_FIELDS = ["esp.spi", "esp.sequence", "esp.contained_data", "esp.icv_good", "esp.protocol", "esp.pad_len"]
+# What each Wireshark's own ESP dissector makes of the core's packets, per suite of the core, without and with ESN.
+# The UAT is the one `keys export --to esp_sa --wireshark-version V` writes (pecore.tools.keyimport).  Measured
+# with tshark 4.0.17 (Debian 12), 4.4.19 (Debian 13) and 4.6.9 (Debian sid; scripts/wireshark-chroot.sh); a
+# release in between is held to the newest measured one before it, so that a change shows up as a failure here.
+GOOD = "good"                # decrypts to the packet that went in, ICV good
+ICV_BAD = "icv-bad"          # decrypts to the packet that went in, ICV bad
+ICV_UNCHECKED = "unchecked"  # decrypts to the packet that went in, ICV shown as neither good nor bad
+WRONG_IV = "wrong-iv"        # decrypts to other octets: exactly those of the implicit IV 0 || Seq low
+ABSENT = "absent"            # its esp_sa has no such Encryption choice
 
-skip_no_tshark = pytest.mark.skipif(not Path(wireshark.TSHARK).exists(), reason="tshark is not installed")
-
-
-def esp_sa_uat(rows) -> str:
-    """The esp_sa UAT file of Wireshark 4.0: Protocol, Src IP, Dest IP, SPI, Encryption, Encryption Key,
-    Authentication, Authentication Key."""
-    return "".join(f'"{proto}","*","*","0x{spi:08x}","{label}","0x{key.hex()}","NULL",""\n'
-                   for proto, spi, label, key in rows)
-
-
-def tshark_esp(frames, uat: str):
-    profile = wireshark.shared_dir("pe-esp-")
-    cap = profile / "esp.pcap"
-    cap.write_bytes(write_pcap(frames, linktype=101))
-    (profile / "esp_sa").write_text(uat)
-    for p in profile.iterdir():
-        p.chmod(0o666)
-    proc = wireshark.run(["-r", str(cap), "-o", "esp.enable_encryption_decode:TRUE",
-                          "-o", "esp.enable_authentication_check:TRUE", "-T", "fields", "-E", "separator=|",
-                          *(a for f in WS_FIELDS for a in ("-e", f))], plugin=None, profile=profile)
-    return [dict(zip(WS_FIELDS, line.split("|"))) for line in proc.stdout.splitlines()]
-
-
-def core_capture(suite, bits, mode, v6, udp, esn=False, spi=0x3001, count=4):
-    core = CoreSA(suite, bits, spi=spi, mode=mode, esn=esn, udp=udp)
-    if esn:
-        core.set_next_seq(0x2_0000_0001)
-    inners = [inner_packet(v6, n) for n in (0, 1, 40, 333)[:count]]
-    return core, inners, [core.encap(p) for p in inners]
-
-
-def expected_contained(inner: bytes, mode: str) -> bytes:
-    return inner if mode == "tunnel" else inner[kept_len(inner):]
-
-
-WS_MATRIX = [(m, v6, udp) for m in ("tunnel", "transport") for v6 in (False, True) for udp in (False, True)]
-WS_IDS = [f"{m}-{'v6' if v6 else 'v4'}{'-udp' if udp else ''}" for m, v6, udp in WS_MATRIX]
-
-
-@skip_no_tshark
-@pytest.mark.parametrize("mode,v6,udp", WS_MATRIX, ids=WS_IDS)
-@pytest.mark.parametrize("icv,bits", [(8, 128), (12, 192), (16, 128), (16, 256)], ids=lambda v: str(v))
-def test_tshark_decrypts_the_cores_gcm(icv, bits, mode, v6, udp):
-    suite = {8: "gcm8", 12: "gcm12", 16: "gcm"}[icv]
-    core, inners, frames = core_capture(suite, bits, mode, v6, udp)
-    rows = tshark_esp(frames, esp_sa_uat([("IPv6" if v6 else "IPv4", 0x3001, WS_GCM[icv], core.keymat)]))
-    assert len(rows) == len(inners)
-    for i, (row, inner) in enumerate(zip(rows, inners)):
-        assert int(row["esp.spi"], 0) == 0x3001 and int(row["esp.sequence"]) == i + 1
-        assert bytes.fromhex(row["esp.contained_data"].replace(":", "")) == expected_contained(inner, mode), i
-        assert row["esp.icv_good"] in ("1", "True"), row
-        nh = (41 if v6 else 4) if mode == "tunnel" else (6 if v6 else 17)
-        assert int(row["esp.protocol"], 0) == nh
-
-
-@skip_no_tshark
-@pytest.mark.skipif(not wireshark.ws_version().startswith("4.0"), reason="the documented difference is Wireshark 4.0's")
-def test_tshark_40_has_no_esn():
-    """Wireshark 4.0 authenticates SPI || Seq only: with ESN (RFC 4106 §5: SPI || Seq high || Seq low) it still
-    decrypts GCM (the keystream does not depend on the AAD) and marks every ICV bad."""
-    core, inners, frames = core_capture("gcm", 128, "tunnel", False, False, esn=True)
-    rows = tshark_esp(frames, esp_sa_uat([("IPv4", 0x3001, WS_GCM[16], core.keymat)]))
-    for row, inner in zip(rows, inners):
-        assert bytes.fromhex(row["esp.contained_data"].replace(":", "")) == inner
-        assert row["esp.icv_good"] in ("0", "False"), row
-    # The core's own receiver, told the ESN, takes them all.
-    rx = CoreSA("gcm", 128, spi=0x3001, esn=True, replay_top=0x2_0000_0000)
-    assert all(rx.decap(f)[1] == p for f, p in zip(frames, inners))
-
-
-# Labels of the suites in later Wireshark releases' esp_sa UAT; 4.0 has none of them.
-WS_LATER = {
-    ("ccm16", 128): "AES-CCM with 16 octet ICV [RFC4309]",
-    ("chacha", 0): "ChaCha20 with Poly1305 [RFC7634]",
-    ("gmac", 128): "NULL encryption with AES-GMAC [RFC4543]",
+# (core suite, key bits) -> key-file suite name; every suite the core has.
+KEYFILE_SUITE = {
+    ("gcm8", 128): "aes-gcm-8", ("gcm12", 192): "aes-gcm-12", ("gcm", 128): "aes-gcm-16", ("gcm", 256): "aes-gcm-16",
+    ("ccm8", 128): "aes-ccm-8", ("ccm12", 256): "aes-ccm-12", ("ccm16", 192): "aes-ccm-16",
+    ("chacha", 0): "chacha20-poly1305", ("gmac", 128): "aes-gmac", ("gmac", 256): "aes-gmac",
+    ("gcm-iiv", 128): "aes-gcm-16-iiv", ("chacha-iiv", 0): "chacha20-poly1305-iiv", ("ccm8-iiv", 128): "aes-ccm-8-iiv",
+}
+ENCR.update({"ccm8-iiv": 29, "gcm-iiv": 30, "chacha-iiv": 31})
+_GCM = {("gcm8", 128), ("gcm12", 192), ("gcm", 128), ("gcm", 256)}
+# Wireshark major.minor -> {(suite, bits): (without ESN, with ESN)}; a suite not listed is ABSENT.  Where to look:
+# the Encryption choices of the esp_sa UAT are the "[RFC...]" labels in libwireshark (strings; `keys export` has
+# them in WIRESHARK_LAYOUTS), ESN is the 10-column layout of 4.4 (Wireshark issue 19658, ESN and the ICV).
+WS_ESP = {
+    "4.0": {s: (GOOD, ICV_BAD) for s in _GCM},
+    "4.4": {s: (GOOD, GOOD) for s in _GCM},
+    "4.6": {**{s: (GOOD, GOOD) for s in _GCM}, ("chacha", 0): (GOOD, GOOD),
+            ("gcm-iiv", 128): (ICV_UNCHECKED, WRONG_IV), ("chacha-iiv", 0): (GOOD, WRONG_IV)},
+}
+WHY = {
+    ICV_BAD: "Wireshark 4.0's esp_sa has no ESN: it authenticates SPI || Seq, where RFC 4106 §5 puts SPI || Seq high || "
+             "Seq low in the AAD; the GCM keystream does not depend on the AAD, so the payload still decrypts",
+    ICV_UNCHECKED: "Wireshark 4.6 decrypts AES-GCM with IIV but leaves its ICV unchecked ('<NULL> [unchecked]' with "
+                   "esp.enable_authentication_check on), where RFC 4106 §3 / RFC 8750 §3 verify it as for AES-GCM",
+    WRONG_IV: "Wireshark 4.6 builds the implicit IV from the 32-bit Sequence Number field with 0 above it also on an "
+              "ESN SA; RFC 8750 §3 (Figure 2) takes the 64-bit ESN as the IV.  keys export refuses such a row",
 }
 
 
-@skip_no_tshark
-@pytest.mark.parametrize("suite,bits", list(WS_LATER), ids=["ccm16-128", "chacha", "gmac-128"])
-@pytest.mark.xfail(wireshark.ws_version().startswith("4.0"), strict=True,
-                   reason="Wireshark 4.0's ESP dissector has AES-GCM only: no AES-CCM, ChaCha20-Poly1305 or AES-GMAC")
-def test_tshark_other_suites(suite, bits):
-    core, inners, frames = core_capture(suite, bits, "tunnel", False, False)
-    rows = tshark_esp(frames, esp_sa_uat([("IPv4", 0x3001, WS_LATER[(suite, bits)], core.keymat)]))
-    for row, inner in zip(rows, inners):
-        assert bytes.fromhex(row["esp.contained_data"].replace(":", "")) == inner
-        assert row["esp.icv_good"] in ("1", "True"), row
+def ws_measured(version: Optional[str]) -> Optional[str]:
+    """The WS_ESP key for a Wireshark major.minor: the newest measured release not newer than it."""
+    if version is None:
+        return None
+    v = tuple(int(x) for x in version.split("."))
+    older = [k for k in WS_ESP if tuple(int(x) for x in k.split(".")) <= v]
+    return max(older, key=lambda k: tuple(int(x) for x in k.split("."))) if older else None
+
+
+WS_VERSION = wireshark.versions()[0] if Path(wireshark.TSHARK).exists() else None
+WS_ROW = ws_measured(WS_VERSION)
+WS_SKIP = ("tshark is not installed" if WS_VERSION is None else
+           f"Wireshark {WS_VERSION} is older than every release in WS_ESP" if WS_ROW is None else None)
+
+
+def ws_outcome(suite, bits, esn) -> str:
+    got = WS_ESP.get(WS_ROW or "4.6", {}).get((suite, bits))
+    return ABSENT if got is None else got[int(esn)]
+
+
+WS_SHAPES = [(m, v6, udp) for m in ("tunnel", "transport") for v6 in (False, True) for udp in (False, True)]
+WS_ESN_HIGH = 0x1B  # the ESN cases start at Seq 0x1b_00000001: a high half that is not 0
+
+
+def _ws_cases():
+    """(suite, bits, esn, mode, v6, udp) of every tshark check: each shape for the suites this Wireshark has, one
+    (tunnel, IPv4) for those it lacks."""
+    for (suite, bits) in KEYFILE_SUITE:
+        for esn in (False, True):
+            shapes = WS_SHAPES if ws_outcome(suite, bits, esn) != ABSENT else WS_SHAPES[:1]
+            for mode, v6, udp in shapes:
+                yield suite, bits, esn, mode, v6, udp
+
+
+WS_CASES = list(_ws_cases())
+
+
+def _ws_case_id(c) -> str:
+    suite, bits, esn, mode, v6, udp = c
+    return (f"{suite}{'-' + str(bits) if bits else ''}-{mode}-{'v6' if v6 else 'v4'}"
+            f"{'-udp' if udp else ''}{'-esn' if esn else ''}")
+
+
+def _ws_param(c):
+    suite, bits, esn = c[:3]
+    outcome = ws_outcome(suite, bits, esn)
+    marks = [pytest.mark.tshark]
+    if WS_SKIP:
+        marks.append(pytest.mark.skip(reason=WS_SKIP))
+    elif outcome == ABSENT:
+        marks.append(pytest.mark.xfail(strict=True, reason=(
+            f"Wireshark {WS_VERSION}'s esp_sa has no {KEYFILE_SUITE[(suite, bits)]} (its Encryption choices are the "
+            f"labels in pecore.tools.keyimport.WIRESHARK_LAYOUTS['{keyimport.layout_for(WS_VERSION)}'])")))
+    return pytest.param(*c, id=_ws_case_id(c), marks=marks)
+
+
+def _key_line(spi, suite, bits, esn, mode, udp, keymat_: bytes, first_seq=None) -> str:
+    name = KEYFILE_SUITE[(suite, bits)]
+    bits_field = "" if name.startswith("chacha") else f" key-bits={bits}"
+    line = f"esp-sa spi=0x{spi:08x} suite={name}{bits_field} key={keymat_.hex()} mode={mode}"
+    if esn:
+        line += f" esn=1 first-seq=0x{first_seq if first_seq is not None else (WS_ESN_HIGH << 32) | 1:x}"
+    return line + (" udp-encap=1" if udp else "")
+
+
+def _uat_rows(spi, suite, bits, esn, mode, udp, key, layout) -> str:
+    """The esp_sa rows `keys export` writes for this SA; where it refuses one that Wireshark still shows, the row
+    a user would write by hand (to observe the difference): no ESN on 4.0, the real high half for IIV on 4.6."""
+    line = _key_line(spi, suite, bits, esn, mode, udp, key)
+    try:
+        return keyimport.to_esp_sa(parse_key_file(line + "\n"), layout).split("\n", 1)[1]
+    except keyimport.KeyImportError:
+        if ws_outcome(suite, bits, esn) == ABSENT:
+            return ""
+    if layout == "4.0":  # the 8-column UAT cannot say ESN
+        return keyimport.to_esp_sa(parse_key_file(_key_line(spi, suite, bits, False, mode, udp, key) + "\n"),
+                                   layout).split("\n", 1)[1]
+    low = keyimport.to_esp_sa(parse_key_file(_key_line(spi, suite, bits, esn, mode, udp, key, 1) + "\n"), layout)
+    return "".join(r[: r.rindex(",")] + f',"{WS_ESN_HIGH:x}"\n' for r in low.split("\n", 1)[1].splitlines())
+
+
+WS_FIELDS = ["esp.spi", "esp.sequence", "esp.contained_data", "esp.decrypted_data", "esp.icv_good", "esp.icv_bad",
+             "esp.protocol"]
+
+
+@pytest.fixture(scope="module")
+def ws_esp():
+    """One capture of every case's packets (one SA each), decrypted by tshark in one run with the exported UAT:
+    {case: (core SA, inner packets, frames, tshark rows of that SPI)}."""
+    layout = keyimport.layout_for(WS_VERSION)
+    cases, frames, uat = {}, [], []
+    for spi, c in enumerate(WS_CASES, 0x6000):
+        suite, bits, esn, mode, v6, udp = c
+        core = CoreSA(suite, bits, spi=spi, mode=mode, esn=esn, udp=udp)
+        if esn:
+            core.set_next_seq((WS_ESN_HIGH << 32) | 1)
+        inners = [inner_packet(v6, n) for n in (0, 1, 40, 333)]
+        mine = [core.encap(p) for p in inners]
+        frames += mine
+        uat.append(_uat_rows(spi, suite, bits, esn, mode, udp, core.keymat, layout))
+        cases[c] = (spi, core, inners, mine)
+    profile = wireshark.shared_dir("pe-esp-")
+    (profile / "esp.pcap").write_bytes(write_pcap(frames, linktype=101))
+    (profile / "esp_sa").write_text("".join(uat))
+    for p in profile.iterdir():
+        p.chmod(0o666)
+    proc = wireshark.run(["-r", str(profile / "esp.pcap"), "-o", "esp.enable_encryption_decode:TRUE",
+                          "-o", "esp.enable_authentication_check:TRUE", "-T", "fields", "-E", "separator=|",
+                          # the outer ESP only: a wrong decryption can name ESP as its next header
+                          "-E", "occurrence=f", *(a for f in WS_FIELDS for a in ("-e", f))], plugin=None, profile=profile)
+    assert "esp_sa" not in proc.stderr, proc.stderr  # the UAT loaded: every label is one this Wireshark has
+    rows = [dict(zip(WS_FIELDS, line.split("|"))) for line in proc.stdout.splitlines()]
+    assert len(rows) == len(frames), proc.stdout[-2000:]
+    by_spi = {}
+    for r in rows:
+        by_spi.setdefault(int(r["esp.spi"], 0), []).append(r)
+    return {c: (core, inners, mine, by_spi.get(spi, [])) for c, (spi, core, inners, mine) in cases.items()}
+
+
+def expected_contained(inner: bytes, mode: str) -> bytes:
+    """What Wireshark shows as the ESP contained data: the inner packet, or in transport mode what follows the
+    headers the core keeps in front of ESP."""
+    return inner if mode == "tunnel" else inner[kept_len(inner):]
+
+
+def _octets(field: str) -> bytes:
+    return bytes.fromhex(field.replace(":", ""))
+
+
+def _true(field: str) -> bool:
+    return field in ("1", "True")
+
+
+def implicit_iv_low_only(suite: str, key: bytes, esp: bytes, icv: int) -> bytes:
+    """What an implicit-IV suite's ciphertext decrypts to under IV 0 || Seq low (RFC 8750 §3 wants the 64-bit ESN)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+    ct = esp[8:-icv]
+    aead = AESGCM(key[:-4]) if suite == "gcm-iiv" else ChaCha20Poly1305(key[:-4])
+    # Both are counter modes: the ciphertext of zeros is the keystream (the tag is cut off).
+    stream = aead.encrypt(key[-4:] + bytes(4) + esp[4:8], bytes(len(ct)), None)[: len(ct)]
+    return bytes(a ^ b for a, b in zip(ct, stream))
+
+
+@pytest.mark.parametrize("suite,bits,esn,mode,v6,udp", [_ws_param(c) for c in WS_CASES])
+def test_tshark_decrypts_the_cores_esp(ws_esp, suite, bits, esn, mode, v6, udp):
+    """Wireshark's own ESP dissector on the core's packets: what WS_ESP says for this release, suite and ESN."""
+    outcome = ws_outcome(suite, bits, esn)
+    core, inners, frames, rows = ws_esp[(suite, bits, esn, mode, v6, udp)]
+    assert len(rows) == len(inners)
+    first = (WS_ESN_HIGH << 32) | 1 if esn else 1
+    for i, (row, inner, frame) in enumerate(zip(rows, inners, frames)):
+        assert int(row["esp.sequence"]) == (first + i) & 0xFFFFFFFF
+        if outcome in (GOOD, ABSENT):  # ABSENT: xfail(strict), this is what fails
+            assert _octets(row["esp.contained_data"]) == expected_contained(inner, mode), (i, row)
+            assert _true(row["esp.icv_good"]) and not _true(row["esp.icv_bad"]), (i, row)
+            nh = (41 if v6 else 4) if mode == "tunnel" else (6 if v6 else 17)
+            assert int(row["esp.protocol"], 0) == nh
+        elif outcome in (ICV_BAD, ICV_UNCHECKED):
+            assert _octets(row["esp.contained_data"]) == expected_contained(inner, mode), (i, row, WHY[outcome])
+            assert not _true(row["esp.icv_good"]), (i, row, WHY[outcome])
+            assert _true(row["esp.icv_bad"]) == (outcome == ICV_BAD), (i, row, WHY[outcome])
+        else:
+            assert outcome == WRONG_IV
+            esp = esp_octets(frame, tunnel=mode == "tunnel", udp=udp, inner=inner)
+            got = _octets(row["esp.decrypted_data"])
+            assert got == implicit_iv_low_only(suite, core.keymat, esp, 16), (i, row, WHY[outcome])
+            assert expected_contained(inner, mode) not in got and not _true(row["esp.icv_good"]), WHY[outcome]
+    if outcome in (ICV_BAD, ICV_UNCHECKED, WRONG_IV):
+        # The difference is Wireshark's: the core's own receiver, told the same SA, takes every packet.
+        rx = CoreSA(suite, bits, spi=core.cfg.spi, mode=mode, esn=esn, udp=udp,
+                    replay_top=(WS_ESN_HIGH << 32) if esn else 0)
+        assert [rx.decap(f)[1] for f in frames] == inners
+
+
+@pytest.mark.tshark
+@pytest.mark.skipif(WS_SKIP is not None, reason=str(WS_SKIP))
+def test_tshark_table_matches_the_export():
+    """The suites WS_ESP says this Wireshark decrypts are those `keys export` offers for it, and the other way."""
+    layout = keyimport.layout_for(WS_VERSION)
+    offered = set(keyimport.WIRESHARK_LAYOUTS[layout][1].values())
+    shown = {KEYFILE_SUITE[s] for s in WS_ESP[WS_ROW]}
+    assert shown == offered, (WS_VERSION, shown ^ offered)
+    assert (keyimport.WIRESHARK_LAYOUTS[layout][0] == 10) == all(
+        esn != ICV_BAD for _, esn in WS_ESP[WS_ROW].values()), "ESN columns and the ESN outcomes disagree"

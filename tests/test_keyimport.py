@@ -16,7 +16,7 @@ import pytest
 
 from pecore._native import ffi, lib
 from pecore.tools.keyimport import (WIRESHARK_LAYOUTS, KeyImportError, from_esp_sa, from_psp_netlink, from_xfrm,
-                              to_esp_sa)
+                              layout_for, to_esp_sa)
 from pecore.keys import KeyFileError, parse_key_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,6 +246,30 @@ def test_export_layouts_and_refusals():
     assert ei.value.code == "invalid-argument"
 
 
+def test_export_implicit_iv_with_esn_on_46():
+    """Wireshark 4.6 puts 0 where the ESN high half goes in the implicit IV (RFC 8750 §3 puts the high half there;
+    tests/test_esp_interop.py shows its decryption): a row whose high half is not 0 is refused, one at 0 is not."""
+    for suite, key in (("aes-gcm-16-iiv", K20), ("chacha20-poly1305-iiv", K36)):
+        high = parse_key_file(f"esp-sa spi=7 suite={suite} key={key.hex()} esn=1 first-seq=0x200000001\n")
+        with pytest.raises(KeyImportError, match="implicit IV") as ei:
+            to_esp_sa(high, "4.6")
+        assert ei.value.line == 1 and ei.value.code == "keyfile-bad-value"
+        assert "0x00000007) left out" in to_esp_sa(high, "4.6", skip_unsupported=True)
+        low = parse_key_file(f"esp-sa spi=7 suite={suite} key={key.hex()} esn=1\n")
+        assert to_esp_sa(low, "4.6").splitlines()[1].endswith('"64-bit","0"')
+        # 32-bit sequence numbers: the IV is 0 || Seq in both readings.
+        assert len(to_esp_sa(parse_key_file(f"esp-sa spi=7 suite={suite} key={key.hex()}\n"), "4.6").splitlines()) == 2
+
+
+def test_layout_for():
+    assert [layout_for(v) for v in ("4.0", "4.2", "4.4", "4.5", "4.6", "4.7", "5.0", "10.1")] == \
+        ["4.0", "4.0", "4.4", "4.4", "4.6", "4.6", "4.6", "4.6"]
+    for bad in ("3.6", "four"):
+        with pytest.raises(KeyImportError) as ei:
+            layout_for(bad)
+        assert ei.value.code == "invalid-argument"
+
+
 def test_cli(tmp_path):
     src = tmp_path / "xfrm.txt"
     src.write_text(XFRM)
@@ -261,6 +285,12 @@ def test_cli(tmp_path):
     assert p.returncode == 2 and "no aes-ccm-12 [keyfile-bad-value]" in p.stderr, p.stderr  # no CCM in Wireshark
     p = subprocess.run(export + ["--skip-unsupported"], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
     assert p.returncode == 0 and p.stdout.count('"NULL"') == 3 and "0x00001003) left out" in p.stdout, p.stderr
+    # A release between two layouts gets the older one: 4.5 is 4.4's 10 columns without "Any" or ChaCha20.
+    p = subprocess.run(export[:-1] + ["4.5", "--skip-unsupported"], capture_output=True, text=True, cwd=str(ROOT),
+                       timeout=60)
+    assert p.returncode == 0 and "Wireshark 4.4" in p.stdout and p.stdout.count('"NULL"') == 2, p.stderr
+    p = subprocess.run(export[:-1] + ["3.6"], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    assert p.returncode == 2 and "[invalid-argument]" in p.stderr, p.stderr
     bad = tmp_path / "bad.txt"
     bad.write_text("src 192.0.2.1 dst 192.0.2.2\n\tproto ah spi 0x1 mode tunnel\n")
     p = subprocess.run([sys.executable, "-m", "pyeesp", "keys", "import", "--from", "xfrm", str(bad)],
@@ -274,8 +304,7 @@ def test_cli(tmp_path):
 def _layout() -> str:
     import wireshark
 
-    v = wireshark.ws_version()
-    return "4.0" if v.startswith(("4.0", "4.2")) else "4.6" if v.startswith(("4.6", "4.7", "5.")) else "4.4"
+    return layout_for(wireshark.ws_version())
 
 
 def _core_frames(key_text: str, inners_by_spi):
@@ -322,6 +351,9 @@ def test_tshark_decrypts_with_the_exported_uat():
         lines.append(f"esp-sa spi=0x3005 suite=aes-gcm-16 key={K20.hex()} esn=1 first-seq=0x1b00000001")
     if layout == "4.6":
         lines.append(f"esp-sa spi=0x3006 suite=chacha20-poly1305 key={K36.hex()}")
+        # RFC 8750; with ESN only at high half 0 (see test_export_implicit_iv_with_esn_on_46).  Not AES-GCM-16 with
+        # IIV: 4.6 decrypts it but leaves its ICV unchecked (tests/test_esp_interop.py).
+        lines.append(f"esp-sa spi=0x3007 suite=chacha20-poly1305-iiv key={K36.hex()} mode=transport esn=1")
     key_text = "\n".join(lines) + "\n"
     spis = [int(ln.split()[1].split("=")[1], 16) for ln in lines]
     modes = {s: ("transport" if "mode=transport" in ln else "tunnel") for s, ln in zip(spis, lines)}

@@ -11,41 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
-
+#include "alloc_count.h"
 #include "check.h"
 #include "pe/eesp.h"
 #include "pe/ip.h"
 #include "pe/kdf.h"
 #include "pe/psp.h"
-
-static long live_allocs, total_allocs;
-
-static void *count_malloc(size_t n, const char *file, int line)
-{
-    (void)file, (void)line;
-    void *p = malloc(n);
-    if (p)
-        live_allocs++, total_allocs++;
-    return p;
-}
-
-static void *count_realloc(void *p, size_t n, const char *file, int line)
-{
-    (void)file, (void)line;
-    void *q = realloc(p, n);
-    if (q && !p)
-        live_allocs++, total_allocs++;
-    return q;
-}
-
-static void count_free(void *p, const char *file, int line)
-{
-    (void)file, (void)line;
-    if (p)
-        live_allocs--;
-    free(p);
-}
 
 /* IPv4/UDP packet of `size` octets (checksums are not checked by the receivers here). */
 static void make_packet(uint8_t *p, size_t size)
@@ -212,10 +183,8 @@ static void test_hkdf_failure_wipes(void)
 
 int main(void)
 {
-    if (!CRYPTO_set_mem_functions(count_malloc, count_realloc, count_free)) {
-        fprintf(stderr, "test_forged: OpenSSL allocated before main\n");
+    if (alloc_count_install("test_forged"))
         return 1;
-    }
     test_psp_forged_spis();
     test_eesp_forged_session_ids();
     test_hkdf_failure_wipes();

@@ -6,44 +6,15 @@
  * the sender's sequence numbers and the receiver's replay window top, so a
  * packet replayed after its Sub SA was evicted is still refused.
  *
- * Contexts are counted through OpenSSL's allocator hooks, as test_forged.c does.
+ * Contexts are counted through OpenSSL's allocator hooks (alloc_count.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
-
+#include "alloc_count.h"
 #include "check.h"
 #include "pe/eesp.h"
 #include "pe/ip.h"
-
-static long live_allocs, total_allocs;
-
-static void *count_malloc(size_t n, const char *file, int line)
-{
-    (void)file, (void)line;
-    void *p = malloc(n);
-    if (p)
-        live_allocs++, total_allocs++;
-    return p;
-}
-
-static void *count_realloc(void *p, size_t n, const char *file, int line)
-{
-    (void)file, (void)line;
-    void *q = realloc(p, n);
-    if (q && !p)
-        live_allocs++, total_allocs++;
-    return q;
-}
-
-static void count_free(void *p, const char *file, int line)
-{
-    (void)file, (void)line;
-    if (p)
-        live_allocs--;
-    free(p);
-}
 
 static void make_packet(uint8_t *p, size_t size)
 {
@@ -211,10 +182,8 @@ static void test_least_recently_used_goes(void)
 
 int main(void)
 {
-    if (!CRYPTO_set_mem_functions(count_malloc, count_realloc, count_free)) {
-        fprintf(stderr, "test_sub_sa_lru: OpenSSL allocated before main\n");
+    if (alloc_count_install("test_sub_sa_lru"))
         return 1;
-    }
     for (int i = 0; i < 32; i++)
         root[i] = (uint8_t)(0x40 + i);
     make_packet(inner, sizeof inner);

@@ -30,7 +30,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from pecore.keys import EspSaEntry, KeyFile, KeyFileError, parse_key_file
 
 __all__ = ["KeyImportError", "from_xfrm", "from_esp_sa", "from_psp_netlink", "to_esp_sa", "WIRESHARK_LAYOUTS",
-           "register"]
+           "layout_for", "register"]
 
 
 class KeyImportError(KeyFileError):
@@ -269,6 +269,24 @@ WIRESHARK_LAYOUTS: Dict[str, Tuple[int, Dict[str, str], bool]] = {
     "4.6": (10, {**_WS_GCM, **_WS_46}, True),
 }
 _LABEL_BY_SUITE = {v: k for k, v in {**_WS_GCM, **_WS_46}.items()}
+#: Wireshark 4.6 builds the implicit IV of these suites from the 32-bit Sequence Number field with 0 above it, also
+#: on an ESN SA, where RFC 8750 §3 (Figure 2) takes the 64-bit ESN: measured with tshark 4.6.9, whose decryption is
+#: then exactly the one under IV 0 || Seq low (tests/test_esp_interop.py).  A row whose ESN high half is not 0 can
+#: never decrypt there.
+_WS_IIV_LOW_SEQ_ONLY = {"4.6": {"aes-gcm-16-iiv", "chacha20-poly1305-iiv"}}
+
+
+def layout_for(version: str) -> str:
+    """The WIRESHARK_LAYOUTS key for a Wireshark ``major.minor``: the newest layout not newer than it."""
+    try:
+        want = tuple(int(x) for x in version.split(".")[:2])
+    except ValueError:
+        raise KeyImportError("esp_sa export", 0, f"not a Wireshark version: {version!r}", "invalid-argument") from None
+    older = [k for k in WIRESHARK_LAYOUTS if tuple(int(x) for x in k.split(".")) <= want]
+    if not older:
+        raise KeyImportError("esp_sa export", 0, f"Wireshark {version} is older than every layout known here "
+                             f"({', '.join(WIRESHARK_LAYOUTS)})", "invalid-argument")
+    return max(older, key=lambda k: tuple(int(x) for x in k.split(".")))
 
 
 def _uat_fields(line: str, n: int) -> List[str]:
@@ -349,8 +367,8 @@ def from_esp_sa(text: str, mode: str = "tunnel") -> List[str]:
 def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: bool = False) -> str:
     """The esp-sa lines of a parsed key file as an esp_sa UAT file for that Wireshark's ESP dissector.
 
-    A line that Wireshark cannot decrypt (a suite it lacks; ESN before 4.4) is an error, or with
-    ``skip_unsupported`` a comment in the output naming its line."""
+    A line that Wireshark cannot decrypt (a suite it lacks; ESN before 4.4; on 4.6 an implicit-IV suite whose ESN
+    high half is not 0) is an error, or with ``skip_unsupported`` a comment in the output naming its line."""
     if wireshark_version not in WIRESHARK_LAYOUTS:
         raise KeyImportError("esp_sa export", 0, f"Wireshark version must be one of {', '.join(WIRESHARK_LAYOUTS)}",
                              "invalid-argument")
@@ -364,6 +382,9 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: boo
             problem = f"Wireshark {wireshark_version}'s esp_sa has no {s['suite']}"
         elif s["esn"] and columns == 8:
             problem = f"Wireshark {wireshark_version}'s ESP dissector has no ESN (use --wireshark-version 4.4 or later)"
+        elif s["esn"] and int(s["first_seq"]) >> 32 and s["suite"] in _WS_IIV_LOW_SEQ_ONLY.get(wireshark_version, ()):
+            problem = (f"Wireshark {wireshark_version} puts 0 where the ESN high half goes in the implicit IV of "
+                       f"{s['suite']} (RFC 8750 §3 puts the high half there): this SA's packets do not decrypt in it")
         if problem and not skip_unsupported:
             raise KeyImportError("key file", e.line, problem)
         if problem:
@@ -521,7 +542,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from pecore.keys import load_key_file
 
-    _write(args.output, to_esp_sa(load_key_file(args.keyfile), args.wireshark_version, args.skip_unsupported))
+    layout = layout_for(args.wireshark_version)
+    _write(args.output, to_esp_sa(load_key_file(args.keyfile), layout, args.skip_unsupported))
     return 0
 
 
@@ -540,8 +562,9 @@ def register(sub) -> None:  # type: ignore[no-untyped-def]
     e.add_argument("--to", dest="target", required=True, choices=("esp_sa",))
     e.add_argument("keyfile")
     e.add_argument("-o", "--output", help="file to write (mode 600; default standard output)")
-    e.add_argument("--wireshark-version", choices=sorted(WIRESHARK_LAYOUTS), default="4.0",
-                   help="column layout and suites of that Wireshark (default 4.0)")
+    e.add_argument("--wireshark-version", default="4.0", metavar="MAJOR.MINOR",
+                   help="column layout and suites of that Wireshark: those of the newest of "
+                        f"{', '.join(WIRESHARK_LAYOUTS)} not newer than it (default 4.0)")
     e.add_argument("--skip-unsupported", action="store_true",
                    help="leave out (with a comment) lines that Wireshark cannot decrypt instead of failing")
     e.set_defaults(func=cmd_export)
