@@ -1,12 +1,14 @@
 /*
  * Transforms on several threads with one thread's results.
  *
- * A transform is split in three: `before` runs on the calling thread in input
- * order (a sender spends the packet's IV or sequence number), `work` runs on
+ * A transform is split in three: `before` runs in input order, one packet at
+ * a time (a sender spends the packet's IV or sequence number), `work` runs on
  * any thread with that thread's own contexts (the AEAD: EVP contexts serve one
- * thread), and `after` runs on the calling thread in input order (a receiver's
- * replay window and Sub SA keys).  Outputs, statuses and every piece of state
- * are then what one thread calling the whole transform packet by packet gives.
+ * thread), and `after` runs in input order, one packet at a time (a
+ * receiver's replay window and Sub SA keys).  With submit/wait both run on the
+ * calling thread; in pe_parallel_run the caller's fn runs them under a lock of
+ * its own.  Outputs, statuses and every piece of state are then what one
+ * thread calling the whole transform packet by packet gives.
  * Workers never call back into the caller's code.
  */
 #ifndef PE_PARALLEL_H
