@@ -18,8 +18,9 @@ from pecore.binding import ffi, lib
 from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
 from pecore.protocol import EESP_SUITES
-from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
-from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp
+from pecore.util import (TRANSFORM_FN, Buffer, Key, check_range, decap_batch, decap_error, failed_verdict, key_bytes,
+                         packet_buffer, pin, run_batch, sent_or_raise)
+from pyeesp.errors import ConfigurationError, EespError, error_class, raise_eesp
 from pyeesp.header import Header
 
 MAX_IP_LEN = 65535
@@ -31,8 +32,6 @@ SSKDFS = {None: 0, "none": 0, "hkdf-sha256": 1, "hkdf-sha384": 2, "hkdf-sha512":
 _MODES = {"transport": lib.PE_EESP_TRANSPORT, "tunnel": lib.PE_EESP_TUNNEL}
 _FORMATS = {"auto": lib.PE_EESP_FORMAT_AUTO, "full": lib.PE_EESP_FORMAT_FULL, "optimized": lib.PE_EESP_FORMAT_OPTIMIZED}
 _AADS = {"draft": lib.PE_EESP_AAD_DRAFT, "linux-xfrm": lib.PE_EESP_AAD_LINUX_XFRM}
-#: The core's transform callback type (batch.h): one packet in, one out, a verdict and a status.
-_TRANSFORM_FN = "pe_verdict(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *, pe_status *)"
 _SSKDF_UNDEFINED = next(i for i in range(lib.PE_STATUS_COUNT) if status_name(i) == "sskdf-undefined")
 
 
@@ -249,32 +248,11 @@ class Receiver:
     def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EespError]]:
         """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
         its exception.  Replay windows move as they would packet by packet."""
-        pkts = list(packets)
-        info = self._info
-        seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
-        rx = self._rx
-
         # The core has no batch context that records each packet's pe_eesp_info (PSP has pe_psp_batch_ctx):
-        # a thin callback does pe_eesp_decap per packet inside the core's batch loop, which joins, walks and
-        # writes back the packets, and keeps what the info says while the input it points into is alive.
-        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
-        def decap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
-            why[0] = lib.pe_eesp_decap(rx, ip, n, out, cap, out_len, info)
-            if why[0] == lib.PE_OK:
-                seen.append(_info_fields(info))
-                return lib.PE_VERDICT_TRANSFORMED
-            seen.append(bool(info.icv_valid))
-            return lib.PE_VERDICT_FAILED
-
-        results: List[Union[Decrypted, EespError]] = []
+        # decap_batch calls pe_eesp_decap per packet inside the core's batch loop.
         with self._lock:
-            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0)):
-                got = seen[i] if i < len(seen) else False
-                if st != lib.PE_OK:
-                    results.append(_decap_error(st, icv_valid=bool(got) if not isinstance(got, dict) else False))
-                else:
-                    results.append(Decrypted(packet=data, **got))
-        return results
+            return decap_batch(lib.pe_eesp_decap, self._rx, self._info, _info_fields, list(packets), Decrypted,
+                               error_class)
 
 
 class SA:
@@ -429,7 +407,7 @@ class SA:
         # The core's EESP transform (pe_eesp_capture_encap) spreads flows over the capture Sub SAs, so with one
         # of them it sends everything on Sub SA 0, all in C.  For another Sub SA (the core has no transform
         # with a fixed one) a thin callback calls pe_eesp_encap inside the core's batch loop.
-        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
+        @ffi.callback(TRANSFORM_FN, onerror=failed_verdict)
         def encap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
             why[0] = lib.pe_eesp_encap(tx, ip, n, sub_sa_id, out, cap, out_len)
             return lib.PE_VERDICT_TRANSFORMED if why[0] == lib.PE_OK else lib.PE_VERDICT_FAILED
@@ -440,14 +418,7 @@ class SA:
             else:
                 fn, ctx = encap, ffi.NULL
             results = run_batch(fn, ctx, pkts, lib.PE_EESP_MAX_OVERHEAD, stop_at_failure=True)
-        out: List[bytes] = []
-        for i, (st, data) in enumerate(results):
-            if st != lib.PE_OK:
-                err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
-                err.results = out  # type: ignore[attr-defined]
-                raise err
-            out.append(data)
-        return out
+        return sent_or_raise(results, error_class)
 
     def decrypt(self, packet: bytes) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
@@ -475,20 +446,8 @@ def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
     )
 
 
-def _decap_error(st: int, *, icv_valid: bool) -> EespError:
-    code = status_name(st)
-    err = error_class(code)(status_message(st), code)
-    if isinstance(err, PolicyError):
-        err.icv_valid = icv_valid
-    return err
-
-
 def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
-    raise _decap_error(st, icv_valid=bool(info.icv_valid))
-
-
-def _failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]
-    return lib.PE_VERDICT_FAILED  # a callback that raised (it cannot: no Python work in it) fails its packet
+    raise decap_error(st, error_class, icv_valid=bool(info.icv_valid))
 
 
 def _packet_opts(iv: Union[int, bytes, None], pad_len: Optional[int]):  # type: ignore[no-untyped-def]

@@ -14,8 +14,9 @@ from typing import Iterable, List, Optional, Union
 from pecore.binding import ffi, lib
 from pecore.errors import status_message, status_name
 from pecore.protocol import EESP_SUITES, eesp_suite
-from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
-from pyesp.errors import ConfigurationError, EspError, PolicyError, error_class, raise_esp
+from pecore.util import (Buffer, Key, check_range, decap_batch, decap_error, key_bytes, packet_buffer, pin, run_batch,
+                         sent_or_raise)
+from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
 from pyesp.header import Header
 
 MAX_IP_LEN = 65535
@@ -25,8 +26,6 @@ _OUT_LEN = MAX_IP_LEN + 512
 SUITES = {s.name: s.id for s in EESP_SUITES}
 _MODES = {"transport": lib.PE_ESP_TRANSPORT, "tunnel": lib.PE_ESP_TUNNEL}
 _MODE_NAMES = {v: k for k, v in _MODES.items()}
-#: The core's transform callback type (batch.h): one packet in, one out, a verdict and a status.
-_TRANSFORM_FN = "pe_verdict(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *, pe_status *)"
 _SEQ32_MAX = 0xFFFFFFFF
 
 
@@ -226,32 +225,11 @@ class Receiver:
     def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EspError]]:
         """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
         its exception.  Replay windows move as they would packet by packet."""
-        pkts = list(packets)
-        info = self._info
-        seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
-        rx = self._rx
-
-        # pe_esp_capture_decap (the core's ESP transform) passes no pe_esp_info out, and a Decrypted needs it
-        # (the inferred ESN, Pad Length, IV): a thin callback does pe_esp_decap per packet inside the core's
-        # batch loop, which joins, walks and writes back the packets, as pyeesp's decrypt_batch does.
-        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
-        def decap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
-            why[0] = lib.pe_esp_decap(rx, ip, n, out, cap, out_len, info)
-            if why[0] == lib.PE_OK:
-                seen.append(_info_fields(info))
-                return lib.PE_VERDICT_TRANSFORMED
-            seen.append(bool(info.icv_valid))
-            return lib.PE_VERDICT_FAILED
-
-        results: List[Union[Decrypted, EspError]] = []
+        # pe_esp_capture_decap (the core's ESP transform) passes no pe_esp_info out: decap_batch calls
+        # pe_esp_decap per packet inside the core's batch loop, as pyeesp's decrypt_batch does.
         with self._lock:
-            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0)):
-                got = seen[i] if i < len(seen) else False
-                if st != lib.PE_OK:
-                    results.append(_decap_error(st, icv_valid=bool(got) if not isinstance(got, dict) else False))
-                else:
-                    results.append(Decrypted(packet=data, **got))
-        return results
+            return decap_batch(lib.pe_esp_decap, self._rx, self._info, _info_fields, list(packets), Decrypted,
+                               error_class)
 
 
 class SA:
@@ -384,14 +362,7 @@ class SA:
         with self._lock:
             results = run_batch(lib.pe_esp_capture_encap, self._tx, pkts, lib.PE_ESP_MAX_OVERHEAD,
                                 stop_at_failure=True)
-        out: List[bytes] = []
-        for i, (st, data) in enumerate(results):
-            if st != lib.PE_OK:
-                err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
-                err.results = out  # type: ignore[attr-defined]
-                raise err
-            out.append(data)
-        return out
+        return sent_or_raise(results, error_class)
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
@@ -422,17 +393,5 @@ def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
     )
 
 
-def _decap_error(st: int, *, icv_valid: bool) -> EspError:
-    code = status_name(st)
-    err = error_class(code)(status_message(st), code)
-    if isinstance(err, PolicyError):
-        err.icv_valid = icv_valid
-    return err
-
-
 def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
-    raise _decap_error(st, icv_valid=bool(info.icv_valid))
-
-
-def _failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]
-    return lib.PE_VERDICT_FAILED  # a callback that raised (it cannot: no Python work in it) fails its packet
+    raise decap_error(st, error_class, icv_valid=bool(info.icv_valid))
