@@ -31,6 +31,17 @@ _REFINED = {
 }
 
 
+#: Docstrings that say the same for every protocol; a face's ``docs`` may replace them.
+_DOCS = {
+    "CutByCaptureError": "The capture's snap length cut the packet: what is missing was never recorded.",
+    "LimitError": "A size or counter limit was reached.",
+    "PacketTooLargeError": "The encapsulated packet would exceed the IP length limit, or the output room.",
+    "InternalError": "Out of memory, or OpenSSL failed.",
+    "CaptureError": "A capture file could not be read or written.",
+    "KeyFileError": "A key file could not be parsed.",
+}
+
+
 class FaceErrors:
     """One face's exception classes (``classes``, by name, in definition order) and its status table."""
 
@@ -58,7 +69,7 @@ class FaceErrors:
         self.base: Type[CoreError] = type(base, (CoreError,), {"__module__": module, "__doc__": base_doc})
         self.classes: Dict[str, Type[CoreError]] = {base: self.base}
         for name, parents, category, extra_attrs in specs:
-            ns: Dict[str, object] = {"__module__": module, "__qualname__": name, "__doc__": docs[name]}
+            ns: Dict[str, object] = {"__module__": module, "__qualname__": name, "__doc__": docs.get(name) or _DOCS[name]}
             if category is not None:
                 ns["category"] = category
             ns.update(extra_attrs)

@@ -23,13 +23,12 @@ _ERRORS = FaceErrors(
     refined={"eesp-truncated": "TruncatedPacketError", "eesp-unsupported-version": "UnsupportedVersionError",
              "eesp-sub-sa-out-of-range": "SubSaError", "eesp-dummy-packet": "DummyPacketError",
              "sequence-exhausted": "SequenceExhaustedError"},
-    docs={
+    docs={  # (and pecore.faceerrors' for the classes that read the same in every protocol)
         "ConfigurationError": "Invalid or contradictory SA settings (suite, key length, SSKDF, …).",
         "AuthenticationError": "The ICV did not verify: wrong key, or the packet was altered.",
         "ReplayError": "A duplicate, or a sequence number left of the replay window; never reached decryption state.",
         "MalformedPacketError": "The packet breaks the EESP (or IP/UDP) format.",
         "TruncatedPacketError": "The packet ends before its headers or ICV do.",
-        "CutByCaptureError": "The capture's snap length cut the packet: what is missing was never recorded.",
         "NotEespError": "The packet is not EESP (another protocol, or ESP, IKE or a keepalive on UDP 4500).",
         "UnsupportedVersionError": "An EESP version other than the negotiated 0.  Malformed by category, but kept\n"
                                    "    apart from :class:`MalformedPacketError`: a peer speaking a newer version is "
@@ -40,13 +39,8 @@ _ERRORS = FaceErrors(
                        "    ``icv_valid`` says whether the packet had authenticated, so that policy can delete the SA.",
         "SubSaError": "The Session ID names a Sub SA outside the announced range.",
         "DummyPacketError": "A valid dummy packet (Next Header 59): authenticated, then discarded by design.",
-        "LimitError": "A size or counter limit was reached.",
         "SequenceExhaustedError": "The Sub SA has sent its last sequence number; it refuses to wrap.  Caught with the "
                                   "other protocol's as :class:`pecore.errors.ExhaustedError`.",
-        "PacketTooLargeError": "The encapsulated packet would exceed the IP length limit, or the output room.",
-        "InternalError": "Out of memory, or OpenSSL failed.",
-        "CaptureError": "A capture file could not be read or written.",
-        "KeyFileError": "A key file could not be parsed.",
     },
 )
 globals().update(_ERRORS.classes)  # EespError, ConfigurationError, … NotEespError, SubSaError, …

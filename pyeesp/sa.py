@@ -17,7 +17,7 @@ from typing import Iterable, List, Optional, Union
 from pecore.binding import ffi, lib
 from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
-from pecore.protocol import EESP_SUITES
+from pecore.protocol import EESP_SUITES, encr_id
 from pecore.util import (TRANSFORM_FN, Buffer, Key, check_range, decap_batch, decap_error, failed_verdict, key_bytes,
                          packet_buffer, pin, run_batch, sent_or_raise)
 from pyeesp.errors import ConfigurationError, EespError, error_class, raise_eesp
@@ -37,18 +37,7 @@ _SSKDF_UNDEFINED = next(i for i in range(lib.PE_STATUS_COUNT) if status_name(i) 
 
 def suite_id(suite: Union[str, int]) -> int:
     """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
-    if isinstance(suite, int) and not isinstance(suite, bool):
-        if suite in SUITES.values():
-            return suite
-        raise ConfigurationError(f"unknown EESP suite ID {suite}", "eesp-bad-suite")
-    if isinstance(suite, str) and suite.strip().isdigit():
-        return suite_id(int(suite))
-    if isinstance(suite, str):
-        name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
-        name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
-        if name in SUITES:
-            return SUITES[name]
-    raise ConfigurationError(f"unknown EESP suite {suite!r}; one of {', '.join(SUITES)}", "eesp-bad-suite")
+    return encr_id(suite, "EESP", ConfigurationError)
 
 
 def _sskdf_id(sskdf: Optional[str]) -> int:

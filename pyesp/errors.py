@@ -21,28 +21,22 @@ _ERRORS = FaceErrors(
     attrs={"PolicyError": {"icv_valid": False}},
     refined={"esp-truncated": "TruncatedPacketError", "esp-dummy-packet": "DummyPacketError",
              "sequence-exhausted": "SequenceExhaustedError"},
-    docs={
+    docs={  # (and pecore.faceerrors' for the classes that read the same in every protocol)
         "ConfigurationError": "Invalid or contradictory SA settings (suite, key length, ESN, …).",
         "AuthenticationError": "The ICV did not verify: wrong key, a wrong ESN guess, or the packet was altered.",
         "ReplayError": "A duplicate, or a sequence number left of the replay window; never reached decryption.",
         "MalformedPacketError": "The packet breaks the ESP (or IP/UDP) format: bad padding, Pad Length, Next Header, "
                                 "sequence number 0, …",
         "TruncatedPacketError": "The packet ends before its header, IV, trailer or ICV do.",
-        "CutByCaptureError": "The capture's snap length cut the packet: what is missing was never recorded.",
         "NotEspError": "The packet is not ESP (another protocol, or EESP, IKE or a keepalive on UDP 4500).",
         "NoSaError": "No SA for the packet's SPI (and destination).",
         "PolicyError": "Well-formed, and dropped by policy (a dummy packet).\n\n"
                        "    ``icv_valid`` says whether the packet had authenticated.",
         "DummyPacketError": "A valid dummy packet (Next Header 59, RFC 4303 §2.6): authenticated, then discarded "
                             "by design.",
-        "LimitError": "A size or counter limit was reached.",
         "SequenceExhaustedError": "The SA has sent its last sequence number (2^32 - 1, or 2^64 - 1 with ESN); it "
                                   "refuses to cycle\n    (RFC 4303 §3.3.3).  Caught with the other protocols' as "
                                   ":class:`pecore.errors.ExhaustedError`.",
-        "PacketTooLargeError": "The encapsulated packet would exceed the IP length limit, or the output room.",
-        "InternalError": "Out of memory, or OpenSSL failed.",
-        "CaptureError": "A capture file could not be read or written.",
-        "KeyFileError": "A key file could not be parsed.",
     },
 )
 globals().update(_ERRORS.classes)  # EspError, ConfigurationError, … NotEspError, NoSaError, DummyPacketError, …

@@ -13,7 +13,7 @@ from typing import Iterable, List, Optional, Union
 
 from pecore.binding import ffi, lib
 from pecore.errors import status_message, status_name
-from pecore.protocol import EESP_SUITES, eesp_suite
+from pecore.protocol import EESP_SUITES, eesp_suite, encr_id
 from pecore.util import (Buffer, Key, check_range, decap_batch, decap_error, key_bytes, packet_buffer, pin, run_batch,
                          sent_or_raise)
 from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
@@ -31,18 +31,7 @@ _SEQ32_MAX = 0xFFFFFFFF
 
 def suite_id(suite: Union[str, int]) -> int:
     """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
-    if isinstance(suite, int) and not isinstance(suite, bool):
-        if suite in SUITES.values():
-            return suite
-        raise ConfigurationError(f"unknown ESP suite ID {suite}", "esp-bad-suite")
-    if isinstance(suite, str) and suite.strip().isdigit():
-        return suite_id(int(suite))
-    if isinstance(suite, str):
-        name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
-        name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
-        if name in SUITES:
-            return SUITES[name]
-    raise ConfigurationError(f"unknown ESP suite {suite!r}; one of {', '.join(SUITES)}", "esp-bad-suite")
+    return encr_id(suite, "ESP", ConfigurationError)
 
 
 def _key_bits(encr: int, key: bytes, key_bits: Optional[int]) -> int:

@@ -20,14 +20,13 @@ _ERRORS = FaceErrors(
            ("VersionDisabledError", ("UnsupportedVersionError", "PolicyError"), "policy", {})],
     refined={"psp-truncated": "TruncatedPacketError", "psp-unsupported-version": "UnsupportedVersionError",
              "psp-version-disabled": "VersionDisabledError", "iv-exhausted": "IvExhaustedError"},
-    docs={
+    docs={  # (and pecore.faceerrors' for the classes that read the same in every protocol)
         "ConfigurationError": "Invalid parameters: key length, version, crypt offset range, …",
         "AuthenticationError": "The ICV did not verify: wrong key, or the packet was altered.",
         "ReplayError": "A replayed sequence number.  PSP has no replay protection, so its receivers never raise "
                        "this; it\n    exists so that every category of the core has its class in both packages.",
         "MalformedPacketError": "The packet breaks the PSP (or IP/UDP) format.",
         "TruncatedPacketError": "The packet ends before its header, payload or ICV does.",
-        "CutByCaptureError": "The capture's snap length cut the packet: what is missing was never recorded.",
         "NotPspError": "The packet is not PSP at all (not IP, not UDP, or not the PSP port).",
         "UnsupportedVersionError": "Crypto version 4-15 (reserved).  Malformed by category, but kept\n    apart from "
                                    ":class:`MalformedPacketError`: a peer speaking a newer version is not sending "
@@ -35,12 +34,8 @@ _ERRORS = FaceErrors(
         "PolicyError": "Well-formed, and refused by the receiver's settings.",
         "VersionDisabledError": "A version 0-3 that this receiver does not accept (``versions=``).",
         "NoKeyError": "No derived key or master key is configured for the packet's SPI.",
-        "LimitError": "A size or counter limit was reached.",
         "IvExhaustedError": "The SA has used its last IV; it refuses to wrap and reuse one.  Caught with the other "
                             "protocol's as :class:`pecore.errors.ExhaustedError`.",
-        "PacketTooLargeError": "The encapsulated packet would exceed the IP length limit, or the output room.",
-        "InternalError": "Out of memory, or OpenSSL failed.",
-        "CaptureError": "A capture file could not be read or written.",
         "KeyFileError": "A key file or reference config could not be parsed.",
     },
 )
