@@ -1,6 +1,7 @@
 """Argument handling shared by the protocol packages: keys, ranges, C buffers, batches."""
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from pecore.binding import ffi, lib
@@ -57,6 +58,44 @@ def check_range(name: str, value: int, top: int, error: Type[Exception], bottom:
     if isinstance(value, bool) or not isinstance(value, int) or not bottom <= value <= top:
         raise error(f"{name} must be an integer in {bottom}..{top}, not {value!r}")
     return value
+
+
+def ip_address(text: Optional[str], error: Type[Exception], what: str = "dst"):  # type: ignore[no-untyped-def]
+    """An SA's or a call's address setting (None stays None), or ``error`` naming the setting."""
+    if text is None:
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise error(f"{what} is not an IPv4 or IPv6 address: {text!r}") from None
+
+
+def open_destination(ip_version: int, dst: Optional[str], error: Type[Exception]):  # type: ignore[no-untyped-def]
+    """``open()``'s outer destination as the core takes it: NULL, or the address octets of ``ip_version``."""
+    if ip_version not in (4, 6):
+        raise error(f"ip_version must be 4 or 6, not {ip_version!r}")
+    addr = ip_address(dst, error)
+    if addr is None:
+        return ffi.NULL
+    if addr.version != ip_version:
+        raise error(f"dst {dst} is not an IPv{ip_version} address")
+    return ffi.new("uint8_t[]", addr.packed)
+
+
+def config_error(st: int, error: Type[CoreError], context: str = "") -> CoreError:
+    """A refused SA configuration is the caller's setting, whatever layer noticed it: the face's
+    ConfigurationError (``error``) with the core's status."""
+    return error(f"{context}{status_message(st)}", status_name(st))
+
+
+def check_sa_added(st: int, spi: int, error: Type[CoreError]) -> None:
+    """The status of adding an SA to a receiver (pe_esp_rx_add_sa, pe_eesp_rx_add_sa): a refusal is the
+    caller's setting, named by the SA's SPI."""
+    if st == lib.PE_OK:
+        return
+    if status_name(st) == "invalid-argument":
+        raise error(f"SA {spi:#010x}: a second SA with this SPI and destination", "invalid-argument")
+    raise config_error(st, error, f"SA {spi:#010x}: ")
 
 
 def pin(keep: list, data: Optional[bytes]):

@@ -9,7 +9,6 @@ state.
 """
 from __future__ import annotations
 
-import ipaddress
 import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
@@ -18,8 +17,9 @@ from pecore.binding import ffi, lib
 from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
 from pecore.protocol import EESP_SUITES, encr_id
-from pecore.util import (TRANSFORM_FN, Buffer, Key, check_range, decap_batch, decap_error, failed_verdict, key_bytes,
-                         packet_buffer, pin, run_batch, sent_or_raise)
+from pecore.util import (TRANSFORM_FN, Buffer, Key, check_range, check_sa_added, config_error, decap_batch, decap_error,
+                         failed_verdict, ip_address, key_bytes, open_destination, packet_buffer, pin, run_batch,
+                         sent_or_raise)
 from pyeesp.errors import ConfigurationError, EespError, error_class, raise_eesp
 from pyeesp.header import Header
 
@@ -139,20 +139,11 @@ def _make_config(
     if tunnel_header is not None:
         th = bytes(tunnel_header)
         c.outer_header, c.outer_header_len = pin(keep, th), len(th)
-    if dst is not None:
-        try:
-            addr = ipaddress.ip_address(dst)
-        except ValueError:
-            raise err(f"dst is not an IPv4 or IPv6 address: {dst!r}") from None
+    addr = ip_address(dst, err)
+    if addr is not None:
         c.dst_family = addr.version
         c.dst[0 : len(addr.packed)] = list(addr.packed)
     return c, keep
-
-
-def _config_error(st: int, context: str = "") -> ConfigurationError:
-    """A refused SA configuration is the caller's setting, whatever layer noticed it."""
-    msg = status_message(st)
-    return ConfigurationError(f"{context}{msg}", status_name(st))
 
 
 class Receiver:
@@ -177,13 +168,7 @@ class Receiver:
         self._rx = ffi.gc(rx[0], lib.pe_eesp_rx_free)
         for sa in sas:
             c, _keep = _make_config(**sa._settings)
-            st = lib.pe_eesp_rx_add_sa(self._rx, c)
-            if st == lib.PE_OK:
-                continue
-            if status_name(st) == "invalid-argument":
-                raise ConfigurationError(f"SA {sa.spi:#010x}: a second SA with this SPI and destination",
-                                         "invalid-argument")
-            raise _config_error(st, f"SA {sa.spi:#010x}: ")
+            check_sa_added(lib.pe_eesp_rx_add_sa(self._rx, c), sa._settings["spi"], ConfigurationError)
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._info = ffi.new("pe_eesp_info *")
@@ -215,17 +200,7 @@ class Receiver:
         replay window (for looking at packets again).
         """
         buf = packet_buffer(eesp, "eesp")
-        if ip_version not in (4, 6):
-            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
-        daddr = ffi.NULL
-        if dst is not None:
-            try:
-                addr = ipaddress.ip_address(dst)
-            except ValueError:
-                raise ConfigurationError(f"dst is not an IPv4 or IPv6 address: {dst!r}") from None
-            if addr.version != ip_version:
-                raise ConfigurationError(f"dst {dst} is not an IPv{ip_version} address")
-            daddr = ffi.new("uint8_t[]", addr.packed)
+        daddr = open_destination(ip_version, dst, ConfigurationError)
         flags = 0 if replay else lib.PE_EESP_OPEN_NO_REPLAY
         with self._lock:
             st = lib.pe_eesp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
@@ -307,7 +282,7 @@ class SA:
         tx = ffi.new("pe_eesp_tx **")
         st = lib.pe_eesp_tx_new(c, tx)
         if st != lib.PE_OK:
-            raise _config_error(st)
+            raise config_error(st, ConfigurationError)
         self._tx = ffi.gc(tx[0], lib.pe_eesp_tx_free)
         self._settings = settings
         self._receiver = Receiver([self], udp_port=udp_dport)  # its own packets arrive on udp_dport

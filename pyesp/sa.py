@@ -6,16 +6,15 @@ The suites are the IKEv2 ENCR IDs of EESP's table (one table in the core for bot
 """
 from __future__ import annotations
 
-import ipaddress
 import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
 
 from pecore.binding import ffi, lib
-from pecore.errors import status_message, status_name
+from pecore.errors import status_name
 from pecore.protocol import EESP_SUITES, eesp_suite, encr_id
-from pecore.util import (Buffer, Key, check_range, decap_batch, decap_error, key_bytes, packet_buffer, pin, run_batch,
-                         sent_or_raise)
+from pecore.util import (Buffer, Key, check_range, check_sa_added, config_error, decap_batch, decap_error, ip_address,
+                         key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise)
 from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
 from pyesp.header import Header
 
@@ -81,15 +80,6 @@ class Decrypted:
         return Header(self.spi, self.seq_low)
 
 
-def _address(dst: Optional[str], what: str = "dst"):  # type: ignore[no-untyped-def]
-    if dst is None:
-        return None
-    try:
-        return ipaddress.ip_address(dst)
-    except ValueError:
-        raise ConfigurationError(f"{what} is not an IPv4 or IPv6 address: {dst!r}") from None
-
-
 def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_window, replay_top, first_seq,
                  udp_encap, udp_sport, udp_dport, outer_header, dst, for_receiver):
     """A pe_esp_sa_config from SA settings, and the buffers it points to (kept until the core copied them)."""
@@ -120,16 +110,11 @@ def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_windo
     if outer_header is not None:
         oh = key_bytes(outer_header, "outer_header", err) if isinstance(outer_header, str) else bytes(outer_header)
         c.outer_header, c.outer_header_len = pin(keep, oh), len(oh)
-    addr = _address(dst)
+    addr = ip_address(dst, err)
     if addr is not None:
         c.dst_family = addr.version
         c.dst[0 : len(addr.packed)] = list(addr.packed)
     return c, keep
-
-
-def _config_error(st: int, context: str = "") -> ConfigurationError:
-    """A refused SA configuration is the caller's setting, whatever layer noticed it."""
-    return ConfigurationError(f"{context}{status_message(st)}", status_name(st))
 
 
 class Receiver:
@@ -158,13 +143,7 @@ class Receiver:
             if not isinstance(sa, SA):
                 raise TypeError(f"sas must hold pyesp.SA objects, not {type(sa).__name__}")
             c, _keep = _make_config(**sa._settings, for_receiver=True)
-            st = lib.pe_esp_rx_add_sa(self._rx, c)
-            if st == lib.PE_OK:
-                continue
-            if status_name(st) == "invalid-argument":
-                raise ConfigurationError(f"SA {sa.spi:#010x}: a second SA with this SPI and destination",
-                                         "invalid-argument")
-            raise _config_error(st, f"SA {sa.spi:#010x}: ")
+            check_sa_added(lib.pe_esp_rx_add_sa(self._rx, c), sa._settings["spi"], ConfigurationError)
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._info = ffi.new("pe_esp_info *")
@@ -195,14 +174,7 @@ class Receiver:
         reads the window).
         """
         buf = packet_buffer(esp, "esp")
-        if ip_version not in (4, 6):
-            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
-        daddr = ffi.NULL
-        addr = _address(dst)
-        if addr is not None:
-            if addr.version != ip_version:
-                raise ConfigurationError(f"dst {dst} is not an IPv{ip_version} address")
-            daddr = ffi.new("uint8_t[]", addr.packed)
+        daddr = open_destination(ip_version, dst, ConfigurationError)
         flags = 0 if replay else lib.PE_ESP_OPEN_NO_REPLAY
         with self._lock:
             st = lib.pe_esp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
@@ -274,12 +246,12 @@ class SA:
         tx = ffi.new("pe_esp_tx **")
         st = lib.pe_esp_tx_new(c, tx)
         if st != lib.PE_OK:
-            raise _config_error(st)
+            raise config_error(st, ConfigurationError)
         self._tx = ffi.gc(tx[0], lib.pe_esp_tx_free)
         if first_seq != 1:
             st = lib.pe_esp_tx_set_next_seq(self._tx, first_seq)
             if st != lib.PE_OK:
-                raise _config_error(st, f"first_seq {first_seq}: ")
+                raise config_error(st, ConfigurationError, f"first_seq {first_seq}: ")
         self._settings = settings
         self.spi, self.mode, self.suite, self.esn = spi, mode, suite, bool(esn)
         self._receiver = Receiver([self], udp_port=udp_dport, eesp_on_port=spi < 0x80000000)
