@@ -70,6 +70,15 @@ def ip_address(text: Optional[str], error: Type[Exception], what: str = "dst"): 
         raise error(f"{what} is not an IPv4 or IPv6 address: {text!r}") from None
 
 
+def bind_destination(c, dst: Optional[str], error: Type[Exception]) -> None:  # type: ignore[no-untyped-def]
+    """An SA config's ``dst`` (pe_esp_sa_config, pe_eesp_sa_config: ``dst_family`` and ``dst``): the SA
+    serves that destination only, so one SPI can serve several; None leaves it unbound."""
+    addr = ip_address(dst, error)
+    if addr is not None:
+        c.dst_family = addr.version
+        c.dst[0 : len(addr.packed)] = list(addr.packed)
+
+
 def open_destination(ip_version: int, dst: Optional[str], error: Type[Exception]):  # type: ignore[no-untyped-def]
     """``open()``'s outer destination as the core takes it: NULL, or the address octets of ``ip_version``."""
     if ip_version not in (4, 6):

@@ -17,9 +17,9 @@ from pecore.binding import ffi, lib
 from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
 from pecore.protocol import EESP_SUITES, encr_id
-from pecore.util import (TRANSFORM_FN, Buffer, Key, check_range, check_sa_added, config_error, decap_batch, decap_error,
-                         failed_verdict, ip_address, key_bytes, open_destination, packet_buffer, pin, run_batch,
-                         sent_or_raise)
+from pecore.util import (TRANSFORM_FN, Buffer, Key, bind_destination, check_range, check_sa_added, config_error,
+                         decap_batch, decap_error, failed_verdict, key_bytes, open_destination, packet_buffer, pin,
+                         run_batch, sent_or_raise)
 from pyeesp.errors import ConfigurationError, EespError, error_class, raise_eesp
 from pyeesp.header import Header
 
@@ -139,10 +139,7 @@ def _make_config(
     if tunnel_header is not None:
         th = bytes(tunnel_header)
         c.outer_header, c.outer_header_len = pin(keep, th), len(th)
-    addr = ip_address(dst, err)
-    if addr is not None:
-        c.dst_family = addr.version
-        c.dst[0 : len(addr.packed)] = list(addr.packed)
+    bind_destination(c, dst, err)
     return c, keep
 
 

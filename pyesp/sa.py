@@ -13,8 +13,8 @@ from typing import Iterable, List, Optional, Union
 from pecore.binding import ffi, lib
 from pecore.errors import status_name
 from pecore.protocol import EESP_SUITES, eesp_suite, encr_id
-from pecore.util import (Buffer, Key, check_range, check_sa_added, config_error, decap_batch, decap_error, ip_address,
-                         key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise)
+from pecore.util import (Buffer, Key, bind_destination, check_range, check_sa_added, config_error, decap_batch,
+                         decap_error, key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise)
 from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
 from pyesp.header import Header
 
@@ -110,10 +110,7 @@ def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_windo
     if outer_header is not None:
         oh = key_bytes(outer_header, "outer_header", err) if isinstance(outer_header, str) else bytes(outer_header)
         c.outer_header, c.outer_header_len = pin(keep, oh), len(oh)
-    addr = ip_address(dst, err)
-    if addr is not None:
-        c.dst_family = addr.version
-        c.dst[0 : len(addr.packed)] = list(addr.packed)
+    bind_destination(c, dst, err)
     return c, keep
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Callable, Tuple
+from typing import Callable, Sequence, Tuple
 
 from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter
 from pecore.protocol import checksum
@@ -60,3 +60,16 @@ def show_json_runner(run: Callable[..., Tuple[int, str, str]]) -> Callable[..., 
         rc, out, _err = run(capsys, "show", *argv, "--json")
         return rc, json_lines(out)
     return show_json
+
+
+def round_trip(run: Callable[..., Tuple[int, str, str]], capsys, tmp_path: Path, pkts, linktype: int, fmt: str,
+               encrypt_args: Sequence, decrypt_args: Sequence) -> Tuple[Path, Path, Path]:  # type: ignore[no-untyped-def]
+    """encrypt then decrypt a capture of ``pkts`` through the CLI, each with exit status 0 and every packet
+    counted; the clear, encrypted and decrypted captures, for the caller's own checks."""
+    clear, enc, dec = tmp_path / "c", tmp_path / "e", tmp_path / "d"
+    write_frames(clear, pkts, linktype, fmt)
+    rc, out, _ = run(capsys, "encrypt", clear, enc, *encrypt_args)
+    assert rc == 0 and f"encrypted:       {len(pkts)}" in out and "failed:          0" in out
+    rc, out, _ = run(capsys, "decrypt", enc, dec, *decrypt_args)
+    assert rc == 0 and f"decrypted:       {len(pkts)}" in out
+    return clear, enc, dec

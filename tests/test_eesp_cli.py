@@ -17,7 +17,7 @@ import pyeesp
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_capture
 from pyeesp.tools.cli import main
 
-from cliutil import cli_runner, ipv4, ipv6, show_json_runner, write_frames, write_keyfile
+from cliutil import cli_runner, ipv4, ipv6, round_trip, show_json_runner, write_frames, write_keyfile
 
 ROOT = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"  # §19
 ROOT384 = bytes(range(48)).hex()
@@ -124,13 +124,8 @@ def test_derive_key_errors(capsys):
                                           ("pcap-nsec", LINKTYPE_RAW)])
 @pytest.mark.parametrize("spi", ["1000", "2000", "4000"])
 def test_key_file_round_trip(capsys, tmp_path, keyfile, fmt, linktype, spi):
-    pkts = packets()
-    clear, enc, dec = tmp_path / "c", tmp_path / "e", tmp_path / "d"
-    write_frames(clear, pkts, linktype, fmt)
-    rc, out, _ = run(capsys, "encrypt", clear, enc, "--key-file", keyfile, "--spi", spi)
-    assert rc == 0 and f"encrypted:       {len(pkts)}" in out and "failed:          0" in out
-    rc, out, _ = run(capsys, "decrypt", enc, dec, "--key-file", keyfile)  # every SA of the file
-    assert rc == 0 and f"decrypted:       {len(pkts)}" in out
+    clear, enc, dec = round_trip(run, capsys, tmp_path, packets(), linktype, fmt, ["--key-file", keyfile, "--spi", spi],
+                                 ["--key-file", keyfile])  # decrypt: every SA of the file
     a, b = list(read_capture(clear)), list(read_capture(dec))
     assert [r.data for r in a] == [r.data for r in b]
     assert [(r.ts_sec, r.ts_nsec) for r in a] == [(r.ts_sec, r.ts_nsec) for r in b]

@@ -14,7 +14,7 @@ import pytest
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_capture
 from pyesp.tools.cli import main
 
-from cliutil import cli_runner, ipv4, ipv6, show_json_runner, write_frames, write_keyfile
+from cliutil import cli_runner, ipv4, ipv6, round_trip, show_json_runner, write_frames, write_keyfile
 
 KEY_GCM = "00112233445566778899aabbccddeeff01020304"
 KEY_CCM = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122"
@@ -57,13 +57,8 @@ show_json = show_json_runner(run)
                                           ("pcap-nsec", LINKTYPE_RAW)])
 @pytest.mark.parametrize("spi", ["1000", "2000", "4000", "5000"])
 def test_key_file_round_trip_is_byte_identical(capsys, tmp_path, keyfile, fmt, linktype, spi):
-    pkts = packets()
-    clear, enc, dec = tmp_path / "c", tmp_path / "e", tmp_path / "d"
-    write_frames(clear, pkts, linktype, fmt)
-    rc, out, _ = run(capsys, "encrypt", clear, enc, "--key-file", keyfile, "--spi", spi)
-    assert rc == 0 and f"encrypted:       {len(pkts)}" in out and "failed:          0" in out
-    rc, out, _ = run(capsys, "decrypt", enc, dec, "--key-file", keyfile, "--jobs", "2")  # every esp-sa line
-    assert rc == 0 and f"decrypted:       {len(pkts)}" in out
+    clear, enc, dec = round_trip(run, capsys, tmp_path, packets(), linktype, fmt, ["--key-file", keyfile, "--spi", spi],
+                                 ["--key-file", keyfile, "--jobs", "2"])  # decrypt: every esp-sa line
     assert dec.read_bytes() == clear.read_bytes()
     assert [r.data for r in read_capture(enc)] != [r.data for r in read_capture(clear)]
 
