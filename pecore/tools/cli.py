@@ -193,8 +193,22 @@ def record_info(index: int, rec: Any, ip: bytes) -> dict:
 
 
 def record_head(info: dict) -> str:
-    """The start of a show line, from :func:`record_info`'s fields."""
-    return f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}"
+    """The start of a show line, from :func:`record_info`'s fields (and `` udp/4500`` for a packet that came
+    UDP-encapsulated: an ``udp_encap`` field, ESP's and EESP's)."""
+    return f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}{' udp/4500' if info.get('udp_encap') else ''}"
+
+
+def decrypt_info(info: dict, rx: Any, ip: bytes, describe: Callable[[Any], dict], error: type) -> None:
+    """show with keys: a well-formed packet gets ``decrypt`` "ok" and what ``describe(decrypted)`` says of it,
+    or the status name of the face's ``error`` that refused it; without keys (``rx`` None) nothing."""
+    if rx is None or info["status"] != "ok":
+        return
+    try:
+        d = rx.decrypt(ip)
+        info["decrypt"] = "ok"
+        info.update(describe(d))
+    except error as e:
+        info["decrypt"] = e.code
 
 
 def show_capture(args: argparse.Namespace, describe: Callable[[int, Any], Optional[dict]],

@@ -14,9 +14,9 @@ from typing import List, Optional, Sequence
 
 from pecore.keys import EespSaEntry
 from pecore.protocol import eesp_suite, locate_eesp
-from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, int_arg, key_file_sas,
-                              one_sa, protocol_arg, record_head, record_info, run_main, show_capture, spi_arg,
-                              tooling_wanted, transform_capture)
+from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, int_arg,
+                              key_file_sas, one_sa, protocol_arg, record_head, record_info, run_main, show_capture,
+                              spi_arg, tooling_wanted, transform_capture)
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
 from pyeesp.header import Header
@@ -138,18 +138,14 @@ def _describe(args: argparse.Namespace, rx: Optional[Receiver], index: int, rec)
                     status="ok")
     except EespError as e:
         info["status"] = e.code
-    if rx is not None and info["status"] == "ok":
-        try:
-            d = rx.decrypt(ip)
-            info.update(decrypt="ok", seq=d.seq, next_header=d.next_header, pad_len=d.pad_len,
-                        format="full" if d.full_format else "optimized", inner_len=len(d.packet))
-        except EespError as e:
-            info["decrypt"] = e.code
+    decrypt_info(info, rx, ip, lambda d: dict(seq=d.seq, next_header=d.next_header, pad_len=d.pad_len,
+                                              format="full" if d.full_format else "optimized", inner_len=len(d.packet)),
+                 EespError)
     return info
 
 
 def _format(info: dict) -> str:
-    head = f"{record_head(info)}{' udp/4500' if info['udp_encap'] else ''}"
+    head = record_head(info)
     if info["status"] != "ok":
         return f"{head} EESP [{info['status']}] ({info['eesp_len']} octets)"
     opts = ",".join(o["name"] + (f"({o['data']})" if o["data"] and o["name"] != "PadN" else "") for o in info["options"])

@@ -14,9 +14,9 @@ from typing import List, Optional, Sequence
 
 from pecore.keys import EspSaEntry
 from pecore.protocol import ESP_UDP_PORT, locate_esp
-from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, iv_arg, key_file_sas,
-                              one_sa, record_head, record_info, transform_capture, run_main, show_capture, spi_arg,
-                              tooling_wanted)
+from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, iv_arg,
+                              key_file_sas, one_sa, record_head, record_info, run_main, show_capture, spi_arg,
+                              tooling_wanted, transform_capture)
 from pyesp.capture import decrypt_capture, encrypt_capture
 from pyesp.errors import EspError
 from pyesp.header import Header
@@ -87,18 +87,14 @@ def _describe(args: argparse.Namespace, rx: Optional[Receiver], index: int, rec)
     if h is not None:
         info.update(spi=f"{h.spi:#010x}", seq_low=h.seq)
     info["status"] = status
-    if rx is not None and status == "ok":
-        try:
-            d = rx.decrypt(ip)
-            info.update(decrypt="ok", seq=d.seq, next_header=d.next_header, pad_len=d.pad_len, mode=d.mode,
-                        iv=d.iv.hex() if d.iv is not None else None, inner_len=len(d.packet))
-        except EspError as e:
-            info["decrypt"] = e.code
+    decrypt_info(info, rx, ip, lambda d: dict(seq=d.seq, next_header=d.next_header, pad_len=d.pad_len, mode=d.mode,
+                                              iv=d.iv.hex() if d.iv is not None else None, inner_len=len(d.packet)),
+                 EspError)
     return info
 
 
 def _format(info: dict) -> str:
-    head = f"{record_head(info)}{' udp/4500' if info['udp_encap'] else ''}"
+    head = record_head(info)
     if info["status"] != "ok":
         return f"{head} ESP [{info['status']}] ({info['esp_len']} octets)"
     text = f"{head} ESP spi={info['spi']} seq={info['seq_low']} ({info['esp_len']} octets)"

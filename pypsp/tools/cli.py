@@ -14,9 +14,9 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pecore.protocol import locate_psp
-from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, addresses, int_arg, iv_arg,
-                              port_arg, record_head, record_info, run_main, show_capture, spi_arg, tooling_wanted,
-                              transform_capture, words_arg)
+from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, addresses, decrypt_info,
+                              int_arg, iv_arg, port_arg, record_head, record_info, run_main, show_capture, spi_arg,
+                              tooling_wanted, transform_capture, words_arg)
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
 from pypsp.errors import PspError
@@ -203,13 +203,7 @@ def _packet_info(index: int, rec, port: int, dec: Optional[Decryptor]) -> Option
             vc=hdr.vc.hex() if hdr.vc is not None else None,
             icv=psp[-16:].hex() if len(psp) >= 32 else None,
         )
-    if dec is not None and status == "ok":
-        try:
-            result = dec.decrypt(ip)
-            info["decrypt"] = "ok"
-            info.update(_describe_inner(result.header, result.packet))
-        except PspError as e:
-            info["decrypt"] = e.code
+    decrypt_info(info, dec, ip, lambda result: _describe_inner(result.header, result.packet), PspError)
     return info
 
 
