@@ -359,6 +359,44 @@ def run_transform(
                 pass
 
 
+#: A capture's place: a path, or ``"-"`` for standard input or output (the faces' annotations).
+PathLike = "os.PathLike[str] | str"
+
+
+def face_transform(
+    fn,
+    ctx,
+    lock,
+    in_path: "os.PathLike[str] | str",
+    out_path: "os.PathLike[str] | str",
+    *,
+    drop_failed: bool,
+    progress: Optional[ProgressFn],
+    fmt: Optional[str],
+    jobs: Optional[int],
+    grows: bool,
+    errors: Tuple[type, type],
+    pool: Optional[bool],
+    setup: Optional[Callable[[], None]] = None,
+) -> Summary:
+    """The body of every face's ``encrypt_capture``/``decrypt_capture``, once its argument is checked: the core
+    transform ``fn`` over ``ctx`` (an SA's or receiver's C object) under that object's ``lock``.
+
+    ``errors`` = (the face's CaptureError, its ConfigurationError): ``jobs`` is checked the same way for
+    every protocol.  ``pool`` picks the core worker pool's ops (pe/parallel.h: True for EESP, False for
+    PSP) when ``jobs`` > 1, or None to run on the calling thread (ESP, whose pool ops do not exist yet, or
+    a PSP sender with a Python ``udp_sport``).  ``setup`` runs under the lock first (EESP's capture Sub SAs).
+    """
+    capture_error, config_error = errors
+    jobs = check_jobs(jobs, config_error)
+    with lock:
+        if setup is not None:
+            setup()
+        return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress,
+                             error=capture_error, fmt=fmt, grows=grows,
+                             parallel=None if pool is None else (pool, not grows, jobs))
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -83,6 +83,26 @@ def eesp_suite(suite: Union[str, int]) -> Optional[EespSuite]:
     return None if row == ffi.NULL else _suite(row)
 
 
+def encr_id(suite: Union[str, int], protocol: str, error: type) -> int:
+    """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself: ESP's and EESP's
+    ``suite_id`` (one suite table for both).  An unknown suite raises ``error`` with the protocol's
+    ``<protocol>-bad-suite`` code."""
+    ids = {s.name: s.id for s in EESP_SUITES}
+    code = f"{protocol.lower()}-bad-suite"
+    if isinstance(suite, int) and not isinstance(suite, bool):
+        if suite in ids.values():
+            return suite
+        raise error(f"unknown {protocol} suite ID {suite}", code)
+    if isinstance(suite, str) and suite.strip().isdigit():
+        return encr_id(int(suite), protocol, error)
+    if isinstance(suite, str):
+        name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
+        name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
+        if name in ids:
+            return ids[name]
+    raise error(f"unknown {protocol} suite {suite!r}; one of {', '.join(ids)}", code)
+
+
 @dataclass(frozen=True)
 class PspVersion:
     """One PSP crypto version (psp.md §3)."""
@@ -279,6 +299,6 @@ def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool
 __all__ = [
     "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "ESP_IP_PROTOCOL", "ESP_UDP_PORT",
     "EespLocation", "EespSuite", "EspLocation", "PSP_UDP_PORT", "PSP_VERSIONS",
-    "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode", "eesp_suite",
+    "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode", "eesp_suite", "encr_id",
     "locate_eesp", "locate_esp", "locate_psp", "parse_lenient", "psp_version", "udp_checksum",
 ]

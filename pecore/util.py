@@ -1,9 +1,11 @@
 """Argument handling shared by the protocol packages: keys, ranges, C buffers, batches."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple, Type, Union
+import ipaddress
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from pecore.binding import ffi, lib
+from pecore.errors import CoreError, status_message, status_name
 
 Key = Union[bytes, bytearray, memoryview, str]
 #: What calls that take packet octets accept: any contiguous bytes-like object.
@@ -58,6 +60,53 @@ def check_range(name: str, value: int, top: int, error: Type[Exception], bottom:
     return value
 
 
+def ip_address(text: Optional[str], error: Type[Exception], what: str = "dst"):  # type: ignore[no-untyped-def]
+    """An SA's or a call's address setting (None stays None), or ``error`` naming the setting."""
+    if text is None:
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise error(f"{what} is not an IPv4 or IPv6 address: {text!r}") from None
+
+
+def bind_destination(c, dst: Optional[str], error: Type[Exception]) -> None:  # type: ignore[no-untyped-def]
+    """An SA config's ``dst`` (pe_esp_sa_config, pe_eesp_sa_config: ``dst_family`` and ``dst``): the SA
+    serves that destination only, so one SPI can serve several; None leaves it unbound."""
+    addr = ip_address(dst, error)
+    if addr is not None:
+        c.dst_family = addr.version
+        c.dst[0 : len(addr.packed)] = list(addr.packed)
+
+
+def open_destination(ip_version: int, dst: Optional[str], error: Type[Exception]):  # type: ignore[no-untyped-def]
+    """``open()``'s outer destination as the core takes it: NULL, or the address octets of ``ip_version``."""
+    if ip_version not in (4, 6):
+        raise error(f"ip_version must be 4 or 6, not {ip_version!r}")
+    addr = ip_address(dst, error)
+    if addr is None:
+        return ffi.NULL
+    if addr.version != ip_version:
+        raise error(f"dst {dst} is not an IPv{ip_version} address")
+    return ffi.new("uint8_t[]", addr.packed)
+
+
+def config_error(st: int, error: Type[CoreError], context: str = "") -> CoreError:
+    """A refused SA configuration is the caller's setting, whatever layer noticed it: the face's
+    ConfigurationError (``error``) with the core's status."""
+    return error(f"{context}{status_message(st)}", status_name(st))
+
+
+def check_sa_added(st: int, spi: int, error: Type[CoreError]) -> None:
+    """The status of adding an SA to a receiver (pe_esp_rx_add_sa, pe_eesp_rx_add_sa): a refusal is the
+    caller's setting, named by the SA's SPI."""
+    if st == lib.PE_OK:
+        return
+    if status_name(st) == "invalid-argument":
+        raise error(f"SA {spi:#010x}: a second SA with this SPI and destination", "invalid-argument")
+    raise config_error(st, error, f"SA {spi:#010x}: ")
+
+
 def pin(keep: list, data: Optional[bytes]):
     """A C pointer to ``data`` (NULL for None), kept alive by ``keep`` while the core copies it."""
     if data is None:
@@ -107,6 +156,71 @@ def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list
     transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
     buf = ffi.buffer(out, cap)
     return [(status[i], buf[out_off[i] : out_off[i] + out_len[i]]) for i in range(n)]
+
+
+#: The core's transform callback type (batch.h): one packet in, one out, a verdict and a status.
+TRANSFORM_FN = "pe_verdict(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *, pe_status *)"
+T = TypeVar("T")
+
+
+def failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]
+    """``onerror`` of a transform callback: one that raised (it cannot: no Python work in it) fails its packet."""
+    return lib.PE_VERDICT_FAILED
+
+
+def sent_or_raise(results: List[Tuple[int, bytes]], error_class: Callable[[str], Type[CoreError]]) -> List[bytes]:
+    """What ``encrypt_batch`` returns from :func:`run_batch` (``stop_at_failure``): every packet, or the first
+    failure raised as its face's exception, with the packets before it in ``err.results``."""
+    out: List[bytes] = []
+    for i, (st, data) in enumerate(results):
+        if st != lib.PE_OK:
+            err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
+            err.results = out  # type: ignore[attr-defined]
+            raise err
+        out.append(data)
+    return out
+
+
+def decap_error(st: int, error_class: Callable[[str], Type[CoreError]], icv_valid: bool = False) -> CoreError:
+    """The face's exception for a refused packet; a policy drop (a class with ``icv_valid``) says whether the
+    packet had authenticated, so that policy can delete the SA."""
+    code = status_name(st)
+    err = error_class(code)(status_message(st), code)
+    if hasattr(type(err), "icv_valid"):
+        err.icv_valid = icv_valid  # type: ignore[attr-defined]
+    return err
+
+
+def decap_batch(decap, rx, info, fields: Callable[[Any], Dict[str, Any]], packets: Sequence[bytes],
+                decrypted: Callable[..., T], error_class: Callable[[str], Type[CoreError]]
+                ) -> List[Union[T, CoreError]]:  # type: ignore[no-untyped-def]
+    """``decrypt_batch`` of a receiver whose decap reports a per-packet info (pe_esp_info, pe_eesp_info):
+    ``decap(rx, ip, n, out, cap, out_len, info)`` per packet in one core call (pe_batch_transform).
+
+    The core's capture transforms pass no info out, and a Decrypted needs it (ESN, Pad Length, IV): a thin
+    callback calls ``decap`` inside the core's batch loop, which joins, walks and writes back the packets,
+    and keeps ``fields(info)`` while the input it points into is alive.  A failed packet's slot holds its
+    exception; replay windows move as they would packet by packet.  Call it under the receiver's lock.
+    """
+    seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
+
+    @ffi.callback(TRANSFORM_FN, onerror=failed_verdict)
+    def one(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
+        why[0] = decap(rx, ip, n, out, cap, out_len, info)
+        if why[0] == lib.PE_OK:
+            seen.append(fields(info))
+            return lib.PE_VERDICT_TRANSFORMED
+        seen.append(bool(info.icv_valid))
+        return lib.PE_VERDICT_FAILED
+
+    results: List[Union[T, CoreError]] = []
+    for i, (st, data) in enumerate(run_batch(one, ffi.NULL, packets, 0)):
+        got = seen[i] if i < len(seen) else False
+        if st != lib.PE_OK:
+            results.append(decap_error(st, error_class, icv_valid=bool(got) if not isinstance(got, dict) else False))
+        else:
+            results.append(decrypted(packet=data, **got))
+    return results
 
 
 def openssl_version() -> str:

@@ -8,36 +8,12 @@
 from pecore.capture import Summary
 from pecore.errors import ExhaustedError
 from pyeesp.capture import decrypt_capture, encrypt_capture
-from pyeesp.errors import (
-    AuthenticationError,
-    CaptureError,
-    ConfigurationError,
-    CutByCaptureError,
-    DummyPacketError,
-    EespError,
-    InternalError,
-    KeyFileError,
-    LimitError,
-    MalformedPacketError,
-    NoSaError,
-    NotEespError,
-    PacketTooLargeError,
-    PolicyError,
-    ReplayError,
-    SequenceExhaustedError,
-    SubSaError,
-    TruncatedPacketError,
-    UnsupportedVersionError,
-)
+from pyeesp.errors import *  # noqa: F401,F403  every exception class (pyeesp.errors.__all__)
+from pyeesp import errors as _errors
 from pyeesp.header import Header, Option
 from pyeesp.sa import SA, SUITES, Decrypted, Receiver, derive_sub_sa_key, suite_id
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted", "DummyPacketError",
-    "EespError", "ExhaustedError", "Header", "InternalError", "KeyFileError", "LimitError", "MalformedPacketError", "NoSaError",
-    "NotEespError", "Option", "PacketTooLargeError", "PolicyError", "Receiver", "ReplayError", "SA", "SUITES",
-    "SequenceExhaustedError", "SubSaError", "Summary", "TruncatedPacketError", "UnsupportedVersionError",
-    "decrypt_capture", "derive_sub_sa_key", "encrypt_capture", "suite_id",
-]
+__all__ = sorted([*_errors.__all__, "Decrypted", "ExhaustedError", "Header", "Option", "Receiver", "SA", "SUITES",
+                  "Summary", "decrypt_capture", "derive_sub_sa_key", "encrypt_capture", "suite_id"])

@@ -4,19 +4,12 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from pecore.binding import lib
-from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
+from pecore.capture import PathLike, ProgressFn, Summary, face_transform
 from pecore.util import check_range
 from pyeesp.errors import CaptureError, ConfigurationError, raise_eesp
 from pyeesp.sa import SA, Receiver
 
-PathLike = "os.PathLike[str] | str"
-
-
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str] = None,
-         grows: bool = False, jobs: int = 1) -> Summary:
-    # With jobs > 1 the core's pool runs this protocol's transform in fn's direction (encryption grows packets).
-    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
-                         fmt=fmt, grows=grows, parallel=(True, not grows, jobs))
+_ERRORS = (CaptureError, ConfigurationError)
 
 
 def encrypt_capture(
@@ -40,13 +33,14 @@ def encrypt_capture(
     threads share the work (default: the CPUs this process may use); the
     output, sequence numbers and summary are those of one thread.
     """
-    jobs = check_jobs(jobs, ConfigurationError)
-    with sa._lock:
+    def capture_sub_sas() -> None:
         st = lib.pe_eesp_tx_set_capture_sub_sas(sa._tx, check_range("sub_sas", sub_sas, 65536, ConfigurationError, 1))
         if st != lib.PE_OK:
             raise_eesp(st, f"{sub_sas} Sub SAs")
-        return _run(lib.pe_eesp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, fmt, grows=True,
-                    jobs=jobs)
+
+    return face_transform(lib.pe_eesp_capture_encap, sa._tx, sa._lock, in_path, out_path, drop_failed=drop_failed,
+                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=True,
+                          setup=capture_sub_sas)
 
 
 def decrypt_capture(
@@ -69,7 +63,6 @@ def decrypt_capture(
     threads share the work (default: the CPUs this process may use); replay
     windows move in packet order, so verdicts are those of one thread.
     """
-    jobs = check_jobs(jobs, ConfigurationError)
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
-    with rx._lock:
-        return _run(lib.pe_eesp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, fmt, jobs=jobs)
+    return face_transform(lib.pe_eesp_capture_decap, rx._rx, rx._lock, in_path, out_path, drop_failed=drop_failed,
+                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=True)

@@ -9,7 +9,6 @@ state.
 """
 from __future__ import annotations
 
-import ipaddress
 import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
@@ -17,9 +16,11 @@ from typing import Iterable, List, Optional, Union
 from pecore.binding import ffi, lib
 from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
-from pecore.protocol import EESP_SUITES
-from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
-from pyeesp.errors import ConfigurationError, EespError, PolicyError, error_class, raise_eesp
+from pecore.protocol import EESP_SUITES, encr_id
+from pecore.util import (TRANSFORM_FN, Buffer, Key, bind_destination, check_range, check_sa_added, config_error,
+                         decap_batch, decap_error, failed_verdict, key_bytes, open_destination, packet_buffer, pin,
+                         run_batch, sent_or_raise)
+from pyeesp.errors import ConfigurationError, EespError, error_class, raise_eesp
 from pyeesp.header import Header
 
 MAX_IP_LEN = 65535
@@ -31,25 +32,12 @@ SSKDFS = {None: 0, "none": 0, "hkdf-sha256": 1, "hkdf-sha384": 2, "hkdf-sha512":
 _MODES = {"transport": lib.PE_EESP_TRANSPORT, "tunnel": lib.PE_EESP_TUNNEL}
 _FORMATS = {"auto": lib.PE_EESP_FORMAT_AUTO, "full": lib.PE_EESP_FORMAT_FULL, "optimized": lib.PE_EESP_FORMAT_OPTIMIZED}
 _AADS = {"draft": lib.PE_EESP_AAD_DRAFT, "linux-xfrm": lib.PE_EESP_AAD_LINUX_XFRM}
-#: The core's transform callback type (batch.h): one packet in, one out, a verdict and a status.
-_TRANSFORM_FN = "pe_verdict(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *, pe_status *)"
 _SSKDF_UNDEFINED = next(i for i in range(lib.PE_STATUS_COUNT) if status_name(i) == "sskdf-undefined")
 
 
 def suite_id(suite: Union[str, int]) -> int:
     """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
-    if isinstance(suite, int) and not isinstance(suite, bool):
-        if suite in SUITES.values():
-            return suite
-        raise ConfigurationError(f"unknown EESP suite ID {suite}", "eesp-bad-suite")
-    if isinstance(suite, str) and suite.strip().isdigit():
-        return suite_id(int(suite))
-    if isinstance(suite, str):
-        name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
-        name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
-        if name in SUITES:
-            return SUITES[name]
-    raise ConfigurationError(f"unknown EESP suite {suite!r}; one of {', '.join(SUITES)}", "eesp-bad-suite")
+    return encr_id(suite, "EESP", ConfigurationError)
 
 
 def _sskdf_id(sskdf: Optional[str]) -> int:
@@ -151,20 +139,8 @@ def _make_config(
     if tunnel_header is not None:
         th = bytes(tunnel_header)
         c.outer_header, c.outer_header_len = pin(keep, th), len(th)
-    if dst is not None:
-        try:
-            addr = ipaddress.ip_address(dst)
-        except ValueError:
-            raise err(f"dst is not an IPv4 or IPv6 address: {dst!r}") from None
-        c.dst_family = addr.version
-        c.dst[0 : len(addr.packed)] = list(addr.packed)
+    bind_destination(c, dst, err)
     return c, keep
-
-
-def _config_error(st: int, context: str = "") -> ConfigurationError:
-    """A refused SA configuration is the caller's setting, whatever layer noticed it."""
-    msg = status_message(st)
-    return ConfigurationError(f"{context}{msg}", status_name(st))
 
 
 class Receiver:
@@ -189,13 +165,7 @@ class Receiver:
         self._rx = ffi.gc(rx[0], lib.pe_eesp_rx_free)
         for sa in sas:
             c, _keep = _make_config(**sa._settings)
-            st = lib.pe_eesp_rx_add_sa(self._rx, c)
-            if st == lib.PE_OK:
-                continue
-            if status_name(st) == "invalid-argument":
-                raise ConfigurationError(f"SA {sa.spi:#010x}: a second SA with this SPI and destination",
-                                         "invalid-argument")
-            raise _config_error(st, f"SA {sa.spi:#010x}: ")
+            check_sa_added(lib.pe_eesp_rx_add_sa(self._rx, c), sa._settings["spi"], ConfigurationError)
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._info = ffi.new("pe_eesp_info *")
@@ -227,17 +197,7 @@ class Receiver:
         replay window (for looking at packets again).
         """
         buf = packet_buffer(eesp, "eesp")
-        if ip_version not in (4, 6):
-            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
-        daddr = ffi.NULL
-        if dst is not None:
-            try:
-                addr = ipaddress.ip_address(dst)
-            except ValueError:
-                raise ConfigurationError(f"dst is not an IPv4 or IPv6 address: {dst!r}") from None
-            if addr.version != ip_version:
-                raise ConfigurationError(f"dst {dst} is not an IPv{ip_version} address")
-            daddr = ffi.new("uint8_t[]", addr.packed)
+        daddr = open_destination(ip_version, dst, ConfigurationError)
         flags = 0 if replay else lib.PE_EESP_OPEN_NO_REPLAY
         with self._lock:
             st = lib.pe_eesp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
@@ -249,32 +209,11 @@ class Receiver:
     def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EespError]]:
         """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
         its exception.  Replay windows move as they would packet by packet."""
-        pkts = list(packets)
-        info = self._info
-        seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
-        rx = self._rx
-
         # The core has no batch context that records each packet's pe_eesp_info (PSP has pe_psp_batch_ctx):
-        # a thin callback does pe_eesp_decap per packet inside the core's batch loop, which joins, walks and
-        # writes back the packets, and keeps what the info says while the input it points into is alive.
-        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
-        def decap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
-            why[0] = lib.pe_eesp_decap(rx, ip, n, out, cap, out_len, info)
-            if why[0] == lib.PE_OK:
-                seen.append(_info_fields(info))
-                return lib.PE_VERDICT_TRANSFORMED
-            seen.append(bool(info.icv_valid))
-            return lib.PE_VERDICT_FAILED
-
-        results: List[Union[Decrypted, EespError]] = []
+        # decap_batch calls pe_eesp_decap per packet inside the core's batch loop.
         with self._lock:
-            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0)):
-                got = seen[i] if i < len(seen) else False
-                if st != lib.PE_OK:
-                    results.append(_decap_error(st, icv_valid=bool(got) if not isinstance(got, dict) else False))
-                else:
-                    results.append(Decrypted(packet=data, **got))
-        return results
+            return decap_batch(lib.pe_eesp_decap, self._rx, self._info, _info_fields, list(packets), Decrypted,
+                               error_class)
 
 
 class SA:
@@ -340,7 +279,7 @@ class SA:
         tx = ffi.new("pe_eesp_tx **")
         st = lib.pe_eesp_tx_new(c, tx)
         if st != lib.PE_OK:
-            raise _config_error(st)
+            raise config_error(st, ConfigurationError)
         self._tx = ffi.gc(tx[0], lib.pe_eesp_tx_free)
         self._settings = settings
         self._receiver = Receiver([self], udp_port=udp_dport)  # its own packets arrive on udp_dport
@@ -429,7 +368,7 @@ class SA:
         # The core's EESP transform (pe_eesp_capture_encap) spreads flows over the capture Sub SAs, so with one
         # of them it sends everything on Sub SA 0, all in C.  For another Sub SA (the core has no transform
         # with a fixed one) a thin callback calls pe_eesp_encap inside the core's batch loop.
-        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
+        @ffi.callback(TRANSFORM_FN, onerror=failed_verdict)
         def encap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
             why[0] = lib.pe_eesp_encap(tx, ip, n, sub_sa_id, out, cap, out_len)
             return lib.PE_VERDICT_TRANSFORMED if why[0] == lib.PE_OK else lib.PE_VERDICT_FAILED
@@ -440,14 +379,7 @@ class SA:
             else:
                 fn, ctx = encap, ffi.NULL
             results = run_batch(fn, ctx, pkts, lib.PE_EESP_MAX_OVERHEAD, stop_at_failure=True)
-        out: List[bytes] = []
-        for i, (st, data) in enumerate(results):
-            if st != lib.PE_OK:
-                err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
-                err.results = out  # type: ignore[attr-defined]
-                raise err
-            out.append(data)
-        return out
+        return sent_or_raise(results, error_class)
 
     def decrypt(self, packet: bytes) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
@@ -475,20 +407,8 @@ def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
     )
 
 
-def _decap_error(st: int, *, icv_valid: bool) -> EespError:
-    code = status_name(st)
-    err = error_class(code)(status_message(st), code)
-    if isinstance(err, PolicyError):
-        err.icv_valid = icv_valid
-    return err
-
-
 def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
-    raise _decap_error(st, icv_valid=bool(info.icv_valid))
-
-
-def _failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]
-    return lib.PE_VERDICT_FAILED  # a callback that raised (it cannot: no Python work in it) fails its packet
+    raise decap_error(st, error_class, icv_valid=bool(info.icv_valid))
 
 
 def _packet_opts(iv: Union[int, bytes, None], pad_len: Optional[int]):  # type: ignore[no-untyped-def]

@@ -8,33 +8,12 @@
 from pecore.capture import Summary
 from pecore.errors import ExhaustedError
 from pyesp.capture import decrypt_capture, encrypt_capture
-from pyesp.errors import (
-    AuthenticationError,
-    CaptureError,
-    ConfigurationError,
-    CutByCaptureError,
-    DummyPacketError,
-    EspError,
-    InternalError,
-    KeyFileError,
-    LimitError,
-    MalformedPacketError,
-    NoSaError,
-    NotEspError,
-    PacketTooLargeError,
-    PolicyError,
-    ReplayError,
-    SequenceExhaustedError,
-    TruncatedPacketError,
-)
+from pyesp.errors import *  # noqa: F401,F403  every exception class (pyesp.errors.__all__)
+from pyesp import errors as _errors
 from pyesp.header import Header
 from pyesp.sa import SA, SUITES, Decrypted, Receiver, suite_id
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted", "DummyPacketError",
-    "EspError", "ExhaustedError", "Header", "InternalError", "KeyFileError", "LimitError", "MalformedPacketError",
-    "NoSaError", "NotEspError", "PacketTooLargeError", "PolicyError", "Receiver", "ReplayError", "SA", "SUITES",
-    "SequenceExhaustedError", "Summary", "TruncatedPacketError", "decrypt_capture", "encrypt_capture", "suite_id",
-]
+__all__ = sorted([*_errors.__all__, "Decrypted", "ExhaustedError", "Header", "Receiver", "SA", "SUITES", "Summary",
+                  "decrypt_capture", "encrypt_capture", "suite_id"])

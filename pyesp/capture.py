@@ -5,21 +5,14 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from pecore.binding import lib
-from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
+from pecore.capture import PathLike, ProgressFn, Summary, face_transform
 from pecore.keys import KeyFile
 from pyesp.errors import CaptureError, ConfigurationError
 from pyesp.sa import SA, Receiver
 
-PathLike = "os.PathLike[str] | str"
-
-
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str],
-         grows: bool, jobs: Optional[int]) -> Summary:
-    check_jobs(jobs, ConfigurationError)  # the same check as the other protocols' ...
-    # ... but one thread: the core's worker pool (pe/parallel.h) has per-protocol ops that copy an SA for each
-    # worker, for PSP and EESP only; ESP's capture transforms run on the calling thread (no `parallel=`).
-    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
-                         fmt=fmt, grows=grows)
+# jobs is checked as for the other protocols, but ESP runs on one thread (pool=None): the core's worker pool
+# (pe/parallel.h) has per-protocol ops that copy an SA for each worker, for PSP and EESP only.
+_ERRORS = (CaptureError, ConfigurationError)
 
 
 def encrypt_capture(
@@ -42,8 +35,8 @@ def encrypt_capture(
     """
     if not isinstance(sa, SA):
         raise TypeError(f"sa must be a pyesp.SA, not {type(sa).__name__}")
-    with sa._lock:
-        return _run(lib.pe_esp_capture_encap, sa._tx, in_path, out_path, drop_failed, progress, fmt, True, jobs)
+    return face_transform(lib.pe_esp_capture_encap, sa._tx, sa._lock, in_path, out_path, drop_failed=drop_failed,
+                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=None)
 
 
 def decrypt_capture(
@@ -70,5 +63,5 @@ def decrypt_capture(
     if not isinstance(receiver, (SA, Receiver)):
         raise TypeError(f"receiver must be a pyesp.SA, pyesp.Receiver or KeyFile, not {type(receiver).__name__}")
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
-    with rx._lock:
-        return _run(lib.pe_esp_capture_decap, rx._rx, in_path, out_path, drop_failed, progress, fmt, False, jobs)
+    return face_transform(lib.pe_esp_capture_decap, rx._rx, rx._lock, in_path, out_path, drop_failed=drop_failed,
+                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=None)

@@ -6,16 +6,16 @@ The suites are the IKEv2 ENCR IDs of EESP's table (one table in the core for bot
 """
 from __future__ import annotations
 
-import ipaddress
 import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
 
 from pecore.binding import ffi, lib
-from pecore.errors import status_message, status_name
-from pecore.protocol import EESP_SUITES, eesp_suite
-from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
-from pyesp.errors import ConfigurationError, EspError, PolicyError, error_class, raise_esp
+from pecore.errors import status_name
+from pecore.protocol import EESP_SUITES, eesp_suite, encr_id
+from pecore.util import (Buffer, Key, bind_destination, check_range, check_sa_added, config_error, decap_batch,
+                         decap_error, key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise)
+from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
 from pyesp.header import Header
 
 MAX_IP_LEN = 65535
@@ -25,25 +25,12 @@ _OUT_LEN = MAX_IP_LEN + 512
 SUITES = {s.name: s.id for s in EESP_SUITES}
 _MODES = {"transport": lib.PE_ESP_TRANSPORT, "tunnel": lib.PE_ESP_TUNNEL}
 _MODE_NAMES = {v: k for k, v in _MODES.items()}
-#: The core's transform callback type (batch.h): one packet in, one out, a verdict and a status.
-_TRANSFORM_FN = "pe_verdict(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *, pe_status *)"
 _SEQ32_MAX = 0xFFFFFFFF
 
 
 def suite_id(suite: Union[str, int]) -> int:
     """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
-    if isinstance(suite, int) and not isinstance(suite, bool):
-        if suite in SUITES.values():
-            return suite
-        raise ConfigurationError(f"unknown ESP suite ID {suite}", "esp-bad-suite")
-    if isinstance(suite, str) and suite.strip().isdigit():
-        return suite_id(int(suite))
-    if isinstance(suite, str):
-        name = suite.strip().lower().removeprefix("encr_").replace("_", "-")
-        name = {"null-auth-aes-gmac": "aes-gmac"}.get(name, name)
-        if name in SUITES:
-            return SUITES[name]
-    raise ConfigurationError(f"unknown ESP suite {suite!r}; one of {', '.join(SUITES)}", "esp-bad-suite")
+    return encr_id(suite, "ESP", ConfigurationError)
 
 
 def _key_bits(encr: int, key: bytes, key_bits: Optional[int]) -> int:
@@ -93,15 +80,6 @@ class Decrypted:
         return Header(self.spi, self.seq_low)
 
 
-def _address(dst: Optional[str], what: str = "dst"):  # type: ignore[no-untyped-def]
-    if dst is None:
-        return None
-    try:
-        return ipaddress.ip_address(dst)
-    except ValueError:
-        raise ConfigurationError(f"{what} is not an IPv4 or IPv6 address: {dst!r}") from None
-
-
 def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_window, replay_top, first_seq,
                  udp_encap, udp_sport, udp_dport, outer_header, dst, for_receiver):
     """A pe_esp_sa_config from SA settings, and the buffers it points to (kept until the core copied them)."""
@@ -132,16 +110,8 @@ def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_windo
     if outer_header is not None:
         oh = key_bytes(outer_header, "outer_header", err) if isinstance(outer_header, str) else bytes(outer_header)
         c.outer_header, c.outer_header_len = pin(keep, oh), len(oh)
-    addr = _address(dst)
-    if addr is not None:
-        c.dst_family = addr.version
-        c.dst[0 : len(addr.packed)] = list(addr.packed)
+    bind_destination(c, dst, err)
     return c, keep
-
-
-def _config_error(st: int, context: str = "") -> ConfigurationError:
-    """A refused SA configuration is the caller's setting, whatever layer noticed it."""
-    return ConfigurationError(f"{context}{status_message(st)}", status_name(st))
 
 
 class Receiver:
@@ -170,13 +140,7 @@ class Receiver:
             if not isinstance(sa, SA):
                 raise TypeError(f"sas must hold pyesp.SA objects, not {type(sa).__name__}")
             c, _keep = _make_config(**sa._settings, for_receiver=True)
-            st = lib.pe_esp_rx_add_sa(self._rx, c)
-            if st == lib.PE_OK:
-                continue
-            if status_name(st) == "invalid-argument":
-                raise ConfigurationError(f"SA {sa.spi:#010x}: a second SA with this SPI and destination",
-                                         "invalid-argument")
-            raise _config_error(st, f"SA {sa.spi:#010x}: ")
+            check_sa_added(lib.pe_esp_rx_add_sa(self._rx, c), sa._settings["spi"], ConfigurationError)
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._info = ffi.new("pe_esp_info *")
@@ -207,14 +171,7 @@ class Receiver:
         reads the window).
         """
         buf = packet_buffer(esp, "esp")
-        if ip_version not in (4, 6):
-            raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
-        daddr = ffi.NULL
-        addr = _address(dst)
-        if addr is not None:
-            if addr.version != ip_version:
-                raise ConfigurationError(f"dst {dst} is not an IPv{ip_version} address")
-            daddr = ffi.new("uint8_t[]", addr.packed)
+        daddr = open_destination(ip_version, dst, ConfigurationError)
         flags = 0 if replay else lib.PE_ESP_OPEN_NO_REPLAY
         with self._lock:
             st = lib.pe_esp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
@@ -226,32 +183,11 @@ class Receiver:
     def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EspError]]:
         """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
         its exception.  Replay windows move as they would packet by packet."""
-        pkts = list(packets)
-        info = self._info
-        seen: list = []  # per packet the callback saw: the Decrypted's fields, or the ICV verdict of a drop
-        rx = self._rx
-
-        # pe_esp_capture_decap (the core's ESP transform) passes no pe_esp_info out, and a Decrypted needs it
-        # (the inferred ESN, Pad Length, IV): a thin callback does pe_esp_decap per packet inside the core's
-        # batch loop, which joins, walks and writes back the packets, as pyeesp's decrypt_batch does.
-        @ffi.callback(_TRANSFORM_FN, onerror=_failed_verdict)
-        def decap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
-            why[0] = lib.pe_esp_decap(rx, ip, n, out, cap, out_len, info)
-            if why[0] == lib.PE_OK:
-                seen.append(_info_fields(info))
-                return lib.PE_VERDICT_TRANSFORMED
-            seen.append(bool(info.icv_valid))
-            return lib.PE_VERDICT_FAILED
-
-        results: List[Union[Decrypted, EspError]] = []
+        # pe_esp_capture_decap (the core's ESP transform) passes no pe_esp_info out: decap_batch calls
+        # pe_esp_decap per packet inside the core's batch loop, as pyeesp's decrypt_batch does.
         with self._lock:
-            for i, (st, data) in enumerate(run_batch(decap, ffi.NULL, pkts, 0)):
-                got = seen[i] if i < len(seen) else False
-                if st != lib.PE_OK:
-                    results.append(_decap_error(st, icv_valid=bool(got) if not isinstance(got, dict) else False))
-                else:
-                    results.append(Decrypted(packet=data, **got))
-        return results
+            return decap_batch(lib.pe_esp_decap, self._rx, self._info, _info_fields, list(packets), Decrypted,
+                               error_class)
 
 
 class SA:
@@ -307,12 +243,12 @@ class SA:
         tx = ffi.new("pe_esp_tx **")
         st = lib.pe_esp_tx_new(c, tx)
         if st != lib.PE_OK:
-            raise _config_error(st)
+            raise config_error(st, ConfigurationError)
         self._tx = ffi.gc(tx[0], lib.pe_esp_tx_free)
         if first_seq != 1:
             st = lib.pe_esp_tx_set_next_seq(self._tx, first_seq)
             if st != lib.PE_OK:
-                raise _config_error(st, f"first_seq {first_seq}: ")
+                raise config_error(st, ConfigurationError, f"first_seq {first_seq}: ")
         self._settings = settings
         self.spi, self.mode, self.suite, self.esn = spi, mode, suite, bool(esn)
         self._receiver = Receiver([self], udp_port=udp_dport, eesp_on_port=spi < 0x80000000)
@@ -384,14 +320,7 @@ class SA:
         with self._lock:
             results = run_batch(lib.pe_esp_capture_encap, self._tx, pkts, lib.PE_ESP_MAX_OVERHEAD,
                                 stop_at_failure=True)
-        out: List[bytes] = []
-        for i, (st, data) in enumerate(results):
-            if st != lib.PE_OK:
-                err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
-                err.results = out  # type: ignore[attr-defined]
-                raise err
-            out.append(data)
-        return out
+        return sent_or_raise(results, error_class)
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
@@ -422,17 +351,5 @@ def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
     )
 
 
-def _decap_error(st: int, *, icv_valid: bool) -> EspError:
-    code = status_name(st)
-    err = error_class(code)(status_message(st), code)
-    if isinstance(err, PolicyError):
-        err.icv_valid = icv_valid
-    return err
-
-
 def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
-    raise _decap_error(st, icv_valid=bool(info.icv_valid))
-
-
-def _failed_verdict(_exc_type, _exc, _tb) -> int:  # type: ignore[no-untyped-def]
-    return lib.PE_VERDICT_FAILED  # a callback that raised (it cannot: no Python work in it) fails its packet
+    raise decap_error(st, error_class, icv_valid=bool(info.icv_valid))

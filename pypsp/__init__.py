@@ -9,57 +9,11 @@ from pecore.capture import Summary
 from pecore.errors import ExhaustedError
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decrypted, Decryptor, Encryptor, derive_key, kdf_label
-from pypsp.errors import (
-    AuthenticationError,
-    CaptureError,
-    ConfigurationError,
-    CutByCaptureError,
-    InternalError,
-    IvExhaustedError,
-    KeyFileError,
-    LimitError,
-    MalformedPacketError,
-    NoKeyError,
-    NotPspError,
-    PacketTooLargeError,
-    PolicyError,
-    PspError,
-    ReplayError,
-    TruncatedPacketError,
-    UnsupportedVersionError,
-    VersionDisabledError,
-)
+from pypsp.errors import *  # noqa: F401,F403  every exception class (pypsp.errors.__all__)
+from pypsp import errors as _errors
 from pypsp.header import Header
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AuthenticationError",
-    "CaptureError",
-    "ConfigurationError",
-    "CutByCaptureError",
-    "Decrypted",
-    "Decryptor",
-    "Encryptor",
-    "ExhaustedError",
-    "Header",
-    "InternalError",
-    "IvExhaustedError",
-    "KeyFileError",
-    "LimitError",
-    "MalformedPacketError",
-    "NoKeyError",
-    "NotPspError",
-    "PacketTooLargeError",
-    "PolicyError",
-    "PspError",
-    "ReplayError",
-    "Summary",
-    "TruncatedPacketError",
-    "UnsupportedVersionError",
-    "VersionDisabledError",
-    "decrypt_capture",
-    "derive_key",
-    "encrypt_capture",
-    "kdf_label",
-]
+__all__ = sorted([*_errors.__all__, "Decrypted", "Decryptor", "Encryptor", "ExhaustedError", "Header", "Summary", "decrypt_capture",
+                  "derive_key", "encrypt_capture", "kdf_label"])

@@ -4,20 +4,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from pecore.binding import lib
-from pecore.capture import ProgressFn, Summary, check_jobs, run_transform
+from pecore.capture import PathLike, ProgressFn, Summary, face_transform
 from pypsp.errors import CaptureError, ConfigurationError
 
 if TYPE_CHECKING:  # annotations only: pypsp.crypto imports this module for Encryptor.encrypt_capture
     from pypsp.crypto import Decryptor, Encryptor
 
-PathLike = "os.PathLike[str] | str"
-
-
-def _run(fn, ctx, in_path, out_path, drop_failed: bool, progress: Optional[ProgressFn], fmt: Optional[str] = None,
-         grows: bool = False, jobs: int = 1) -> Summary:
-    # With jobs > 1 the core's pool runs this protocol's transform in fn's direction (encryption grows packets).
-    return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress, error=CaptureError,
-                         fmt=fmt, grows=grows, parallel=(False, not grows, jobs))
+_ERRORS = (CaptureError, ConfigurationError)
 
 
 def encrypt_capture(
@@ -40,12 +33,10 @@ def encrypt_capture(
     the summary are those of one thread.  An encryptor with a ``udp_sport``
     callable runs on one thread (its function is called in packet order).
     """
-    jobs = check_jobs(jobs, ConfigurationError)
-    if getattr(encryptor, "_sport_handle", None) is not None:
-        jobs = 1
-    with encryptor._lock:
-        return _run(lib.pe_psp_capture_encap, encryptor._tx, in_path, out_path, drop_failed, progress, fmt, grows=True,
-                    jobs=jobs)
+    one_thread = getattr(encryptor, "_sport_handle", None) is not None
+    return face_transform(lib.pe_psp_capture_encap, encryptor._tx, encryptor._lock, in_path, out_path,
+                          drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS,
+                          pool=None if one_thread else False)
 
 
 def decrypt_capture(
@@ -66,6 +57,6 @@ def decrypt_capture(
     with ``drop_failed``.  Timestamps are kept.  ``jobs`` threads share the
     work (default: the CPUs this process may use), with one thread's output.
     """
-    jobs = check_jobs(jobs, ConfigurationError)
-    with decryptor._lock:
-        return _run(lib.pe_psp_capture_decap, decryptor._rx, in_path, out_path, drop_failed, progress, fmt, jobs=jobs)
+    return face_transform(lib.pe_psp_capture_decap, decryptor._rx, decryptor._lock, in_path, out_path,
+                          drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS,
+                          pool=False)

@@ -12,7 +12,7 @@ from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
 from pecore._compat import CounterValue
 from pecore.errors import status_message, status_name
-from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer, pin, run_batch
+from pecore.util import Buffer, Key, check_range, decap_error, key_bytes, packet_buffer, pin, run_batch, sent_or_raise
 
 MAX_IP_LEN = 65535
 _OUT_LEN = MAX_IP_LEN + 256
@@ -236,14 +236,7 @@ class Encryptor:
         with self._lock:
             results = run_batch(lib.pe_psp_capture_encap, self._tx, pkts, lib.PE_PSP_MAX_OVERHEAD,
                                 stop_at_failure=True)
-        out: List[bytes] = []
-        for i, (st, data) in enumerate(results):
-            if st != lib.PE_OK:
-                err = error_class(status_name(st))(f"packet {i}: {status_message(st)}", status_name(st))
-                err.results = out  # type: ignore[attr-defined]
-                raise err
-            out.append(data)
-        return out
+        return sent_or_raise(results, error_class)
 
     def encrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Encrypt every IP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.encrypt_capture`)."""
@@ -341,7 +334,7 @@ class Decryptor:
         with self._lock:
             for i, (st, data) in enumerate(run_batch(lib.pe_psp_batch_decap, ctx, pkts, 0, keep=inputs)):
                 if st != lib.PE_OK:
-                    out.append(error_class(status_name(st))(status_message(st), status_name(st)))
+                    out.append(decap_error(st, error_class))
                     continue
                 out.append(Decrypted(Header._from_c(hdrs[i]), data))
         return out

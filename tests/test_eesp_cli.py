@@ -4,7 +4,6 @@ exit statuses, and clear errors for bad input.  Everything runs in-process
 through pyeesp.tools.cli.main, plus one subprocess call of the console script."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
@@ -15,16 +14,16 @@ from pathlib import Path
 import pytest
 
 import pyeesp
-from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
-from pecore.protocol import checksum
+from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_capture
 from pyeesp.tools.cli import main
+
+from cliutil import cli_runner, ipv4, ipv6, round_trip, show_json_runner, write_frames, write_keyfile
 
 ROOT = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"  # §19
 ROOT384 = bytes(range(48)).hex()
 ROOT512 = bytes(range(64)).hex()
 KEY0 = "472a557f71f01e8d125da03ec21f6b770f62b36f"  # §19 Session ID 0 key || salt
 CCM_KEY = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122"
-ETH = bytes.fromhex("020000000002020000000001")
 
 KEY_FILE = f"""\
 # EESP SAs for the CLI tests (public test values, docs/keys.md)
@@ -35,21 +34,6 @@ eesp-sa spi=4000 suite=aes-ccm-16 key-bits=256 key={CCM_KEY} seq=0 strict=1
 psp-master key0=34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca
 """
 SECRET_HEX = [ROOT, KEY0, CCM_KEY, "34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca"]
-
-
-def _csum(data: bytes) -> int:
-    """The one's-complement sum folded to 16 bits (not complemented), from the core's checksum."""
-    return 0xFFFF ^ checksum(data)
-
-
-def ipv4(proto: int, payload: bytes, src: bytes = bytes([10, 0, 0, 1]), dst: bytes = bytes([10, 0, 0, 2])) -> bytes:
-    h = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, 0, 64, proto, 0, src, dst))
-    h[10:12] = struct.pack("!H", 0xFFFF ^ _csum(bytes(h)))
-    return bytes(h) + payload
-
-
-def ipv6(nh: int, payload: bytes) -> bytes:
-    return struct.pack("!IHBB16s16s", 0x60000000, len(payload), nh, 64, bytes(15) + b"\1", bytes(15) + b"\2") + payload
 
 
 def udp4(data: bytes, sport: int = 1234, dport: int = 5678) -> bytes:
@@ -67,29 +51,13 @@ def packets(n: int = 24):
     return out
 
 
-def write_frames(path: Path, pkts, linktype: int = LINKTYPE_ETHERNET, fmt: str = "pcap") -> None:
-    with CaptureWriter(path, linktype, fmt) as w:
-        for i, p in enumerate(pkts):
-            frame = ETH + (b"\x08\x00" if p[0] >> 4 == 4 else b"\x86\xdd") + p if linktype == LINKTYPE_ETHERNET else p
-            w.write(frame, (1000 + i, (500 + i) * 1000))
-
-
 @pytest.fixture
 def keyfile(tmp_path: Path) -> Path:
-    p = tmp_path / "keys.txt"
-    p.write_text(KEY_FILE)
-    return p
+    return write_keyfile(tmp_path, KEY_FILE)
 
 
-def run(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def show_json(capsys, *argv):
-    rc, out, err = run(capsys, "show", *argv, "--json")
-    return rc, [json.loads(line) for line in out.splitlines()]  # JSON Lines: one object per packet
+run = cli_runner(main)
+show_json = show_json_runner(run)
 
 
 # --------------------------------------------------------------------------- derive-key
@@ -156,13 +124,8 @@ def test_derive_key_errors(capsys):
                                           ("pcap-nsec", LINKTYPE_RAW)])
 @pytest.mark.parametrize("spi", ["1000", "2000", "4000"])
 def test_key_file_round_trip(capsys, tmp_path, keyfile, fmt, linktype, spi):
-    pkts = packets()
-    clear, enc, dec = tmp_path / "c", tmp_path / "e", tmp_path / "d"
-    write_frames(clear, pkts, linktype, fmt)
-    rc, out, _ = run(capsys, "encrypt", clear, enc, "--key-file", keyfile, "--spi", spi)
-    assert rc == 0 and f"encrypted:       {len(pkts)}" in out and "failed:          0" in out
-    rc, out, _ = run(capsys, "decrypt", enc, dec, "--key-file", keyfile)  # every SA of the file
-    assert rc == 0 and f"decrypted:       {len(pkts)}" in out
+    clear, enc, dec = round_trip(run, capsys, tmp_path, packets(), linktype, fmt, ["--key-file", keyfile, "--spi", spi],
+                                 ["--key-file", keyfile])  # decrypt: every SA of the file
     a, b = list(read_capture(clear)), list(read_capture(dec))
     assert [r.data for r in a] == [r.data for r in b]
     assert [(r.ts_sec, r.ts_nsec) for r in a] == [(r.ts_sec, r.ts_nsec) for r in b]

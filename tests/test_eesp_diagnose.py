@@ -21,6 +21,8 @@ from pecore.keys import parse_key_file
 from pyeesp.tools.cli import main
 from pyeesp.tools.diagnose import EespDiagnoser, diagnose, diagnose_capture
 
+from cliutil import cli_runner, write_keyfile
+
 KAT = json.loads((Path(__file__).parent / "data" / "eesp_kat.json").read_text())
 VEC = {v["name"]: v for v in KAT["vectors"]}
 ROOT = bytes(range(32))
@@ -266,15 +268,10 @@ def diag(entries) -> EespDiagnoser:
 
 @pytest.fixture
 def keyfile(tmp_path: Path) -> Path:
-    p = tmp_path / "keys.txt"
-    p.write_text(KEY_FILE)
-    return p
+    return write_keyfile(tmp_path, KEY_FILE)
 
 
-def run(capsys, *argv):
-    rc = main(["diagnose", *map(str, argv)])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+run = cli_runner(main, "diagnose")
 
 
 # -------------------------------------------------------------------------------- tests

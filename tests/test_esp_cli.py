@@ -3,7 +3,6 @@ options, per-reason summaries, exit statuses (README.md), ``-`` for standard inp
 input.  Everything runs in-process through pyesp.tools.cli.main, plus the console script in a subprocess."""
 from __future__ import annotations
 
-import json
 import os
 import struct
 import subprocess
@@ -12,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
-from pecore.protocol import checksum
+from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_capture
 from pyesp.tools.cli import main
+
+from cliutil import cli_runner, ipv4, ipv6, round_trip, show_json_runner, write_frames, write_keyfile
 
 KEY_GCM = "00112233445566778899aabbccddeeff01020304"
 KEY_CCM = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122"
 KEY_CHACHA = bytes(range(36)).hex()
-ETH = bytes.fromhex("020000000002020000000001")
 
 KEY_FILE = f"""\
 # ESP SAs for the CLI tests (public test values, docs/keys.md)
@@ -33,16 +32,6 @@ eesp-sa spi=0x1000 suite=aes-gcm-16 key={KEY_GCM}
 SECRETS = [KEY_GCM, KEY_CCM, KEY_CHACHA]
 
 
-def ipv4(proto: int, payload: bytes, src: bytes = bytes([10, 0, 0, 1]), dst: bytes = bytes([10, 0, 0, 2])) -> bytes:
-    h = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, 0, 64, proto, 0, src, dst))
-    h[10:12] = struct.pack("!H", checksum(bytes(h)))
-    return bytes(h) + payload
-
-
-def ipv6(nh: int, payload: bytes) -> bytes:
-    return struct.pack("!IHBB16s16s", 0x60000000, len(payload), nh, 64, bytes(15) + b"\1", bytes(15) + b"\2") + payload
-
-
 def packets(n: int = 24):
     out = []
     for i in range(n):
@@ -52,29 +41,13 @@ def packets(n: int = 24):
     return out
 
 
-def write_frames(path: Path, pkts, linktype: int = LINKTYPE_ETHERNET, fmt: str = "pcap") -> None:
-    with CaptureWriter(path, linktype, fmt) as w:
-        for i, p in enumerate(pkts):
-            frame = ETH + (b"\x08\x00" if p[0] >> 4 == 4 else b"\x86\xdd") + p if linktype == LINKTYPE_ETHERNET else p
-            w.write(frame, (1000 + i, (500 + i) * 1000))
-
-
 @pytest.fixture
 def keyfile(tmp_path: Path) -> Path:
-    p = tmp_path / "keys.txt"
-    p.write_text(KEY_FILE)
-    return p
+    return write_keyfile(tmp_path, KEY_FILE)
 
 
-def run(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def show_json(capsys, *argv):
-    rc, out, _err = run(capsys, "show", *argv, "--json")
-    return rc, [json.loads(line) for line in out.splitlines()]
+run = cli_runner(main)
+show_json = show_json_runner(run)
 
 
 # --------------------------------------------------------------------------- encrypt / decrypt
@@ -84,13 +57,8 @@ def show_json(capsys, *argv):
                                           ("pcap-nsec", LINKTYPE_RAW)])
 @pytest.mark.parametrize("spi", ["1000", "2000", "4000", "5000"])
 def test_key_file_round_trip_is_byte_identical(capsys, tmp_path, keyfile, fmt, linktype, spi):
-    pkts = packets()
-    clear, enc, dec = tmp_path / "c", tmp_path / "e", tmp_path / "d"
-    write_frames(clear, pkts, linktype, fmt)
-    rc, out, _ = run(capsys, "encrypt", clear, enc, "--key-file", keyfile, "--spi", spi)
-    assert rc == 0 and f"encrypted:       {len(pkts)}" in out and "failed:          0" in out
-    rc, out, _ = run(capsys, "decrypt", enc, dec, "--key-file", keyfile, "--jobs", "2")  # every esp-sa line
-    assert rc == 0 and f"decrypted:       {len(pkts)}" in out
+    clear, enc, dec = round_trip(run, capsys, tmp_path, packets(), linktype, fmt, ["--key-file", keyfile, "--spi", spi],
+                                 ["--key-file", keyfile, "--jobs", "2"])  # decrypt: every esp-sa line
     assert dec.read_bytes() == clear.read_bytes()
     assert [r.data for r in read_capture(enc)] != [r.data for r in read_capture(clear)]
 

@@ -41,6 +41,7 @@ from scapy.layers.inet6 import IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
 from scapy.layers.ipsec import ESP, SecurityAssociation
 
 import wireshark
+from esputil import MATRIX, MATRIX_IDS, scapy_pkt
 from pcaputil import write_pcap
 from pecore._native import ffi, lib
 from pecore.keys import parse_key_file
@@ -182,15 +183,6 @@ SCAPY_SUITES = [
         if scapy_full_gcm_tag(s, b) else ())
     for (s, b), i in zip(SUITES, SUITE_IDS)
 ]
-
-
-def scapy_pkt(b: bytes):
-    return IPv6(b) if b[0] >> 4 == 6 else IP(b)
-
-
-MATRIX = [(m, v6, esn, udp) for m in ("tunnel", "transport") for v6 in (False, True) for esn in (False, True)
-          for udp in (False, True)]
-MATRIX_IDS = [f"{m}-{'v6' if v6 else 'v4'}{'-esn' if esn else ''}{'-udp' if udp else ''}" for m, v6, esn, udp in MATRIX]
 
 
 # ------------------------------------------------------------------ 1. scapy

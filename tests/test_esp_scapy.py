@@ -21,6 +21,8 @@ import pyesp  # noqa: E402
 from pecore.protocol import eesp_suite  # noqa: E402
 from pyesp.scapy import SCAPY_SUITES, ESPSecurityAssociation, from_scapy, scapy_suite, to_scapy  # noqa: E402
 
+from esputil import MATRIX, MATRIX_IDS, scapy_pkt  # noqa: E402
+
 QUIRK = pytest.mark.xfail(strict=True, reason="scapy 2.8 sends and expects a 16-octet AES-GCM ICV whatever "
                                               "crypt_icv_size says (tests/test_esp_interop.py)")
 SUITES = [pytest.param(s, marks=QUIRK if s in ("aes-gcm-8", "aes-gcm-12") else ()) for s in SCAPY_SUITES]
@@ -44,16 +46,7 @@ def outer(v6: bool) -> bytes:
         raw(IP(src="203.0.113.1", dst="203.0.113.2", proto=0))
 
 
-def scapy_pkt(b: bytes):
-    return IPv6(b) if b[0] >> 4 == 6 else IP(b)
-
-
-MATRIX = [(m, v6, esn, udp) for m in ("tunnel", "transport") for v6 in (False, True) for esn in (False, True)
-          for udp in (False, True)]
-IDS = [f"{m}-{'v6' if v6 else 'v4'}{'-esn' if esn else ''}{'-udp' if udp else ''}" for m, v6, esn, udp in MATRIX]
-
-
-@pytest.mark.parametrize("mode,v6,esn,udp", MATRIX, ids=IDS)
+@pytest.mark.parametrize("mode,v6,esn,udp", MATRIX, ids=MATRIX_IDS)
 @pytest.mark.parametrize("suite", SUITES)
 def test_core_to_scapy_and_back(suite, mode, v6, esn, udp):
     first = (7 << 32) + 0x10 if esn else 0x10

@@ -1,7 +1,6 @@
 """The pypsp command line: every subcommand, key sources, and clear errors for bad input."""
 from __future__ import annotations
 
-import json
 import os
 import struct
 import subprocess
@@ -11,18 +10,15 @@ from pathlib import Path
 import pytest
 
 import pypsp
-from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureWriter, read_capture
+from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_capture
 from pecore.protocol import checksum
 from pypsp.tools.cli import main
 
+import cliutil
+from cliutil import cli_runner, json_lines
+
 MK0 = "34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca"
 MK1 = "563952565d3a78ae773ec1b779f2f2d99f4a7f53a6fbb9b07d5b71f39364d739"
-ETH = bytes.fromhex("020000000002020000000001")
-
-
-def json_lines(out):
-    """show --json writes JSON Lines: one object per packet."""
-    return [json.loads(line) for line in out.splitlines()]
 
 
 def ipv4_header(length: int, proto: int, src: bytes, dst: bytes) -> bytes:
@@ -37,10 +33,7 @@ def udp4(payload: bytes, sport: int = 1234, dport: int = 5678) -> bytes:
 
 
 def write_frames(path: Path, packets, linktype: int = LINKTYPE_ETHERNET, fmt: str = "pcap") -> None:
-    with CaptureWriter(path, linktype, fmt) as w:
-        for i, p in enumerate(packets):
-            frame = ETH + (b"\x08\x00" if p[0] >> 4 == 4 else b"\x86\xdd") + p if linktype == LINKTYPE_ETHERNET else p
-            w.write(frame, (1000 + i, 500))
+    cliutil.write_frames(path, packets, linktype, fmt, ts=lambda i: (1000 + i, 500))
 
 
 @pytest.fixture
@@ -54,10 +47,7 @@ def keyfile(tmp_path: Path) -> Path:
     return p
 
 
-def run(capsys, *argv: str):
-    rc = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+run = cli_runner(main)
 
 
 @pytest.mark.parametrize(

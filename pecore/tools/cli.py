@@ -1,4 +1,6 @@
-"""Command-line plumbing shared by the ``pypsp`` and ``pyeesp`` CLIs."""
+"""Command-line plumbing shared by the ``pypsp``, ``pyeesp`` and ``pyesp`` CLIs: one place for what their
+subcommands have in common (capture options, the encrypt/decrypt/show commands' frames, SA selection from
+a key file, JSON Lines, summaries and exit statuses); each CLI keeps its protocol's options and fields."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +12,7 @@ import signal
 import stat
 import sys
 import threading
-from typing import Callable, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, List, Optional, Sequence, TextIO, Tuple
 
 from pecore.errors import CoreError
 from pecore.util import openssl_version
@@ -155,6 +157,127 @@ def run_capture(args: argparse.Namespace, label: str, verb: str, transform: Call
     finally:
         bar.close()
     return report(summary, verb, args.quiet, stream)
+
+
+def add_capture_command(sub: "argparse._SubParsersAction", name: str, help: str, func: Callable[..., int],
+                        options: Callable[[argparse.ArgumentParser], None], *,
+                        drop_help: Optional[str] = None) -> argparse.ArgumentParser:
+    """An encrypt or decrypt subcommand: the capture arguments, the protocol's ``options``, --drop-failed, -q."""
+    p = sub.add_parser(name, help=help)
+    add_capture_args(p)
+    options(p)
+    p.add_argument("--drop-failed", action="store_true", **({"help": drop_help} if drop_help else {}))
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=func)
+    return p
+
+
+def add_show_command(sub: "argparse._SubParsersAction", protocol: str, func: Callable[..., int],
+                     options: Callable[[argparse.ArgumentParser], None], *,
+                     limit_help: Optional[str] = None) -> argparse.ArgumentParser:
+    """The show subcommand: the input capture, the protocol's ``options``, --json and --limit."""
+    s = sub.add_parser("show", help=f"print the {protocol} headers of a capture (and decrypt status with keys)")
+    add_capture_args(s, output=False)
+    options(s)
+    s.add_argument("--json", action="store_true",
+                   help=f"JSON Lines: one object per {protocol} packet, written as it is read")
+    s.add_argument("--limit", type=count_arg, default=0, **({"help": limit_help} if limit_help else {}))
+    s.set_defaults(func=func)
+    return s
+
+
+def record_info(index: int, rec: Any, ip: bytes) -> dict:
+    """The fields every show line starts with: frame number, time stamp, addresses (JSON keys in this order)."""
+    src, dst = addresses(ip)
+    return {"frame": index, "time": f"{rec.ts_sec}.{rec.ts_nsec:09d}", "src": src, "dst": dst}
+
+
+def record_head(info: dict) -> str:
+    """The start of a show line, from :func:`record_info`'s fields (and `` udp/4500`` for a packet that came
+    UDP-encapsulated: an ``udp_encap`` field, ESP's and EESP's)."""
+    return f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}{' udp/4500' if info.get('udp_encap') else ''}"
+
+
+def decrypt_info(info: dict, rx: Any, ip: bytes, describe: Callable[[Any], dict], error: type) -> None:
+    """show with keys: a well-formed packet gets ``decrypt`` "ok" and what ``describe(decrypted)`` says of it,
+    or the status name of the face's ``error`` that refused it; without keys (``rx`` None) nothing."""
+    if rx is None or info["status"] != "ok":
+        return
+    try:
+        d = rx.decrypt(ip)
+        info["decrypt"] = "ok"
+        info.update(describe(d))
+    except error as e:
+        info["decrypt"] = e.code
+
+
+def show_capture(args: argparse.Namespace, describe: Callable[[int, Any], Optional[dict]],
+                 format: Callable[[dict], str]) -> int:
+    """show: ``describe(frame number, record)`` per record (None: not this protocol's), printed by ``format``
+    or as JSON Lines (--json), up to --limit packets.  Exit status 1 when a packet is malformed or fails to
+    decrypt; a cut input ends the listing with the line naming the cut and exit status 3."""
+    from pecore.capture import CaptureError, read_capture
+
+    check_stdio(args)
+    lines = JsonLines() if args.json else None
+    shown = bad = 0
+    try:
+        for index, rec in enumerate(read_capture(args.input), start=1):
+            info = describe(index, rec)
+            if info is None:
+                continue
+            bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
+            shown += 1
+            if lines is not None:
+                lines.write(info)
+            else:
+                print(format(info))
+            if args.limit and shown >= args.limit:
+                break
+    except CaptureError as e:
+        if e.code != "capture-truncated":
+            raise
+        sys.stdout.flush()
+        return truncated(args, e)
+    return EXIT_PACKETS_FAILED if bad else EXIT_OK
+
+
+# ------------------------------------------------------------------ SAs from a key file (ESP, EESP)
+
+
+def key_file_sas(args: argparse.Namespace, inline: Optional[Any], kind: str, inline_options: str) -> List[Any]:
+    """The SAs a command works with: the one given by options (``inline``), or the key file's ``kind`` lines
+    ("esp-sa", "eesp-sa"); ``inline_options`` names the options that give one ("--key")."""
+    from pecore.keys import load_key_file
+
+    if inline is not None:
+        return [inline]
+    if not args.key_file:
+        raise UsageError(f"no SA: give --key-file, or --spi with {inline_options}")
+    entries = getattr(load_key_file(args.key_file), kind.replace("-", "_") + "s")
+    if not entries:
+        raise UsageError(f"{args.key_file}: no {kind} lines")
+    return entries
+
+
+def one_sa(entries: Sequence[Any], args: argparse.Namespace, kind: str) -> Any:
+    """The one SA of ``entries`` that --spi and --dst pick (any, when they are not given), or a UsageError."""
+    chosen = [e for e in entries if (args.spi is None or e.spi == args.spi) and (args.dst is None or e.dst == args.dst)]
+    if len(chosen) != 1:
+        if not chosen:
+            raise UsageError(f"no {kind} line for SPI {args.spi:#010x}" + (f" and dst {args.dst}" if args.dst else "")
+                             if args.spi is not None else f"no {kind} line matches --dst")
+        raise UsageError(f"several {kind} lines match: pick one with --spi" + (" and --dst" if args.spi is not None else ""))
+    return chosen[0]
+
+
+def transform_capture(args: argparse.Namespace, verb: str, capture: Callable[..., object], sa: object,
+                      **extra: object) -> int:
+    """The encrypt or decrypt command (``verb``): a face's ``encrypt_capture``/``decrypt_capture`` over ``sa``
+    (its sender, or receiver) with the capture options, through :func:`run_capture`."""
+    return run_capture(args, f"{verb} ", f"{verb}ed", lambda bar: capture(
+        sa, args.input, args.output, **extra, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
+        jobs=args.jobs))
 
 
 class JsonLines:

@@ -12,11 +12,11 @@ import argparse
 import sys
 from typing import List, Optional, Sequence
 
+from pecore.keys import EespSaEntry
 from pecore.protocol import eesp_suite, locate_eesp
-from pecore.capture import CaptureError, read_capture
-from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
-                        protocol_arg, run_capture, run_main, spi_arg, tooling_wanted, truncated)
-from pecore.keys import EespSaEntry, load_key_file
+from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, int_arg,
+                              key_file_sas, one_sa, protocol_arg, record_head, record_info, run_main, show_capture,
+                              spi_arg, tooling_wanted, transform_capture)
 from pyeesp.capture import decrypt_capture, encrypt_capture
 from pyeesp.errors import EespError
 from pyeesp.header import Header
@@ -61,26 +61,11 @@ def _inline_sa(args: argparse.Namespace) -> Optional[EespSaEntry]:
 
 
 def _entries(args: argparse.Namespace) -> List[EespSaEntry]:
-    inline = _inline_sa(args)
-    if inline is not None:
-        return [inline]
-    if not args.key_file:
-        raise UsageError("no SA: give --key-file, or --spi with --key or --root-key")
-    entries = load_key_file(args.key_file).eesp_sas
-    if not entries:
-        raise UsageError(f"{args.key_file}: no eesp-sa lines")
-    return entries
+    return key_file_sas(args, _inline_sa(args), "eesp-sa", "--key or --root-key")
 
 
 def _one_entry(args: argparse.Namespace) -> EespSaEntry:
-    entries = _entries(args)
-    chosen = [e for e in entries if (args.spi is None or e.spi == args.spi) and (args.dst is None or e.dst == args.dst)]
-    if len(chosen) != 1:
-        if not chosen:
-            raise UsageError(f"no eesp-sa line for SPI {args.spi:#010x}" + (f" and dst {args.dst}" if args.dst else "")
-                             if args.spi is not None else "no eesp-sa line matches --dst")
-        raise UsageError("several eesp-sa lines match: pick one with --spi" + (" and --dst" if args.spi is not None else ""))
-    return chosen[0]
+    return one_sa(_entries(args), args, "eesp-sa")
 
 
 def _receiver(args: argparse.Namespace) -> Receiver:
@@ -117,16 +102,12 @@ def cmd_derive_key(args: argparse.Namespace) -> int:
 def cmd_encrypt(args: argparse.Namespace) -> int:
     entry = _one_entry(args)
     sa = SA(**entry.settings)
-    return run_capture(args, "encrypt ", "encrypted", lambda bar: encrypt_capture(
-        sa, args.input, args.output, sub_sas=args.sub_sas or entry.sub_sas, drop_failed=args.drop_failed,
-        progress=bar, fmt=args.output_format, jobs=args.jobs))
+    return transform_capture(args, "encrypt", encrypt_capture, sa, sub_sas=args.sub_sas or entry.sub_sas)
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
     rx = _receiver(args)
-    return run_capture(args, "decrypt ", "decrypted", lambda bar: decrypt_capture(
-        rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
-        jobs=args.jobs))
+    return transform_capture(args, "decrypt", decrypt_capture, rx)
 
 
 def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:
@@ -139,55 +120,32 @@ def _eesp_part(ip: bytes, protocol: int, port: int) -> Optional[tuple]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     rx = _receiver(args) if (args.key_file or args.key or args.root_key) else None
-    check_stdio(args)
-    lines = JsonLines() if args.json else None
+    return show_capture(args, lambda index, rec: _describe(args, rx, index, rec), _format)
+
+
+def _describe(args: argparse.Namespace, rx: Optional[Receiver], index: int, rec) -> Optional[dict]:  # type: ignore[no-untyped-def]
+    ip = rec.ip_packet()
+    found = _eesp_part(ip, args.ip_protocol, 4500) if ip else None
+    if found is None:
+        return None
+    eesp, udp = found
+    info = record_info(index, rec, ip)
+    info.update(udp_encap=udp, eesp_len=len(eesp))
     try:
-        return _show(args, rx, lines)
-    except CaptureError as e:
-        if e.code != "capture-truncated":
-            raise
-        sys.stdout.flush()
-        return truncated(args, e)
-
-
-def _show(args: argparse.Namespace, rx: Optional[Receiver], lines: Optional[JsonLines]) -> int:
-    shown = bad = 0
-    for index, rec in enumerate(read_capture(args.input), start=1):
-        ip = rec.ip_packet()
-        found = _eesp_part(ip, args.ip_protocol, 4500) if ip else None
-        if found is None:
-            continue
-        eesp, udp = found
-        src, dst = addresses(ip)
-        info: dict = {"frame": index, "time": f"{rec.ts_sec}.{rec.ts_nsec:09d}", "src": src, "dst": dst,
-                      "udp_encap": udp, "eesp_len": len(eesp)}
-        try:
-            h = Header.parse(eesp)
-            info.update(spi=f"{h.spi:#010x}", session_id=h.session_id, version=h.version, opt_len=h.opt_len,
-                        options=[{"type": o.type, "name": o.name, "data": o.data.hex()} for o in h.options],
-                        status="ok")
-        except EespError as e:
-            info["status"] = e.code
-        if rx is not None and info["status"] == "ok":
-            try:
-                d = rx.decrypt(ip)
-                info.update(decrypt="ok", seq=d.seq, next_header=d.next_header, pad_len=d.pad_len,
-                            format="full" if d.full_format else "optimized", inner_len=len(d.packet))
-            except EespError as e:
-                info["decrypt"] = e.code
-        bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
-        shown += 1
-        if lines is not None:
-            lines.write(info)
-        else:
-            print(_format(info))
-        if args.limit and shown >= args.limit:
-            break
-    return 1 if bad else 0
+        h = Header.parse(eesp)
+        info.update(spi=f"{h.spi:#010x}", session_id=h.session_id, version=h.version, opt_len=h.opt_len,
+                    options=[{"type": o.type, "name": o.name, "data": o.data.hex()} for o in h.options],
+                    status="ok")
+    except EespError as e:
+        info["status"] = e.code
+    decrypt_info(info, rx, ip, lambda d: dict(seq=d.seq, next_header=d.next_header, pad_len=d.pad_len,
+                                              format="full" if d.full_format else "optimized", inner_len=len(d.packet)),
+                 EespError)
+    return info
 
 
 def _format(info: dict) -> str:
-    head = f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}{' udp/4500' if info['udp_encap'] else ''}"
+    head = record_head(info)
     if info["status"] != "ok":
         return f"{head} EESP [{info['status']}] ({info['eesp_len']} octets)"
     opts = ",".join(o["name"] + (f"({o['data']})" if o["data"] and o["name"] != "PadN" else "") for o in info["options"])
@@ -200,6 +158,11 @@ def _format(info: dict) -> str:
     elif "decrypt" in info:
         text += f" [decrypt failed: {info['decrypt']}]"
     return text
+
+
+def _encrypt_options(p: argparse.ArgumentParser) -> None:
+    _sa_options(p)
+    p.add_argument("--sub-sas", type=int, help="spread flows over Sub SAs 0..N-1 (default: the key file's sub-sas, or 1)")
 
 
 def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
@@ -215,27 +178,9 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     d.add_argument("--length", type=int, help="octets to derive (default: key + salt of the suite)")
     d.set_defaults(func=cmd_derive_key)
 
-    e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
-    add_capture_args(e)
-    _sa_options(e)
-    e.add_argument("--sub-sas", type=int, help="spread flows over Sub SAs 0..N-1 (default: the key file's sub-sas, or 1)")
-    e.add_argument("--drop-failed", action="store_true")
-    e.add_argument("-q", "--quiet", action="store_true")
-    e.set_defaults(func=cmd_encrypt)
-
-    x = sub.add_parser("decrypt", help="decrypt every EESP packet of a pcap/pcapng file")
-    add_capture_args(x)
-    _sa_options(x)
-    x.add_argument("--drop-failed", action="store_true")
-    x.add_argument("-q", "--quiet", action="store_true")
-    x.set_defaults(func=cmd_decrypt)
-
-    s = sub.add_parser("show", help="print the EESP headers of a capture (and decrypt status with keys)")
-    add_capture_args(s, output=False)
-    _sa_options(s)
-    s.add_argument("--json", action="store_true", help="JSON Lines: one object per EESP packet, written as it is read")
-    s.add_argument("--limit", type=count_arg, default=0)
-    s.set_defaults(func=cmd_show)
+    add_capture_command(sub, "encrypt", "encrypt every IP packet of a pcap/pcapng file", cmd_encrypt, _encrypt_options)
+    add_capture_command(sub, "decrypt", "decrypt every EESP packet of a pcap/pcapng file", cmd_decrypt, _sa_options)
+    add_show_command(sub, "EESP", cmd_show, _sa_options)
 
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export

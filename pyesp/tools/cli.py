@@ -12,11 +12,11 @@ import argparse
 import sys
 from typing import List, Optional, Sequence
 
-from pecore.capture import CaptureError, read_capture
-from pecore.keys import EspSaEntry, load_key_file
+from pecore.keys import EspSaEntry
 from pecore.protocol import ESP_UDP_PORT, locate_esp
-from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg,
-                              iv_arg, port_arg, run_capture, run_main, spi_arg, tooling_wanted, truncated)
+from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, iv_arg,
+                              key_file_sas, one_sa, record_head, record_info, run_main, show_capture, spi_arg,
+                              tooling_wanted, transform_capture)
 from pyesp.capture import decrypt_capture, encrypt_capture
 from pyesp.errors import EspError
 from pyesp.header import Header
@@ -53,26 +53,7 @@ def _inline_sa(args: argparse.Namespace) -> Optional[EspSaEntry]:
 
 
 def _entries(args: argparse.Namespace) -> List[EspSaEntry]:
-    inline = _inline_sa(args)
-    if inline is not None:
-        return [inline]
-    if not args.key_file:
-        raise UsageError("no SA: give --key-file, or --spi with --key")
-    entries = load_key_file(args.key_file).esp_sas
-    if not entries:
-        raise UsageError(f"{args.key_file}: no esp-sa lines")
-    return entries
-
-
-def _one_entry(args: argparse.Namespace) -> EspSaEntry:
-    entries = _entries(args)
-    chosen = [e for e in entries if (args.spi is None or e.spi == args.spi) and (args.dst is None or e.dst == args.dst)]
-    if len(chosen) != 1:
-        if not chosen:
-            raise UsageError(f"no esp-sa line for SPI {args.spi:#010x}" + (f" and dst {args.dst}" if args.dst else "")
-                             if args.spi is not None else "no esp-sa line matches --dst")
-        raise UsageError("several esp-sa lines match: pick one with --spi" + (" and --dst" if args.spi is not None else ""))
-    return chosen[0]
+    return key_file_sas(args, _inline_sa(args), "esp-sa", "--key")
 
 
 def _receiver(args: argparse.Namespace) -> Receiver:
@@ -80,67 +61,40 @@ def _receiver(args: argparse.Namespace) -> Receiver:
 
 
 def cmd_encrypt(args: argparse.Namespace) -> int:
-    sa = SA(**_one_entry(args).settings)  # type: ignore[arg-type]
-    return run_capture(args, "encrypt ", "encrypted", lambda bar: encrypt_capture(
-        sa, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
-        jobs=args.jobs))
+    sa = SA(**one_sa(_entries(args), args, "esp-sa").settings)  # type: ignore[arg-type]
+    return transform_capture(args, "encrypt", encrypt_capture, sa)
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
     rx = _receiver(args)
-    return run_capture(args, "decrypt ", "decrypted", lambda bar: decrypt_capture(
-        rx, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
-        jobs=args.jobs))
+    return transform_capture(args, "decrypt", decrypt_capture, rx)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     rx = _receiver(args) if (args.key_file or args.key) else None
-    check_stdio(args)
-    lines = JsonLines() if args.json else None
-    try:
-        return _show(args, rx, lines)
-    except CaptureError as e:
-        if e.code != "capture-truncated":
-            raise
-        sys.stdout.flush()
-        return truncated(args, e)
+    return show_capture(args, lambda index, rec: _describe(args, rx, index, rec), _format)
 
 
-def _show(args: argparse.Namespace, rx: Optional[Receiver], lines: Optional[JsonLines]) -> int:
-    shown = bad = 0
-    for index, rec in enumerate(read_capture(args.input), start=1):
-        ip = rec.ip_packet()
-        loc, _why = locate_esp(ip, ESP_UDP_PORT, either_port=True, eesp_on_port=args.eesp_on_port) if ip else (None, "")
-        if loc is None:
-            continue
-        esp = ip[loc.offset : loc.offset + loc.length]
-        src, dst = addresses(ip)
-        info: dict = {"frame": index, "time": f"{rec.ts_sec}.{rec.ts_nsec:09d}", "src": src, "dst": dst,
-                      "udp_encap": loc.udp_encap, "esp_len": len(esp)}
-        h, status = Header.parse_lenient(esp)
-        if h is not None:
-            info.update(spi=f"{h.spi:#010x}", seq_low=h.seq)
-        info["status"] = status
-        if rx is not None and status == "ok":
-            try:
-                d = rx.decrypt(ip)
-                info.update(decrypt="ok", seq=d.seq, next_header=d.next_header, pad_len=d.pad_len, mode=d.mode,
-                            iv=d.iv.hex() if d.iv is not None else None, inner_len=len(d.packet))
-            except EspError as e:
-                info["decrypt"] = e.code
-        bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
-        shown += 1
-        if lines is not None:
-            lines.write(info)
-        else:
-            print(_format(info))
-        if args.limit and shown >= args.limit:
-            break
-    return 1 if bad else 0
+def _describe(args: argparse.Namespace, rx: Optional[Receiver], index: int, rec) -> Optional[dict]:  # type: ignore[no-untyped-def]
+    ip = rec.ip_packet()
+    loc, _why = locate_esp(ip, ESP_UDP_PORT, either_port=True, eesp_on_port=args.eesp_on_port) if ip else (None, "")
+    if loc is None:
+        return None
+    esp = ip[loc.offset : loc.offset + loc.length]
+    info = record_info(index, rec, ip)
+    info.update(udp_encap=loc.udp_encap, esp_len=len(esp))
+    h, status = Header.parse_lenient(esp)
+    if h is not None:
+        info.update(spi=f"{h.spi:#010x}", seq_low=h.seq)
+    info["status"] = status
+    decrypt_info(info, rx, ip, lambda d: dict(seq=d.seq, next_header=d.next_header, pad_len=d.pad_len, mode=d.mode,
+                                              iv=d.iv.hex() if d.iv is not None else None, inner_len=len(d.packet)),
+                 EspError)
+    return info
 
 
 def _format(info: dict) -> str:
-    head = f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}{' udp/4500' if info['udp_encap'] else ''}"
+    head = record_head(info)
     if info["status"] != "ok":
         return f"{head} ESP [{info['status']}] ({info['esp_len']} octets)"
     text = f"{head} ESP spi={info['spi']} seq={info['seq_low']} ({info['esp_len']} octets)"
@@ -158,26 +112,9 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
 
     add_version(p, __version__)
     sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
-    add_capture_args(e)
-    _sa_options(e)
-    e.add_argument("--drop-failed", action="store_true")
-    e.add_argument("-q", "--quiet", action="store_true")
-    e.set_defaults(func=cmd_encrypt)
-
-    x = sub.add_parser("decrypt", help="decrypt every ESP packet of a pcap/pcapng file")
-    add_capture_args(x)
-    _sa_options(x)
-    x.add_argument("--drop-failed", action="store_true")
-    x.add_argument("-q", "--quiet", action="store_true")
-    x.set_defaults(func=cmd_decrypt)
-
-    s = sub.add_parser("show", help="print the ESP headers of a capture (and decrypt status with keys)")
-    add_capture_args(s, output=False)
-    _sa_options(s)
-    s.add_argument("--json", action="store_true", help="JSON Lines: one object per ESP packet, written as it is read")
-    s.add_argument("--limit", type=count_arg, default=0)
-    s.set_defaults(func=cmd_show)
+    add_capture_command(sub, "encrypt", "encrypt every IP packet of a pcap/pcapng file", cmd_encrypt, _sa_options)
+    add_capture_command(sub, "decrypt", "decrypt every ESP packet of a pcap/pcapng file", cmd_decrypt, _sa_options)
+    add_show_command(sub, "ESP", cmd_show, _sa_options)
 
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export

@@ -12,11 +12,11 @@ import argparse
 import sys
 from typing import Dict, Optional, Sequence, Tuple
 
-from pecore.protocol import locate_psp
-from pecore.capture import CaptureError, read_capture
-from pecore.tools.cli import (JsonLines, UsageError, add_capture_args, add_version, addresses, check_stdio, count_arg, int_arg,
-                        iv_arg, port_arg, run_capture, run_main, spi_arg, tooling_wanted, truncated, words_arg)
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
+from pecore.protocol import locate_psp
+from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, addresses, decrypt_info,
+                              int_arg, iv_arg, port_arg, record_head, record_info, run_main, show_capture, spi_arg,
+                              tooling_wanted, transform_capture, words_arg)
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
 from pypsp.errors import PspError
@@ -164,16 +164,12 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
         enc = Encryptor(master_keys=keys.master, **s)
     else:
         raise UsageError(f"no key for SPI {s['spi']:#010x}: give a master key or a derived key")
-    return run_capture(args, "encrypt ", "encrypted", lambda bar: encrypt_capture(
-        enc, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
-        jobs=args.jobs))
+    return transform_capture(args, "encrypt", encrypt_capture, enc)
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
     dec = Keys.from_args(args).decryptor(args)
-    return run_capture(args, "decrypt ", "decrypted", lambda bar: decrypt_capture(
-        dec, args.input, args.output, drop_failed=args.drop_failed, progress=bar, fmt=args.output_format,
-        jobs=args.jobs))
+    return transform_capture(args, "decrypt", decrypt_capture, dec)
 
 
 _addresses = addresses
@@ -194,11 +190,10 @@ def _packet_info(index: int, rec, port: int, dec: Optional[Decryptor]) -> Option
     loc, _ = locate_psp(ip, port)
     if loc is None:
         return None
-    src, dst = _addresses(ip)
     psp = ip[loc.offset : loc.offset + loc.length]
     hdr, status = Header.parse_lenient(psp)
-    info: dict = {"frame": index, "time": f"{rec.ts_sec}.{rec.ts_nsec:09d}", "src": src, "dst": dst,
-                  "udp_sport": loc.udp_sport, "psp_len": len(psp), "status": status}
+    info = record_info(index, rec, ip)
+    info.update(udp_sport=loc.udp_sport, psp_len=len(psp), status=status)
     if hdr is not None:
         info.update(
             spi=f"{hdr.spi:#010x}", key_phase=hdr.key_phase, version=hdr.version, cipher=hdr.version_name,
@@ -208,18 +203,12 @@ def _packet_info(index: int, rec, port: int, dec: Optional[Decryptor]) -> Option
             vc=hdr.vc.hex() if hdr.vc is not None else None,
             icv=psp[-16:].hex() if len(psp) >= 32 else None,
         )
-    if dec is not None and status == "ok":
-        try:
-            result = dec.decrypt(ip)
-            info["decrypt"] = "ok"
-            info.update(_describe_inner(result.header, result.packet))
-        except PspError as e:
-            info["decrypt"] = e.code
+    decrypt_info(info, dec, ip, lambda result: _describe_inner(result.header, result.packet), PspError)
     return info
 
 
 def _format_info(info: dict) -> str:
-    head = f"#{info['frame']} {info['time']} {info['src']} -> {info['dst']}"
+    head = record_head(info)
     if "spi" not in info:
         return f"{head} PSP {info['status']} ({info['psp_len']} octets)"
     text = (f"{head} PSP spi={info['spi']} (master key {info['key_phase']}) v{info['version']} {info['cipher']}"
@@ -239,31 +228,37 @@ def _format_info(info: dict) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     keys = Keys.from_args(args)
     dec = keys.decryptor(args) if (keys.has_master() or keys.derived) else None
-    check_stdio(args)
-    lines = JsonLines() if args.json else None
-    bad = shown = 0
-    try:
-        for index, rec in enumerate(read_capture(args.input), start=1):
-            info = _packet_info(index, rec, args.port, dec)
-            if info is None:
-                continue
-            bad += info["status"] != "ok" or info.get("decrypt", "ok") != "ok"
-            shown += 1
-            if lines is not None:
-                lines.write(info)
-            else:
-                print(_format_info(info))
-            if args.limit and shown >= args.limit:
-                break
-    except CaptureError as e:
-        if e.code != "capture-truncated":
-            raise
-        sys.stdout.flush()
-        return truncated(args, e)
-    return 1 if bad else 0
+    return show_capture(args, lambda index, rec: _packet_info(index, rec, args.port, dec), _format_info)
 
 
 # ---------------------------------------------------------------------- parser
+
+
+def _encrypt_options(e: argparse.ArgumentParser) -> None:
+    _add_key_options(e)
+    sa = e.add_argument_group("sending SA (overrides the key file / reference config)")
+    sa.add_argument("--spi", type=_spi)
+    sa.add_argument("--version", type=int, choices=range(4))
+    sa.add_argument("--mode", choices=("transport", "tunnel"))
+    sa.add_argument("--crypt-offset", type=words_arg, metavar="WORDS")
+    sa.add_argument("--crypt-offset-ipv4", type=words_arg, metavar="WORDS", help="tunnel mode, inner IPv4")
+    sa.add_argument("--crypt-offset-ipv6", type=words_arg, metavar="WORDS", help="tunnel mode, inner IPv6")
+    sa.add_argument("--vc", metavar="HEX", help="add an 8-octet Virtualization Cookie")
+    sa.add_argument("--sample", action="store_true", help="set the S bit")
+    sa.add_argument("--drop", action="store_true", help="set the D bit")
+    sa.add_argument("--first-iv", type=iv_arg)
+    sa.add_argument("--udp-sport", metavar="xor|PORT")
+
+
+def _decrypt_options(x: argparse.ArgumentParser) -> None:
+    _add_key_options(x)
+    x.add_argument("--port", type=port_arg, default=1000, help="PSP UDP port (default 1000)")
+    x.add_argument("--check-udp-checksum", action="store_true", help="verify non-zero UDP checksums")
+
+
+def _show_options(s: argparse.ArgumentParser) -> None:
+    _add_key_options(s)
+    s.add_argument("--port", type=port_arg, default=1000)
 
 
 def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
@@ -280,41 +275,11 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     d.add_argument("--label", type=_int, help="override the KDF label (default 0x50763000 | version << 8)")
     d.set_defaults(func=cmd_derive_key)
 
-    e = sub.add_parser("encrypt", help="encrypt every IP packet of a pcap/pcapng file")
-    add_capture_args(e)
-    _add_key_options(e)
-    sa = e.add_argument_group("sending SA (overrides the key file / reference config)")
-    sa.add_argument("--spi", type=_spi)
-    sa.add_argument("--version", type=int, choices=range(4))
-    sa.add_argument("--mode", choices=("transport", "tunnel"))
-    sa.add_argument("--crypt-offset", type=words_arg, metavar="WORDS")
-    sa.add_argument("--crypt-offset-ipv4", type=words_arg, metavar="WORDS", help="tunnel mode, inner IPv4")
-    sa.add_argument("--crypt-offset-ipv6", type=words_arg, metavar="WORDS", help="tunnel mode, inner IPv6")
-    sa.add_argument("--vc", metavar="HEX", help="add an 8-octet Virtualization Cookie")
-    sa.add_argument("--sample", action="store_true", help="set the S bit")
-    sa.add_argument("--drop", action="store_true", help="set the D bit")
-    sa.add_argument("--first-iv", type=iv_arg)
-    sa.add_argument("--udp-sport", metavar="xor|PORT")
-    e.add_argument("--drop-failed", action="store_true", help="leave out packets that cannot be encrypted")
-    e.add_argument("-q", "--quiet", action="store_true")
-    e.set_defaults(func=cmd_encrypt)
-
-    x = sub.add_parser("decrypt", help="decrypt every PSP packet of a pcap/pcapng file")
-    add_capture_args(x)
-    _add_key_options(x)
-    x.add_argument("--port", type=port_arg, default=1000, help="PSP UDP port (default 1000)")
-    x.add_argument("--check-udp-checksum", action="store_true", help="verify non-zero UDP checksums")
-    x.add_argument("--drop-failed", action="store_true", help="leave out packets that fail to decrypt")
-    x.add_argument("-q", "--quiet", action="store_true")
-    x.set_defaults(func=cmd_decrypt)
-
-    s = sub.add_parser("show", help="print the PSP headers of a capture (and decrypt status with keys)")
-    add_capture_args(s, output=False)
-    _add_key_options(s)
-    s.add_argument("--port", type=port_arg, default=1000)
-    s.add_argument("--json", action="store_true", help="JSON Lines: one object per PSP packet, written as it is read")
-    s.add_argument("--limit", type=count_arg, default=0, help="stop after N PSP packets (0: all)")
-    s.set_defaults(func=cmd_show)
+    add_capture_command(sub, "encrypt", "encrypt every IP packet of a pcap/pcapng file", cmd_encrypt,
+                        _encrypt_options, drop_help="leave out packets that cannot be encrypted")
+    add_capture_command(sub, "decrypt", "decrypt every PSP packet of a pcap/pcapng file", cmd_decrypt,
+                        _decrypt_options, drop_help="leave out packets that fail to decrypt")
+    add_show_command(sub, "PSP", cmd_show, _show_options, limit_help="stop after N PSP packets (0: all)")
 
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export
