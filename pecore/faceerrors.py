@@ -89,6 +89,13 @@ class FaceErrors:
             {code: self.classes[n] for code, n in {**_REFINED, **refined}.items()},
         )
 
+    def named(self, *names: str) -> Tuple[Type[CoreError], ...]:
+        """The classes by name, in that order: every class of the face, none twice (a face's module binds each
+        to its own name, so that type checkers and readers see them)."""
+        if sorted(names) != sorted(self.classes):
+            raise ImportError(f"{self.base.__module__}: name exactly these classes: {sorted(self.classes)}")
+        return tuple(self.classes[n] for n in names)
+
     def error_class(self, code: str) -> Type[CoreError]:
         """The exception class for a core status name (the base class for one the table lacks)."""
         return self.table.get(code, self.base)

@@ -8,7 +8,12 @@
 from pecore.capture import Summary
 from pecore.errors import ExhaustedError
 from pyeesp.capture import decrypt_capture, encrypt_capture
-from pyeesp.errors import *  # noqa: F401,F403  every exception class (pyeesp.errors.__all__)
+from pyeesp.errors import (  # every exception class (pyeesp.errors.__all__)
+    AuthenticationError, CaptureError, ConfigurationError, CutByCaptureError, DummyPacketError, EespError,
+    InternalError, KeyFileError, LimitError, MalformedPacketError, NoSaError, NotEespError,
+    PacketTooLargeError, PolicyError, ReplayError, SequenceExhaustedError, SubSaError, TruncatedPacketError,
+    UnsupportedVersionError,
+)
 from pyeesp import errors as _errors
 from pyeesp.header import Header, Option
 from pyeesp.sa import SA, SUITES, Decrypted, Receiver, derive_sub_sa_key, suite_id

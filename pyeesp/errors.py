@@ -43,9 +43,24 @@ _ERRORS = FaceErrors(
                                   "other protocol's as :class:`pecore.errors.ExhaustedError`.",
     },
 )
-globals().update(_ERRORS.classes)  # EespError, ConfigurationError, … NotEespError, SubSaError, …
-EespError: Type[CoreError] = _ERRORS.base
-__all__ = list(_ERRORS.classes)  # what the package re-exports (error_class and raise_* are internal)
+# Named one by one, not added to the namespace at run time, so that type checkers and IDEs see every class.
+(
+    EespError, ConfigurationError, AuthenticationError, ReplayError, MalformedPacketError, TruncatedPacketError,
+    CutByCaptureError, NotEespError, NoSaError, PolicyError, LimitError, SequenceExhaustedError,
+    PacketTooLargeError, InternalError, CaptureError, KeyFileError, UnsupportedVersionError, SubSaError,
+    DummyPacketError,
+) = _ERRORS.named(
+    "EespError", "ConfigurationError", "AuthenticationError", "ReplayError", "MalformedPacketError",
+    "TruncatedPacketError", "CutByCaptureError", "NotEespError", "NoSaError", "PolicyError", "LimitError",
+    "SequenceExhaustedError", "PacketTooLargeError", "InternalError", "CaptureError", "KeyFileError",
+    "UnsupportedVersionError", "SubSaError", "DummyPacketError",
+)
+__all__ = [  # what the package re-exports
+    "EespError", "ConfigurationError", "AuthenticationError", "ReplayError", "MalformedPacketError",
+    "TruncatedPacketError", "CutByCaptureError", "NotEespError", "NoSaError", "PolicyError", "LimitError",
+    "SequenceExhaustedError", "PacketTooLargeError", "InternalError", "CaptureError", "KeyFileError",
+    "UnsupportedVersionError", "SubSaError", "DummyPacketError",
+]
 
 
 def error_class(code: str) -> Type[CoreError]:

@@ -8,7 +8,11 @@
 from pecore.capture import Summary
 from pecore.errors import ExhaustedError
 from pyesp.capture import decrypt_capture, encrypt_capture
-from pyesp.errors import *  # noqa: F401,F403  every exception class (pyesp.errors.__all__)
+from pyesp.errors import (  # every exception class (pyesp.errors.__all__)
+    AuthenticationError, CaptureError, ConfigurationError, CutByCaptureError, DummyPacketError, EspError,
+    InternalError, KeyFileError, LimitError, MalformedPacketError, NoSaError, NotEspError,
+    PacketTooLargeError, PolicyError, ReplayError, SequenceExhaustedError, TruncatedPacketError,
+)
 from pyesp import errors as _errors
 from pyesp.header import Header
 from pyesp.sa import SA, SUITES, Decrypted, Receiver, suite_id

@@ -39,9 +39,23 @@ _ERRORS = FaceErrors(
                                   ":class:`pecore.errors.ExhaustedError`.",
     },
 )
-globals().update(_ERRORS.classes)  # EspError, ConfigurationError, … NotEspError, NoSaError, DummyPacketError, …
-EspError: Type[CoreError] = _ERRORS.base
-__all__ = list(_ERRORS.classes)  # what the package re-exports (error_class and raise_* are internal)
+# Named one by one, not added to the namespace at run time, so that type checkers and IDEs see every class.
+(
+    EspError, ConfigurationError, AuthenticationError, ReplayError, MalformedPacketError, TruncatedPacketError,
+    CutByCaptureError, NotEspError, NoSaError, PolicyError, LimitError, SequenceExhaustedError,
+    PacketTooLargeError, InternalError, CaptureError, KeyFileError, DummyPacketError,
+) = _ERRORS.named(
+    "EspError", "ConfigurationError", "AuthenticationError", "ReplayError", "MalformedPacketError",
+    "TruncatedPacketError", "CutByCaptureError", "NotEspError", "NoSaError", "PolicyError", "LimitError",
+    "SequenceExhaustedError", "PacketTooLargeError", "InternalError", "CaptureError", "KeyFileError",
+    "DummyPacketError",
+)
+__all__ = [  # what the package re-exports
+    "EspError", "ConfigurationError", "AuthenticationError", "ReplayError", "MalformedPacketError",
+    "TruncatedPacketError", "CutByCaptureError", "NotEspError", "NoSaError", "PolicyError", "LimitError",
+    "SequenceExhaustedError", "PacketTooLargeError", "InternalError", "CaptureError", "KeyFileError",
+    "DummyPacketError",
+]
 
 
 def error_class(code: str) -> Type[CoreError]:

@@ -9,7 +9,12 @@ from pecore.capture import Summary
 from pecore.errors import ExhaustedError
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decrypted, Decryptor, Encryptor, derive_key, kdf_label
-from pypsp.errors import *  # noqa: F401,F403  every exception class (pypsp.errors.__all__)
+from pypsp.errors import (  # every exception class (pypsp.errors.__all__)
+    AuthenticationError, CaptureError, ConfigurationError, CutByCaptureError, InternalError,
+    IvExhaustedError, KeyFileError, LimitError, MalformedPacketError, NoKeyError, NotPspError,
+    PacketTooLargeError, PolicyError, PspError, ReplayError, TruncatedPacketError, UnsupportedVersionError,
+    VersionDisabledError,
+)
 from pypsp import errors as _errors
 from pypsp.header import Header
 

@@ -39,9 +39,23 @@ _ERRORS = FaceErrors(
         "KeyFileError": "A key file or reference config could not be parsed.",
     },
 )
-globals().update(_ERRORS.classes)  # PspError, ConfigurationError, … NotPspError, NoKeyError, IvExhaustedError, …
-PspError: Type[CoreError] = _ERRORS.base
-__all__ = list(_ERRORS.classes)  # what the package re-exports (error_class and raise_* are internal)
+# Named one by one, not added to the namespace at run time, so that type checkers and IDEs see every class.
+(
+    PspError, ConfigurationError, AuthenticationError, ReplayError, MalformedPacketError, TruncatedPacketError,
+    CutByCaptureError, NotPspError, NoKeyError, PolicyError, LimitError, IvExhaustedError, PacketTooLargeError,
+    InternalError, CaptureError, KeyFileError, UnsupportedVersionError, VersionDisabledError,
+) = _ERRORS.named(
+    "PspError", "ConfigurationError", "AuthenticationError", "ReplayError", "MalformedPacketError",
+    "TruncatedPacketError", "CutByCaptureError", "NotPspError", "NoKeyError", "PolicyError", "LimitError",
+    "IvExhaustedError", "PacketTooLargeError", "InternalError", "CaptureError", "KeyFileError",
+    "UnsupportedVersionError", "VersionDisabledError",
+)
+__all__ = [  # what the package re-exports
+    "PspError", "ConfigurationError", "AuthenticationError", "ReplayError", "MalformedPacketError",
+    "TruncatedPacketError", "CutByCaptureError", "NotPspError", "NoKeyError", "PolicyError", "LimitError",
+    "IvExhaustedError", "PacketTooLargeError", "InternalError", "CaptureError", "KeyFileError",
+    "UnsupportedVersionError", "VersionDisabledError",
+]
 
 
 def error_class(code: str) -> Type[CoreError]:

@@ -7,6 +7,7 @@ import re
 import warnings
 
 import pytest
+from pathlib import Path
 
 import pecore.errors
 import pyeesp
@@ -315,3 +316,24 @@ def test_moved_modules_warn_and_still_work(old, new, attr):
     assert p.returncode == 0, p.stderr
     assert f"warned: {old} moved to {new}" in p.stdout and p.stdout.strip().endswith("True"), p.stdout
     importlib.import_module(new)
+
+
+@pytest.mark.parametrize("face", ["pypsp", "pyeesp", "pyesp"])
+def test_exception_classes_are_bound_by_name_in_the_source(face):
+    """pecore.faceerrors builds the classes, but each face binds every one to its own name in its source (and
+    imports them by name in __init__), so that type checkers, IDEs and readers see them: no globals() updates."""
+    import ast
+    import importlib
+
+    root = Path(__file__).resolve().parents[1] / face
+    errors = importlib.import_module(f"{face}.errors")
+    tree = ast.parse((root / "errors.py").read_text())
+    bound = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) for tgt in node.targets
+             for t in ast.walk(tgt) if isinstance(t, ast.Name)}
+    classes = set(errors._ERRORS.classes)
+    assert classes <= bound, sorted(classes - bound)
+    assert "globals()" not in (root / "errors.py").read_text()
+    init = ast.parse((root / "__init__.py").read_text())
+    imported = {a.asname or a.name for node in ast.walk(init) if isinstance(node, ast.ImportFrom)
+                and node.module == f"{face}.errors" for a in node.names}
+    assert classes <= imported, sorted(classes - imported)
