@@ -103,7 +103,8 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
                 return st;
             }
             sa->window_size = sa->replay.size;
-            sa->replay.top = c->replay_top; /* numbers in the window below it count as not yet received */
+            /* numbers in the window below it count as not yet received */
+            pe_replay_start_at(&sa->replay, c->replay_top);
         }
     }
     return PE_OK;

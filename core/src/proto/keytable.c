@@ -219,8 +219,7 @@ pe_status pe_keytable_commit_evict(pe_keytable *t, pe_key_slot **stored, pe_keyt
         spare = v->aead;
         if (!window.bits && v->replay.bits) {
             window = v->replay;
-            window.top = 0;
-            memset(window.bits, 0, (size_t)window.words * sizeof window.bits[0]);
+            pe_replay_start_at(&window, 0);
         } else {
             pe_replay_free(&v->replay);
         }
