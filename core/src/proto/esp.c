@@ -121,7 +121,7 @@ static void sa_free(esp_sa *sa)
 static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[12])
 {
     size_t salt = sa->suite.salt_len;
-    memcpy(nonce, sa->salt, salt);
+    memcpy(nonce, sa->salt, sizeof sa->salt); /* fixed size, no library call; a 3-octet salt's IV overwrites the 4th */
     if (sa->suite.iv_len)
         memcpy(nonce + salt, iv, 8);
     else
