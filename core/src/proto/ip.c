@@ -203,8 +203,11 @@ void pe_ipv4_set_checksum(uint8_t *hdr)
      * is a multiple of 4: sum 32-bit big-endian words, which folds to the
      * same one's complement sum as the 16-bit words (RFC 1071 §2 (C)).
      */
-    for (size_t i = 0; i < ihl; i += 4)
-        sum += pe_get32(hdr + i);
+    if (ihl == PE_IPV4_HDR_LEN) /* nearly every header: unrolled */
+        sum = (uint64_t)pe_get32(hdr) + pe_get32(hdr + 4) + pe_get32(hdr + 8) + pe_get32(hdr + 12) + pe_get32(hdr + 16);
+    else
+        for (size_t i = 0; i < ihl; i += 4)
+            sum += pe_get32(hdr + i);
     sum = (sum & 0xffffffffu) + (sum >> 32);
     pe_put16(hdr + 10, (uint16_t)~pe_csum_fold((uint32_t)(sum & 0xffffffffu) + (uint32_t)(sum >> 32)));
 }
