@@ -74,7 +74,13 @@ static pe_key_slot *probe_free(pe_key_slot *slots, size_t cap, uint64_t id)
 
 static pe_status grow(pe_keytable *t)
 {
-    size_t cap = t->cap ? t->cap * 2 : 16;
+    /*
+     * Quadrupled while small: a receiver meeting new Sub SAs one per packet
+     * (EESP) rehashes a third as often on its way to its live limit (1024 by
+     * default); doubled beyond, so large tables (PSP's cache of up to 65536
+     * keys) end no larger than before.
+     */
+    size_t cap = !t->cap ? 16 : t->cap < 1024 ? t->cap * 4 : t->cap * 2;
     pe_key_slot *slots = calloc(cap, sizeof *slots);
     if (!slots)
         return PE_ERR_NOMEM;
