@@ -56,7 +56,7 @@ static void link_newest(pe_keytable *t, pe_key_slot *s)
     t->newest = self;
 }
 
-void pe_keytable_touch(pe_keytable *t, pe_key_slot *s)
+void pe_keytable_touch_slow(pe_keytable *t, pe_key_slot *s)
 {
     if (!t->lru || t->newest == (uint32_t)(s - t->slots) + 1)
         return;
