@@ -259,7 +259,8 @@ static pe_status seal_psp(pe_psp_tx *tx, uint64_t iv, const uint8_t *payload, si
     size_t clear = is_gmac(tx->version) ? body_len : (size_t)co * 4;
     const uint8_t *pt;
     if (clear >= ext_len) {
-        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, clear - ext_len);
+        if (clear > ext_len) /* crypt offset 0 copies nothing: no library call per packet */
+            memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, clear - ext_len);
         pt = payload + (clear - ext_len);
     } else {
         memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
