@@ -638,7 +638,7 @@ pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t
 /* parallel.h: captures on several threads */
 typedef struct pe_parallel_ops pe_parallel_ops;
 typedef struct pe_parallel pe_parallel;
-const pe_parallel_ops *pe_py_parallel_ops(int eesp, int decrypt);
+const pe_parallel_ops *pe_py_parallel_ops(int protocol, int decrypt); /* protocol: 0 PSP, 1 EESP, 2 ESP */
 pe_status pe_parallel_new(const pe_parallel_ops *ops, void *shared, unsigned jobs, pe_parallel **out);
 void pe_parallel_free(pe_parallel *p);
 pe_status pe_capture_transform_file_parallel(const char *in_path, const char *out_path, pe_parallel *p,
@@ -701,10 +701,11 @@ ffibuilder.set_source(
         ["#include <openssl/crypto.h>"]
         + [f'#include "pe/{h}.h"' for h in ("status", "wipe", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp",
                                              "transforms", "parallel")]
-        + [  # cffi cannot take the address of a const object: the four transforms by protocol and direction
-            "static const pe_parallel_ops *pe_py_parallel_ops(int eesp, int decrypt)",
-            "{ return eesp ? (decrypt ? &pe_eesp_parallel_decap : &pe_eesp_parallel_encap)",
-            "              : (decrypt ? &pe_psp_parallel_decap : &pe_psp_parallel_encap); }",
+        + [  # cffi cannot take the address of a const object: the six transforms by protocol and direction
+            "static const pe_parallel_ops *pe_py_parallel_ops(int protocol, int decrypt)",
+            "{ return protocol == 2 ? (decrypt ? &pe_esp_parallel_decap : &pe_esp_parallel_encap)",
+            "       : protocol == 1 ? (decrypt ? &pe_eesp_parallel_decap : &pe_eesp_parallel_encap)",
+            "                       : (decrypt ? &pe_psp_parallel_decap : &pe_psp_parallel_encap); }",
         ]
     ),
     sources=sorted(glob.glob(os.path.join(CORE, "src", "**", "*.c"), recursive=True)),

@@ -83,6 +83,17 @@ pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
 pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload, size_t len, uint8_t *out,
                       size_t cap, size_t *out_len);
 
+/*
+ * For threads (pe/parallel.h, as pe_eesp_encap_reserve): pe_esp_encap_reserve
+ * refuses exactly what pe_esp_encap refuses and otherwise spends the next
+ * sequence number; pe_esp_encap_with_seq builds the packet with it on any
+ * copy of the sender (pe_esp_tx_clone: the same SA, its own AEAD context).
+ */
+pe_status pe_esp_encap_reserve(pe_esp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, uint64_t *seq);
+pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt, size_t len, uint8_t *out,
+                                size_t cap, size_t *out_len);
+pe_status pe_esp_tx_clone(const pe_esp_tx *tx, pe_esp_tx **out);
+
 /* ---- receiving ---- */
 
 typedef struct pe_esp_rx_config {
@@ -146,6 +157,24 @@ pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
 #define PE_ESP_OPEN_NO_REPLAY 1u
 pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,
                       unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_esp_info *info);
+
+/*
+ * For threads: workers open packets on their own receivers (pe_esp_rx_clone:
+ * the same SAs, windows that know only the original's top) with
+ * pe_esp_decap_flags(..., PE_ESP_OPEN_NO_REPLAY, ...); then, in input order,
+ * pe_esp_decap_replay hands each packet's status, ICV verdict and the
+ * sequence number its worker used to the original receiver, which runs the
+ * steps that read or move a window (the ESN inference, the replay pre-check,
+ * the window's move) and returns the status one thread would have returned.
+ * When this receiver infers another high half than the worker did (its
+ * window had moved past an ESN boundary meanwhile), the packet is opened here
+ * again into out.
+ */
+pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out);
+pe_status pe_esp_decap_flags(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
+                             size_t cap, size_t *out_len, pe_esp_info *info);
+pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid,
+                              uint64_t seq_used, uint8_t *out, size_t cap, size_t *out_len);
 
 /*
  * RFC 4303 Appendix A2.2: the 64-bit sequence number a received low half

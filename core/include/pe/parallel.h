@@ -35,7 +35,7 @@ typedef struct pe_parallel_item {
     pe_status why;
     int settled;       /* set by `before`: verdict and why are final, `work` and `after` skip it */
     uint64_t value;    /* what `before`, `work` and `after` pass on: an IV, a sequence number, an ICV verdict */
-    uint16_t sub;      /* and a Sub SA */
+    uint16_t sub;      /* and a Sub SA (EESP), or whether the ICV held (ESP decap) */
 } pe_parallel_item;
 
 typedef struct pe_parallel_ops {
@@ -49,11 +49,13 @@ typedef struct pe_parallel_ops {
     void (*after)(void *shared, pe_parallel_item *it);  /* optional */
 } pe_parallel_ops;
 
-/* The protocols' transforms (shared: the pe_psp_tx / pe_psp_rx / pe_eesp_tx / pe_eesp_rx). */
+/* The protocols' transforms (shared: the pe_psp_tx / pe_psp_rx / pe_eesp_tx / pe_eesp_rx / pe_esp_tx / pe_esp_rx). */
 extern const pe_parallel_ops pe_psp_parallel_encap;
 extern const pe_parallel_ops pe_psp_parallel_decap;
 extern const pe_parallel_ops pe_eesp_parallel_encap; /* flows over the capture Sub SAs, as pe_eesp_capture_encap */
 extern const pe_parallel_ops pe_eesp_parallel_decap;
+extern const pe_parallel_ops pe_esp_parallel_encap;
+extern const pe_parallel_ops pe_esp_parallel_decap;
 
 typedef struct pe_parallel pe_parallel;
 

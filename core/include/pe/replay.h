@@ -25,6 +25,7 @@ typedef struct pe_replay_window {
     uint32_t size;   /* window size in packets: a multiple of 64 */
     uint32_t words;  /* size / 64 + 1: one spare word so a slide clears whole words */
     uint64_t *bits;  /* ring: bit (s % (words*64)) stands for sequence number s */
+    uint32_t top_word; /* (top / 64) % words, kept so that packets find their word without a division */
 } pe_replay_window;
 
 /* size: 64..PE_REPLAY_MAX_WINDOW, rounded up to a multiple of 64; 0 picks the default. */
@@ -50,6 +51,13 @@ pe_status pe_replay_update(pe_replay_window *w, uint64_t seq);
  * without one.
  */
 void pe_replay_seed(pe_replay_window *w, uint64_t top);
+/*
+ * An initialised window reset to `top` with nothing marked: numbers in the
+ * window at or below `top` count as not yet received (an ESP SA resumed at a
+ * known sequence number).  Set top only through this, pe_replay_seed or
+ * pe_replay_update, which keep top_word with it.
+ */
+void pe_replay_start_at(pe_replay_window *w, uint64_t top);
 pe_status pe_replay_check_seeded(uint32_t size, uint64_t top, uint64_t seq);
 
 #ifdef __cplusplus

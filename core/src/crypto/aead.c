@@ -167,20 +167,47 @@ static pe_status begin(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
     return PE_OK;
 }
 
-pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
-                       const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag)
+/*
+ * GCM and ChaCha20-Poly1305, one packet: the nonce, the AAD, the plaintext
+ * parts (GCM and ChaCha20-Poly1305 are streams, so each part's octets come
+ * out at once), final and tag.  The calls go straight to EVP_Encrypt*: this
+ * is the per-packet path, and EVP_Cipher* would only look the direction up
+ * again.  The key schedule and nonce length were set once (set_key).
+ */
+static pe_status stream_seal(EVP_CIPHER_CTX *ctx, size_t tag_len, const uint8_t *nonce, const pe_iov *aad,
+                             size_t n_aad, const pe_iov *pt, size_t n_pt, size_t len, uint8_t *ct, uint8_t *tag)
 {
-    if (a->dir != PE_AEAD_SEAL)
-        return PE_ERR_INVALID_ARGUMENT;
+    int outl = 0, finl = 0;
+    if (EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    for (size_t i = 0; i < n_aad; i++)
+        if (aad[i].len && EVP_EncryptUpdate(ctx, NULL, &outl, aad[i].base, (int)aad[i].len) != 1)
+            return PE_ERR_CRYPTO_BACKEND;
+    size_t off = 0;
+    for (size_t i = 0; i < n_pt; i++) {
+        if (pt[i].len && EVP_EncryptUpdate(ctx, ct + off, &outl, pt[i].base, (int)pt[i].len) != 1)
+            return PE_ERR_CRYPTO_BACKEND;
+        off += pt[i].len ? (size_t)outl : 0;
+    }
+    uint8_t none[16];
+    if (off != len || EVP_EncryptFinal_ex(ctx, len ? ct + off : none, &finl) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)tag_len, tag) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    return PE_OK;
+}
+
+/* CCM: lengths first, the AAD in one call, the payload in one call (even when empty). */
+static pe_status ccm_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad, const uint8_t *pt,
+                          size_t len, uint8_t *ct, uint8_t *tag)
+{
     pe_status st = begin(a, nonce, aad, n_aad, len, NULL);
     if (st != PE_OK)
         return st;
     EVP_CIPHER_CTX *ctx = a->ctx;
     int outl = 0, finl = 0;
-    /* CCM must see the payload call even when it is empty. */
     uint8_t empty[1] = {0};
-    if ((len || a->alg == PE_AEAD_AES_CCM) &&
-        EVP_CipherUpdate(ctx, len ? ct : empty, &outl, len ? pt : empty, (int)len) != 1)
+    if (EVP_CipherUpdate(ctx, len ? ct : empty, &outl, len ? pt : empty, (int)len) != 1)
         return PE_ERR_CRYPTO_BACKEND;
     uint8_t none[16];
     if (EVP_CipherFinal_ex(ctx, len ? ct + outl : none, &finl) != 1)
@@ -188,6 +215,17 @@ pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
     if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)a->tag_len, tag) != 1)
         return PE_ERR_CRYPTO_BACKEND;
     return PE_OK;
+}
+
+pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
+                       const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag)
+{
+    if (a->dir != PE_AEAD_SEAL || !a->ctx || len > (size_t)INT32_MAX)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (a->alg == PE_AEAD_AES_CCM)
+        return ccm_seal(a, nonce, aad, n_aad, pt, len, ct, tag);
+    pe_iov part = {pt, len};
+    return stream_seal(a->ctx, a->tag_len, nonce, aad, n_aad, &part, 1, len, ct, tag);
 }
 
 pe_status pe_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
@@ -210,47 +248,40 @@ pe_status pe_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, si
         }
         return pe_aead_seal(a, nonce, aad, n_aad, ct, len, ct, tag);
     }
-    pe_status st = begin(a, nonce, aad, n_aad, len, NULL);
-    if (st != PE_OK)
-        return st;
-    EVP_CIPHER_CTX *ctx = a->ctx;
-    int outl = 0, finl = 0;
-    size_t off = 0;
-    for (size_t i = 0; i < n_pt; i++) {
-        if (pt[i].len && EVP_CipherUpdate(ctx, ct + off, &outl, pt[i].base, (int)pt[i].len) != 1)
-            return PE_ERR_CRYPTO_BACKEND;
-        off += (size_t)outl; /* GCM and ChaCha20-Poly1305 are streams: all octets come out at once */
-    }
-    uint8_t none[16];
-    if (off != len || EVP_CipherFinal_ex(ctx, len ? ct + off : none, &finl) != 1)
-        return PE_ERR_CRYPTO_BACKEND;
-    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)a->tag_len, tag) != 1)
-        return PE_ERR_CRYPTO_BACKEND;
-    return PE_OK;
+    if (!a->ctx || len > (size_t)INT32_MAX)
+        return PE_ERR_INVALID_ARGUMENT;
+    return stream_seal(a->ctx, a->tag_len, nonce, aad, n_aad, pt, n_pt, len, ct, tag);
 }
 
 pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                        const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt)
 {
-    if (a->dir != PE_AEAD_OPEN)
-        return PE_ERR_INVALID_ARGUMENT;
-    pe_status st = begin(a, nonce, aad, n_aad, len, tag);
-    if (st != PE_OK)
-        return st;
     EVP_CIPHER_CTX *ctx = a->ctx;
+    if (a->dir != PE_AEAD_OPEN || !ctx || len > (size_t)INT32_MAX)
+        return PE_ERR_INVALID_ARGUMENT;
     int outl = 0, finl = 0;
     if (a->alg == PE_AEAD_AES_CCM) {
+        pe_status st = begin(a, nonce, aad, n_aad, len, tag);
+        if (st != PE_OK)
+            return st;
         /* CCM verifies inside the update call; there is no final step. */
         uint8_t none[1];
         return EVP_CipherUpdate(ctx, len ? pt : none, &outl, len ? ct : none, (int)len) == 1 ? PE_OK
                                                                                        : PE_ERR_AUTH;
     }
-    if (len && EVP_CipherUpdate(ctx, pt, &outl, ct, (int)len) != 1)
+    /* As stream_seal: straight to EVP_Decrypt*, the nonce, AAD, payload, then the tag checked by final. */
+    if (EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) != 1)
+        return PE_ERR_CRYPTO_BACKEND;
+    for (size_t i = 0; i < n_aad; i++)
+        if (aad[i].len && EVP_DecryptUpdate(ctx, NULL, &outl, aad[i].base, (int)aad[i].len) != 1)
+            return PE_ERR_CRYPTO_BACKEND;
+    outl = 0;
+    if (len && EVP_DecryptUpdate(ctx, pt, &outl, ct, (int)len) != 1)
         return PE_ERR_CRYPTO_BACKEND;
     if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, (void *)tag) != 1)
         return PE_ERR_CRYPTO_BACKEND;
     uint8_t none[16];
-    if (EVP_CipherFinal_ex(ctx, len ? pt + outl : none, &finl) != 1)
+    if (EVP_DecryptFinal_ex(ctx, len ? pt + outl : none, &finl) != 1)
         return PE_ERR_AUTH;
     return PE_OK;
 }

@@ -18,6 +18,13 @@ static const char *const hash_names[3] = {
 static EVP_CIPHER *ciphers[3][3];
 static EVP_MAC_CTX *cmac_template;
 static EVP_KDF_CTX *hkdf_template[3];
+/*
+ * OpenSSL before 3.1 cannot duplicate an HKDF context (no dupctx): there each
+ * call gets a new context of this KDF, fetched once, as a careful caller
+ * would make it, instead of a fetch by name per call.
+ */
+static EVP_KDF *hkdf;
+static int hkdf_dup_ok;
 
 static void fetch_all(void)
 {
@@ -57,7 +64,10 @@ static void fetch_all(void)
                 hkdf_template[h] = NULL;
             }
         }
-        EVP_KDF_free(kdf);
+        EVP_KDF_CTX *probe = hkdf_template[0] ? EVP_KDF_CTX_dup(hkdf_template[0]) : NULL;
+        hkdf_dup_ok = probe != NULL;
+        EVP_KDF_CTX_free(probe);
+        hkdf = kdf; /* kept: see hkdf above */
     }
 }
 
@@ -82,5 +92,18 @@ EVP_KDF_CTX *pe_evp_hkdf_expand_ctx(pe_hash hash)
 {
     if ((unsigned)hash > PE_HASH_SHA512 || !ready() || !hkdf_template[hash])
         return NULL;
-    return EVP_KDF_CTX_dup(hkdf_template[hash]);
+    if (hkdf_dup_ok)
+        return EVP_KDF_CTX_dup(hkdf_template[hash]);
+    int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY;
+    OSSL_PARAM p[] = {
+        OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode),
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)hash_names[hash], 0),
+        OSSL_PARAM_construct_end(),
+    };
+    EVP_KDF_CTX *ctx = EVP_KDF_CTX_new(hkdf);
+    if (ctx && EVP_KDF_CTX_set_params(ctx, p) != 1) {
+        EVP_KDF_CTX_free(ctx);
+        ctx = NULL;
+    }
+    return ctx;
 }

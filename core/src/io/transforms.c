@@ -117,11 +117,9 @@ pe_verdict pe_esp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t
     return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
 }
 
-pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
-                                size_t *out_len, pe_status *why)
+static pe_verdict esp_decap_verdict(pe_status st)
 {
-    *why = pe_esp_decap(rx, ip, len, out, cap, out_len, NULL);
-    switch (*why) {
+    switch (st) {
     case PE_OK:
         return PE_VERDICT_TRANSFORMED;
     case PE_ERR_NOT_ESP:
@@ -134,6 +132,13 @@ pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t
     default:
         return PE_VERDICT_FAILED;
     }
+}
+
+pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len, pe_status *why)
+{
+    *why = pe_esp_decap(rx, ip, len, out, cap, out_len, NULL);
+    return esp_decap_verdict(*why);
 }
 
 /* ------------------------------------------------ on several threads (pe/parallel.h) */
@@ -272,4 +277,83 @@ const pe_parallel_ops pe_eesp_parallel_decap = {
     .worker_free = eesp_rx_free,
     .work = eesp_decap_work,
     .after = eesp_decap_after,
+};
+
+static pe_status esp_tx_clone(void *shared, void **worker)
+{
+    return pe_esp_tx_clone(shared, (pe_esp_tx **)worker);
+}
+static void esp_tx_free(void *worker) { pe_esp_tx_free(worker); }
+
+static void esp_encap_before(void *tx, pe_parallel_item *it)
+{
+    pe_status st = pe_esp_encap_reserve(tx, it->in, it->in_len, it->out_cap, &it->value);
+    if (st != PE_OK)
+        settle(it, st);
+}
+
+static void esp_encap_work(void *tx, pe_parallel_item *it)
+{
+    encap_result(it, pe_esp_encap_with_seq(tx, it->value, it->in, it->in_len, it->out, it->out_cap, &it->out_len));
+}
+
+const pe_parallel_ops pe_esp_parallel_encap = {
+    .growth = PE_ESP_MAX_OVERHEAD,
+    .worker_new = esp_tx_clone,
+    .worker_free = esp_tx_free,
+    .before = esp_encap_before,
+    .work = esp_encap_work,
+};
+
+/* A receiving worker: its receiver and the packet info it fills. */
+typedef struct esp_rx_worker {
+    pe_esp_rx *rx;
+    pe_esp_info info;
+} esp_rx_worker;
+
+static pe_status esp_rx_clone(void *shared, void **worker)
+{
+    esp_rx_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return PE_ERR_NOMEM;
+    pe_status st = pe_esp_rx_clone(shared, &w->rx);
+    if (st != PE_OK) {
+        free(w);
+        return st;
+    }
+    *worker = w;
+    return PE_OK;
+}
+
+static void esp_rx_free(void *worker)
+{
+    esp_rx_worker *w = worker;
+    pe_esp_rx_free(w->rx);
+    free(w);
+}
+
+/* The sequence number a worker used and whether the ICV held: what the original receiver needs in `after`. */
+static void esp_decap_work(void *worker, pe_parallel_item *it)
+{
+    esp_rx_worker *w = worker;
+    it->why = pe_esp_decap_flags(w->rx, it->in, it->in_len, PE_ESP_OPEN_NO_REPLAY, it->out, it->out_cap,
+                                 &it->out_len, &w->info);
+    it->value = w->info.seq;
+    it->sub = (uint16_t)w->info.icv_valid;
+}
+
+/* The replay windows live in the caller's receiver, moved in input order. */
+static void esp_decap_after(void *rx, pe_parallel_item *it)
+{
+    it->why = pe_esp_decap_replay(rx, it->in, it->in_len, it->why, it->sub, it->value, it->out, it->out_cap,
+                                  &it->out_len);
+    it->verdict = esp_decap_verdict(it->why);
+}
+
+const pe_parallel_ops pe_esp_parallel_decap = {
+    .growth = 0,
+    .worker_new = esp_rx_clone,
+    .worker_free = esp_rx_free,
+    .work = esp_decap_work,
+    .after = esp_decap_after,
 };

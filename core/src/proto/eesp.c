@@ -274,7 +274,8 @@ static size_t nonce_for(const eesp_sa *sa, const pe_key_slot *slot, const uint8_
                         uint8_t nonce[12])
 {
     size_t salt = sa->suite.salt_len;
-    memcpy(nonce, slot->salt, salt);
+    /* All four salt octets (fixed-size copies: no library call per packet); a 3-octet salt's IV overwrites the 4th. */
+    memcpy(nonce, slot->salt, sizeof slot->salt);
     if (sa->suite.iv_len)
         memcpy(nonce + salt, iv, 8);
     else
@@ -407,7 +408,8 @@ static pe_status build_options(const eesp_sa *sa, size_t after_opts, int carrier
     int co = sa->crypt_offset >= 0;
     if (co)
         n = 4;
-    memcpy(opts + n, sa->extra_options, sa->extra_options_len);
+    if (sa->extra_options_len) /* empty copies skipped here and below: each is a library call per packet */
+        memcpy(opts + n, sa->extra_options, sa->extra_options_len);
     n += sa->extra_options_len;
     /* A Crypt Offset's PayloadOffset counts 4-octet units, so it needs 4 even unaligned. */
     size_t align = sa->align_options ? (carrier_v6 ? 8 : 4) : (co ? 4 : 1);
@@ -527,7 +529,8 @@ static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, 
     e[1] = (uint8_t)l->opt_len;
     pe_put16(e + 2, sid);
     pe_put32(e + 4, sa->spi);
-    memcpy(e + PE_EESP_BASE_LEN, l->opts, l->opt_len);
+    if (l->opt_len)
+        memcpy(e + PE_EESP_BASE_LEN, l->opts, l->opt_len);
     if (l->seq_len)
         pe_put64(e + PE_EESP_BASE_LEN + l->opt_len, seq);
     if (s->iv_len && o && o->explicit_iv)
@@ -540,7 +543,8 @@ static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, 
         pl[2] = p->next_header;
         pl[3] = (uint8_t)l->pad_len;
     }
-    memset(pl + l->enc_len, 0, l->pad_len);
+    if (l->pad_len)
+        memset(pl + l->enc_len, 0, l->pad_len);
 
     uint8_t nonce[12];
     nonce_for(sa, slot, e + l->iv_off, seq, nonce);
@@ -567,7 +571,8 @@ static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, 
     size_t direct = p->payload_len - copied;
     if (direct && (n_pt || l->pad_len) && direct < PE_EESP_GATHER_MAX)
         copied = p->payload_len, direct = 0, n_pt = 0; /* one run in place after all */
-    memcpy(pl + l->pih_len, p->payload, copied);
+    if (copied)
+        memcpy(pl + l->pih_len, p->payload, copied);
     if (n_pt == 0 && !direct) {
         pe_iov aad[2];
         size_t n_aad = aad_for(sa, e, l->iv_off, enc_off, aad);
@@ -1174,7 +1179,8 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
         return PE_ERR_BUFFER_TOO_SMALL;
     uint8_t *dst = out + dst_off;
     size_t clear = s->integrity_only ? region_len : enc_off - payload_off;
-    memcpy(dst, e + payload_off, clear);
+    if (clear)
+        memcpy(dst, e + payload_off, clear);
     uint8_t nonce[12];
     nonce_for(sa, slot, e + iv_off, seq, nonce);
     pe_iov aad[2];

@@ -14,6 +14,10 @@
 
 #define KEYMAT_MAX (32u + 4u)
 #define SEQ32_MAX 0xffffffffu
+/* Payloads shorter than this are copied into place and sealed in one cipher call (seal_into). */
+#ifndef PE_ESP_GATHER_MAX
+#define PE_ESP_GATHER_MAX 256u
+#endif
 
 typedef struct esp_sa {
     uint32_t spi;
@@ -99,7 +103,8 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
                 return st;
             }
             sa->window_size = sa->replay.size;
-            sa->replay.top = c->replay_top; /* numbers in the window below it count as not yet received */
+            /* numbers in the window below it count as not yet received */
+            pe_replay_start_at(&sa->replay, c->replay_top);
         }
     }
     return PE_OK;
@@ -112,11 +117,33 @@ static void sa_free(esp_sa *sa)
     pe_wipe(sa, sizeof *sa);
 }
 
+/*
+ * A copy of an SA for another thread (pe_esp_tx_clone, pe_esp_rx_clone): its
+ * own AEAD context, keyed as the original's, and a window that knows only the
+ * original's top (a clone opens without the window; ESN inference reads it).
+ */
+static pe_status sa_clone(esp_sa *dst, const esp_sa *src)
+{
+    *dst = *src;
+    memset(&dst->aead, 0, sizeof dst->aead);
+    memset(&dst->replay, 0, sizeof dst->replay);
+    pe_status st = pe_aead_dup(&src->aead, &dst->aead);
+    if (st == PE_OK && src->anti_replay && src->replay.size) {
+        if ((st = pe_replay_init(&dst->replay, src->replay.size)) == PE_OK)
+            pe_replay_start_at(&dst->replay, src->replay.top);
+        else
+            pe_aead_free(&dst->aead);
+    }
+    if (st != PE_OK)
+        pe_wipe(dst, sizeof *dst);
+    return st;
+}
+
 /* RFC 4106 §4, RFC 4309 §4, RFC 7634 §2: salt || IV; RFC 8750: the IV is the 64-bit sequence number. */
 static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[12])
 {
     size_t salt = sa->suite.salt_len;
-    memcpy(nonce, sa->salt, salt);
+    memcpy(nonce, sa->salt, sizeof sa->salt); /* fixed size, no library call; a 3-octet salt's IV overwrites the 4th */
     if (sa->suite.iv_len)
         memcpy(nonce + salt, iv, 8);
     else
@@ -190,6 +217,19 @@ void pe_esp_tx_free(pe_esp_tx *tx)
     free(tx);
 }
 
+pe_status pe_esp_tx_clone(const pe_esp_tx *tx, pe_esp_tx **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return PE_ERR_NOMEM;
+    pe_status st = sa_clone(&(*out)->sa, &tx->sa);
+    if (st != PE_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 static uint64_t seq_limit(const esp_sa *sa)
 {
     return sa->esn ? UINT64_MAX : SEQ32_MAX;
@@ -221,13 +261,20 @@ static size_t esp_len_for(const esp_sa *sa, size_t payload_len)
            sa->suite.icv_len;
 }
 
-/* Write the ESP octets for a payload at e (cap checked by the caller); spends one sequence number. */
-static pe_status seal_into(esp_sa *sa, uint8_t next_header, const uint8_t *payload, size_t len, uint8_t *e)
+/* The next sequence number, spent from here on whatever happens to its packet. */
+static pe_status spend_seq(esp_sa *sa, uint64_t *seq)
 {
-    const pe_eesp_suite *s = &sa->suite;
     if (sa->counter == seq_limit(sa))
         return PE_ERR_SEQ_EXHAUSTED; /* RFC 4303 §3.3.3: never cycle; rekey */
-    uint64_t seq = ++sa->counter;    /* spent from here on, whatever happens */
+    *seq = ++sa->counter;
+    return PE_OK;
+}
+
+/* Write the ESP octets for a payload with sequence number seq at e (cap checked by the caller). */
+static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const uint8_t *payload, size_t len,
+                           uint8_t *e)
+{
+    const pe_eesp_suite *s = &sa->suite;
     size_t iv_off = PE_ESP_HDR_LEN, payload_off = iv_off + s->iv_len;
     size_t pad_len = pad_len_for(len);
     size_t data_end = payload_off + len + pad_len + PE_ESP_TRAILER_LEN;
@@ -236,7 +283,6 @@ static pe_status seal_into(esp_sa *sa, uint8_t next_header, const uint8_t *paylo
     pe_put32(e + 4, (uint32_t)seq); /* the low half only: ESN's high half is implicit (RFC 4303 §2.2.1) */
     if (s->iv_len)
         pe_put64(e + iv_off, seq);  /* a counter never repeats under one key (RFC 4106 §3.1) */
-    memcpy(e + payload_off, payload, len);
     for (size_t i = 0; i < pad_len; i++)
         e[payload_off + len + i] = (uint8_t)(i + 1); /* RFC 4303 §2.4 default padding: 1, 2, 3, ... */
     e[data_end - 2] = (uint8_t)pad_len;
@@ -246,8 +292,21 @@ static pe_status seal_into(esp_sa *sa, uint8_t next_header, const uint8_t *paylo
     nonce_for(sa, e + iv_off, seq, nonce);
     pe_iov aad[2];
     size_t n_aad = aad_for(sa, sa->spi, seq, e + iv_off, data_end - iv_off, hdr, aad);
-    size_t enc_off = s->integrity_only ? data_end : payload_off;
-    return pe_aead_seal(&sa->aead, nonce, aad, n_aad, e + enc_off, data_end - enc_off, e + enc_off, e + data_end);
+    /*
+     * Encrypt the payload straight from the caller's packet into place, then
+     * the trailer where it lies: one pass over the payload instead of a copy
+     * and a pass (as EESP and PSP do).  GMAC authenticates the payload in
+     * clear, so it is copied; so is a short payload, where a memcpy costs
+     * less than a second cipher call.
+     */
+    if (s->integrity_only || len < PE_ESP_GATHER_MAX) {
+        memcpy(e + payload_off, payload, len);
+        size_t enc_off = s->integrity_only ? data_end : payload_off;
+        return pe_aead_seal(&sa->aead, nonce, aad, n_aad, e + enc_off, data_end - enc_off, e + enc_off,
+                            e + data_end);
+    }
+    pe_iov pt[2] = {{payload, len}, {e + payload_off + len, pad_len + PE_ESP_TRAILER_LEN}};
+    return pe_aead_seal_v(&sa->aead, nonce, aad, n_aad, pt, 2, e + payload_off, e + data_end);
 }
 
 pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload, size_t len, uint8_t *out,
@@ -258,72 +317,110 @@ pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload
     size_t n = esp_len_for(&tx->sa, len);
     if (cap < n)
         return PE_ERR_BUFFER_TOO_SMALL;
-    pe_status st = seal_into(&tx->sa, next_header, payload, len, out);
+    uint64_t seq;
+    pe_status st = spend_seq(&tx->sa, &seq);
+    if (st == PE_OK)
+        st = seal_into(&tx->sa, seq, next_header, payload, len, out);
     if (st == PE_OK)
         *out_len = n;
     return st;
 }
 
-pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len)
-{
-    esp_sa *sa = &tx->sa;
+/* What pe_esp_encap makes of a packet, worked out before any sequence number is spent. */
+typedef struct encap_plan {
     pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
-    if (st != PE_OK)
-        return st;
-
-    /* RFC 4303 §3.1: transport mode keeps the IP header (and IPv6's kept extension headers) in front. */
-    pe_ip_split split = {0};
+    pe_ip_split split;
     int carrier_v6;
     const uint8_t *payload;
-    size_t payload_len, outer_len;
+    size_t payload_len, outer_len, udp_len, esp_len, total;
     uint8_t nh;
-    if (sa->mode == PE_ESP_TUNNEL) {
-        nh = ip.version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
-        payload = pkt;
-        payload_len = ip.len;
-        outer_len = sa->outer_len ? sa->outer_len : ip.version == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN;
-        carrier_v6 = outer_len == PE_IPV6_HDR_LEN;
-    } else {
-        if (ip.is_fragment)
-            return PE_ERR_IP_FRAGMENT; /* RFC 4303 §3.3.4: ESP applies to whole packets */
-        pe_ip_transport_split(&ip, &split);
-        nh = split.next_header;
-        payload = pkt + split.keep;
-        payload_len = ip.len - split.keep;
-        outer_len = split.keep;
-        carrier_v6 = ip.version == 6;
-    }
-    size_t udp_len = sa->udp_encap ? PE_UDP_HDR_LEN : 0;
-    size_t esp_len = esp_len_for(sa, payload_len);
-    size_t total = outer_len + udp_len + esp_len;
-    if (total - (carrier_v6 ? PE_IPV6_HDR_LEN : 0) > PE_IP_MAX_LEN)
-        return PE_ERR_IP_TOO_LONG;
-    if (cap < total)
-        return PE_ERR_BUFFER_TOO_SMALL;
+} encap_plan;
 
+/* Everything pe_esp_encap refuses, refused here: the packet, its mode's rules, the lengths. */
+static pe_status plan_encap(const esp_sa *sa, const uint8_t *pkt, size_t len, size_t cap, encap_plan *p)
+{
+    pe_status st = pe_ip_parse(pkt, len, &p->ip);
+    if (st != PE_OK)
+        return st;
+    /* RFC 4303 §3.1: transport mode keeps the IP header (and IPv6's kept extension headers) in front. */
+    memset(&p->split, 0, sizeof p->split);
+    if (sa->mode == PE_ESP_TUNNEL) {
+        p->nh = p->ip.version == 4 ? PE_IPPROTO_IPV4 : PE_IPPROTO_IPV6;
+        p->payload = pkt;
+        p->payload_len = p->ip.len;
+        p->outer_len = sa->outer_len ? sa->outer_len : p->ip.version == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN;
+        p->carrier_v6 = p->outer_len == PE_IPV6_HDR_LEN;
+    } else {
+        if (p->ip.is_fragment)
+            return PE_ERR_IP_FRAGMENT; /* RFC 4303 §3.3.4: ESP applies to whole packets */
+        pe_ip_transport_split(&p->ip, &p->split);
+        p->nh = p->split.next_header;
+        p->payload = pkt + p->split.keep;
+        p->payload_len = p->ip.len - p->split.keep;
+        p->outer_len = p->split.keep;
+        p->carrier_v6 = p->ip.version == 6;
+    }
+    p->udp_len = sa->udp_encap ? PE_UDP_HDR_LEN : 0;
+    p->esp_len = esp_len_for(sa, p->payload_len);
+    p->total = p->outer_len + p->udp_len + p->esp_len;
+    if (p->total - (p->carrier_v6 ? PE_IPV6_HDR_LEN : 0) > PE_IP_MAX_LEN)
+        return PE_ERR_IP_TOO_LONG;
+    if (cap < p->total)
+        return PE_ERR_BUFFER_TOO_SMALL;
+    return PE_OK;
+}
+
+static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, const uint8_t *pkt, uint8_t *out,
+                             size_t *out_len)
+{
     uint8_t proto = sa->udp_encap ? PE_IPPROTO_UDP : PE_ESP_IPPROTO;
     if (sa->mode == PE_ESP_TUNNEL) {
-        pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, ip.version, proto, out);
+        pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, p->ip.version, proto, out);
     } else {
-        memcpy(out, pkt, split.keep);
-        out[split.proto_field] = proto;
+        memcpy(out, pkt, p->split.keep);
+        out[p->split.proto_field] = proto;
     }
-    uint8_t *e = out + outer_len;
+    uint8_t *e = out + p->outer_len;
     if (sa->udp_encap) { /* RFC 3948 §2.1, which also asks for checksum 0 */
         pe_put16(e, sa->udp_sport);
         pe_put16(e + 2, sa->udp_dport);
-        pe_put16(e + 4, (uint16_t)(udp_len + esp_len));
+        pe_put16(e + 4, (uint16_t)(p->udp_len + p->esp_len));
         pe_put16(e + 6, 0);
-        e += udp_len;
+        e += p->udp_len;
     }
-    if ((st = seal_into(sa, nh, payload, payload_len, e)) != PE_OK)
+    pe_status st = seal_into(sa, seq, p->nh, p->payload, p->payload_len, e);
+    if (st != PE_OK)
         return st;
-    pe_ip_set_length(out, total);
-    if (!carrier_v6)
+    pe_ip_set_length(out, p->total);
+    if (!p->carrier_v6)
         pe_ipv4_set_checksum(out);
-    *out_len = total;
+    *out_len = p->total;
     return PE_OK;
+}
+
+pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len)
+{
+    encap_plan p;
+    uint64_t seq;
+    pe_status st = plan_encap(&tx->sa, pkt, len, cap, &p);
+    if (st == PE_OK)
+        st = spend_seq(&tx->sa, &seq);
+    return st == PE_OK ? build_encap(&tx->sa, &p, seq, pkt, out, out_len) : st;
+}
+
+pe_status pe_esp_encap_reserve(pe_esp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, uint64_t *seq)
+{
+    encap_plan p;
+    pe_status st = plan_encap(&tx->sa, pkt, len, cap, &p);
+    return st == PE_OK ? spend_seq(&tx->sa, seq) : st;
+}
+
+pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt, size_t len, uint8_t *out,
+                                size_t cap, size_t *out_len)
+{
+    encap_plan p;
+    pe_status st = plan_encap(&tx->sa, pkt, len, cap, &p);
+    return st == PE_OK ? build_encap(&tx->sa, &p, seq, pkt, out, out_len) : st;
 }
 
 /* ---------------------------------------------------------------- receiving */
@@ -581,8 +678,87 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
     return open_esp(rx, esp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
 }
 
+pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
+{
+    pe_esp_rx_config cfg = {.udp_port = rx->udp_port, .check_udp_checksum = rx->check_udp_checksum,
+                            .eesp_on_port = rx->eesp_on_port};
+    pe_status st = pe_esp_rx_new(&cfg, out);
+    if (st != PE_OK)
+        return st;
+    pe_esp_rx *c = *out;
+    if (rx->n_sas && !(c->sas = calloc(rx->n_sas, sizeof *c->sas)))
+        st = PE_ERR_NOMEM;
+    c->cap_sas = rx->n_sas;
+    for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
+        esp_sa *sa = malloc(sizeof *sa);
+        if (!sa || (st = sa_clone(sa, rx->sas[i])) != PE_OK) {
+            free(sa);
+            st = st == PE_OK ? PE_ERR_NOMEM : st;
+            break;
+        }
+        c->sas[c->n_sas++] = sa;
+    }
+    if (st != PE_OK) {
+        pe_esp_rx_free(c);
+        *out = NULL;
+    }
+    return st;
+}
+
+static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out, size_t cap,
+                       size_t *out_len, pe_esp_info *info);
+
 pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len,
                        pe_esp_info *info)
+{
+    return decap(rx, pkt, len, 0, out, cap, out_len, info);
+}
+
+pe_status pe_esp_decap_flags(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
+                             size_t cap, size_t *out_len, pe_esp_info *info)
+{
+    return decap(rx, pkt, len, flags, out, cap, out_len, info);
+}
+
+pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid,
+                              uint64_t seq_used, uint8_t *out, size_t cap, size_t *out_len)
+{
+    pe_ip_info ip;
+    size_t esp_off;
+    int udp;
+    if (pe_ip_parse(pkt, len, &ip) != PE_OK || locate(rx, pkt, &ip, &esp_off, &udp) != PE_OK)
+        return status; /* not ESP here: nothing depends on the windows */
+    const uint8_t *e = pkt + esp_off;
+    size_t elen = ip.len - esp_off;
+    if (elen < PE_ESP_HDR_LEN)
+        return status;
+    esp_sa *sa = find_sa(rx, pe_get32(e), (int)ip.version, pkt + (ip.version == 4 ? 16 : 24));
+    if (!sa || PE_ESP_HDR_LEN + sa->suite.iv_len + PE_ESP_TRAILER_LEN + sa->suite.icv_len > elen)
+        return status; /* refused before step 3 */
+    /* Step 3 as one thread would run it now: the high half from this receiver's top. */
+    uint32_t seq_low = pe_get32(e + 4);
+    uint64_t seq = sa->esn ? pe_esp_infer_seq(sa_top(sa), sa->window_size, seq_low) : seq_low;
+    if (seq != seq_used) /* the worker's receiver inferred another high half: open it here instead */
+        return decap(rx, pkt, len, 0, out, cap, out_len, NULL);
+    if (seq == 0)
+        return PE_ERR_ESP_SEQ_ZERO;
+    pe_status st;
+    if (sa->anti_replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
+        return st;
+    if (!icv_valid)
+        return status;
+    /* Step 5: the window moves as it would have, before the worker's steps 6 on. */
+    if (sa->anti_replay) {
+        if ((st = pe_replay_update(&sa->replay, seq)) != PE_OK)
+            return st;
+    } else if (seq > sa->top) {
+        sa->top = seq;
+    }
+    return status;
+}
+
+static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out, size_t cap,
+                       size_t *out_len, pe_esp_info *info)
 {
     pe_esp_info local;
     if (!info)
@@ -598,8 +774,8 @@ pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
         return st;
     /* Tunnel mode hands out the inner packet alone; transport mode puts the IP header back in front. */
     size_t keep = ip.l4_offset, inner_len;
-    st = open_esp(rx, pkt + esp_off, ip.len - esp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), 0, out,
-                  cap, keep, &inner_len, info);
+    st = open_esp(rx, pkt + esp_off, ip.len - esp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), flags,
+                  out, cap, keep, &inner_len, info);
     if (st != PE_OK)
         return st;
     if (info->mode == PE_ESP_TUNNEL) {

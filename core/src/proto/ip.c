@@ -196,12 +196,20 @@ pe_status pe_udp_checksum(const uint8_t *ip, size_t len, uint16_t *checksum)
 void pe_ipv4_set_checksum(uint8_t *hdr)
 {
     size_t ihl = (size_t)(hdr[0] & 0x0f) * 4;
-    uint32_t sum = 0;
+    uint64_t sum = 0;
     hdr[10] = hdr[11] = 0;
-    /* IHL*4 is even: sum whole 16-bit words (this runs for every transport-mode packet). */
-    for (size_t i = 0; i < ihl; i += 2)
-        sum += pe_get16(hdr + i);
-    pe_put16(hdr + 10, (uint16_t)~pe_csum_fold(sum));
+    /*
+     * This runs for every packet a protocol writes an IPv4 header for.  IHL*4
+     * is a multiple of 4: sum 32-bit big-endian words, which folds to the
+     * same one's complement sum as the 16-bit words (RFC 1071 §2 (C)).
+     */
+    if (ihl == PE_IPV4_HDR_LEN) /* nearly every header: unrolled */
+        sum = (uint64_t)pe_get32(hdr) + pe_get32(hdr + 4) + pe_get32(hdr + 8) + pe_get32(hdr + 12) + pe_get32(hdr + 16);
+    else
+        for (size_t i = 0; i < ihl; i += 4)
+            sum += pe_get32(hdr + i);
+    sum = (sum & 0xffffffffu) + (sum >> 32);
+    pe_put16(hdr + 10, (uint16_t)~pe_csum_fold((uint32_t)(sum & 0xffffffffu) + (uint32_t)(sum >> 32)));
 }
 
 void pe_ip_set_length(uint8_t *pkt, size_t len)

@@ -56,7 +56,7 @@ static void link_newest(pe_keytable *t, pe_key_slot *s)
     t->newest = self;
 }
 
-void pe_keytable_touch(pe_keytable *t, pe_key_slot *s)
+void pe_keytable_touch_slow(pe_keytable *t, pe_key_slot *s)
 {
     if (!t->lru || t->newest == (uint32_t)(s - t->slots) + 1)
         return;
@@ -74,7 +74,13 @@ static pe_key_slot *probe_free(pe_key_slot *slots, size_t cap, uint64_t id)
 
 static pe_status grow(pe_keytable *t)
 {
-    size_t cap = t->cap ? t->cap * 2 : 16;
+    /*
+     * Quadrupled while small: a receiver meeting new Sub SAs one per packet
+     * (EESP) rehashes a third as often on its way to its live limit (1024 by
+     * default); doubled beyond, so large tables (PSP's cache of up to 65536
+     * keys) end no larger than before.
+     */
+    size_t cap = !t->cap ? 16 : t->cap < 1024 ? t->cap * 4 : t->cap * 2;
     pe_key_slot *slots = calloc(cap, sizeof *slots);
     if (!slots)
         return PE_ERR_NOMEM;
@@ -219,8 +225,7 @@ pe_status pe_keytable_commit_evict(pe_keytable *t, pe_key_slot **stored, pe_keyt
         spare = v->aead;
         if (!window.bits && v->replay.bits) {
             window = v->replay;
-            window.top = 0;
-            memset(window.bits, 0, (size_t)window.words * sizeof window.bits[0]);
+            pe_replay_start_at(&window, 0);
         } else {
             pe_replay_free(&v->replay);
         }

@@ -60,7 +60,13 @@ typedef struct pe_keytable_evicted {
 
 pe_key_slot *pe_keytable_find(const pe_keytable *t, uint64_t id);
 /* Mark a slot most recently used (LRU tables; a few index writes, no allocation). */
-void pe_keytable_touch(pe_keytable *t, pe_key_slot *s);
+void pe_keytable_touch_slow(pe_keytable *t, pe_key_slot *s);
+/* Inline: a Sub SA used packet after packet is the newest already, and then this is one compare. */
+static inline void pe_keytable_touch(pe_keytable *t, pe_key_slot *s)
+{
+    if (t->lru && t->newest != (uint32_t)(s - t->slots) + 1)
+        pe_keytable_touch_slow(t, s);
+}
 /*
  * Insert and take ownership of *aead (moved, then zeroed); the slot's other
  * state starts zeroed.  When full at `limit`, the table is flushed first.

@@ -259,7 +259,8 @@ static pe_status seal_psp(pe_psp_tx *tx, uint64_t iv, const uint8_t *payload, si
     size_t clear = is_gmac(tx->version) ? body_len : (size_t)co * 4;
     const uint8_t *pt;
     if (clear >= ext_len) {
-        memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, clear - ext_len);
+        if (clear > ext_len) /* crypt offset 0 copies nothing: no library call per packet */
+            memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, clear - ext_len);
         pt = payload + (clear - ext_len);
     } else {
         memcpy(psp + PE_PSP_HDR_LEN + ext_len, payload, payload_len);
@@ -570,10 +571,10 @@ static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead *
 pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *out, size_t cap,
                       size_t *out_len, pe_psp_hdr *hdr_out)
 {
-    pe_psp_hdr h;
-    pe_status st = pe_psp_hdr_parse(psp, len, &h);
-    if (hdr_out)
-        *hdr_out = h;
+    /* Parsed straight into the caller's header when there is one: no copies of it per packet. */
+    pe_psp_hdr local;
+    pe_psp_hdr *h = hdr_out ? hdr_out : &local;
+    pe_status st = pe_psp_hdr_parse(psp, len, h);
     if (len < PE_PSP_HDR_LEN + PE_PSP_ICV_LEN)
         return PE_ERR_PSP_TRUNCATED;
     /* Bounds the work buffers below; no UDP datagram carries more. */
@@ -582,26 +583,26 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
     /* psp.md §7: a disabled version (step 4) is refused before the length checks of step 5. */
     if (st != PE_OK && st != PE_ERR_PSP_HDR_EXT_LEN && st != PE_ERR_PSP_VC_LENGTH)
         return st;
-    if (!(rx->versions & (1u << h.version)))
+    if (!(rx->versions & (1u << h->version)))
         return PE_ERR_PSP_VERSION_DISABLED;
     if (st != PE_OK)
         return st;
-    size_t hlen = pe_psp_hdr_len(&h);
+    size_t hlen = pe_psp_hdr_len(h);
     if (hlen + PE_PSP_ICV_LEN > len)
         return PE_ERR_PSP_HDR_EXT_LEN;
     size_t p_len = len - PE_PSP_HDR_LEN - PE_PSP_ICV_LEN; /* extension area + payload */
-    size_t co = (size_t)h.crypt_offset * 4;
-    int gmac = is_gmac(h.version);
+    size_t co = (size_t)h->crypt_offset * 4;
+    int gmac = is_gmac(h->version);
     /* §7 check 6 holds for every version; GMAC then ignores the (reserved) offset (§4.2). */
     if (co > p_len)
         return PE_ERR_PSP_CRYPT_OFFSET;
-    size_t inner_len = p_len - h.ext_len;
+    size_t inner_len = p_len - h->ext_len;
     if (cap < inner_len)
         return PE_ERR_BUFFER_TOO_SMALL;
 
     pe_aead *aead;
     int staged;
-    st = rx_key(rx, h.spi, h.version, &aead, &staged);
+    st = rx_key(rx, h->spi, h->version, &aead, &staged);
     if (st != PE_OK)
         return st;
 
@@ -616,17 +617,18 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
         pe_iov aad = {psp, PE_PSP_HDR_LEN + co};
         const uint8_t *ct = psp + PE_PSP_HDR_LEN + co;
         size_t ct_len = p_len - co;
-        if (co >= h.ext_len) {
-            memcpy(out, psp + hlen, co - h.ext_len);
-            st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, out + (co - h.ext_len));
+        if (co >= h->ext_len) {
+            if (co > h->ext_len)
+                memcpy(out, psp + hlen, co - h->ext_len);
+            st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, out + (co - h->ext_len));
         } else {
             /* Part of the VC is encrypted: rebuild the plaintext P aside, so the header
              * can show the VC that was sent, then hand out what follows the extension area. */
             memcpy(rx->scratch, psp + PE_PSP_HDR_LEN, co);
             st = pe_aead_open(aead, nonce, &aad, 1, ct, ct_len, tag, rx->scratch + co);
             if (st == PE_OK) {
-                memcpy(out, rx->scratch + h.ext_len, inner_len);
-                h.ext = rx->scratch;
+                memcpy(out, rx->scratch + h->ext_len, inner_len);
+                h->ext = rx->scratch;
             } else {
                 pe_wipe(rx->scratch, p_len);
             }
@@ -639,8 +641,6 @@ pe_status pe_psp_open(pe_psp_rx *rx, const uint8_t *psp, size_t len, uint8_t *ou
         pe_wipe(out, inner_len); /* never hand out unauthenticated plaintext */
         return st;
     }
-    if (hdr_out)
-        *hdr_out = h;
     *out_len = inner_len;
     return PE_OK;
 }
@@ -702,16 +702,15 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
     if (cap < keep)
         return PE_ERR_BUFFER_TOO_SMALL;
     size_t inner_len;
-    pe_psp_hdr h;
-    st = pe_psp_open(rx, psp, psp_len, out + keep, cap - keep, &inner_len, &h);
-    if (hdr)
-        *hdr = h;
+    pe_psp_hdr local;
+    pe_psp_hdr *h = hdr ? hdr : &local; /* filled in place, as pe_psp_open leaves it */
+    st = pe_psp_open(rx, psp, psp_len, out + keep, cap - keep, &inner_len, h);
     if (st != PE_OK)
         return st;
 
     if (tunnel) {
         /* Verified, but delivered only as one whole IP packet of the version Next Header names. */
-        unsigned want = h.next_header == PE_IPPROTO_IPV4 ? 4 : 6;
+        unsigned want = h->next_header == PE_IPPROTO_IPV4 ? 4 : 6;
         st = inner_len == 0 || (out[0] >> 4) != want    ? PE_ERR_PSP_MODE
              : !pe_ip_is_whole_packet(out, inner_len, want) ? PE_ERR_PSP_INNER
                                                             : PE_OK;
@@ -723,7 +722,7 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
         return PE_OK;
     }
     memcpy(out, pkt, keep);
-    out[ip.proto_field] = h.next_header;
+    out[ip.proto_field] = h->next_header;
     pe_ip_set_length(out, keep + inner_len);
     if (ip.version == 4)
         pe_ipv4_set_checksum(out);

@@ -86,7 +86,8 @@ pe_status pe_psp_hdr_build(const pe_psp_hdr *h, uint8_t *b, size_t cap)
     size_t n = h->ext ? (h->ext_len < ext_room ? h->ext_len : ext_room) : 0;
     if (n)
         memcpy(b + PE_PSP_HDR_LEN, h->ext, n);
-    memset(b + PE_PSP_HDR_LEN + n, 0, ext_room - n);
+    if (ext_room > n) /* per packet: no library call for an empty area */
+        memset(b + PE_PSP_HDR_LEN + n, 0, ext_room - n);
     return PE_OK;
 }
 

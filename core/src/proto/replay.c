@@ -33,9 +33,16 @@ static uint64_t block_of(uint64_t s)
     return s / 64u;
 }
 
+/*
+ * The ring word of s, for s at most top and not left of the window: top's
+ * word less the blocks between them, wrapping.  The window spans at most
+ * `words` blocks, so one conditional add does what `% words` would, and the
+ * per-packet path divides nothing.
+ */
 static uint64_t *word_for(const pe_replay_window *w, uint64_t s)
 {
-    return &w->bits[block_of(s) % w->words];
+    uint32_t d = (uint32_t)(block_of(w->top) - block_of(s));
+    return &w->bits[d <= w->top_word ? w->top_word - d : w->top_word + w->words - d];
 }
 
 static uint64_t mask_for(uint64_t s)
@@ -83,9 +90,14 @@ static void slide_to(pe_replay_window *w, uint64_t s)
 
     if (steps >= w->words) {
         memset(w->bits, 0, (size_t)w->words * sizeof w->bits[0]);
+        w->top_word = (uint32_t)(block_of(s) % w->words);
     } else {
-        for (uint64_t i = 1; i <= steps; i++)
-            w->bits[(block_of(w->top) + i) % w->words] = 0;
+        uint32_t k = w->top_word;
+        for (uint64_t i = 1; i <= steps; i++) {
+            k = k + 1 == w->words ? 0 : k + 1;
+            w->bits[k] = 0;
+        }
+        w->top_word = k;
     }
     w->top = s;
 }
@@ -138,15 +150,25 @@ pe_status pe_replay_update(pe_replay_window *w, uint64_t seq)
     return PE_OK;
 }
 
+void pe_replay_start_at(pe_replay_window *w, uint64_t top)
+{
+    if (!usable(w))
+        return;
+    memset(w->bits, 0, (size_t)w->words * sizeof w->bits[0]);
+    w->top = top;
+    w->top_word = (uint32_t)(block_of(top) % w->words);
+}
+
 void pe_replay_seed(pe_replay_window *w, uint64_t top)
 {
     if (!usable(w))
         return;
     /* Every word holds numbers at or below top except top's own: there, keep the invariant (nothing above top set). */
     memset(w->bits, top ? 0xff : 0, (size_t)w->words * sizeof w->bits[0]);
+    w->top = top;
+    w->top_word = (uint32_t)(block_of(top) % w->words);
     if (top)
         *word_for(w, top) &= top % 64u == 63u ? ~(uint64_t)0 : ((uint64_t)1 << (top % 64u + 1u)) - 1u;
-    w->top = top;
 }
 
 pe_status pe_replay_check_seeded(uint32_t size, uint64_t top, uint64_t seq)
@@ -156,6 +178,6 @@ pe_status pe_replay_check_seeded(uint32_t size, uint64_t top, uint64_t seq)
     if (seq > top)
         return PE_OK;
     size = (size ? size : PE_REPLAY_DEFAULT_WINDOW);
-    pe_replay_window w = {top, (size + 63u) / 64u * 64u, 0, NULL};
+    pe_replay_window w = {top, (size + 63u) / 64u * 64u, 0, NULL, 0};
     return too_old(&w, seq) ? PE_ERR_REPLAY_TOO_OLD : PE_ERR_REPLAY_DUPLICATE;
 }
