@@ -152,12 +152,16 @@ def check_jobs(jobs: Optional[int], error: type) -> int:
     return jobs
 
 
+#: The core worker pool's transforms by protocol (pe_py_parallel_ops in pecore/_build.py).
+POOL_PSP, POOL_EESP, POOL_ESP = 0, 1, 2
+
+
 class _Pool:
     """A core worker pool (pe/parallel.h) for one run: ``jobs`` threads, each with its own copy of the SA."""
 
-    def __init__(self, eesp: bool, decrypt: bool, ctx, jobs: int, error: type) -> None:
+    def __init__(self, protocol: int, decrypt: bool, ctx, jobs: int, error: type) -> None:
         p = ffi.new("pe_parallel **")
-        st = lib.pe_parallel_new(lib.pe_py_parallel_ops(int(eesp), int(decrypt)), ctx, jobs, p)
+        st = lib.pe_parallel_new(lib.pe_py_parallel_ops(protocol, int(decrypt)), ctx, jobs, p)
         if st != lib.PE_OK:
             raise error(f"cannot start {jobs} threads: {status_message(st)}", status_name(st))
         self.p = p[0]
@@ -220,11 +224,11 @@ def run_transform(
     error: type = None,  # type: ignore[assignment]
     fmt: Optional[str] = None,
     grows: bool = False,
-    parallel: Optional[Tuple[bool, bool, int]] = None,
+    parallel: Optional[Tuple[int, bool, int]] = None,
 ) -> Summary:
     """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture.
 
-    With ``parallel`` = (eesp, decrypt, jobs) and jobs > 1 the core's worker pool runs that protocol's
+    With ``parallel`` = (protocol, decrypt, jobs) (protocol: POOL_PSP, POOL_EESP, POOL_ESP) and jobs > 1 the core's worker pool runs that protocol's
     transform on ``jobs`` threads instead (the output, summary and SA state are those of one thread; the
     GIL is released meanwhile; ``progress`` is still called on this thread).
 
@@ -376,16 +380,16 @@ def face_transform(
     jobs: Optional[int],
     grows: bool,
     errors: Tuple[type, type],
-    pool: Optional[bool],
+    pool: Optional[int],
     setup: Optional[Callable[[], None]] = None,
 ) -> Summary:
     """The body of every face's ``encrypt_capture``/``decrypt_capture``, once its argument is checked: the core
     transform ``fn`` over ``ctx`` (an SA's or receiver's C object) under that object's ``lock``.
 
     ``errors`` = (the face's CaptureError, its ConfigurationError): ``jobs`` is checked the same way for
-    every protocol.  ``pool`` picks the core worker pool's ops (pe/parallel.h: True for EESP, False for
-    PSP) when ``jobs`` > 1, or None to run on the calling thread (ESP, whose pool ops do not exist yet, or
-    a PSP sender with a Python ``udp_sport``).  ``setup`` runs under the lock first (EESP's capture Sub SAs).
+    every protocol.  ``pool`` picks the core worker pool's ops (pe/parallel.h: POOL_PSP, POOL_EESP,
+    POOL_ESP) when ``jobs`` > 1, or None to run on the calling thread (a PSP sender with a Python
+    ``udp_sport``).  ``setup`` runs under the lock first (EESP's capture Sub SAs).
     """
     capture_error, config_error = errors
     jobs = check_jobs(jobs, config_error)

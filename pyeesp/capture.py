@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from pecore.binding import lib
-from pecore.capture import PathLike, ProgressFn, Summary, face_transform
+from pecore.capture import POOL_EESP, PathLike, ProgressFn, Summary, face_transform
 from pecore.util import check_range
 from pyeesp.errors import CaptureError, ConfigurationError, raise_eesp
 from pyeesp.sa import SA, Receiver
@@ -39,7 +39,7 @@ def encrypt_capture(
             raise_eesp(st, f"{sub_sas} Sub SAs")
 
     return face_transform(lib.pe_eesp_capture_encap, sa._tx, sa._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=True,
+                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=POOL_EESP,
                           setup=capture_sub_sas)
 
 
@@ -65,4 +65,4 @@ def decrypt_capture(
     """
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
     return face_transform(lib.pe_eesp_capture_decap, rx._rx, rx._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=True)
+                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=POOL_EESP)

@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from pecore.binding import lib
-from pecore.capture import PathLike, ProgressFn, Summary, face_transform
+from pecore.capture import POOL_ESP, PathLike, ProgressFn, Summary, face_transform
 from pecore.keys import KeyFile
 from pyesp.errors import CaptureError, ConfigurationError
 from pyesp.sa import SA, Receiver
 
-# jobs is checked as for the other protocols, but ESP runs on one thread (pool=None): the core's worker pool
-# (pe/parallel.h) has per-protocol ops that copy an SA for each worker, for PSP and EESP only.
 _ERRORS = (CaptureError, ConfigurationError)
 
 
@@ -29,14 +27,13 @@ def encrypt_capture(
     "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     Non-IP frames pass unchanged; refused packets are kept (or left out with ``drop_failed``) and counted
-    by reason.  Timestamps are kept.  ``jobs`` is accepted and checked as for PSP and EESP, but ESP runs on
-    one thread whatever it says: the core's worker pool has no ESP operations yet (the output would be the
-    same).
+    by reason.  Timestamps are kept.  ``jobs`` threads share the work (default: the CPUs this process may
+    run on); the output and the SA's sequence numbers are those of one thread.
     """
     if not isinstance(sa, SA):
         raise TypeError(f"sa must be a pyesp.SA, not {type(sa).__name__}")
     return face_transform(lib.pe_esp_capture_encap, sa._tx, sa._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=None)
+                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=POOL_ESP)
 
 
 def decrypt_capture(
@@ -56,7 +53,7 @@ def decrypt_capture(
     a receiver of all its ``esp-sa`` lines).  Other traffic, EESP, IKE and keepalives on UDP 4500 and valid
     dummy packets pass unchanged and are counted by kind; ESP packets that fail (bad ICV, replay, no SA,
     malformed) are kept (or left out with ``drop_failed``) and counted by reason.  Replay windows persist in
-    the receiver across calls.  ``jobs``: as for :func:`encrypt_capture`, one thread.
+    the receiver across calls.  ``jobs``: as for :func:`encrypt_capture` (replay verdicts and windows as one thread's).
     """
     if isinstance(receiver, KeyFile):
         receiver = Receiver([SA(**e.settings) for e in receiver.esp_sas])  # type: ignore[arg-type]
@@ -64,4 +61,4 @@ def decrypt_capture(
         raise TypeError(f"receiver must be a pyesp.SA, pyesp.Receiver or KeyFile, not {type(receiver).__name__}")
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
     return face_transform(lib.pe_esp_capture_decap, rx._rx, rx._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=None)
+                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=POOL_ESP)

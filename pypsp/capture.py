@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from pecore.binding import lib
-from pecore.capture import PathLike, ProgressFn, Summary, face_transform
+from pecore.capture import POOL_PSP, PathLike, ProgressFn, Summary, face_transform
 from pypsp.errors import CaptureError, ConfigurationError
 
 if TYPE_CHECKING:  # annotations only: pypsp.crypto imports this module for Encryptor.encrypt_capture
@@ -36,7 +36,7 @@ def encrypt_capture(
     one_thread = getattr(encryptor, "_sport_handle", None) is not None
     return face_transform(lib.pe_psp_capture_encap, encryptor._tx, encryptor._lock, in_path, out_path,
                           drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS,
-                          pool=None if one_thread else False)
+                          pool=None if one_thread else POOL_PSP)
 
 
 def decrypt_capture(
@@ -59,4 +59,4 @@ def decrypt_capture(
     """
     return face_transform(lib.pe_psp_capture_decap, decryptor._rx, decryptor._lock, in_path, out_path,
                           drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS,
-                          pool=False)
+                          pool=POOL_PSP)
