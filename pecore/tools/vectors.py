@@ -1,20 +1,25 @@
-"""Interop test vectors: what the PSP and EESP vector families share.
+"""Interop test vectors: what the PSP, EESP and ESP vector families share.
 
-The families themselves live in :mod:`pypsp.tools.vectors` and :mod:`pyeesp.tools.vectors`, which register
-themselves here (:func:`register_family`, and the ``psp_eesp.vectors`` entry points for a process that
-imported neither): this shared floor never imports the packages above it.  It holds what both need once:
+The families themselves live in :mod:`pypsp.tools.vectors`, :mod:`pyeesp.tools.vectors` and
+:mod:`pyesp.tools.vectors`, which register themselves here (:func:`register_family`, and the ``psp_eesp.vectors`` entry points for a process that
+imported none): this shared floor never imports the packages above it.  It holds what they need once:
 
 - :class:`Rng`, a deterministic byte stream from a seed and a path of labels
   (SHA-256 in counter mode), so that a vector depends only on the seed and on
   its own labels, never on how many vectors were drawn before it;
 - small IP/UDP/TCP builders for the cleartext packets (documentation address
   ranges, correct checksums);
+- for the two ESP-framed families (ESP and EESP): the AEAD suite table of the
+  IKEv2 ENCR transforms, the outer headers, the sealed-packet surgery of the
+  mutations, the file builder, the schema of what a receiver delivers and
+  the notes whose words are the same for both;
 - document assembly in the Wycheproof layout (tcIds, ``numberOfTests``, only
   the notes of the flags used), canonical key order and file writing with a
   trailing newline, so that regenerating gives byte-identical files;
 - JSON Schema validation (``jsonschema``, draft 2020-12) of any vector file;
-- the per-tcId check report shared by ``pypsp vectors check`` and
-  ``pyeesp vectors check`` (text or ``--json``);
+- the per-tcId check report shared by ``pypsp``, ``pyeesp`` and ``pyesp
+  vectors check`` (text or ``--json``), and the comparisons of a delivered
+  packet and of a key-derivation answer that their checkers make alike;
 - pcap + key-file output per test group, and the counts table of
   ``vectors/README.md`` (``python -m pecore.vectors counts``).
 
@@ -34,10 +39,12 @@ import struct
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from pecore import primitives
 from pecore.protocol import checksum
 
 DEFAULT_SEED = 1
@@ -267,6 +274,161 @@ def hopopts(next_header: int, pad_octets: int = 6) -> bytes:
 
 
 # --------------------------------------------------------------------------------------------------------
+# ESP-framed families (ESP and EESP): suites, outer headers, sealed packets, file builders
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuiteInfo:
+    """An AEAD suite as ESP and EESP negotiate it (IKEv2 ENCR transform ID): its KEYMAT split and wire sizes."""
+
+    name: str
+    encr_id: int
+    kind: str  # gcm, ccm, gmac, chacha
+    salt: int
+    iv: int  # explicit IV octets on the wire (0: RFC 8750 implicit IV)
+    icv: int
+
+    @property
+    def alg(self) -> str:
+        return {"gcm": primitives.AES_GCM, "gmac": primitives.AES_GCM, "ccm": primitives.AES_CCM,
+                "chacha": primitives.CHACHA20_POLY1305}[self.kind]
+
+    @property
+    def iiv(self) -> bool:
+        return self.iv == 0
+
+    @property
+    def key_sizes(self) -> Tuple[int, ...]:
+        return (256,) if self.kind == "chacha" else (128, 192, 256)
+
+
+SUITES = {s.name: s for s in (
+    SuiteInfo("aes-gcm-8", 18, "gcm", 4, 8, 8),
+    SuiteInfo("aes-gcm-12", 19, "gcm", 4, 8, 12),
+    SuiteInfo("aes-gcm-16", 20, "gcm", 4, 8, 16),
+    SuiteInfo("aes-ccm-8", 14, "ccm", 3, 8, 8),
+    SuiteInfo("aes-ccm-12", 15, "ccm", 3, 8, 12),
+    SuiteInfo("aes-ccm-16", 16, "ccm", 3, 8, 16),
+    SuiteInfo("aes-gmac", 21, "gmac", 4, 8, 16),
+    SuiteInfo("chacha20-poly1305", 28, "chacha", 4, 8, 16),
+    SuiteInfo("aes-ccm-8-iiv", 29, "ccm", 3, 0, 8),
+    SuiteInfo("aes-gcm-16-iiv", 30, "gcm", 4, 0, 16),
+    SuiteInfo("chacha20-poly1305-iiv", 31, "chacha", 4, 0, 16),
+)}
+
+
+def outer_header(rng: Rng, ipv: int, proto: int) -> bytes:
+    """A tunnel's outer IPv4/IPv6 header (lengths 0: the framing fills them in) from TEST-NET-3 / 2001:db8."""
+    r = rng.child("outer", ipv)
+    if ipv == 4:
+        return ipv4_header(f"203.0.113.{r.int(1, 254)}", f"203.0.113.{r.int(1, 254)}", proto, 0, ident=r.int(0, 0xFFFF))
+    return ipv6_header(f"2001:db8:ffff::{r.int(1, 0xFFFF):x}", f"2001:db8:eeee::{r.int(1, 0xFFFF):x}", proto, 0)
+
+
+def secured_offset(wire: bytes) -> int:
+    """Where the ESP or EESP octets start in a wire packet: after the IP header chain, and the UDP header of
+    UDP encapsulation."""
+    off, proto, _ = l4_offset(wire)
+    return off + 8 if proto == IPPROTO_UDP else off
+
+
+class SealedPacket:
+    """A sealed wire packet of an ESP-framed family, with the surgery its mutations make on the ESP/EESP part
+    (IP and UDP lengths fixed up after a cut).  A family's subclass keeps the parts it sealed it from."""
+
+    def __init__(self, gb: Any, test: "Test", wire: bytes, pkt: bytes) -> None:
+        self.gb, self.test, self.wire, self.pkt = gb, test, wire, pkt
+
+    @property
+    def at(self) -> int:
+        return secured_offset(self.wire)
+
+    @property
+    def secured(self) -> bytes:
+        """The ESP/EESP octets (SPI or Base Header to ICV)."""
+        return self.wire[self.at :]
+
+    def eflip(self, offset: int, mask: int = 0x01) -> bytes:
+        """The wire with a bit of the secured part flipped (a negative offset counts from its end)."""
+        off = offset if offset >= 0 else len(self.secured) + offset
+        return flip(self.wire, self.at + off, mask)
+
+    def eput(self, offset: int, value: bytes) -> bytes:
+        return put(self.wire, self.at + offset, value)
+
+    def with_secured(self, secured: bytes) -> bytes:
+        return fix_ip(self.wire[: self.at] + secured, udp_at=self.at - 8 if self.gb.udp else None)
+
+
+def delivered(pkt: bytes, icv: bytes, next_header: int, pad_length: int) -> Dict[str, Any]:
+    """The outputs of a valid ESP/EESP test: what the receiver delivers, and the trailer it read."""
+    return {"plaintextPacket": pkt.hex(), "icv": icv.hex(), "nextHeader": next_header, "padLength": pad_length}
+
+
+def dropped(error: Optional[str], icv_valid: Optional[bool] = None, plaintext: Optional[bytes] = None) -> Dict[str, Any]:
+    """The outputs of a rejected test: the reason, whether the ICV verified first, and (acceptable tests) what a
+    receiver that accepts it delivers."""
+    out: Dict[str, Any] = {"error": error}
+    if icv_valid is not None:
+        out["icvValid"] = icv_valid
+    if plaintext is not None:
+        out["plaintextPacket"] = plaintext.hex()
+    return out
+
+
+def kept_flags(base: "Test", keep: Sequence[str], flags: Sequence[str]) -> List[str]:
+    """A derived test's flags: those of its base that describe the SA or the framing (``keep``), then its own."""
+    return list(dict.fromkeys([f for f in base.flags if f in keep] + list(flags)))
+
+
+class SuiteFileBuilder:
+    """One ``<family>_<suite>_test.json`` of an ESP-framed family: its suite, its RNG, its cleartext packets and
+    its groups."""
+
+    def __init__(self, family: str, seed: int, suite: str) -> None:
+        self.suite = SUITES[suite]
+        self.name = f"{family}_{suite}_test.json"
+        self.rng = Rng(seed, family, suite)
+        self.inner = Inner(self.rng.child("inner"))
+        self.groups: List["Group"] = []
+
+    def key_bits(self, asked: int) -> int:
+        """The key size of a group that asks for ``asked`` bits (ChaCha20 has only 256-bit keys)."""
+        return asked if asked in self.suite.key_sizes else self.suite.key_sizes[-1]
+
+    def suite_fields(self, key_bits: int) -> Dict[str, Any]:
+        su = self.suite
+        return {"suite": su.name, "encrId": su.encr_id, "keySize": key_bits, "ivSize": 8 * su.iv,
+                "tagSize": 8 * su.icv}
+
+
+def key_file_head(protocol: str, file: str, group: int, plural: bool = False) -> str:
+    """The comment lines that open a group's key file."""
+    return (f"# {protocol} test SA{'s' if plural else ''} of {file} group {group} (vectors/README.md).\n"
+            "# Public test values: never use them for real traffic.\n")
+
+
+#: Notes whose words are the same for the ESP-framed families (PSP shares ModifiedIcv); a family's NOTES take
+#: them from here.
+SHARED_NOTES: Dict[str, Dict[str, str]] = {
+    "MixedTunnel": {"bugType": "EDGE_CASE", "description": "Tunnel mode with inner and outer packets of different IP "
+                    "versions."},
+    "ModifiedIcv": {"bugType": "AUTH_BYPASS", "description": "An ICV bit flipped."},
+    "ModifiedCiphertext": {"bugType": "AUTH_BYPASS", "description": "An encrypted octet (for AES-GMAC a payload "
+                           "octet) flipped."},
+    "NoSa": {"bugType": "MISSING_STEP", "description": "No SA for the SPI."},
+    "OrderDependent": {"bugType": "FUNCTIONALITY", "description": "In a stateful group: one receiver processes the "
+                       "tests in tcId order, so the verdict depends on the tests before it."},
+    "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing, or a fragment."},
+}
+
+
+def shared_notes(*names: str) -> Dict[str, Dict[str, str]]:
+    return {n: SHARED_NOTES[n] for n in names}
+
+
+# --------------------------------------------------------------------------------------------------------
 # documents
 # --------------------------------------------------------------------------------------------------------
 
@@ -442,6 +604,20 @@ def assemble(name: str, algorithm: str, schema: str, header: List[str], notes: D
     return VectorFile(name, doc, pcaps)
 
 
+def mark_self_computed(vf: VectorFile, note: Dict[str, str], published: Sequence[str] = (),
+                       only_source: Optional[str] = None) -> None:
+    """Flag SelfComputed every test of the file that is not a published or spec answer (a flag in
+    ``published``; with ``only_source``, only in the groups of that source), and keep the notes sorted."""
+    for g in vf.doc["testGroups"]:
+        if only_source is not None and g["source"]["name"] != only_source:
+            continue
+        for t in g["tests"]:
+            if "SelfComputed" not in t["flags"] and not any(f in t["flags"] for f in published):
+                t["flags"].append("SelfComputed")
+    vf.doc["notes"]["SelfComputed"] = note
+    vf.doc["notes"] = {k: vf.doc["notes"][k] for k in sorted(vf.doc["notes"])}
+
+
 def write_vector_files(files: Sequence[VectorFile], out: "os.PathLike[str] | str", schemas: Dict[str, dict],
                        pcap: bool = True, stale: Sequence[Path] = ()) -> List[Path]:
     """Write vector files, their schemas and (optionally) the pcaps and key files; returns the paths.
@@ -578,6 +754,27 @@ def test_object(inputs: dict, outputs: dict, result_rules: Sequence[dict] = ()) 
 def when_result(result: str, outputs_required: Sequence[str]) -> dict:
     return {"if": {"properties": {"result": {"const": result}}},
             "then": {"properties": {"outputs": {"required": list(outputs_required)}}}}
+
+
+#: The core's reason for a drop, in every family's outputs.
+ERROR = {"type": "string", "minLength": 1,
+         "description": "the reason, as the project's core names it (pe_status_name, e.g. authentication-failed)"}
+
+#: The outputs of an ESP-framed packet test (ESP, EESP), and which of them each result requires.
+DELIVERY_OUTPUTS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "plaintextPacket": HEX,
+        "icv": hex_of_any(8, 12, 16),
+        "nextHeader": {"type": "integer", "minimum": 0, "maximum": 255},
+        "padLength": {"type": "integer", "minimum": 0, "maximum": 255},
+        "error": ERROR,
+        "icvValid": {"type": "boolean"},
+    },
+}
+DELIVERY_RULES = [when_result("valid", ["plaintextPacket", "icv", "nextHeader", "padLength"]),
+                  when_result("invalid", ["error"]), when_result("acceptable", ["error"])]
 
 
 @dataclass(frozen=True)
@@ -721,6 +918,26 @@ class Checker:
         self.outcomes.append(Outcome(self.file, int(test.get("tcId", 0)), str(test.get("result")), status, got,
                                      reason, tuple(test.get("flags", ()))))
 
+    @contextmanager
+    def guard(self, test: dict) -> Iterator[None]:
+        """Run one test's check: an exception (a broken foreign vector) fails that test, not the run."""
+        try:
+            yield
+        except Exception as e:
+            self.record(test, "fail", "exception", f"{type(e).__name__}: {e}")
+
+    def judge_kat(self, test: dict, got: bytes, want_hex: str, mistake: str) -> None:
+        """A key-derivation answer: valid tests must match; invalid ones hold a known ``mistake``'s output, which
+        the core must not reproduce."""
+        same = got.hex() == want_hex
+        match = "match" if same else "mismatch"
+        if test["result"] == "valid":
+            self.record(test, "pass" if same else "fail", match, "" if same else f"derived {got.hex()}")
+        elif test["result"] == "invalid":
+            self.record(test, "fail" if same else "pass", match, f"the core reproduces {mistake}" if same else "")
+        else:
+            self.record(test, "pass", match)
+
     def verdict(self, test: dict, got_error: Optional[str], *, problems: Sequence[str] = (),
                 detail: str = "") -> None:
         """Judge one test from what the receiver did (``got_error`` None = delivered) plus any mismatches
@@ -754,6 +971,51 @@ class Checker:
             self.record(test, "fail", got, "; ".join(problems))
         else:
             self.record(test, "pass", got, note)
+
+
+class GroupReceivers:
+    """The receivers of one test group: a stateful group's tests share one (built for the first test's SA, in
+    tcId order), the others get a fresh one each."""
+
+    def __init__(self, stateful: bool, make: Callable[[Dict[str, Any]], Any]) -> None:
+        self.stateful, self.make = stateful, make
+        self.shared: Optional[Tuple[Dict[str, Any], Any]] = None
+
+    def get(self, ck: Checker, test: dict, sa: Dict[str, Any]) -> Any:
+        """The receiver for a test's SA settings; None (the test failed) when a stateful group changes its SA."""
+        if not self.stateful:
+            return self.make(sa)
+        if self.shared is None:
+            self.shared = (sa, self.make(sa))
+        elif sa != self.shared[0]:
+            ck.record(test, "fail", "exception", "a stateful group's tests must share one SA")
+            return None
+        return self.shared[1]
+
+
+def first_diff(a: bytes, b: bytes) -> str:
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first difference at octet {i} (lengths {len(a)} and {len(b)})"
+
+
+def outer_template(wire: bytes) -> Optional[bytes]:
+    """A tunnel sender's outer header, read off a wire packet (None: an IPv4 header with options)."""
+    if wire[0] >> 4 == 4:
+        return wire[:20] if wire[0] == 0x45 else None
+    return wire[:40]
+
+
+def delivery_problems(out: dict, packet: bytes, next_header: int, pad_len: int) -> List[str]:
+    """How what an ESP/EESP receiver delivered differs from a test's outputs."""
+    problems = []
+    want = out.get("plaintextPacket")
+    if want is not None and packet.hex() != want:
+        problems.append("decrypted packet differs from plaintextPacket: " + first_diff(packet, bytes.fromhex(want)))
+    if "nextHeader" in out and next_header != out["nextHeader"]:
+        problems.append(f"Next Header {next_header}, expected {out['nextHeader']}")
+    if "padLength" in out and pad_len != out["padLength"]:
+        problems.append(f"Pad Length {pad_len}, expected {out['padLength']}")
+    return problems
 
 
 def load_doc(path: "os.PathLike[str] | str") -> Any:
