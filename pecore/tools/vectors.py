@@ -403,10 +403,6 @@ class SuiteFileBuilder:
                 "tagSize": 8 * su.icv}
 
 
-def key_file_head(protocol: str, file: str, group: int, plural: bool = False) -> str:
-    """The comment lines that open a group's key file."""
-    return (f"# {protocol} test SA{'s' if plural else ''} of {file} group {group} (vectors/README.md).\n"
-            "# Public test values: never use them for real traffic.\n")
 
 
 #: Notes whose words are the same for the ESP-framed families (PSP shares ModifiedIcv); a family's NOTES take
@@ -616,6 +612,11 @@ def mark_self_computed(vf: VectorFile, note: Dict[str, str], published: Sequence
                 t["flags"].append("SelfComputed")
     vf.doc["notes"]["SelfComputed"] = note
     vf.doc["notes"] = {k: vf.doc["notes"][k] for k in sorted(vf.doc["notes"])}
+
+
+def key_file_head(what: str, file: str, group: int) -> str:
+    """The comment lines that open a group's key file (``what``: "ESP test SA", "PSP test keys", ...)."""
+    return f"# {what} of {file} group {group} (vectors/README.md).\n# Public test values: never use them for real traffic.\n"
 
 
 def write_vector_files(files: Sequence[VectorFile], out: "os.PathLike[str] | str", schemas: Dict[str, dict],

@@ -381,7 +381,7 @@ class EspGroupBuilder:
                 parts.append(f"first-seq={int(tops.pop(), 16) + 1}")
             parts.append(f"udp-encap={int(self.udp)}")
             lines.append("esp-sa " + " ".join(parts) + "\n")
-        self.g.keys = key_file_head("ESP", self.fb.name, len(self.fb.groups), len(lines) > 1) + "".join(lines)
+        self.g.keys = key_file_head("ESP test SA" + ("s" if len(lines) > 1 else ""), self.fb.name, len(self.fb.groups)) + "".join(lines)
 
 
 class EspFileBuilder(SuiteFileBuilder):
