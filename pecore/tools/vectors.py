@@ -1019,6 +1019,63 @@ def delivery_problems(out: dict, packet: bytes, next_header: int, pad_len: int) 
     return problems
 
 
+class PacketDocChecker:
+    """Checks a packet file of an ESP-framed family (ESP, EESP) against the core, test by test: what the
+    receiver delivers, or why it drops the packet and whether the ICV verified first; the file's ICV octets; and,
+    for a valid test without DecryptOnly, that the core's sender writes the same octets.  A family's subclass
+    says how to set up its SA, receiver and sender; an instance is the family's checker for the schema."""
+
+    #: what ``icv_octets`` reads, for the report
+    icv_where = "ciphertextPacket"
+
+    def sa_settings(self, group: dict, inp: dict) -> Dict[str, Any]:
+        """The receiving SA's keyword arguments."""
+        raise NotImplementedError
+
+    def receiver(self, sa: Dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def open(self, rx: Any, wire: bytes) -> Tuple[Any, Optional[str], Optional[bool]]:
+        """(what the receiver delivered or None, the status name of its drop or None, whether the ICV verified
+        before the drop or None)."""
+        raise NotImplementedError
+
+    def delivery(self, d: Any, inp: dict, out: dict) -> List[str]:
+        return delivery_problems(out, d.packet, d.next_header, d.pad_len)
+
+    def icv_octets(self, wire: bytes, n: int) -> bytes:
+        return wire[-n:]
+
+    def sender(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> List[str]:
+        """How the core's sender, given the plaintext and the same sequence number, misses the wire octets."""
+        raise NotImplementedError
+
+    def __call__(self, doc: dict, file: str, loose: bool = False) -> List[Outcome]:
+        ck = Checker(file, loose)
+        for g in doc["testGroups"]:
+            receivers = GroupReceivers(g["stateful"], self.receiver)
+            for t in g["tests"]:
+                with ck.guard(t):
+                    inp, out = t["inputs"], t["outputs"]
+                    sa = self.sa_settings(g, inp)
+                    rx = receivers.get(ck, t, sa)
+                    if rx is None:
+                        continue
+                    wire = bytes.fromhex(inp["ciphertextPacket"])
+                    d, got, icv_valid = self.open(rx, wire)
+                    problems: List[str] = []
+                    if got is None:
+                        problems += self.delivery(d, inp, out)
+                    elif "icvValid" in out and icv_valid is not None and icv_valid != out["icvValid"]:
+                        problems.append(f"icvValid is {icv_valid}, expected {out['icvValid']}")
+                    if "icv" in out and out["icv"] != self.icv_octets(wire, g["tagSize"] // 8).hex():
+                        problems.append(f"outputs.icv is not the last octets of {self.icv_where}")
+                    if t["result"] == "valid" and "DecryptOnly" not in t["flags"] and "plaintextPacket" in out:
+                        problems += self.sender(g, inp, out, wire, sa)
+                    ck.verdict(t, got, problems=problems)
+        return ck.outcomes
+
+
 def load_doc(path: "os.PathLike[str] | str") -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)

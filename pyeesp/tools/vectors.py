@@ -28,8 +28,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.tools.vectors import (
-    DELIVERY_OUTPUTS, DELIVERY_RULES, HEX, SUITES, Checker, Family, Group, GroupReceivers, Outcome, Rng,
-    SealedPacket, SuiteFileBuilder, SuiteInfo, Test, VectorFile, assemble, delivered, delivery_problems, dropped,
+    DELIVERY_OUTPUTS, DELIVERY_RULES, HEX, SUITES, Checker, Family, Group, Outcome, PacketDocChecker, Rng,
+    SealedPacket, SuiteFileBuilder, SuiteInfo, Test, VectorFile, assemble, delivered, dropped,
     first_diff, flip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
     key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_header, outer_template, put,
     register as _register, register_family, secured_offset, shared_notes, test_object, top_schema, udp_segment,
@@ -1028,66 +1028,53 @@ def sa_settings(group: dict, inp: dict) -> Dict[str, Any]:
     return kw
 
 
-def check_packet_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
-    import pyeesp
+class EespPacketChecker(PacketDocChecker):
+    def sa_settings(self, group: dict, inp: dict) -> Dict[str, Any]:
+        return sa_settings(group, inp)
 
-    ck = Checker(file, loose)
-    for g in doc["testGroups"]:
-        receivers = GroupReceivers(g["stateful"], lambda kw: pyeesp.Receiver([pyeesp.SA(**kw)]))
-        for t in g["tests"]:
-            with ck.guard(t):
-                inp, out = t["inputs"], t["outputs"]
-                kw = sa_settings(g, inp)
-                rx = receivers.get(ck, t, kw)
-                if rx is None:
-                    continue
-                wire = bytes.fromhex(inp["ciphertextPacket"])
-                problems: List[str] = []
-                got: Optional[str] = None
-                try:
-                    d = rx.decrypt(wire)
-                except pyeesp.EespError as e:
-                    got = e.code
-                    if "icvValid" in out and isinstance(e, pyeesp.PolicyError) and e.icv_valid != out["icvValid"]:
-                        problems.append(f"icvValid is {e.icv_valid}, expected {out['icvValid']}")
-                else:
-                    problems += delivery_problems(out, d.packet, d.next_header, d.pad_len)
-                icv_len = g["tagSize"] // 8
-                if "icv" in out and out["icv"] != wire[-icv_len:].hex():
-                    problems.append("outputs.icv is not the last octets of ciphertextPacket")
-                if t["result"] == "valid" and "DecryptOnly" not in t["flags"] and "plaintextPacket" in out:
-                    problems += _sender_check(g, inp, out, wire, kw)
-                ck.verdict(t, got, problems=problems)
-    return ck.outcomes
+    def receiver(self, sa: Dict[str, Any]) -> Any:
+        import pyeesp
+
+        return pyeesp.Receiver([pyeesp.SA(**sa)])
+
+    def open(self, rx: Any, wire: bytes) -> Tuple[Any, Optional[str], Optional[bool]]:
+        import pyeesp
+
+        try:
+            return rx.decrypt(wire), None, None
+        except pyeesp.EespError as e:
+            return None, e.code, e.icv_valid if isinstance(e, pyeesp.PolicyError) else None
+
+    def sender(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> List[str]:
+        import pyeesp
+
+        plain = bytes.fromhex(out["plaintextPacket"])
+        skw = dict(sa, crypt_offset=inp.get("cryptOffset"), options=bytes.fromhex(inp.get("options", "")),
+                   anti_replay=False)
+        if group["udpEncap"]:
+            at = l4_offset(wire)[0]
+            skw["udp_sport"] = struct.unpack(">H", wire[at : at + 2])[0]
+        if group["mode"] == "tunnel":
+            skw["tunnel_header"] = outer_template(wire)
+        counter = inp.get("seq") if group["seqPresent"] else inp.get("iv")
+        try:
+            tx = pyeesp.SA(**skw)
+            if counter is None:
+                return ["no sequence number or IV to start the sender at"]
+            if int(counter, 16) == 0:
+                return ["a sender never sends sequence number / IV 0"]
+            tx.set_next_seq(int(counter, 16), inp["sessionId"])
+            if "iv" in inp and "seq" in inp and inp["iv"] != inp["seq"]:
+                return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
+            sent = tx.encrypt(plain, inp["sessionId"])
+        except pyeesp.EespError as e:
+            return [f"sender refused the packet: {e.code}"]
+        if sent != wire:
+            return ["sender output differs from ciphertextPacket: " + first_diff(sent, wire)]
+        return []
 
 
-def _sender_check(g: dict, inp: dict, out: dict, wire: bytes, kw: Dict[str, Any]) -> List[str]:
-    import pyeesp
-
-    plain = bytes.fromhex(out["plaintextPacket"])
-    skw = dict(kw, crypt_offset=inp.get("cryptOffset"), options=bytes.fromhex(inp.get("options", "")),
-               anti_replay=False)
-    if g["udpEncap"]:
-        at = l4_offset(wire)[0]
-        skw["udp_sport"] = struct.unpack(">H", wire[at : at + 2])[0]
-    if g["mode"] == "tunnel":
-        skw["tunnel_header"] = outer_template(wire)
-    counter = inp.get("seq") if g["seqPresent"] else inp.get("iv")
-    try:
-        sa = pyeesp.SA(**skw)
-        if counter is None:
-            return ["no sequence number or IV to start the sender at"]
-        if int(counter, 16) == 0:
-            return ["a sender never sends sequence number / IV 0"]
-        sa.set_next_seq(int(counter, 16), inp["sessionId"])
-        if "iv" in inp and "seq" in inp and inp["iv"] != inp["seq"]:
-            return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
-        sent = sa.encrypt(plain, inp["sessionId"])
-    except pyeesp.EespError as e:
-        return [f"sender refused the packet: {e.code}"]
-    if sent != wire:
-        return ["sender output differs from ciphertextPacket: " + first_diff(sent, wire)]
-    return []
+check_packet_doc = EespPacketChecker()
 
 
 def check_sskdf_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:

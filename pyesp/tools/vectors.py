@@ -26,8 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.tools.vectors import (
-    DELIVERY_OUTPUTS, DELIVERY_RULES, HEX, SUITES, Checker, Family, Group, GroupReceivers, Inner, Outcome,
-    SealedPacket, SuiteFileBuilder, SuiteInfo, Test, VectorFile, assemble, delivered, delivery_problems, dropped,
+    DELIVERY_OUTPUTS, DELIVERY_RULES, HEX, SUITES, Family, Group, Inner, PacketDocChecker,
+    SealedPacket, SuiteFileBuilder, SuiteInfo, Test, VectorFile, assemble, delivered, dropped,
     first_diff, fix_ip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
     key_file_head, l4_checksum, mark_self_computed, outer_header, put, register as _register, register_family,
     secured_offset, shared_notes, test_object, top_schema, udp_segment,
@@ -850,65 +850,59 @@ def sa_settings(group: dict, inp: dict) -> Dict[str, Any]:
                 udp_encap=group["udpEncap"])
 
 
-def check_packet_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
-    import pyesp
+class EspPacketChecker(PacketDocChecker):
+    icv_where = "ciphertextPacket's IP datagram"
 
-    ck = Checker(file, loose)
-    for g in doc["testGroups"]:
-        receivers = GroupReceivers(g["stateful"], lambda kw: pyesp.Receiver([pyesp.SA(**kw)]))
-        for t in g["tests"]:
-            with ck.guard(t):
-                inp, out = t["inputs"], t["outputs"]
-                kw = sa_settings(g, inp)
-                rx = receivers.get(ck, t, kw)
-                if rx is None:
-                    continue
-                wire = bytes.fromhex(inp["ciphertextPacket"])
-                problems: List[str] = []
-                got: Optional[str] = None
-                try:
-                    d = rx.decrypt(wire)
-                except pyesp.EspError as e:
-                    got = e.code
-                    iv_ok = getattr(e, "icv_valid", None)
-                    if "icvValid" in out and iv_ok is not None and iv_ok != out["icvValid"]:
-                        problems.append(f"icvValid is {iv_ok}, expected {out['icvValid']}")
-                else:
-                    problems += delivery_problems(out, d.packet, d.next_header, d.pad_len)
-                    if d.seq != int(inp["seq"], 16):
-                        problems.append(f"sequence number {d.seq:#x}, expected {inp['seq']}")
-                icv_len = g["tagSize"] // 8
-                if "icv" in out and out["icv"] != _datagram(wire)[-icv_len:].hex():
-                    problems.append("outputs.icv is not the last octets of ciphertextPacket's IP datagram")
-                if t["result"] == "valid" and "DecryptOnly" not in t["flags"] and "plaintextPacket" in out:
-                    problems += _sender_check(g, inp, wire, kw, bytes.fromhex(out["plaintextPacket"]))
-                ck.verdict(t, got, problems=problems)
-    return ck.outcomes
+    def sa_settings(self, group: dict, inp: dict) -> Dict[str, Any]:
+        return sa_settings(group, inp)
+
+    def receiver(self, sa: Dict[str, Any]) -> Any:
+        import pyesp
+
+        return pyesp.Receiver([pyesp.SA(**sa)])
+
+    def open(self, rx: Any, wire: bytes) -> Tuple[Any, Optional[str], Optional[bool]]:
+        import pyesp
+
+        try:
+            return rx.decrypt(wire), None, None
+        except pyesp.EspError as e:
+            return None, e.code, getattr(e, "icv_valid", None)
+
+    def delivery(self, d: Any, inp: dict, out: dict) -> List[str]:
+        problems = super().delivery(d, inp, out)
+        if d.seq != int(inp["seq"], 16):
+            problems.append(f"sequence number {d.seq:#x}, expected {inp['seq']}")
+        return problems
+
+    def icv_octets(self, wire: bytes, n: int) -> bytes:
+        return _datagram(wire)[-n:]
+
+    def sender(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> List[str]:
+        """The core's sender, given the plaintext and the same sequence number, must write the wire octets."""
+        import pyesp
+
+        skw = dict(sa, anti_replay=False, replay_top=0)
+        if group["udpEncap"]:
+            at = secured_offset(wire) - 8
+            skw["udp_sport"], skw["udp_dport"] = struct.unpack(">HH", wire[at : at + 4])
+        if group["mode"] == "tunnel":
+            skw["outer_header"] = wire[:20] if wire[0] >> 4 == 4 else wire[:40]
+        seq = int(inp["seq"], 16)
+        if "iv" in inp and int(inp["iv"], 16) != seq:
+            return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
+        try:
+            tx = pyesp.SA(**skw)
+            tx.set_next_seq(seq)
+            sent = tx.encrypt(bytes.fromhex(out["plaintextPacket"]))
+        except pyesp.EspError as e:
+            return [f"sender refused the packet: {e.code}"]
+        if sent != wire:
+            return ["sender output differs from ciphertextPacket: " + first_diff(sent, wire)]
+        return []
 
 
-def _sender_check(g: dict, inp: dict, wire: bytes, kw: Dict[str, Any], plain: bytes) -> List[str]:
-    """The core's sender, given the plaintext and the same sequence number, must write the wire octets."""
-    import pyesp
-
-    skw = dict(kw, anti_replay=False, replay_top=0)
-    if g["udpEncap"]:
-        at = secured_offset(wire) - 8
-        skw["udp_sport"], skw["udp_dport"] = struct.unpack(">HH", wire[at : at + 4])
-    if g["mode"] == "tunnel":
-        skw["outer_header"] = wire[:20] if wire[0] >> 4 == 4 else wire[:40]
-    seq = int(inp["seq"], 16)
-    if "iv" in inp and int(inp["iv"], 16) != seq:
-        return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
-    try:
-        sa = pyesp.SA(**skw)
-        sa.set_next_seq(seq)
-        sent = sa.encrypt(plain)
-    except pyesp.EspError as e:
-        return [f"sender refused the packet: {e.code}"]
-    if sent != wire:
-        return ["sender output differs from ciphertextPacket: " + first_diff(sent, wire)]
-    return []
-
+check_packet_doc = EspPacketChecker()
 
 CHECKERS = {PACKET_SCHEMA: check_packet_doc}
 
