@@ -130,7 +130,7 @@ IPV6_TCP = bytes.fromhex("6000000000180640" + "20010db8" + "00" * 11 + "01" + "2
 
 def _v4(pkt: bytes) -> bytes:
     h = bytearray(pkt)
-    h[10:12] = struct.pack(">H", m._csum(bytes(h[:20])))
+    h[10:12] = struct.pack(">H", m.inet_checksum(bytes(h[:20])))
     return bytes(h)
 
 

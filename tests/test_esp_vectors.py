@@ -39,13 +39,12 @@ from pathlib import Path
 import pytest
 
 import esp_model as m
-from conftest import REPO_ROOT
+from vector_files import VECTORS, group_tests, load
 from test_esp_model import MCGREW, MCGREW_GMAC, RFC7634_ESP, RFC7634_INNER
 
 pv = pytest.importorskip("pecore.tools.vectors")
 import pyesp.tools.vectors as ev  # noqa: E402  (registers the family)
 
-VECTORS = REPO_ROOT / "vectors"
 ESP_FILES = sorted(VECTORS.glob("esp_*_test.json"))
 ESP_DECODER_CODES = {
     "authentication-failed", "esp-truncated", "esp-no-sa", "esp-sequence-zero", "replay-duplicate",
@@ -53,16 +52,6 @@ ESP_DECODER_CODES = {
     "esp-dummy-packet", "not-esp", "nat-keepalive", "ike-non-esp-marker", "eesp-in-udp", "udp-bad-length",
     "udp-bad-checksum", "ip-fragment", "ip-bad-length",
 }
-
-
-def load(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def group_tests(doc: dict):
-    for g in doc["testGroups"]:
-        for t in g["tests"]:
-            yield g, t
 
 
 def test_one_file_per_suite_of_the_core():
