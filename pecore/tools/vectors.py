@@ -1,8 +1,9 @@
 """Interop test vectors: what the PSP, EESP and ESP vector families share.
 
 The families themselves live in :mod:`pypsp.tools.vectors`, :mod:`pyeesp.tools.vectors` and
-:mod:`pyesp.tools.vectors`, which register themselves here (:func:`register_family`, and the ``psp_eesp.vectors`` entry points for a process that
-imported none): this shared floor never imports the packages above it.  It holds what they need once:
+:mod:`pyesp.tools.vectors`, which register themselves here (:func:`register_family`, and the
+``psp_eesp.vectors`` entry points for a process that imported none): this shared floor never imports the
+packages above it.  It holds what they need once:
 
 - :class:`Rng`, a deterministic byte stream from a seed and a path of labels
   (SHA-256 in counter mode), so that a vector depends only on the seed and on
@@ -11,8 +12,9 @@ imported none): this shared floor never imports the packages above it.  It holds
   ranges, correct checksums);
 - for the two ESP-framed families (ESP and EESP): the AEAD suite table of the
   IKEv2 ENCR transforms, the outer headers, the sealed-packet surgery of the
-  mutations, the file builder, the schema of what a receiver delivers and
-  the notes whose words are the same for both;
+  mutations, the group and file builders, the schema of what a receiver
+  delivers, the notes whose words are the same for both, and the packet
+  checker (:class:`PacketDocChecker`) around each family's receiver and sender;
 - document assembly in the Wycheproof layout (tcIds, ``numberOfTests``, only
   the notes of the flags used), canonical key order and file writing with a
   trailing newline, so that regenerating gives byte-identical files;
@@ -302,6 +304,11 @@ class SuiteInfo:
     def key_sizes(self) -> Tuple[int, ...]:
         return (256,) if self.kind == "chacha" else (128, 192, 256)
 
+    @property
+    def file_flags(self) -> List[str]:
+        """The flags every test of this suite's file carries."""
+        return (["ImplicitIv"] if self.iiv else []) + (["IntegrityOnly"] if self.kind == "gmac" else [])
+
 
 SUITES = {s.name: s for s in (
     SuiteInfo("aes-gcm-8", 18, "gcm", 4, 8, 8),
@@ -366,7 +373,8 @@ def delivered(pkt: bytes, icv: bytes, next_header: int, pad_length: int) -> Dict
     return {"plaintextPacket": pkt.hex(), "icv": icv.hex(), "nextHeader": next_header, "padLength": pad_length}
 
 
-def dropped(error: Optional[str], icv_valid: Optional[bool] = None, plaintext: Optional[bytes] = None) -> Dict[str, Any]:
+def dropped(error: Optional[str], icv_valid: Optional[bool] = None,
+            plaintext: Optional[bytes] = None) -> Dict[str, Any]:
     """The outputs of a rejected test: the reason, whether the ICV verified first, and (acceptable tests) what a
     receiver that accepts it delivers."""
     out: Dict[str, Any] = {"error": error}
@@ -380,6 +388,24 @@ def dropped(error: Optional[str], icv_valid: Optional[bool] = None, plaintext: O
 def kept_flags(base: "Test", keep: Sequence[str], flags: Sequence[str]) -> List[str]:
     """A derived test's flags: those of its base that describe the SA or the framing (``keep``), then its own."""
     return list(dict.fromkeys([f for f in base.flags if f in keep] + list(flags)))
+
+
+class SuiteGroupBuilder:
+    """One group of a suite file of an ESP-framed family while it is built: its suite, key size, mode,
+    encapsulation and RNG (a family's subclass adds its SA and packets)."""
+
+    #: the outer header's IP protocol in tunnel mode
+    ip_protocol = 0
+
+    def __init__(self, fb: "SuiteFileBuilder", group: "Group", key_bits: int) -> None:
+        self.fb, self.g = fb, group
+        self.suite = SUITES[group.fields["suite"]]
+        self.key_bits = key_bits
+        self.mode, self.udp = group.fields["mode"], group.fields["udpEncap"]
+        self.rng = fb.rng.child("group", len(fb.groups))
+
+    def outer(self, ipv: int) -> bytes:
+        return outer_header(self.rng, ipv, self.ip_protocol)
 
 
 class SuiteFileBuilder:
@@ -616,7 +642,8 @@ def mark_self_computed(vf: VectorFile, note: Dict[str, str], published: Sequence
 
 def key_file_head(what: str, file: str, group: int) -> str:
     """The comment lines that open a group's key file (``what``: "ESP test SA", "PSP test keys", ...)."""
-    return f"# {what} of {file} group {group} (vectors/README.md).\n# Public test values: never use them for real traffic.\n"
+    return (f"# {what} of {file} group {group} (vectors/README.md).\n"
+            "# Public test values: never use them for real traffic.\n")
 
 
 def write_vector_files(files: Sequence[VectorFile], out: "os.PathLike[str] | str", schemas: Dict[str, dict],
@@ -760,6 +787,18 @@ def when_result(result: str, outputs_required: Sequence[str]) -> dict:
 #: The core's reason for a drop, in every family's outputs.
 ERROR = {"type": "string", "minLength": 1,
          "description": "the reason, as the project's core names it (pe_status_name, e.g. authentication-failed)"}
+
+#: A group's suite fields of an ESP-framed family (ESP, EESP), in schema order.
+SUITE_GROUP_FIELDS = {
+    "suite": {"enum": list(SUITES)},
+    "encrId": {"type": "integer", "description": "IKEv2 ENCR transform ID"},
+    "keySize": {"enum": [128, 192, 256], "description": "bits"},
+}
+#: The KEYMAT inputs of an ESP-framed packet test: key and salt.
+KEYMAT_INPUTS = {
+    "key": hex_of_any(16, 24, 32),
+    "salt": hex_of_any(3, 4),
+}
 
 #: The outputs of an ESP-framed packet test (ESP, EESP), and which of them each result requires.
 DELIVERY_OUTPUTS = {
@@ -1035,10 +1074,21 @@ class PacketDocChecker:
     def receiver(self, sa: Dict[str, Any]) -> Any:
         raise NotImplementedError
 
+    def core_error(self) -> type:
+        """The family's exception type (its ``code`` is the core's status name)."""
+        raise NotImplementedError
+
+    def icv_valid(self, error: Any) -> Optional[bool]:
+        """Whether the ICV verified before the drop, where the error says so."""
+        return getattr(error, "icv_valid", None)
+
     def open(self, rx: Any, wire: bytes) -> Tuple[Any, Optional[str], Optional[bool]]:
         """(what the receiver delivered or None, the status name of its drop or None, whether the ICV verified
         before the drop or None)."""
-        raise NotImplementedError
+        try:
+            return rx.decrypt(wire), None, None
+        except self.core_error() as e:
+            return None, e.code, self.icv_valid(e)
 
     def delivery(self, d: Any, inp: dict, out: dict) -> List[str]:
         return delivery_problems(out, d.packet, d.next_header, d.pad_len)
@@ -1046,9 +1096,22 @@ class PacketDocChecker:
     def icv_octets(self, wire: bytes, n: int) -> bytes:
         return wire[-n:]
 
-    def sender(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> List[str]:
-        """How the core's sender, given the plaintext and the same sequence number, misses the wire octets."""
+    def send(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> "bytes | List[str]":
+        """What the core's sender writes, given the plaintext and the same sequence number (or why it cannot be
+        asked to); it may raise the family's error."""
         raise NotImplementedError
+
+    def sender(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> List[str]:
+        """How the core's sender misses the wire octets."""
+        try:
+            sent = self.send(group, inp, out, wire, sa)
+        except self.core_error() as e:
+            return [f"sender refused the packet: {e.code}"]
+        if isinstance(sent, list):
+            return sent
+        if sent != wire:
+            return ["sender output differs from ciphertextPacket: " + first_diff(sent, wire)]
+        return []
 
     def __call__(self, doc: dict, file: str, loose: bool = False) -> List[Outcome]:
         ck = Checker(file, loose)

@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.tools.vectors import (
-    ERROR, HEX, Checker, Family, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, dropped, first_diff, fix_ip,
-    flip, hex_of, hex_of_any, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags, key_file_head,
-    l4_checksum, l4_offset, mark_self_computed, outer_template, put, register as _register, register_family,
-    shared_notes, test_object, top_schema, udp_segment, when_result,
+    ERROR, HEX, Checker, Family, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, dropped, first_diff,
+    fix_ip, flip, hex_of, hex_of_any, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
+    key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put, register as _register,
+    register_family, shared_notes, test_object, top_schema, udp_segment, when_result,
 )
 
 PACKET_SCHEMA = "psp_packet_test_schema_v1.json"
