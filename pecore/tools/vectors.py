@@ -368,6 +368,19 @@ class SealedPacket:
         return fix_ip(self.wire[: self.at] + secured, udp_at=self.at - 8 if self.gb.udp else None)
 
 
+def udp_encap_mutations(gb: Any, base: SealedPacket, not_ours: str, not_ours_error: str) -> None:
+    """The UDP-encapsulation framing tests both ESP-framed families make on a packet in UDP 4500 (RFC 3948):
+    another port, a UDP length past the datagram, a NAT keepalive and an IKE message (the non-ESP marker) in
+    its place.  ``not_ours``/``not_ours_error``: the family's flag and status for a packet that is not its own."""
+    w, at = base.wire, base.at - 8
+    gb.invalid("UDP destination port 4501", [not_ours], base, put(w, at + 2, struct.pack(">H", 4501)), not_ours_error)
+    gb.invalid("UDP length one more than the datagram", ["IpFraming"], base,
+               put(w, at + 4, struct.pack(">H", len(w) - at + 1)), "udp-bad-length")
+    gb.invalid("a NAT keepalive (one octet 0xff)", [not_ours], base, base.with_secured(b"\xff"), "nat-keepalive")
+    gb.invalid("an IKE message (non-ESP marker: four zero octets)", [not_ours], base,
+               base.with_secured(bytes(4) + base.secured[:24]), "ike-non-esp-marker")
+
+
 def delivered(pkt: bytes, icv: bytes, next_header: int, pad_length: int) -> Dict[str, Any]:
     """The outputs of a valid ESP/EESP test: what the receiver delivers, and the trailer it read."""
     return {"plaintextPacket": pkt.hex(), "icv": icv.hex(), "nextHeader": next_header, "padLength": pad_length}

@@ -32,7 +32,8 @@ from pecore.tools.vectors import (
     Outcome, PacketDocChecker, Rng, SealedPacket, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, Test, VectorFile,
     assemble, delivered, dropped, flip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header,
     kept_flags, key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put, register as
-    _register, register_family, secured_offset, shared_notes, test_object, top_schema, udp_segment,
+    _register, register_family, secured_offset, shared_notes, test_object, top_schema, udp_encap_mutations,
+    udp_segment,
 )
 
 PACKET_SCHEMA = "eesp_packet_test_schema_v1.json"
@@ -768,12 +769,7 @@ def _udp_group(fb: EespFileBuilder) -> None:
     bad = put(good, u + 6, struct.pack(">H", struct.unpack(">H", good[u + 6 : u + 8])[0] ^ 0x0101))
     gb.invalid("a wrong non-zero UDP checksum (a receiver may verify it)", ["UdpEncap", "UdpChecksum"], base, bad,
                "udp-bad-checksum", result="acceptable")
-    gb.invalid("UDP destination port 4501", ["NotEesp"], base, put(w, u + 2, struct.pack(">H", 4501)), "not-eesp")
-    gb.invalid("UDP length one more than the datagram", ["IpFraming"], base,
-               put(w, u + 4, struct.pack(">H", len(w) - u + 1)), "udp-bad-length")
-    gb.invalid("a NAT keepalive (one octet 0xff)", ["NotEesp"], base, base.with_secured(b"\xff"), "nat-keepalive")
-    gb.invalid("an IKE message (non-ESP marker: four zero octets)", ["NotEesp"], base,
-               base.with_secured(bytes(4) + base.secured[:24]), "ike-non-esp-marker")
+    udp_encap_mutations(gb, base, "NotEesp", "not-eesp")
     _common_mutations(gb, base, "IPv4/UDP in UDP", parsing=False)
     gb.invalid("ESP-compat bit cleared (Session ID 0, no options: the first word is zero, an IKE non-ESP marker)",
                ["NotEesp", "CompatBitClear"], base, base.eflip(0, 0x80), "ike-non-esp-marker")

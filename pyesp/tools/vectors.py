@@ -30,7 +30,7 @@ from pecore.tools.vectors import (
     PacketDocChecker, SealedPacket, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, Test, VectorFile, assemble,
     delivered, dropped, fix_ip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
     key_file_head, l4_checksum, mark_self_computed, put, register as _register, register_family, secured_offset,
-    shared_notes, test_object, top_schema, udp_segment,
+    shared_notes, test_object, top_schema, udp_encap_mutations, udp_segment,
 )
 
 PACKET_SCHEMA = "esp_packet_test_schema_v1.json"
@@ -649,12 +649,7 @@ def _udp_group(fb: EspFileBuilder) -> None:
     gb.invalid("a wrong non-zero UDP checksum (a receiver may verify it)", ["UdpEncap", "UdpChecksum"], base,
                w[:at] + put(seg, 6, struct.pack(">H", struct.unpack(">H", seg[6:8])[0] ^ 0x0101)), "udp-bad-checksum",
                result="acceptable", plaintext=base.pkt)
-    gb.invalid("UDP destination port 4501", ["NotEsp"], base, put(w, at + 2, struct.pack(">H", 4501)), "not-esp")
-    gb.invalid("UDP length one more than the datagram", ["IpFraming"], base,
-               put(w, at + 4, struct.pack(">H", len(w) - at + 1)), "udp-bad-length")
-    gb.invalid("a NAT keepalive (one octet 0xff)", ["NotEsp"], base, base.with_secured(b"\xff"), "nat-keepalive")
-    gb.invalid("an IKE message (non-ESP marker: four zero octets)", ["NotEsp"], base,
-               base.with_secured(bytes(4) + base.secured[:24]), "ike-non-esp-marker")
+    udp_encap_mutations(gb, base, "NotEsp", "not-esp")
     gb.invalid("SPI with its top bit set: EESP on the port (eesp.md §14)", ["NotEsp"], base, base.eflip(0, 0x80),
                "eesp-in-udp")
     _mutations(gb, base, "UDP", full=False)
