@@ -1026,6 +1026,18 @@ class Checker:
             self.record(test, "pass", got, note)
 
 
+def check_kat_doc(doc: dict, file: str, loose: bool, derive: Callable[[dict, dict], bytes], output: str,
+                  mistake: str) -> List[Outcome]:
+    """Check a key-derivation file (PSP's KDF, EESP's SSKDF): ``derive(group, inputs)`` is the core's answer,
+    ``outputs[output]`` the file's; invalid tests hold a known ``mistake``'s output."""
+    ck = Checker(file, loose)
+    for g in doc["testGroups"]:
+        for t in g["tests"]:
+            with ck.guard(t):
+                ck.judge_kat(t, derive(g, t["inputs"]), t["outputs"][output], mistake)
+    return ck.outcomes
+
+
 class GroupReceivers:
     """The receivers of one test group: a stateful group's tests share one (built for the first test's SA, in
     tcId order), the others get a fresh one each."""

@@ -28,12 +28,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.tools.vectors import (
-    DELIVERY_OUTPUTS, DELIVERY_RULES, HEX, KEYMAT_INPUTS, SUITE_GROUP_FIELDS, SUITES, Checker, Family, Group,
-    Outcome, PacketDocChecker, Rng, SealedPacket, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, Test, VectorFile,
-    assemble, delivered, dropped, flip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header,
-    kept_flags, key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put, register as
-    _register, register_family, secured_offset, shared_notes, test_object, top_schema, udp_encap_mutations,
-    udp_segment,
+    DELIVERY_OUTPUTS, DELIVERY_RULES, Family, Group, HEX, KEYMAT_INPUTS, Outcome, PacketDocChecker, Rng,
+    SealedPacket, SUITE_GROUP_FIELDS, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, SUITES, Test, VectorFile,
+    assemble, check_kat_doc, delivered, dropped, flip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck,
+    ipv6_header, kept_flags, key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put,
+    register as _register, register_family, secured_offset, shared_notes, test_object, top_schema,
+    udp_encap_mutations, udp_segment,
 )
 
 PACKET_SCHEMA = "eesp_packet_test_schema_v1.json"
@@ -1059,14 +1059,10 @@ check_packet_doc = EespPacketChecker()
 
 
 def check_sskdf_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
-    ck = Checker(file, loose)
-    for g in doc["testGroups"]:
-        for t in g["tests"]:
-            inp = t["inputs"]
-            with ck.guard(t):
-                got = sub_sa_keymat(g["sskdf"], bytes.fromhex(inp["rootKey"]), inp["sessionId"], inp["length"])
-                ck.judge_kat(t, got, t["outputs"]["keymat"], "an SSKDF mistake")
-    return ck.outcomes
+    def derive(g: dict, inp: dict) -> bytes:
+        return sub_sa_keymat(g["sskdf"], bytes.fromhex(inp["rootKey"]), inp["sessionId"], inp["length"])
+
+    return check_kat_doc(doc, file, loose, derive, "keymat", "an SSKDF mistake")
 
 
 CHECKERS = {PACKET_SCHEMA: check_packet_doc, SSKDF_SCHEMA: check_sskdf_doc}

@@ -26,8 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.tools.vectors import (
-    DELIVERY_OUTPUTS, DELIVERY_RULES, HEX, KEYMAT_INPUTS, SUITE_GROUP_FIELDS, SUITES, Family, Group, Inner,
-    PacketDocChecker, SealedPacket, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, Test, VectorFile, assemble,
+    DELIVERY_OUTPUTS, DELIVERY_RULES, Family, Group, HEX, Inner, KEYMAT_INPUTS, PacketDocChecker, SealedPacket,
+    SUITE_GROUP_FIELDS, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, SUITES, Test, VectorFile, assemble,
     delivered, dropped, fix_ip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
     key_file_head, l4_checksum, mark_self_computed, put, register as _register, register_family, secured_offset,
     shared_notes, test_object, top_schema, udp_encap_mutations, udp_segment,

@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.tools.vectors import (
-    ERROR, HEX, Checker, Family, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, dropped, first_diff,
-    fix_ip, flip, hex_of, hex_of_any, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
-    key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put, register as _register,
-    register_family, shared_notes, test_object, top_schema, udp_segment, when_result,
+    Checker, ERROR, Family, Group, HEX, Inner, Outcome, Rng, Test, VectorFile, assemble, check_kat_doc, dropped,
+    first_diff, fix_ip, flip, hex_of, hex_of_any, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header,
+    kept_flags, key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put,
+    register as _register, register_family, shared_notes, test_object, top_schema, udp_segment, when_result,
 )
 
 PACKET_SCHEMA = "psp_packet_test_schema_v1.json"
@@ -1029,15 +1029,11 @@ def check_packet_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]
 
 
 def check_kdf_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
-    ck = Checker(file, loose)
-    for g in doc["testGroups"]:
-        for t in g["tests"]:
-            inp = t["inputs"]
-            with ck.guard(t):
-                got = kdf(bytes.fromhex(inp["masterKey"]), int(inp["spi"], 16), inp["version"],
-                          int(inp["label"], 16) if "label" in inp else None)
-                ck.judge_kat(t, got, t["outputs"]["derivedKey"], "a KDF mistake")
-    return ck.outcomes
+    def derive(_g: dict, inp: dict) -> bytes:
+        return kdf(bytes.fromhex(inp["masterKey"]), int(inp["spi"], 16), inp["version"],
+                   int(inp["label"], 16) if "label" in inp else None)
+
+    return check_kat_doc(doc, file, loose, derive, "derivedKey", "a KDF mistake")
 
 
 CHECKERS = {PACKET_SCHEMA: check_packet_doc, KDF_SCHEMA: check_kdf_doc}
