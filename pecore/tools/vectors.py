@@ -334,18 +334,19 @@ def outer_header(rng: Rng, ipv: int, proto: int) -> bytes:
 
 
 def secured_offset(wire: bytes) -> int:
-    """Where the ESP or EESP octets start in a wire packet: after the IP header chain, and the UDP header of
-    UDP encapsulation."""
+    """Where the ESP, EESP or PSP octets start in a wire packet: after the IP header chain, and the UDP header
+    (PSP's, or UDP encapsulation's)."""
     off, proto, _ = l4_offset(wire)
     return off + 8 if proto == IPPROTO_UDP else off
 
 
 class SealedPacket:
-    """A sealed wire packet of an ESP-framed family, with the surgery its mutations make on the ESP/EESP part
-    (IP and UDP lengths fixed up after a cut).  A family's subclass keeps the parts it sealed it from."""
+    """A sealed wire packet of any family, with the surgery its mutations make on the secured part (the ESP, EESP
+    or PSP octets; IP and UDP lengths fixed up after a cut).  A family's subclass keeps the parts it sealed it
+    from."""
 
-    def __init__(self, gb: Any, test: "Test", wire: bytes, pkt: bytes) -> None:
-        self.gb, self.test, self.wire, self.pkt = gb, test, wire, pkt
+    def __init__(self, test: "Test", wire: bytes, pkt: bytes) -> None:
+        self.test, self.wire, self.pkt = test, wire, pkt
 
     @property
     def at(self) -> int:
@@ -353,7 +354,7 @@ class SealedPacket:
 
     @property
     def secured(self) -> bytes:
-        """The ESP/EESP octets (SPI or Base Header to ICV)."""
+        """The ESP/EESP/PSP octets (SPI, Base Header or PSP header to ICV)."""
         return self.wire[self.at :]
 
     def eflip(self, offset: int, mask: int = 0x01) -> bytes:
@@ -365,7 +366,8 @@ class SealedPacket:
         return put(self.wire, self.at + offset, value)
 
     def with_secured(self, secured: bytes) -> bytes:
-        return fix_ip(self.wire[: self.at] + secured, udp_at=self.at - 8 if self.gb.udp else None)
+        in_udp = l4_offset(self.wire)[1] == IPPROTO_UDP
+        return fix_ip(self.wire[: self.at] + secured, udp_at=self.at - 8 if in_udp else None)
 
 
 def udp_encap_mutations(gb: Any, base: SealedPacket, not_ours: str, not_ours_error: str) -> None:

@@ -272,7 +272,8 @@ class ESealed(SealedPacket):
     def __init__(self, gb: "EespGroupBuilder", test: Test, wire: bytes, pkt: bytes, *, key: bytes, salt: bytes,
                  head: bytes, body: bytes, clear: int, sid: int, seq: Optional[int], iv: Optional[int], nh: int,
                  pad: int, payload: bytes, full: bool) -> None:
-        super().__init__(gb, test, wire, pkt)
+        super().__init__(test, wire, pkt)
+        self.gb = gb
         self.key, self.salt, self.head, self.body, self.clear = key, salt, head, body, clear
         self.sid, self.seq, self.iv, self.nh, self.pad, self.payload, self.full = sid, seq, iv, nh, pad, payload, full
 

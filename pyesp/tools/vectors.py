@@ -247,7 +247,8 @@ class Sealed(SealedPacket):
 
     def __init__(self, gb: "EspGroupBuilder", test: Test, wire: bytes, pkt: bytes, *, seq: int, iv: bytes,
                  payload: bytes, nh: int, body: bytes, outer: Optional[bytes], udp_sport: int) -> None:
-        super().__init__(gb, test, wire, pkt)
+        super().__init__(test, wire, pkt)
+        self.gb = gb
         self.seq, self.iv, self.payload, self.nh, self.body = seq, iv, payload, nh, body
         self.outer, self.udp_sport = outer, udp_sport
 
