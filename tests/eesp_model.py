@@ -1,7 +1,8 @@
 """Independent pure-Python model of IPsec Enhanced ESP (EESP v0, draft-ietf-ipsecme-eesp-03/-04).
 
 A second implementation written only from the project's specification (docs/spec/eesp.md) for the tests. It
-shares no code with the C core and uses only the standard library and the `cryptography` package. It favours
+shares no code with the C core and uses only the standard library, the `cryptography` package and what the
+three models share (tests/model_common.py: the error type, the IP checksum). It favours
 being obviously right over being fast or complete. Section numbers (§) and decisions (D1-D16) refer to eesp.md.
 
 Layout of one EESP packet (the octets after the outer IP header, or after the UDP header with UDP
@@ -44,6 +45,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
+from model_common import ModelError, inet_checksum
+
 __all__ = [
     "EespModelError", "Suite", "SUITES", "suite", "SSKDF_NONE", "SSKDF_HKDF_SHA2_256", "SSKDF_HKDF_SHA2_384",
     "SSKDF_HKDF_SHA2_512", "SSKDF_AES256_CMAC", "sskdf_root_len", "derive_sub_sa_key", "split_keymat", "SA",
@@ -81,14 +84,9 @@ ERROR_CODES = (
 )
 
 
-class EespModelError(Exception):
+class EespModelError(ModelError):
     """Any failure of the model. `code` is kebab-case; `icv_valid` is set for eesp-crypt-offset-not-allowed
     (§16 step 5: the ICV is still checked so that policy can delete the SA)."""
-
-    def __init__(self, code: str, message: str = "", icv_valid: bool | None = None):
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
-        self.icv_valid = icv_valid
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -790,18 +788,10 @@ class Sender:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f">{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
 
 def ipv4_checksum(hdr: bytes) -> int:
     """Header checksum of an IPv4 header (its own checksum field counted as zero)."""
-    return _csum(hdr[:10] + b"\0\0" + hdr[12:])
+    return inet_checksum(hdr[:10] + b"\0\0" + hdr[12:])
 
 
 def _fix_ip(hdr: bytearray, total_len: int) -> bytes:

@@ -3,7 +3,8 @@
 A second implementation written from the RFCs alone: RFC 4303 (ESP, Appendix A2.2 for the ESN inference),
 RFC 4106 (AES-GCM), RFC 4309 (AES-CCM), RFC 4543 (AES-GMAC, with draft-mcgrew-gcm-test-01's reading that the
 IV is authenticated), RFC 7634 (ChaCha20-Poly1305), RFC 8750 (implicit IV) and RFC 3948 (UDP encapsulation).
-It shares no code with the C core or with pecore: only the standard library and pyca/cryptography. It favours
+It shares no code with the C core or with pecore: only the standard library, pyca/cryptography and what the
+three models share (tests/model_common.py: the error type, the IP checksum). It favours
 being obviously right over being fast. tests/test_esp_model.py anchors it on published vectors.
 
 One ESP packet, as this model names its parts::
@@ -37,6 +38,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 
+from model_common import ModelError, inet_checksum
+
 UDP_ENCAP_PORT = 4500
 IPPROTO_ESP = 50
 IPPROTO_UDP = 17
@@ -46,13 +49,8 @@ IPV6_HBH, IPV6_ROUTING, IPV6_FRAGMENT, IPV6_DSTOPTS = 0, 43, 44, 60
 IPV6_EXT = (IPV6_HBH, IPV6_ROUTING, IPV6_FRAGMENT, IPV6_DSTOPTS)
 
 
-class EspModelError(Exception):
+class EspModelError(ModelError):
     """`code`: the reason (the core's status name); `icv_valid`: set when the drop came after the ICV check."""
-
-    def __init__(self, code: str, message: str = "", icv_valid: bool | None = None):
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
-        self.icv_valid = icv_valid
 
 
 @dataclass(frozen=True)
@@ -259,14 +257,6 @@ def open(sas, esp: bytes, *, replay: bool = True) -> Opened:  # noqa: A001 - the
 # ----------------------------------------------------------------------------------------------- IP framing
 
 
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f">{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
 
 def _whole_ip(pkt: bytes, version: int) -> bool:
     if not pkt or pkt[0] >> 4 != version:
@@ -282,7 +272,7 @@ def _with_length(head: bytearray, total: int) -> bytes:
         ihl = (head[0] & 0xF) * 4
         head[2:4] = struct.pack(">H", total)
         head[10:12] = b"\0\0"
-        head[10:12] = struct.pack(">H", _csum(bytes(head[:ihl])))
+        head[10:12] = struct.pack(">H", inet_checksum(bytes(head[:ihl])))
     else:
         head[4:6] = struct.pack(">H", total - 40)
     return bytes(head)

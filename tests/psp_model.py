@@ -1,8 +1,8 @@
 """Independent pure-Python model of the PSP Security Protocol (header version 0, crypto versions 0-3).
 
 This is a second implementation written from the project's specification (docs/spec/psp.md) for the tests.
-It shares no code with the C core or with pypsp and uses only the standard library and the `cryptography`
-package. It favours being obviously right over being fast or complete.
+It shares no code with the C core or with pypsp and uses only the standard library, the `cryptography`
+package and what the three models share (tests/model_common.py: the error type, the IP checksum). It favours being obviously right over being fast or complete.
 
 Section numbers (§) refer to psp.md.
 
@@ -25,6 +25,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.cmac import CMAC
+
+from model_common import ModelError, inet_checksum
 
 __all__ = [
     "PSP_UDP_PORT", "HDR_LEN", "ICV_LEN", "VC_LEN", "KEY_LEN", "GMAC_VERSIONS", "SUPPORTED_VERSIONS",
@@ -51,12 +53,8 @@ IPV6_EXT_HEADERS = (0, 43, 44, 60)  # hop-by-hop, routing, fragment, destination
 IPV6_FRAGMENT = 44
 
 
-class PspModelError(Exception):
+class PspModelError(ModelError):
     """Any failure of the model. `code` uses the same kebab-case vocabulary as the core where one exists."""
-
-    def __init__(self, code: str, message: str = ""):
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -253,19 +251,10 @@ open = unseal  # the name the test plan uses; this module never needs the builti
 # --------------------------------------------------------------------------------------------------------
 
 
-def _csum(data: bytes) -> int:
-    """RFC 1071 one's-complement sum, folded and complemented."""
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f">{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
 
 def ipv4_checksum(hdr: bytes) -> int:
     """Header checksum of an IPv4 header (its own checksum field is treated as zero)."""
-    return _csum(hdr[:10] + b"\0\0" + hdr[12:])
+    return inet_checksum(hdr[:10] + b"\0\0" + hdr[12:])
 
 
 def _with_ipv4_checksum(hdr: bytes) -> bytes:
@@ -278,7 +267,7 @@ def udp_checksum(src: bytes, dst: bytes, udp: bytes) -> int:
         pseudo = src + dst + struct.pack(">BBH", 0, IPPROTO_UDP, len(udp))
     else:
         pseudo = src + dst + struct.pack(">IxxxB", len(udp), IPPROTO_UDP)
-    c = _csum(pseudo + udp[:6] + b"\0\0" + udp[8:])
+    c = inet_checksum(pseudo + udp[:6] + b"\0\0" + udp[8:])
     return c or 0xFFFF
 
 

@@ -3,13 +3,16 @@
 The published vectors anchor the model without the core: the fourteen AES-GCM ESP packets of
 draft-mcgrew-gcm-test-01 §4 (32-bit and extended sequence numbers, 128/192/256-bit keys), its AES-GMAC packet
 and its two last GCM packets (ciphertext only), and RFC 7634 Appendix A (ChaCha20-Poly1305, tunnel mode).  The
-bytes are the ones core/tests/test_esp.c holds, copied here so that this file reads no project code.  Each
-packet opens to the published plaintext, and sealing that plaintext with the published IV gives the published
-octets back (the sender side too, although the documents' IVs are random).
+bytes are the ones core/tests/test_esp.c holds; their one Python copy, pyesp/tools/esp_kat.json, also feeds the
+vectors, and this file opens it by path, so that it runs no project code.  Each packet opens to the published
+plaintext, and sealing that plaintext with the published IV gives the published octets back (the sender side
+too, although the documents' IVs are random).
 """
 from __future__ import annotations
 
+import json
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -17,113 +20,15 @@ from hypothesis import strategies as st
 
 import esp_model as m
 
-MCGREW = [  # key, nonce (salt || IV), plaintext (payload || padding || trailer), AAD, ciphertext, ICV
-    ('4c80cdefbb5d10da906ac73c3613a634',
-     '2e443b684956ed7e3b244cfe',
-     '45000048699a000080114db7c0a80102c0a801010a9bf15638d301000001000000000000045f736970045f756470037369700963796265726369747902646b000021000101020201',
-     '000043218765432100000000',
-     'fecf537e729d5b07dc30df528dd22b768d1b98736696a6fd348509fa13ceac34cfa2436f14a3f3cf65925bf1f4a13c5d15b21e1884f5ff6247aeabb786b93bce61bc17d768fd9732',
-     '459018148f6cbe722fd04796562dfdb4'),
-    ('feffe9928665731c6d6a8f9467308308',
-     'cafebabefacedbaddecaf888',
-     '4500003e698f000080114dccc0a80102c0a801010a980035002a2343b2d001000001000000000000037369700963796265726369747902646b00000100010001',
-     '0000a5f80000000a',
-     'deb22cd9b07c72c16e3a65beeb8df304a5a5897d33ae530f1ba76d5d114d2a5c3de81827c10e9a4f51330d0eec416642cfbb85a5b47e48a4ec3b9ba95d918bd1',
-     '83b70d3aa8bc6ee4c309e9d85a41ad4a'),
-    ('abbccddef00112233445566778899aababbccddef00112233445566778899aab',
-     '112233440102030405060708',
-     '4500003069a6400080062690c0a801029389155e0a9e008b2dc57ee0000000007002400020bf0000020405b40101040201020201',
-     '4a2cbfe300000002',
-     'ff425c9b724599df7a3bcd510194e00d6a78107f1b0b1cbf06efae9d65a5d763748a637985771d347f0545659f14e99def842d8e',
-     'b335f4eecfdbf831824b4c4915956c96'),
-    ('00000000000000000000000000000000',
-     '000000000000000000000000',
-     '4500003c99c500008001cb7a40679318010101010800075c020044006162636465666768696a6b6c6d6e6f707172737475767761626364656667686901020201',
-     '0000000000000001',
-     '4688daf2f973a392732909c331d56d60f694abaa414b5e7ff5fdcdfff5e9a284456476492719ffb64de7d9dca1e1d894bc3bd57873ed4d181d19d4d5c8c18af3',
-     'f821d496eeb096e98ad2b69e4799c71d'),
-    ('3de09874b388e6491988d0c3607eae1f',
-     '57690e434e280000a2fca1a3',
-     '4500003c99c300008001cb7c40679318010101010800085c020043006162636465666768696a6b6c6d6e6f707172737475767761626364656667686901020201',
-     '42f67e3f1010101010101010',
-     'fba2caa4853cf9f0f22cb10d86dd83b0fec75691cf1a04b00d1138ec9c35791765acbd8701ad79845bf9fe3fba487bc91755e6662b4c8d0d1f5e22739530320a',
-     'e0d731cc978ecafaeae88f00e80d6e48'),
-    ('3de09874b388e6491988d0c3607eae1f',
-     '57690e434e280000a2fca1a3',
-     '4500001c42a200008001441f406793b6e00000020a00f5ff01020201',
-     '42f67e3f1010101010101010',
-     'fba2ca845e5df9f0f22c3e6e86dd831e1fc65792cd1af9130e1379ed',
-     '369f071f35e034be95f112e4e7d05d35'),
-    ('feffe9928665731c6d6a8f9467308308feffe9928665731c',
-     'cafebabefacedbaddecaf888',
-     '45000028a4ad4000400678800a01038f0a010612802306b8cb712602dd6bb03e501016d075680001',
-     '0000a5f80000000a',
-     'a5b1f8066029aea40e598b8122de02420938b3ab33f828e687b8858b5bfbdbd0315b27452144cc77',
-     '95457b9652037f5318027b5b4cd7a636'),
-    ('abbccddef00112233445566778899aab',
-     'decaf888cafedebaceface74',
-     '4500004933ba00007f119106c3fb1d10c2b1d326c02831ce0035dd7b800302d500004e20001e8c18d75b81dc91baa0476b91b924b280389d92c963bac046ec959b6266c04722b14923010101',
-     '000001000000000000000001',
-     '18a6fd42f72cbf4ab2a2ea901f73d814e3e7f243d95412e1c349c1d2fbec168f9190feebaf2cb01984e65863965d7472b79da345e0e780191f0d2f0e0f496c226f2127b27db35724e7845d68',
-     '651f57e65f354f75ff17015769623436'),
-    ('abbccddef00112233445566778899aababbccddef00112233445566778899aab',
-     '73616c74616e640169766563',
-     '45080028732c00004006e9f90a0106120a01038f06b88023dd6bafbecb71260250101f646d540001',
-     '17405e67156f3126dd0db99b',
-     'f2d69ecdbd5a0d5b8d5ef38bad4da58d1f278fde98ef67549d524a3018d9a57ff4d3a31ce673119e',
-     '451626c2415771e3b7eebca614c89b35'),
-    ('3de09874b388e6491988d0c3607eae1f',
-     '57690e434e280000a2fca1a3',
-     '45000049333e00007f119182c3fb1d10c2b1d326c02831ce0035cb458003025b000001e0001e8c18d65759d52284a0352c71475c8880391c764d6e5ee0496b325ae270c03899493915010101',
-     '42f67e3f1010101010101010',
-     'fba2cad12fc1f9f00d3cebf305410db83d7784b607323d220f24b0a97d54182800cadb0f68d99ef0e0c0c89ae9bea8884e52d65bc1afd0740f742444747b5b39ab533163aad4550ee5160975',
-     'cdb608c5769189609763b8e18caa81e2'),
-    ('abbccddef00112233445566778899aababbccddef00112233445566778899aab',
-     '73616c74616e640169766563',
-     '636973636f0172756c657301746865016e6574776501646566696e6501746865746563686e6f6c6f67696573017468617477696c6c01646566696e65746f6d6f72726f7701020201',
-     '17405e67156f3126dd0db99b',
-     'd4b7ed86a1777f2ea13d6973d324c69e7b43f826fb56831226508bebd2dceb18d0a6df10e5487df074113e14c641024e3e6773d91a62ee429b043a10e3efe6b012a49363412364f8',
-     'c0cac587f249e56b11e24f30e44ccc76'),
-    ('7d773d00c144c525ac619d18c84a3f47',
-     'd966426743457e9182443bc6',
-     '01020201',
-     '335467aeffffffff',
-     '437f866b',
-     'cb3f699fe9b0822bac961c4504bef270'),
-    ('abbccddef00112233445566778899aab',
-     'decaf888cafedebaceface74',
-     '746f016265016f72016e6f7401746f0162650001',
-     '000001000000000000000001',
-     '29c9fc69a197d038ccdd14e2ddfcaa0543332164',
-     '412503524303ed3c6c5f283843af8c3e'),
-    ('6c6567616c697a656d6172696a75616e61616e64646f69746265666f72656961',
-     '7475726e333021696765746d',
-     '45000030da3a00008001df3bc0a80005c0a800010800c6cd020007006162636465666768696a6b6c6d6e6f707172737401020201',
-     '796b6963ffffffffffffffff',
-     'f97ab2aa356d8edce17644ac8c78e25dd24dedbb29ebf1b64a274b39b49c3a864cd3d78ca4ae68a32b42458fb57dbe821dcc63b9',
-     'd0937ba2945f669368661a329fb4c053'),
-]
-
-# draft-mcgrew-gcm-test-01 §4, AES-GMAC (RFC 4543): SPI 0x4321, Seq 7, IV 0, payload || padding || trailer, ICV
-MCGREW_GMAC = ("4c80cdefbb5d10da906ac73c3613a634" "22433c64",
-               "45000030da3a00008001df3bc0a80005c0a800010800c6cd020007006162636465666768696a6b6c6d6e6f707172737401020201",
-               "f2a9a836e155106aa8dcd618e4099aaa")
+# The published bytes, from the one file that also feeds the vectors (read by path: no project code runs)
+KAT = json.loads((Path(__file__).resolve().parents[1] / "pyesp" / "tools" / "esp_kat.json").read_text(encoding="utf-8"))
+MCGREW = KAT["mcgrewGcm"]["cases"]  # key, nonce (salt || IV), plaintext (payload || padding || trailer), AAD, ciphertext, ICV
+# AES-GMAC (RFC 4543): SPI 0x4321, Seq 7, IV 0; keymat, payload || padding || trailer, ICV
+MCGREW_GMAC = tuple(KAT["mcgrewGmac"][k] for k in ("keymat", "body", "icv"))
 # its two last AES-GCM packets, ciphertext only: keymat, AAD (SPI || Seq high || Seq low), IV, ciphertext || ICV
-MCGREW_LAST = [
-    ("3de09874b388e6491988d0c3607eae1f57690e43", "3f7ef6421010101010101010", "4e280000a2fca1a3",
-     "fba2caa8c6c5f9f0f22ca54a061210ad3f6e5791cf1aca210d117cec9c35791765acbd8701ad79845bf9fe3fba487bc96321930684eecadb"
-     "56912546e7a95c9740d7cb05"),
-    ("4c80cdefbb5d10da906ac73c3613a63422433c64", "000043218765432100000007", "4855ec7d3a234bfd",
-     "74752e8aeb5d873cd7c0f4acc36c4bff84b7d7b98f0ca8b6acda6894bc619069ef9cbc28fe1b56a7c4e0d58c86cd2bc0"),
-]
+MCGREW_LAST = KAT["mcgrewLastGcm"]["cases"]
 # RFC 7634 Appendix A: keymat (key || salt), the ESP packet, the inner packet
-RFC7634_KEYMAT = "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f" "a0a1a2a3"
-RFC7634_ESP = ("01020304" "00000005" "1011121314151617"
-               "24039428b97f417e3c13753a4f05087b67c352e6a7fab1b982d466ef407ae5c614ee8099d52844eb61aa95df"
-               "ab4c02f72aa71e7c4c4f64c9befe2facc638e8f3cbec163fac469b502773f6fb94e664da9165b82829f641e0"
-               "76aaa8266b7fb0f7b11b369907e1ad43")
-RFC7634_INNER = ("45000054a6f200004001e778c6336405c00002050800" "5b7a3a080000553bec1000073627"
-                 "08090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f3031323334353637")
+RFC7634_KEYMAT, RFC7634_ESP, RFC7634_INNER = (KAT["rfc7634"][k] for k in ("keymat", "esp", "inner"))
 
 
 def mcgrew_case(i: int):
@@ -225,7 +130,7 @@ IPV6_TCP = bytes.fromhex("6000000000180640" + "20010db8" + "00" * 11 + "01" + "2
 
 def _v4(pkt: bytes) -> bytes:
     h = bytearray(pkt)
-    h[10:12] = struct.pack(">H", m._csum(bytes(h[:20])))
+    h[10:12] = struct.pack(">H", m.inet_checksum(bytes(h[:20])))
     return bytes(h)
 
 
@@ -277,3 +182,14 @@ def test_receiver_rules():
     with pytest.raises(m.EspModelError, match="replay-too-old"):
         m.open(r, m.seal(tx, inner, 4, 136))
     assert m.open(r, m.seal(tx, inner, 4, 137)).seq == 137  # in the window, never received
+
+
+def test_the_kat_file_holds_the_bytes_of_the_c_tests():
+    """esp_kat.json and core/tests/test_esp.c hold the same published bytes (the C tests keep their own copy)."""
+    import re
+
+    c = (Path(__file__).resolve().parents[1] / "core" / "tests" / "test_esp.c").read_text()
+    blob = "".join(re.findall(r'"([0-9a-fA-F ]*)"', c)).replace(" ", "").lower()
+    values = [v for case in MCGREW + MCGREW_LAST for v in case] + list(MCGREW_GMAC)
+    values += [RFC7634_KEYMAT, RFC7634_ESP, RFC7634_INNER]
+    assert [v for v in values if v not in blob] == []

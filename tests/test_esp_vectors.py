@@ -39,13 +39,12 @@ from pathlib import Path
 import pytest
 
 import esp_model as m
-from conftest import REPO_ROOT
+from vector_files import VECTORS, group_tests, load
 from test_esp_model import MCGREW, MCGREW_GMAC, RFC7634_ESP, RFC7634_INNER
 
 pv = pytest.importorskip("pecore.tools.vectors")
 import pyesp.tools.vectors as ev  # noqa: E402  (registers the family)
 
-VECTORS = REPO_ROOT / "vectors"
 ESP_FILES = sorted(VECTORS.glob("esp_*_test.json"))
 ESP_DECODER_CODES = {
     "authentication-failed", "esp-truncated", "esp-no-sa", "esp-sequence-zero", "replay-duplicate",
@@ -53,16 +52,6 @@ ESP_DECODER_CODES = {
     "esp-dummy-packet", "not-esp", "nat-keepalive", "ike-non-esp-marker", "eesp-in-udp", "udp-bad-length",
     "udp-bad-checksum", "ip-fragment", "ip-bad-length",
 }
-
-
-def load(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def group_tests(doc: dict):
-    for g in doc["testGroups"]:
-        for t in g["tests"]:
-            yield g, t
 
 
 def test_one_file_per_suite_of_the_core():
@@ -138,7 +127,7 @@ def model_verdicts(doc: dict):
                     if g["mode"] == "tunnel":
                         kw["outer"] = wire[:20] if wire[0] >> 4 == 4 else wire[:40]
                     if g["udpEncap"]:
-                        at = ev.esp_offset(wire) - 8
+                        at = pv.secured_offset(wire) - 8
                         kw["udp_sport"], kw["udp_dport"] = struct.unpack(">HH", wire[at : at + 4])
                     sent = m.encap(model_sa(g, inp, receiver=False), bytes.fromhex(out["plaintextPacket"]),
                                    int(inp["seq"], 16), **kw)
@@ -283,7 +272,7 @@ def _scapy_sa(g: dict, inp: dict, wire: bytes):
         tunnel = IP(wire[:20]) if wire[0] >> 4 == 4 else IPv6(wire[:40])
     nat = None
     if g["udpEncap"]:
-        at = ev.esp_offset(wire) - 8
+        at = pv.secured_offset(wire) - 8
         sport, dport = struct.unpack(">HH", wire[at : at + 4])
         nat = UDP(sport=sport, dport=dport)
     return scapy_ipsec.SecurityAssociation(
@@ -346,12 +335,12 @@ def test_scapy_on_every_vector(path):
             seq = int(inp["seq"], 16)
             if seq & 0xFFFFFFFF == 0:  # scapy's encrypt takes `seq_num or self.seq_num`: 0 means "the SA's own"
                 quirk = raw(sa.encrypt(_ip(plain), seq_num=0, iv=struct.pack(">Q", seq)))
-                assert quirk[ev.esp_offset(quirk) + 4 : ev.esp_offset(quirk) + 8] == b"\0\0\0\1"
+                assert quirk[pv.secured_offset(quirk) + 4 : pv.secured_offset(quirk) + 8] == b"\0\0\0\1"
                 sa = _scapy_sa(g, inp, wire)
                 sa.seq_num = 0
                 counts["low_zero"] += 1
             sent = raw(sa.encrypt(_ip(plain), seq_num=seq & 0xFFFFFFFF, iv=struct.pack(">Q", seq)))
-            mine, theirs = wire[ev.esp_offset(wire) :], sent[ev.esp_offset(sent) :]
+            mine, theirs = wire[pv.secured_offset(wire) :], sent[pv.secured_offset(sent) :]
             if _dstopts_inside(plain):  # RFC 4303 §3.1.1 allows both placements; scapy's is Linux's
                 assert mine != theirs and raw(_scapy_sa(g, inp, wire).decrypt(_ip(sent))) == plain
                 counts["placement"] += 1

@@ -59,3 +59,26 @@ def test_pyproject_declares_the_extras_and_the_license():
     for line in ('scapy = ["scapy', 'vectors = ["jsonschema', 'license = "Apache-2.0"', 'license-files = ["LICENSE"]'):
         assert line in text
     assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_every_data_file_in_the_packages_ships_in_the_wheel_and_the_sdist():
+    """A non-Python file inside a package (py.typed, the published ESP answers pyesp.tools.vectors reads) is in
+    the wheel and the sdist only when package-data names it (MANIFEST.in names the ESP answers for the sdist
+    too)."""
+    import fnmatch
+
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    missing = []
+    for pkg in cfg["packages"]:
+        for f in sorted((ROOT / pkg.replace(".", "/")).iterdir()):
+            # skip Python, and what the in-place build writes beside it (pecore/_native.*)
+            if not f.is_file() or f.suffix in (".py", ".pyc") or f.name.startswith((".", "_native.")):
+                continue
+            if not any(fnmatch.fnmatch(f.name, pat) for pat in cfg.get("package-data", {}).get(pkg, ())):
+                missing.append(f.relative_to(ROOT).as_posix())
+    assert not missing, f"files in the packages that package-data does not ship: {missing}"
+    assert "include pyesp/tools/esp_kat.json" in (ROOT / "MANIFEST.in").read_text().splitlines()

@@ -25,7 +25,8 @@ import pytest
 
 import eesp_model as em
 import psp_model as pm
-from conftest import DATA_DIR, REPO_ROOT, needs_shared
+from conftest import DATA_DIR, needs_shared
+from vector_files import VECTORS, group_tests, load
 
 jsonschema = pytest.importorskip("jsonschema")
 pv = pytest.importorskip("pecore.tools.vectors")
@@ -33,21 +34,10 @@ import pyeesp.tools.vectors  # noqa: E402  (the families register themselves wit
 import pyesp.tools.vectors  # noqa: E402
 import pypsp.tools.vectors  # noqa: E402
 
-VECTORS = REPO_ROOT / "vectors"
 FILES = sorted(VECTORS.glob("*_test.json"))
 PSP_PACKET = [p for p in FILES if p.name.startswith("psp_v")]
 EESP_PACKET = [p for p in FILES if p.name.startswith("eesp_") and "sskdf" not in p.name]
 ESP_PACKET = [p for p in FILES if p.name.startswith("esp_")]  # checked against the model and scapy in test_esp_vectors.py
-
-
-def load(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def group_tests(doc: dict):
-    for g in doc["testGroups"]:
-        for t in g["tests"]:
-            yield g, t
 
 
 def test_files_present():

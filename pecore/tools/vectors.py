@@ -1,20 +1,27 @@
-"""Interop test vectors: what the PSP and EESP vector families share.
+"""Interop test vectors: what the PSP, EESP and ESP vector families share.
 
-The families themselves live in :mod:`pypsp.tools.vectors` and :mod:`pyeesp.tools.vectors`, which register
-themselves here (:func:`register_family`, and the ``psp_eesp.vectors`` entry points for a process that
-imported neither): this shared floor never imports the packages above it.  It holds what both need once:
+The families themselves live in :mod:`pypsp.tools.vectors`, :mod:`pyeesp.tools.vectors` and
+:mod:`pyesp.tools.vectors`, which register themselves here (:func:`register_family`, and the
+``psp_eesp.vectors`` entry points for a process that imported none): this shared floor never imports the
+packages above it.  It holds what they need once:
 
 - :class:`Rng`, a deterministic byte stream from a seed and a path of labels
   (SHA-256 in counter mode), so that a vector depends only on the seed and on
   its own labels, never on how many vectors were drawn before it;
 - small IP/UDP/TCP builders for the cleartext packets (documentation address
   ranges, correct checksums);
+- for the two ESP-framed families (ESP and EESP): the AEAD suite table of the
+  IKEv2 ENCR transforms, the outer headers, the sealed-packet surgery of the
+  mutations, the group and file builders, the schema of what a receiver
+  delivers, the notes whose words are the same for both, and the packet
+  checker (:class:`PacketDocChecker`) around each family's receiver and sender;
 - document assembly in the Wycheproof layout (tcIds, ``numberOfTests``, only
   the notes of the flags used), canonical key order and file writing with a
   trailing newline, so that regenerating gives byte-identical files;
 - JSON Schema validation (``jsonschema``, draft 2020-12) of any vector file;
-- the per-tcId check report shared by ``pypsp vectors check`` and
-  ``pyeesp vectors check`` (text or ``--json``);
+- the per-tcId check report shared by ``pypsp``, ``pyeesp`` and ``pyesp
+  vectors check`` (text or ``--json``), and the comparisons of a delivered
+  packet and of a key-derivation answer that their checkers make alike;
 - pcap + key-file output per test group, and the counts table of
   ``vectors/README.md`` (``python -m pecore.vectors counts``).
 
@@ -34,10 +41,12 @@ import struct
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from pecore import primitives
 from pecore.protocol import checksum
 
 DEFAULT_SEED = 1
@@ -267,6 +276,196 @@ def hopopts(next_header: int, pad_octets: int = 6) -> bytes:
 
 
 # --------------------------------------------------------------------------------------------------------
+# ESP-framed families (ESP and EESP): suites, outer headers, sealed packets, file builders
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuiteInfo:
+    """An AEAD suite as ESP and EESP negotiate it (IKEv2 ENCR transform ID): its KEYMAT split and wire sizes."""
+
+    name: str
+    encr_id: int
+    kind: str  # gcm, ccm, gmac, chacha
+    salt: int
+    iv: int  # explicit IV octets on the wire (0: RFC 8750 implicit IV)
+    icv: int
+
+    @property
+    def alg(self) -> str:
+        return {"gcm": primitives.AES_GCM, "gmac": primitives.AES_GCM, "ccm": primitives.AES_CCM,
+                "chacha": primitives.CHACHA20_POLY1305}[self.kind]
+
+    @property
+    def iiv(self) -> bool:
+        return self.iv == 0
+
+    @property
+    def key_sizes(self) -> Tuple[int, ...]:
+        return (256,) if self.kind == "chacha" else (128, 192, 256)
+
+    @property
+    def file_flags(self) -> List[str]:
+        """The flags every test of this suite's file carries."""
+        return (["ImplicitIv"] if self.iiv else []) + (["IntegrityOnly"] if self.kind == "gmac" else [])
+
+
+SUITES = {s.name: s for s in (
+    SuiteInfo("aes-gcm-8", 18, "gcm", 4, 8, 8),
+    SuiteInfo("aes-gcm-12", 19, "gcm", 4, 8, 12),
+    SuiteInfo("aes-gcm-16", 20, "gcm", 4, 8, 16),
+    SuiteInfo("aes-ccm-8", 14, "ccm", 3, 8, 8),
+    SuiteInfo("aes-ccm-12", 15, "ccm", 3, 8, 12),
+    SuiteInfo("aes-ccm-16", 16, "ccm", 3, 8, 16),
+    SuiteInfo("aes-gmac", 21, "gmac", 4, 8, 16),
+    SuiteInfo("chacha20-poly1305", 28, "chacha", 4, 8, 16),
+    SuiteInfo("aes-ccm-8-iiv", 29, "ccm", 3, 0, 8),
+    SuiteInfo("aes-gcm-16-iiv", 30, "gcm", 4, 0, 16),
+    SuiteInfo("chacha20-poly1305-iiv", 31, "chacha", 4, 0, 16),
+)}
+
+
+def outer_header(rng: Rng, ipv: int, proto: int) -> bytes:
+    """A tunnel's outer IPv4/IPv6 header (lengths 0: the framing fills them in) from TEST-NET-3 / 2001:db8."""
+    r = rng.child("outer", ipv)
+    if ipv == 4:
+        return ipv4_header(f"203.0.113.{r.int(1, 254)}", f"203.0.113.{r.int(1, 254)}", proto, 0, ident=r.int(0, 0xFFFF))
+    return ipv6_header(f"2001:db8:ffff::{r.int(1, 0xFFFF):x}", f"2001:db8:eeee::{r.int(1, 0xFFFF):x}", proto, 0)
+
+
+def secured_offset(wire: bytes) -> int:
+    """Where the ESP, EESP or PSP octets start in a wire packet: after the IP header chain, and the UDP header
+    (PSP's, or UDP encapsulation's)."""
+    off, proto, _ = l4_offset(wire)
+    return off + 8 if proto == IPPROTO_UDP else off
+
+
+class SealedPacket:
+    """A sealed wire packet of any family, with the surgery its mutations make on the secured part (the ESP, EESP
+    or PSP octets; IP and UDP lengths fixed up after a cut).  A family's subclass keeps the parts it sealed it
+    from."""
+
+    def __init__(self, test: "Test", wire: bytes, pkt: bytes) -> None:
+        self.test, self.wire, self.pkt = test, wire, pkt
+
+    @property
+    def at(self) -> int:
+        return secured_offset(self.wire)
+
+    @property
+    def secured(self) -> bytes:
+        """The ESP/EESP/PSP octets (SPI, Base Header or PSP header to ICV)."""
+        return self.wire[self.at :]
+
+    def eflip(self, offset: int, mask: int = 0x01) -> bytes:
+        """The wire with a bit of the secured part flipped (a negative offset counts from its end)."""
+        off = offset if offset >= 0 else len(self.secured) + offset
+        return flip(self.wire, self.at + off, mask)
+
+    def eput(self, offset: int, value: bytes) -> bytes:
+        return put(self.wire, self.at + offset, value)
+
+    def with_secured(self, secured: bytes) -> bytes:
+        in_udp = l4_offset(self.wire)[1] == IPPROTO_UDP
+        return fix_ip(self.wire[: self.at] + secured, udp_at=self.at - 8 if in_udp else None)
+
+
+def udp_encap_mutations(gb: Any, base: SealedPacket, not_ours: str, not_ours_error: str) -> None:
+    """The UDP-encapsulation framing tests both ESP-framed families make on a packet in UDP 4500 (RFC 3948):
+    another port, a UDP length past the datagram, a NAT keepalive and an IKE message (the non-ESP marker) in
+    its place.  ``not_ours``/``not_ours_error``: the family's flag and status for a packet that is not its own."""
+    w, at = base.wire, base.at - 8
+    gb.invalid("UDP destination port 4501", [not_ours], base, put(w, at + 2, struct.pack(">H", 4501)), not_ours_error)
+    gb.invalid("UDP length one more than the datagram", ["IpFraming"], base,
+               put(w, at + 4, struct.pack(">H", len(w) - at + 1)), "udp-bad-length")
+    gb.invalid("a NAT keepalive (one octet 0xff)", [not_ours], base, base.with_secured(b"\xff"), "nat-keepalive")
+    gb.invalid("an IKE message (non-ESP marker: four zero octets)", [not_ours], base,
+               base.with_secured(bytes(4) + base.secured[:24]), "ike-non-esp-marker")
+
+
+def delivered(pkt: bytes, icv: bytes, next_header: int, pad_length: int) -> Dict[str, Any]:
+    """The outputs of a valid ESP/EESP test: what the receiver delivers, and the trailer it read."""
+    return {"plaintextPacket": pkt.hex(), "icv": icv.hex(), "nextHeader": next_header, "padLength": pad_length}
+
+
+def dropped(error: Optional[str], icv_valid: Optional[bool] = None,
+            plaintext: Optional[bytes] = None) -> Dict[str, Any]:
+    """The outputs of a rejected test: the reason, whether the ICV verified first, and (acceptable tests) what a
+    receiver that accepts it delivers."""
+    out: Dict[str, Any] = {"error": error}
+    if icv_valid is not None:
+        out["icvValid"] = icv_valid
+    if plaintext is not None:
+        out["plaintextPacket"] = plaintext.hex()
+    return out
+
+
+def kept_flags(base: "Test", keep: Sequence[str], flags: Sequence[str]) -> List[str]:
+    """A derived test's flags: those of its base that describe the SA or the framing (``keep``), then its own."""
+    return list(dict.fromkeys([f for f in base.flags if f in keep] + list(flags)))
+
+
+class SuiteGroupBuilder:
+    """One group of a suite file of an ESP-framed family while it is built: its suite, key size, mode,
+    encapsulation and RNG (a family's subclass adds its SA and packets)."""
+
+    #: the outer header's IP protocol in tunnel mode
+    ip_protocol = 0
+
+    def __init__(self, fb: "SuiteFileBuilder", group: "Group", key_bits: int) -> None:
+        self.fb, self.g = fb, group
+        self.suite = SUITES[group.fields["suite"]]
+        self.key_bits = key_bits
+        self.mode, self.udp = group.fields["mode"], group.fields["udpEncap"]
+        self.rng = fb.rng.child("group", len(fb.groups))
+
+    def outer(self, ipv: int) -> bytes:
+        return outer_header(self.rng, ipv, self.ip_protocol)
+
+
+class SuiteFileBuilder:
+    """One ``<family>_<suite>_test.json`` of an ESP-framed family: its suite, its RNG, its cleartext packets and
+    its groups."""
+
+    def __init__(self, family: str, seed: int, suite: str) -> None:
+        self.suite = SUITES[suite]
+        self.name = f"{family}_{suite}_test.json"
+        self.rng = Rng(seed, family, suite)
+        self.inner = Inner(self.rng.child("inner"))
+        self.groups: List["Group"] = []
+
+    def key_bits(self, asked: int) -> int:
+        """The key size of a group that asks for ``asked`` bits (ChaCha20 has only 256-bit keys)."""
+        return asked if asked in self.suite.key_sizes else self.suite.key_sizes[-1]
+
+    def suite_fields(self, key_bits: int) -> Dict[str, Any]:
+        su = self.suite
+        return {"suite": su.name, "encrId": su.encr_id, "keySize": key_bits, "ivSize": 8 * su.iv,
+                "tagSize": 8 * su.icv}
+
+
+
+
+#: Notes whose words are the same for the ESP-framed families (PSP shares ModifiedIcv); a family's NOTES take
+#: them from here.
+SHARED_NOTES: Dict[str, Dict[str, str]] = {
+    "MixedTunnel": {"bugType": "EDGE_CASE", "description": "Tunnel mode with inner and outer packets of different IP "
+                    "versions."},
+    "ModifiedIcv": {"bugType": "AUTH_BYPASS", "description": "An ICV bit flipped."},
+    "ModifiedCiphertext": {"bugType": "AUTH_BYPASS", "description": "An encrypted octet (for AES-GMAC a payload "
+                           "octet) flipped."},
+    "NoSa": {"bugType": "MISSING_STEP", "description": "No SA for the SPI."},
+    "OrderDependent": {"bugType": "FUNCTIONALITY", "description": "In a stateful group: one receiver processes the "
+                       "tests in tcId order, so the verdict depends on the tests before it."},
+    "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing, or a fragment."},
+}
+
+
+def shared_notes(*names: str) -> Dict[str, Dict[str, str]]:
+    return {n: SHARED_NOTES[n] for n in names}
+
+
+# --------------------------------------------------------------------------------------------------------
 # documents
 # --------------------------------------------------------------------------------------------------------
 
@@ -442,6 +641,26 @@ def assemble(name: str, algorithm: str, schema: str, header: List[str], notes: D
     return VectorFile(name, doc, pcaps)
 
 
+def mark_self_computed(vf: VectorFile, note: Dict[str, str], published: Sequence[str] = (),
+                       only_source: Optional[str] = None) -> None:
+    """Flag SelfComputed every test of the file that is not a published or spec answer (a flag in
+    ``published``; with ``only_source``, only in the groups of that source), and keep the notes sorted."""
+    for g in vf.doc["testGroups"]:
+        if only_source is not None and g["source"]["name"] != only_source:
+            continue
+        for t in g["tests"]:
+            if "SelfComputed" not in t["flags"] and not any(f in t["flags"] for f in published):
+                t["flags"].append("SelfComputed")
+    vf.doc["notes"]["SelfComputed"] = note
+    vf.doc["notes"] = {k: vf.doc["notes"][k] for k in sorted(vf.doc["notes"])}
+
+
+def key_file_head(what: str, file: str, group: int) -> str:
+    """The comment lines that open a group's key file (``what``: "ESP test SA", "PSP test keys", ...)."""
+    return (f"# {what} of {file} group {group} (vectors/README.md).\n"
+            "# Public test values: never use them for real traffic.\n")
+
+
 def write_vector_files(files: Sequence[VectorFile], out: "os.PathLike[str] | str", schemas: Dict[str, dict],
                        pcap: bool = True, stale: Sequence[Path] = ()) -> List[Path]:
     """Write vector files, their schemas and (optionally) the pcaps and key files; returns the paths.
@@ -578,6 +797,39 @@ def test_object(inputs: dict, outputs: dict, result_rules: Sequence[dict] = ()) 
 def when_result(result: str, outputs_required: Sequence[str]) -> dict:
     return {"if": {"properties": {"result": {"const": result}}},
             "then": {"properties": {"outputs": {"required": list(outputs_required)}}}}
+
+
+#: The core's reason for a drop, in every family's outputs.
+ERROR = {"type": "string", "minLength": 1,
+         "description": "the reason, as the project's core names it (pe_status_name, e.g. authentication-failed)"}
+
+#: A group's suite fields of an ESP-framed family (ESP, EESP), in schema order.
+SUITE_GROUP_FIELDS = {
+    "suite": {"enum": list(SUITES)},
+    "encrId": {"type": "integer", "description": "IKEv2 ENCR transform ID"},
+    "keySize": {"enum": [128, 192, 256], "description": "bits"},
+}
+#: The KEYMAT inputs of an ESP-framed packet test: key and salt.
+KEYMAT_INPUTS = {
+    "key": hex_of_any(16, 24, 32),
+    "salt": hex_of_any(3, 4),
+}
+
+#: The outputs of an ESP-framed packet test (ESP, EESP), and which of them each result requires.
+DELIVERY_OUTPUTS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "plaintextPacket": HEX,
+        "icv": hex_of_any(8, 12, 16),
+        "nextHeader": {"type": "integer", "minimum": 0, "maximum": 255},
+        "padLength": {"type": "integer", "minimum": 0, "maximum": 255},
+        "error": ERROR,
+        "icvValid": {"type": "boolean"},
+    },
+}
+DELIVERY_RULES = [when_result("valid", ["plaintextPacket", "icv", "nextHeader", "padLength"]),
+                  when_result("invalid", ["error"]), when_result("acceptable", ["error"])]
 
 
 @dataclass(frozen=True)
@@ -721,6 +973,26 @@ class Checker:
         self.outcomes.append(Outcome(self.file, int(test.get("tcId", 0)), str(test.get("result")), status, got,
                                      reason, tuple(test.get("flags", ()))))
 
+    @contextmanager
+    def guard(self, test: dict) -> Iterator[None]:
+        """Run one test's check: an exception (a broken foreign vector) fails that test, not the run."""
+        try:
+            yield
+        except Exception as e:
+            self.record(test, "fail", "exception", f"{type(e).__name__}: {e}")
+
+    def judge_kat(self, test: dict, got: bytes, want_hex: str, mistake: str) -> None:
+        """A key-derivation answer: valid tests must match; invalid ones hold a known ``mistake``'s output, which
+        the core must not reproduce."""
+        same = got.hex() == want_hex
+        match = "match" if same else "mismatch"
+        if test["result"] == "valid":
+            self.record(test, "pass" if same else "fail", match, "" if same else f"derived {got.hex()}")
+        elif test["result"] == "invalid":
+            self.record(test, "fail" if same else "pass", match, f"the core reproduces {mistake}" if same else "")
+        else:
+            self.record(test, "pass", match)
+
     def verdict(self, test: dict, got_error: Optional[str], *, problems: Sequence[str] = (),
                 detail: str = "") -> None:
         """Judge one test from what the receiver did (``got_error`` None = delivered) plus any mismatches
@@ -754,6 +1026,144 @@ class Checker:
             self.record(test, "fail", got, "; ".join(problems))
         else:
             self.record(test, "pass", got, note)
+
+
+def check_kat_doc(doc: dict, file: str, loose: bool, derive: Callable[[dict, dict], bytes], output: str,
+                  mistake: str) -> List[Outcome]:
+    """Check a key-derivation file (PSP's KDF, EESP's SSKDF): ``derive(group, inputs)`` is the core's answer,
+    ``outputs[output]`` the file's; invalid tests hold a known ``mistake``'s output."""
+    ck = Checker(file, loose)
+    for g in doc["testGroups"]:
+        for t in g["tests"]:
+            with ck.guard(t):
+                ck.judge_kat(t, derive(g, t["inputs"]), t["outputs"][output], mistake)
+    return ck.outcomes
+
+
+class GroupReceivers:
+    """The receivers of one test group: a stateful group's tests share one (built for the first test's SA, in
+    tcId order), the others get a fresh one each."""
+
+    def __init__(self, stateful: bool, make: Callable[[Dict[str, Any]], Any]) -> None:
+        self.stateful, self.make = stateful, make
+        self.shared: Optional[Tuple[Dict[str, Any], Any]] = None
+
+    def get(self, ck: Checker, test: dict, sa: Dict[str, Any]) -> Any:
+        """The receiver for a test's SA settings; None (the test failed) when a stateful group changes its SA."""
+        if not self.stateful:
+            return self.make(sa)
+        if self.shared is None:
+            self.shared = (sa, self.make(sa))
+        elif sa != self.shared[0]:
+            ck.record(test, "fail", "exception", "a stateful group's tests must share one SA")
+            return None
+        return self.shared[1]
+
+
+def first_diff(a: bytes, b: bytes) -> str:
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first difference at octet {i} (lengths {len(a)} and {len(b)})"
+
+
+def outer_template(wire: bytes) -> Optional[bytes]:
+    """A tunnel sender's outer header, read off a wire packet (None: an IPv4 header with options)."""
+    if wire[0] >> 4 == 4:
+        return wire[:20] if wire[0] == 0x45 else None
+    return wire[:40]
+
+
+def delivery_problems(out: dict, packet: bytes, next_header: int, pad_len: int) -> List[str]:
+    """How what an ESP/EESP receiver delivered differs from a test's outputs."""
+    problems = []
+    want = out.get("plaintextPacket")
+    if want is not None and packet.hex() != want:
+        problems.append("decrypted packet differs from plaintextPacket: " + first_diff(packet, bytes.fromhex(want)))
+    if "nextHeader" in out and next_header != out["nextHeader"]:
+        problems.append(f"Next Header {next_header}, expected {out['nextHeader']}")
+    if "padLength" in out and pad_len != out["padLength"]:
+        problems.append(f"Pad Length {pad_len}, expected {out['padLength']}")
+    return problems
+
+
+class PacketDocChecker:
+    """Checks a packet file of an ESP-framed family (ESP, EESP) against the core, test by test: what the
+    receiver delivers, or why it drops the packet and whether the ICV verified first; the file's ICV octets; and,
+    for a valid test without DecryptOnly, that the core's sender writes the same octets.  A family's subclass
+    says how to set up its SA, receiver and sender; an instance is the family's checker for the schema."""
+
+    #: what ``icv_octets`` reads, for the report
+    icv_where = "ciphertextPacket"
+
+    def sa_settings(self, group: dict, inp: dict) -> Dict[str, Any]:
+        """The receiving SA's keyword arguments."""
+        raise NotImplementedError
+
+    def receiver(self, sa: Dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def core_error(self) -> type:
+        """The family's exception type (its ``code`` is the core's status name)."""
+        raise NotImplementedError
+
+    def icv_valid(self, error: Any) -> Optional[bool]:
+        """Whether the ICV verified before the drop, where the error says so."""
+        return getattr(error, "icv_valid", None)
+
+    def open(self, rx: Any, wire: bytes) -> Tuple[Any, Optional[str], Optional[bool]]:
+        """(what the receiver delivered or None, the status name of its drop or None, whether the ICV verified
+        before the drop or None)."""
+        try:
+            return rx.decrypt(wire), None, None
+        except self.core_error() as e:
+            return None, e.code, self.icv_valid(e)
+
+    def delivery(self, d: Any, inp: dict, out: dict) -> List[str]:
+        return delivery_problems(out, d.packet, d.next_header, d.pad_len)
+
+    def icv_octets(self, wire: bytes, n: int) -> bytes:
+        return wire[-n:]
+
+    def send(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> "bytes | List[str]":
+        """What the core's sender writes, given the plaintext and the same sequence number (or why it cannot be
+        asked to); it may raise the family's error."""
+        raise NotImplementedError
+
+    def sender(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> List[str]:
+        """How the core's sender misses the wire octets."""
+        try:
+            sent = self.send(group, inp, out, wire, sa)
+        except self.core_error() as e:
+            return [f"sender refused the packet: {e.code}"]
+        if isinstance(sent, list):
+            return sent
+        if sent != wire:
+            return ["sender output differs from ciphertextPacket: " + first_diff(sent, wire)]
+        return []
+
+    def __call__(self, doc: dict, file: str, loose: bool = False) -> List[Outcome]:
+        ck = Checker(file, loose)
+        for g in doc["testGroups"]:
+            receivers = GroupReceivers(g["stateful"], self.receiver)
+            for t in g["tests"]:
+                with ck.guard(t):
+                    inp, out = t["inputs"], t["outputs"]
+                    sa = self.sa_settings(g, inp)
+                    rx = receivers.get(ck, t, sa)
+                    if rx is None:
+                        continue
+                    wire = bytes.fromhex(inp["ciphertextPacket"])
+                    d, got, icv_valid = self.open(rx, wire)
+                    problems: List[str] = []
+                    if got is None:
+                        problems += self.delivery(d, inp, out)
+                    elif "icvValid" in out and icv_valid is not None and icv_valid != out["icvValid"]:
+                        problems.append(f"icvValid is {icv_valid}, expected {out['icvValid']}")
+                    if "icv" in out and out["icv"] != self.icv_octets(wire, g["tagSize"] // 8).hex():
+                        problems.append(f"outputs.icv is not the last octets of {self.icv_where}")
+                    if t["result"] == "valid" and "DecryptOnly" not in t["flags"] and "plaintextPacket" in out:
+                        problems += self.sender(g, inp, out, wire, sa)
+                    ck.verdict(t, got, problems=problems)
+        return ck.outcomes
 
 
 def load_doc(path: "os.PathLike[str] | str") -> Any:

@@ -24,14 +24,16 @@ packet is re-sealed that way too, as a consistency check of this builder).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.tools.vectors import (
-    HEX, Checker, Family, Group, Inner, Outcome, Rng, Test, VectorFile, assemble, fix_ip, flip, hopopts,
-    ip_packet, ipv4_header, ipv4_recheck, ipv6_header, l4_checksum, l4_offset, put, register as _register, register_family,
-    test_object, top_schema, udp_segment, when_result,
+    DELIVERY_OUTPUTS, DELIVERY_RULES, Family, Group, HEX, KEYMAT_INPUTS, Outcome, PacketDocChecker, Rng,
+    SealedPacket, SUITE_GROUP_FIELDS, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, SUITES, Test, VectorFile,
+    assemble, check_kat_doc, delivered, dropped, flip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck,
+    ipv6_header, kept_flags, key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put,
+    register as _register, register_family, secured_offset, shared_notes, test_object, top_schema,
+    udp_encap_mutations, udp_segment,
 )
 
 PACKET_SCHEMA = "eesp_packet_test_schema_v1.json"
@@ -40,50 +42,17 @@ SOURCE_SELF = {"name": "self", "version": "pyeesp 0.1.0, draft-ietf-ipsecme-eesp
 SOURCE_SPEC = {"name": "self", "version": "eesp.md §19 vectors E1-E5 (self-computed regression anchors)"}
 
 
-@dataclass(frozen=True)
-class SuiteInfo:
-    name: str
-    encr_id: int
-    kind: str  # gcm, ccm, gmac, chacha
-    salt: int
-    iv: int  # explicit IV octets on the wire
-    icv: int
-
-    @property
-    def alg(self) -> str:
-        return {"gcm": primitives.AES_GCM, "gmac": primitives.AES_GCM, "ccm": primitives.AES_CCM,
-                "chacha": primitives.CHACHA20_POLY1305}[self.kind]
-
-    @property
-    def iiv(self) -> bool:
-        return self.iv == 0
-
-    @property
-    def key_sizes(self) -> Tuple[int, ...]:
-        return (256,) if self.kind == "chacha" else (128, 192, 256)
-
-
-SUITES = {s.name: s for s in (
-    SuiteInfo("aes-gcm-8", 18, "gcm", 4, 8, 8),
-    SuiteInfo("aes-gcm-12", 19, "gcm", 4, 8, 12),
-    SuiteInfo("aes-gcm-16", 20, "gcm", 4, 8, 16),
-    SuiteInfo("aes-ccm-8", 14, "ccm", 3, 8, 8),
-    SuiteInfo("aes-ccm-12", 15, "ccm", 3, 8, 12),
-    SuiteInfo("aes-ccm-16", 16, "ccm", 3, 8, 16),
-    SuiteInfo("aes-gmac", 21, "gmac", 4, 8, 16),
-    SuiteInfo("chacha20-poly1305", 28, "chacha", 4, 8, 16),
-    SuiteInfo("aes-ccm-8-iiv", 29, "ccm", 3, 0, 8),
-    SuiteInfo("aes-gcm-16-iiv", 30, "gcm", 4, 0, 16),
-    SuiteInfo("chacha20-poly1305-iiv", 31, "chacha", 4, 0, 16),
-)}
 SSKDF_HASH = {"hkdf-sha256": ("sha256", 32), "hkdf-sha384": ("sha384", 48), "hkdf-sha512": ("sha512", 64)}
 MAX_SEQ = 2**64 - 1
+#: A derived test keeps these flags of the packet it was made from (they describe its keys and layout).
+KEEP_FLAGS = ("SubSa", "CryptOffset", "MixedTunnel")
 
 # --------------------------------------------------------------------------------------------------------
 # notes (flags)
 # --------------------------------------------------------------------------------------------------------
 
 NOTES: Dict[str, Dict[str, str]] = {
+    **shared_notes("MixedTunnel", "ModifiedIcv", "ModifiedCiphertext", "NoSa", "OrderDependent", "IpFraming"),
     "SpecNotesKat": {"bugType": "BASIC", "description": "One of the vectors E1-E5 of the project's spec notes (eesp.md "
                      "§19), wrapped in an outer IP header: self-computed regression anchors, not authoritative (the "
                      "drafts publish none)."},
@@ -100,7 +69,6 @@ NOTES: Dict[str, Dict[str, str]] = {
     "LinuxXfrmAad": {"bugType": "FUNCTIONALITY", "description": "The Linux XFRM prototype's AAD: Base Header ‖ options ‖ "
                      "Sequence Number, without the explicit IV (D1)."},
     "UdpEncap": {"bugType": "BASIC", "description": "EESP in UDP 4500 (RFC 3948): told from ESP by the first octet's MSB."},
-    "MixedTunnel": {"bugType": "EDGE_CASE", "description": "Tunnel mode with inner and outer packets of different IP versions."},
     "CryptOffset": {"bugType": "EDGE_CASE", "description": "A Crypt Offset option (full format, D2/D3): PayloadOffset and "
                     "CryptOffset in 4-octet units; the exposed octets are in the AAD."},
     "EmptyCiphertext": {"bugType": "EDGE_CASE", "description": "The Crypt Offset exposes the PIH and the whole payload: "
@@ -129,8 +97,6 @@ NOTES: Dict[str, Dict[str, str]] = {
     "DecryptOnly": {"bugType": "FUNCTIONALITY", "description": "Valid on receive, but built by hand: a conforming sender "
                     "does not produce it (reserved bits, extra padding, an IV other than the sequence number, option "
                     "layouts, a UDP checksum). Check it by decryption only."},
-    "ModifiedIcv": {"bugType": "AUTH_BYPASS", "description": "An ICV bit flipped."},
-    "ModifiedCiphertext": {"bugType": "AUTH_BYPASS", "description": "An encrypted octet (for AES-GMAC a payload octet) flipped."},
     "ModifiedAad": {"bugType": "AUTH_BYPASS", "description": "An authenticated clear field changed after sealing "
                     "(named in the comment)."},
     "AadMistake": {"bugType": "WRONG_PRIMITIVE", "description": "Sealed with the other AAD variant (explicit IV in or out "
@@ -145,12 +111,9 @@ NOTES: Dict[str, Dict[str, str]] = {
     "ReservedBits": {"bugType": "MODIFIED_PARAMETER", "description": "Base Header R bits set: dropped (D5)."},
     "BadVersion": {"bugType": "MODIFIED_PARAMETER", "description": "EESP Version other than the negotiated 0."},
     "CompatBitClear": {"bugType": "MODIFIED_PARAMETER", "description": "The ESP-compat bit (first octet's MSB) is 0."},
-    "NoSa": {"bugType": "MISSING_STEP", "description": "No SA for the SPI."},
     "SubSaOutOfRange": {"bugType": "MODIFIED_PARAMETER", "description": "Session ID above the announced Maximum Sub SA ID, "
                         "or not 0 without an SSKDF (D6, D9)."},
     "SeqZero": {"bugType": "MODIFIED_PARAMETER", "description": "Sequence Number 0, never valid (D10)."},
-    "OrderDependent": {"bugType": "FUNCTIONALITY", "description": "In a stateful group: one receiver processes the "
-                       "tests in tcId order, so the verdict depends on the tests before it."},
     "ReplayedSeq": {"bugType": "FUNCTIONALITY", "description": "A Sequence Number already received on this Sub SA."},
     "ReplayTooOld": {"bugType": "FUNCTIONALITY", "description": "A Sequence Number left of the replay window."},
     "OptionsOverrun": {"bugType": "MODIFIED_PARAMETER", "description": "An option TLV runs past Opt Len, or Opt Len runs "
@@ -172,7 +135,6 @@ NOTES: Dict[str, Dict[str, str]] = {
                        "the PIH names."},
     "NotEesp": {"bugType": "FUNCTIONALITY", "description": "Not EESP for this receiver: another IP protocol or UDP port, "
                 "or on UDP 4500 an ESP packet, an IKE message (non-ESP marker) or a NAT keepalive."},
-    "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing, or a fragment."},
     "UdpChecksum": {"bugType": "EDGE_CASE", "description": "A non-zero UDP checksum: a receiver may verify it or not."},
 }
 
@@ -180,10 +142,8 @@ NOTES: Dict[str, Dict[str, str]] = {
 # schemas
 # --------------------------------------------------------------------------------------------------------
 
-_SPI = {"type": "string", "pattern": "^[0-9a-f]{8}$"}
-_U64 = {"type": "string", "pattern": "^[0-9a-f]{16}$"}
-_ERROR = {"type": "string", "minLength": 1,
-          "description": "the reason, as the project's core names it (pe_status_name, e.g. authentication-failed)"}
+_SPI = hex_of(4)
+_U64 = hex_of(8)
 
 PACKET_GROUP = {
     "type": "object",
@@ -193,9 +153,7 @@ PACKET_GROUP = {
     "properties": {
         "type": {"const": "EespPacketTest"},
         "source": {"$ref": "#/$defs/source"},
-        "suite": {"enum": list(SUITES)},
-        "encrId": {"type": "integer", "description": "IKEv2 ENCR transform ID"},
-        "keySize": {"enum": [128, 192, 256], "description": "bits"},
+        **SUITE_GROUP_FIELDS,
         "ivSize": {"enum": [0, 64], "description": "explicit IV on the wire, bits"},
         "tagSize": {"enum": [64, 96, 128], "description": "ICV, bits"},
         "mode": {"enum": ["transport", "tunnel"]},
@@ -225,8 +183,7 @@ PACKET_TEST = test_object(
         "additionalProperties": False,
         "oneOf": [{"required": ["key", "salt"]}, {"required": ["rootKey"]}],
         "properties": {
-            "key": {"type": "string", "pattern": "^([0-9a-f]{32}|[0-9a-f]{48}|[0-9a-f]{64})$"},
-            "salt": {"type": "string", "pattern": "^([0-9a-f]{6}|[0-9a-f]{8})$"},
+            **KEYMAT_INPUTS,
             "rootKey": {"type": "string", "pattern": "^([0-9a-f]{64}|[0-9a-f]{96}|[0-9a-f]{128})$"},
             "spi": _SPI,
             "sessionId": {"type": "integer", "minimum": 0, "maximum": 65535},
@@ -239,20 +196,8 @@ PACKET_TEST = test_object(
             "ciphertextPacket": HEX,
         },
     },
-    {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "plaintextPacket": HEX,
-            "icv": {"type": "string", "pattern": "^([0-9a-f]{16}|[0-9a-f]{24}|[0-9a-f]{32})$"},
-            "nextHeader": {"type": "integer", "minimum": 0, "maximum": 255},
-            "padLength": {"type": "integer", "minimum": 0, "maximum": 255},
-            "error": _ERROR,
-            "icvValid": {"type": "boolean"},
-        },
-    },
-    [when_result("valid", ["plaintextPacket", "icv", "nextHeader", "padLength"]), when_result("invalid", ["error"]),
-     when_result("acceptable", ["error"])],
+    DELIVERY_OUTPUTS,
+    DELIVERY_RULES,
 )
 SSKDF_GROUP = {
     "type": "object",
@@ -296,11 +241,6 @@ def sub_sa_keymat(sskdf: str, root: bytes, sid: int, length: int) -> bytes:
     return derive_sub_sa_key(root, sid, length, sskdf)
 
 
-def eesp_at(wire: bytes) -> int:
-    off, proto, _ = l4_offset(wire)
-    return off + 8 if proto == 17 else off
-
-
 def pih(nh: int, pad: int, reserved: int = 0) -> bytes:
     return struct.pack(">HBB", reserved, nh, pad)
 
@@ -326,46 +266,26 @@ def seal_eesp(suite: SuiteInfo, aad: str, seq_present: bool, key: bytes, salt: b
     return head + clear_part + ct + tag
 
 
-class ESealed:
-    """A sealed packet and its parts."""
+class ESealed(SealedPacket):
+    """A sealed packet and the parts it was sealed from."""
 
     def __init__(self, gb: "EespGroupBuilder", test: Test, wire: bytes, pkt: bytes, *, key: bytes, salt: bytes,
                  head: bytes, body: bytes, clear: int, sid: int, seq: Optional[int], iv: Optional[int], nh: int,
                  pad: int, payload: bytes, full: bool) -> None:
-        self.gb, self.test, self.wire, self.pkt = gb, test, wire, pkt
+        super().__init__(test, wire, pkt)
+        self.gb = gb
         self.key, self.salt, self.head, self.body, self.clear = key, salt, head, body, clear
         self.sid, self.seq, self.iv, self.nh, self.pad, self.payload, self.full = sid, seq, iv, nh, pad, payload, full
 
-    @property
-    def at(self) -> int:
-        return eesp_at(self.wire)
 
-    @property
-    def eesp(self) -> bytes:
-        return self.wire[self.at :]
+class EespGroupBuilder(SuiteGroupBuilder):
+    ip_protocol = 49  # provisional, test-only (D7)
 
-    def eflip(self, offset: int, mask: int = 0x01) -> bytes:
-        off = offset if offset >= 0 else len(self.eesp) + offset
-        return flip(self.wire, self.at + off, mask)
-
-    def eput(self, offset: int, value: bytes) -> bytes:
-        return put(self.wire, self.at + offset, value)
-
-    def with_eesp(self, e: bytes) -> bytes:
-        udp = self.gb.udp
-        return fix_ip(self.wire[: self.at] + e, udp_at=self.at - 8 if udp else None)
-
-
-class EespGroupBuilder:
     def __init__(self, fb: "EespFileBuilder", group: Group, *, key_bits: int, sskdf: str) -> None:
-        self.fb, self.g = fb, group
+        super().__init__(fb, group, key_bits)
         f = group.fields
-        self.suite = SUITES[f["suite"]]
-        self.key_bits = key_bits
         self.sskdf = sskdf
-        self.mode, self.fmt, self.aad, self.seq_present = f["mode"], f["format"], f["aad"], f["seqPresent"]
-        self.udp = f["udpEncap"]
-        self.rng = fb.rng.child("group", len(fb.groups))
+        self.fmt, self.aad, self.seq_present = f["format"], f["aad"], f["seqPresent"]
         self.spi = int.from_bytes(self.rng.child("spi").bytes(4), "big")
         self.keymat_len = key_bits // 8 + self.suite.salt
         if sskdf == "none":
@@ -401,12 +321,6 @@ class EespGroupBuilder:
             kw.update(root_key=self.root, sskdf=self.sskdf)
         return kw
 
-    def outer(self, ipv: int) -> bytes:
-        r = self.rng.child("outer", ipv)
-        if ipv == 4:
-            return ipv4_header(f"203.0.113.{r.int(1, 254)}", f"203.0.113.{r.int(1, 254)}", 49, 0, ident=r.int(0, 0xFFFF))
-        return ipv6_header(f"2001:db8:ffff::{r.int(1, 0xFFFF):x}", f"2001:db8:eeee::{r.int(1, 0xFFFF):x}", 49, 0)
-
     def next_seq(self) -> int:
         return self._seq.int(1, 2**40)
 
@@ -434,7 +348,7 @@ class EespGroupBuilder:
     def _parts(self, comment: str, flags: List[str], pkt: bytes, wire: bytes, *, sid: int, seq: int,
                co: Optional[int], options: bytes) -> ESealed:
         su = self.suite
-        at = eesp_at(wire)
+        at = secured_offset(wire)
         e = wire[at:]
         opt_len = e[1]
         head_len = 8 + opt_len + (8 if self.seq_present else 0) + su.iv
@@ -470,7 +384,7 @@ class EespGroupBuilder:
         if options:
             inp["options"] = options.hex()
         inp["ciphertextPacket"] = wire.hex()
-        out = {"plaintextPacket": pkt.hex(), "icv": e[-su.icv :].hex(), "nextHeader": nh, "padLength": pad}
+        out = delivered(pkt, e[-su.icv :], nh, pad)
         t = Test(comment, list(dict.fromkeys(flags)), inp, out, "valid", wire)
         return ESealed(self, t, wire, pkt, key=key, salt=salt, head=head, body=body, clear=clear, sid=sid,
                        seq=seq if self.seq_present else None, iv=seq if su.iv else None, nh=nh, pad=pad,
@@ -480,11 +394,8 @@ class EespGroupBuilder:
                 result: str = "invalid", icv_valid: Optional[bool] = None, **inputs: Any) -> Test:
         inp = dict(base.test.inputs, ciphertextPacket=wire.hex())
         inp.update(inputs)
-        out: Dict[str, Any] = {"error": error}
-        if icv_valid is not None:
-            out["icvValid"] = icv_valid
-        keep = [f for f in base.test.flags if f in ("SubSa", "CryptOffset", "MixedTunnel")]
-        return self.g.add(Test(comment, list(dict.fromkeys(keep + list(flags))), inp, out, result, wire))
+        return self.g.add(Test(comment, kept_flags(base.test, KEEP_FLAGS, flags), inp, dropped(error, icv_valid),
+                               result, wire))
 
     def crafted(self, comment: str, flags: Sequence[str], base: ESealed, *, head: Optional[bytes] = None,
                 body: Optional[bytes] = None, clear: Optional[int] = None, key: Optional[bytes] = None,
@@ -500,23 +411,16 @@ class EespGroupBuilder:
                       clear, opt_len=opt_len, iiv_nonce=iiv_nonce)
         if post is not None:
             e = post(e)
-        wire = base.with_eesp(e)
+        wire = base.with_secured(e)
         inp = dict(base.test.inputs, ciphertextPacket=wire.hex())
         inp.update(inputs or {})
-        keep = [f for f in base.test.flags if f in ("SubSa", "CryptOffset", "MixedTunnel")]
         if result == "valid":
-            out: Dict[str, Any] = {"plaintextPacket": (base.pkt if plaintext is None else plaintext).hex(),
-                                   "icv": e[-self.suite.icv :].hex(), "nextHeader": base.nh if nh is None else nh,
-                                   "padLength": base.pad if pad is None else pad}
-            flags = keep + ["DecryptOnly"] + list(flags)
+            out = delivered(base.pkt if plaintext is None else plaintext, e[-self.suite.icv :],
+                            base.nh if nh is None else nh, base.pad if pad is None else pad)
+            flags = ["DecryptOnly"] + list(flags)
         else:
-            out = {"error": error}
-            if icv_valid is not None:
-                out["icvValid"] = icv_valid
-            if result == "acceptable" and plaintext is not None:
-                out["plaintextPacket"] = plaintext.hex()
-            flags = keep + list(flags)
-        return self.g.add(Test(comment, list(dict.fromkeys(flags)), inp, out, result, wire)), wire
+            out = dropped(error, icv_valid, plaintext if result == "acceptable" else None)
+        return self.g.add(Test(comment, kept_flags(base.test, KEEP_FLAGS, flags), inp, out, result, wire)), wire
 
     def finish(self) -> None:
         f = self.g.fields
@@ -537,28 +441,19 @@ class EespGroupBuilder:
             parts.append(f"max-crypt-offset={f['maxCryptOffset']}")
         parts += [f"align={int(f['alignOptions'])}", f"strict={int(f['strict'])}", f"ip-protocol={f['ipProtocol']}",
                   f"udp-encap={int(self.udp)}"]
-        self.g.keys = (f"# EESP test SA of {self.fb.name} group {len(self.fb.groups)} (vectors/README.md).\n"
-                       "# Public test values: never use them for real traffic.\n"
-                       "eesp-sa " + " ".join(parts) + "\n")
+        self.g.keys = key_file_head("EESP test SA", self.fb.name, len(self.fb.groups)) + "eesp-sa " + " ".join(parts) + "\n"
 
 
-class EespFileBuilder:
+class EespFileBuilder(SuiteFileBuilder):
     def __init__(self, seed: int, suite: str) -> None:
-        self.suite = SUITES[suite]
-        self.name = f"eesp_{suite}_test.json"
-        self.rng = Rng(seed, "eesp", suite)
-        self.inner = Inner(self.rng.child("inner"))
-        self.groups: List[Group] = []
+        super().__init__("eesp", seed, suite)
 
     def group(self, comment: str, *, mode: str, key_bits: int, sskdf: str = "none", fmt: str = "auto",
               aad: str = "draft", seq: bool = True, align: bool = True, max_sub_sa_id: Optional[int] = None,
               max_crypt_offset: Optional[int] = None, strict: bool = False, udp: bool = False,
               stateful: bool = False, source: Optional[dict] = None) -> EespGroupBuilder:
-        su = self.suite
-        if su.kind == "chacha":
-            key_bits = 256
-        f: Dict[str, Any] = {"type": "EespPacketTest", "source": source or SOURCE_SELF, "suite": su.name,
-                             "encrId": su.encr_id, "keySize": key_bits, "ivSize": 8 * su.iv, "tagSize": 8 * su.icv,
+        key_bits = self.key_bits(key_bits)
+        f: Dict[str, Any] = {"type": "EespPacketTest", "source": source or SOURCE_SELF, **self.suite_fields(key_bits),
                              "mode": mode, "format": fmt, "aad": aad, "seqPresent": seq, "sskdf": sskdf,
                              "alignOptions": align, "strict": strict, "ipProtocol": 49, "udpEncap": udp,
                              "stateful": stateful, "comment": comment}
@@ -582,7 +477,7 @@ class EespFileBuilder:
 def _common_mutations(gb: EespGroupBuilder, s: ESealed, tag: str, parsing: bool = True) -> None:
     """ICV, ciphertext and header-field changes, truncation and (``parsing``) the Base Header rejections."""
     su = gb.suite
-    e = s.eesp
+    e = s.secured
     opt_len = e[1]
     seq_at = 8 + opt_len
     iv_at = seq_at + (8 if gb.seq_present else 0)
@@ -603,7 +498,7 @@ def _common_mutations(gb: EespGroupBuilder, s: ESealed, tag: str, parsing: bool 
     if su.iv:
         gb.invalid(f"{tag}: IV flipped" + (" (outside the AAD, but in the nonce)" if gb.aad == "linux-xfrm" else ""),
                    ["ModifiedAad"], s, s.eflip(iv_at + 7, 0x04), "authentication-failed")
-    gb.invalid(f"{tag}: last ICV octet cut off", ["Truncated"], s, s.with_eesp(e[:-1]), "authentication-failed")
+    gb.invalid(f"{tag}: last ICV octet cut off", ["Truncated"], s, s.with_secured(e[:-1]), "authentication-failed")
     if not parsing:
         return
     gb.invalid(f"{tag}: SPI flipped: no SA", ["NoSa"], s, s.eflip(7, 0x01), "eesp-no-sa")
@@ -619,8 +514,8 @@ def _common_mutations(gb: EespGroupBuilder, s: ESealed, tag: str, parsing: bool 
                s.eput(1, b"\xff"), "eesp-truncated")
     need = len(s.head) + (4 if s.full else 0) + su.icv
     gb.invalid(f"{tag}: cut to {need - 1} octets, one short of the headers" + (" + PIH" if s.full else "")
-               + " + ICV", ["Truncated"], s, s.with_eesp(e[: need - 1]), "eesp-truncated")
-    gb.invalid(f"{tag}: cut to 7 octets", ["Truncated"], s, s.with_eesp(e[:7]), "eesp-truncated")
+               + " + ICV", ["Truncated"], s, s.with_secured(e[: need - 1]), "eesp-truncated")
+    gb.invalid(f"{tag}: cut to 7 octets", ["Truncated"], s, s.with_secured(e[:7]), "eesp-truncated")
 
 
 def _mistakes(gb: EespGroupBuilder, s: ESealed, tag: str) -> None:
@@ -875,12 +770,7 @@ def _udp_group(fb: EespFileBuilder) -> None:
     bad = put(good, u + 6, struct.pack(">H", struct.unpack(">H", good[u + 6 : u + 8])[0] ^ 0x0101))
     gb.invalid("a wrong non-zero UDP checksum (a receiver may verify it)", ["UdpEncap", "UdpChecksum"], base, bad,
                "udp-bad-checksum", result="acceptable")
-    gb.invalid("UDP destination port 4501", ["NotEesp"], base, put(w, u + 2, struct.pack(">H", 4501)), "not-eesp")
-    gb.invalid("UDP length one more than the datagram", ["IpFraming"], base,
-               put(w, u + 4, struct.pack(">H", len(w) - u + 1)), "udp-bad-length")
-    gb.invalid("a NAT keepalive (one octet 0xff)", ["NotEesp"], base, base.with_eesp(b"\xff"), "nat-keepalive")
-    gb.invalid("an IKE message (non-ESP marker: four zero octets)", ["NotEesp"], base,
-               base.with_eesp(bytes(4) + base.eesp[:24]), "ike-non-esp-marker")
+    udp_encap_mutations(gb, base, "NotEesp", "not-eesp")
     _common_mutations(gb, base, "IPv4/UDP in UDP", parsing=False)
     gb.invalid("ESP-compat bit cleared (Session ID 0, no options: the first word is zero, an IKE non-ESP marker)",
                ["NotEesp", "CompatBitClear"], base, base.eflip(0, 0x80), "ike-non-esp-marker")
@@ -1025,22 +915,14 @@ def packet_file(seed: int, suite: str) -> VectorFile:
     _noseq_group(fb)
     _stateful_group(fb)
     _strict_group(fb)
-    flags = ["ImplicitIv"] if su.iiv else []
-    if su.kind == "gmac":
-        flags.append("IntegrityOnly")
     header = [
         f"EESP (draft-ietf-ipsecme-eesp-04, decisions D1-D16 of eesp.md §18) packet vectors, suite {suite} "
         f"(IKEv2 ENCR {su.encr_id}), {8 * su.icv}-bit ICV.",
         f"Generated by `pyeesp vectors generate --seed {seed}`; see vectors/README.md.",
         "Self-computed: no published EESP vectors exist. IP protocol 49 is provisional and test-only (D7).",
     ]
-    vf = assemble(fb.name, "EESP", PACKET_SCHEMA, header, NOTES, fb.groups, common_flags=flags)
-    for g in vf.doc["testGroups"]:
-        for t in g["tests"]:
-            if "SelfComputed" not in t["flags"] and "SpecNotesKat" not in t["flags"]:
-                t["flags"].append("SelfComputed")
-    vf.doc["notes"]["SelfComputed"] = NOTES["SelfComputed"]
-    vf.doc["notes"] = {k: vf.doc["notes"][k] for k in sorted(vf.doc["notes"])}
+    vf = assemble(fb.name, "EESP", PACKET_SCHEMA, header, NOTES, fb.groups, common_flags=su.file_flags)
+    mark_self_computed(vf, NOTES["SelfComputed"], published=["SpecNotesKat"])
     return vf
 
 
@@ -1103,12 +985,7 @@ def sskdf_file(seed: int) -> VectorFile:
               f"Generated by `pyeesp vectors generate --seed {seed}`; see vectors/README.md.",
               "Invalid tests give the output of a known mistake: an implementation must not reproduce it."]
     vf = assemble("eesp_sskdf_test.json", "EESP-SSKDF", SSKDF_SCHEMA, header, NOTES, groups)
-    for g in vf.doc["testGroups"]:
-        for t in g["tests"]:
-            if "SpecNotesKat" not in t["flags"]:
-                t["flags"].append("SelfComputed")
-    vf.doc["notes"]["SelfComputed"] = NOTES["SelfComputed"]
-    vf.doc["notes"] = {k: vf.doc["notes"][k] for k in sorted(vf.doc["notes"])}
+    mark_self_computed(vf, NOTES["SelfComputed"], published=["SpecNotesKat"])
     return vf
 
 
@@ -1119,11 +996,6 @@ def generate(seed: int) -> List[VectorFile]:
 # --------------------------------------------------------------------------------------------------------
 # checking against the core
 # --------------------------------------------------------------------------------------------------------
-
-
-def _first_diff(a: bytes, b: bytes) -> str:
-    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return f"first difference at octet {i} (lengths {len(a)} and {len(b)})"
 
 
 def sa_settings(group: dict, inp: dict) -> Dict[str, Any]:
@@ -1142,109 +1014,56 @@ def sa_settings(group: dict, inp: dict) -> Dict[str, Any]:
     return kw
 
 
-def _outer_template(wire: bytes) -> Optional[bytes]:
-    if wire[0] >> 4 == 4:
-        return wire[:20] if wire[0] == 0x45 else None
-    return wire[:40]
+class EespPacketChecker(PacketDocChecker):
+    def sa_settings(self, group: dict, inp: dict) -> Dict[str, Any]:
+        return sa_settings(group, inp)
 
+    def receiver(self, sa: Dict[str, Any]) -> Any:
+        import pyeesp
 
-def check_packet_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
-    import pyeesp
+        return pyeesp.Receiver([pyeesp.SA(**sa)])
 
-    ck = Checker(file, loose)
-    for g in doc["testGroups"]:
-        shared = None
-        for t in g["tests"]:
-            try:
-                inp, out = t["inputs"], t["outputs"]
-                kw = sa_settings(g, inp)
-                if g["stateful"]:
-                    if shared is None:
-                        shared = (kw, pyeesp.Receiver([pyeesp.SA(**kw)]))
-                    elif {k: v for k, v in kw.items()} != shared[0]:
-                        ck.record(t, "fail", "exception", "a stateful group's tests must share one SA")
-                        continue
-                    rx = shared[1]
-                else:
-                    rx = pyeesp.Receiver([pyeesp.SA(**kw)])
-                wire = bytes.fromhex(inp["ciphertextPacket"])
-                problems: List[str] = []
-                got: Optional[str] = None
-                try:
-                    d = rx.decrypt(wire)
-                except pyeesp.EespError as e:
-                    got = e.code
-                    if "icvValid" in out and isinstance(e, pyeesp.PolicyError) and e.icv_valid != out["icvValid"]:
-                        problems.append(f"icvValid is {e.icv_valid}, expected {out['icvValid']}")
-                else:
-                    want = out.get("plaintextPacket")
-                    if want is not None and d.packet.hex() != want:
-                        problems.append("decrypted packet differs from plaintextPacket: "
-                                        + _first_diff(d.packet, bytes.fromhex(want)))
-                    if "nextHeader" in out and d.next_header != out["nextHeader"]:
-                        problems.append(f"Next Header {d.next_header}, expected {out['nextHeader']}")
-                    if "padLength" in out and d.pad_len != out["padLength"]:
-                        problems.append(f"Pad Length {d.pad_len}, expected {out['padLength']}")
-                icv_len = g["tagSize"] // 8
-                if "icv" in out and out["icv"] != wire[-icv_len:].hex():
-                    problems.append("outputs.icv is not the last octets of ciphertextPacket")
-                if t["result"] == "valid" and "DecryptOnly" not in t["flags"] and "plaintextPacket" in out:
-                    problems += _sender_check(g, inp, out, wire, kw)
-                ck.verdict(t, got, problems=problems)
-            except Exception as e:  # a broken foreign vector must not stop the run
-                ck.record(t, "fail", "exception", f"{type(e).__name__}: {e}")
-    return ck.outcomes
+    def core_error(self) -> type:
+        import pyeesp
 
+        return pyeesp.EespError
 
-def _sender_check(g: dict, inp: dict, out: dict, wire: bytes, kw: Dict[str, Any]) -> List[str]:
-    import pyeesp
+    def icv_valid(self, error: Any) -> Optional[bool]:
+        import pyeesp
 
-    plain = bytes.fromhex(out["plaintextPacket"])
-    skw = dict(kw, crypt_offset=inp.get("cryptOffset"), options=bytes.fromhex(inp.get("options", "")),
-               anti_replay=False)
-    if g["udpEncap"]:
-        at = l4_offset(wire)[0]
-        skw["udp_sport"] = struct.unpack(">H", wire[at : at + 2])[0]
-    if g["mode"] == "tunnel":
-        skw["tunnel_header"] = _outer_template(wire)
-    counter = inp.get("seq") if g["seqPresent"] else inp.get("iv")
-    try:
-        sa = pyeesp.SA(**skw)
+        return error.icv_valid if isinstance(error, pyeesp.PolicyError) else None
+
+    def send(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> "bytes | List[str]":
+        import pyeesp
+
+        plain = bytes.fromhex(out["plaintextPacket"])
+        skw = dict(sa, crypt_offset=inp.get("cryptOffset"), options=bytes.fromhex(inp.get("options", "")),
+                   anti_replay=False)
+        if group["udpEncap"]:
+            at = l4_offset(wire)[0]
+            skw["udp_sport"] = struct.unpack(">H", wire[at : at + 2])[0]
+        if group["mode"] == "tunnel":
+            skw["tunnel_header"] = outer_template(wire)
+        counter = inp.get("seq") if group["seqPresent"] else inp.get("iv")
+        tx = pyeesp.SA(**skw)
         if counter is None:
             return ["no sequence number or IV to start the sender at"]
         if int(counter, 16) == 0:
             return ["a sender never sends sequence number / IV 0"]
-        sa.set_next_seq(int(counter, 16), inp["sessionId"])
+        tx.set_next_seq(int(counter, 16), inp["sessionId"])
         if "iv" in inp and "seq" in inp and inp["iv"] != inp["seq"]:
             return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
-        sent = sa.encrypt(plain, inp["sessionId"])
-    except pyeesp.EespError as e:
-        return [f"sender refused the packet: {e.code}"]
-    if sent != wire:
-        return ["sender output differs from ciphertextPacket: " + _first_diff(sent, wire)]
-    return []
+        return tx.encrypt(plain, inp["sessionId"])
+
+
+check_packet_doc = EespPacketChecker()
 
 
 def check_sskdf_doc(doc: dict, file: str, loose: bool = False) -> List[Outcome]:
-    ck = Checker(file, loose)
-    for g in doc["testGroups"]:
-        for t in g["tests"]:
-            inp = t["inputs"]
-            try:
-                got = sub_sa_keymat(g["sskdf"], bytes.fromhex(inp["rootKey"]), inp["sessionId"], inp["length"])
-            except Exception as e:
-                ck.record(t, "fail", "exception", f"{type(e).__name__}: {e}")
-                continue
-            same = got.hex() == t["outputs"]["keymat"]
-            if t["result"] == "valid":
-                ck.record(t, "pass" if same else "fail", "match" if same else "mismatch",
-                          "" if same else f"derived {got.hex()}")
-            elif t["result"] == "invalid":
-                ck.record(t, "fail" if same else "pass", "match" if same else "mismatch",
-                          "the core reproduces an SSKDF mistake" if same else "")
-            else:
-                ck.record(t, "pass", "match" if same else "mismatch")
-    return ck.outcomes
+    def derive(g: dict, inp: dict) -> bytes:
+        return sub_sa_keymat(g["sskdf"], bytes.fromhex(inp["rootKey"]), inp["sessionId"], inp["length"])
+
+    return check_kat_doc(doc, file, loose, derive, "keymat", "an SSKDF mistake")
 
 
 CHECKERS = {PACKET_SCHEMA: check_packet_doc, SSKDF_SCHEMA: check_sskdf_doc}
