@@ -497,8 +497,9 @@ def test_tags_are_verified_by_openssl_aead_final():
     src = _strip_comments((ROOT / "core/src/crypto/aead.c").read_text())
     body = _function_body(src, "pe_aead_open")
     # GCM / ChaCha20-Poly1305: the expected tag goes to OpenSSL, whose final step compares in constant time.
-    assert "EVP_CTRL_AEAD_SET_TAG" in body and "EVP_CipherFinal_ex" in body
-    assert re.search(r"EVP_CipherFinal_ex\([^;]*\)\s*!=\s*1\)\s*return PE_ERR_AUTH", body)
+    # (The final step is EVP_DecryptFinal_ex since the direct GCM/ChaCha20 path; EVP_CipherFinal_ex before.)
+    assert "EVP_CTRL_AEAD_SET_TAG" in body and re.search(r"EVP_(Cipher|Decrypt)Final_ex", body)
+    assert re.search(r"EVP_(Cipher|Decrypt)Final_ex\([^;]*\)\s*!=\s*1\)\s*return PE_ERR_AUTH", body)
     # CCM: the tag is set before the payload pass (in begin()), which verifies it.
     begin = _function_body(src, "begin")
     assert "EVP_CTRL_AEAD_SET_TAG" in begin and "PE_AEAD_OPEN" in begin
