@@ -593,6 +593,63 @@ static pe_status next_block(pe_capture_reader *r, cap_block *b, int *eof, int pi
     return st;
 }
 
+/*
+ * Hand the caller the window, with every record parsed so far in it, and go on
+ * in *buf (the caller's previous window, or NULL): only the unparsed tail is
+ * copied there.  Records already handed out stay valid in the caller's buffer,
+ * so a chunk of a parallel run keeps its records without copying them.  A
+ * memory reader's records are in the caller's buffer already: nothing to do.
+ */
+static pe_status reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *cap)
+{
+    if (r->fd < 0 || !r->owned)
+        return PE_OK;
+    size_t tail = r->len - r->pos;
+    if (*cap < r->owned_cap) {
+        free(*buf); /* nothing in it is kept */
+        *cap = 0;
+        if (!(*buf = malloc(r->owned_cap)))
+            return PE_ERR_NOMEM;
+        *cap = r->owned_cap;
+    }
+    memcpy(*buf, r->owned + r->pos, tail);
+    uint8_t *old = r->owned;
+    size_t old_cap = r->owned_cap;
+    r->owned = *buf;
+    r->owned_cap = *cap;
+    *buf = old;
+    *cap = old_cap;
+    r->buf = r->owned;
+    r->base += r->pos;
+    r->len = tail;
+    r->pos = 0;
+    return PE_OK;
+}
+
+/*
+ * Make a descriptor reader's window `window` octets, or as much as it holds
+ * unparsed if that is more (between records: nothing is pinned).
+ */
+static pe_status reader_resize(pe_capture_reader *r, size_t window)
+{
+    if (r->fd < 0 || !r->owned)
+        return PE_OK;
+    size_t tail = r->len - r->pos;
+    memmove(r->owned, r->owned + r->pos, tail);
+    r->base += r->pos;
+    r->len = tail;
+    r->pos = 0;
+    if (window < tail)
+        window = tail;
+    uint8_t *resized = realloc(r->owned, window);
+    if (!resized)
+        return PE_ERR_NOMEM;
+    r->owned = resized;
+    r->owned_cap = window;
+    r->buf = resized;
+    return PE_OK;
+}
+
 static pe_status reader_new(pe_capture_reader **out)
 {
     *out = calloc(1, sizeof **out);
@@ -1611,9 +1668,10 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
 /*
  * Every thread of the pool, the caller's included, takes whole chunks and
  * carries each from read() to write(): in its reading turn it takes the next
- * records from the reader, copying them out of the reader's window so that the
- * window can move on, and runs `before` on them (a sender's IVs and sequence
- * numbers, in input order); it transforms them with no lock held; in its
+ * records from the reader and the reader's window with them (reader_hand_off:
+ * the reader goes on in the chunk's previous window, so no record is copied),
+ * and runs `before` on them (a sender's IVs and sequence numbers, in input
+ * order); it transforms them with no lock held; in its
  * writing turn, in input order, it runs `after` (a receiver's replay window)
  * and writes them as transform_loop does.  Reading and writing are each done by
  * one thread at a time, but they overlap with each other and with the
@@ -1624,22 +1682,23 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
  * signal handlers run there), at the same packet counts as transform_loop.
  */
 /*
- * Up to 2 MiB of input per chunk (a longer record makes a chunk of its own):
- * 100,000 x 1500 B decrypted on two threads took 92-95 ms with 1 MiB chunks,
- * 88-91 ms with 2 MiB, no less with 4 or 8 MiB, 106-116 ms with 256-512 KiB
- * (fewer hand-overs of the turns).  At most TRANSFORM_PROGRESS_EVERY records,
- * so small packets make chunks of the same size too.
+ * A chunk is one window of the reader, 1 MiB (a longer record makes a chunk of
+ * its own).  100,000 x 1500 B decrypted on two threads took 74-76 ms with
+ * windows of 128 KiB to 1 MiB and 87-88 ms with 4 MiB (the chunk and its
+ * results no longer fit a core's L2 cache); when records were still copied
+ * out of the window, 2 MiB chunks did best (88-91 ms).  At most
+ * TRANSFORM_PROGRESS_EVERY records, so small packets make chunks of the same
+ * size too.
  */
 #define OWN_CHUNK_RECORDS TRANSFORM_PROGRESS_EVERY
-#define OWN_CHUNK_OCTETS (2u << 20)
+#define OWN_CHUNK_OCTETS (1u << 20)
 
 typedef struct own_chunk {
     chunk_rec recs[OWN_CHUNK_RECORDS];
     pe_parallel_item items[OWN_CHUNK_RECORDS];
     size_t item_rec[OWN_CHUNK_RECORDS]; /* the record of each item */
-    size_t raw_off[OWN_CHUNK_RECORDS];  /* where each record's octets are in `in` */
     size_t n, n_items;
-    uint8_t *in;      /* the records' octets, copied from the reader's window */
+    uint8_t *in;      /* the reader's window the records were parsed in, handed over (reader_hand_off) */
     size_t in_cap;
     uint8_t *arena;   /* the items' outputs, each as long as its packet can grow to */
     size_t arena_cap;
@@ -1685,7 +1744,12 @@ static pe_status own_reserve(uint8_t **buf, size_t *cap, size_t need)
     return PE_OK;
 }
 
-/* The reading turn: the next chunk, its records copied and prepared, `before` run.  0: no chunk. */
+/*
+ * The reading turn: the next chunk, its records prepared, `before` run.  0: no
+ * chunk.  The records are what the reader's window holds (up to
+ * OWN_CHUNK_OCTETS, parallel_loop widens it), and the chunk takes the window
+ * itself with them.
+ */
 static int own_take(own_run *o, own_chunk *c)
 {
     transform_run *t = o->t;
@@ -1699,25 +1763,24 @@ static int own_take(own_run *o, own_chunk *c)
     c->eof = 0;
     c->stop = PE_OK;
     uint64_t packets = 0, left = TRANSFORM_PROGRESS_EVERY - o->read_packets % TRANSFORM_PROGRESS_EVERY;
-    size_t used = 0;
-    while (c->n < OWN_CHUNK_RECORDS && packets < left && used < OWN_CHUNK_OCTETS) {
+    while (c->n < OWN_CHUNK_RECORDS && packets < left) {
         chunk_rec *r = &c->recs[c->n];
-        pe_status st = next_block(t->r, &r->b, &c->eof, 0);
-        if (st == PE_OK && !c->eof)
-            st = own_reserve(&c->in, &c->in_cap, used + r->b.raw_len);
+        pe_status st = next_block(t->r, &r->b, &c->eof, c->n > 0);
+        if ((int)st == WINDOW_PINNED)
+            break;
         if (st != PE_OK) {
             c->stop = st;
             break;
         }
         if (c->eof)
             break;
-        memcpy(c->in + used, r->b.raw, r->b.raw_len);
-        c->raw_off[c->n] = used;
-        if (r->b.is_packet) /* rec.data becomes an offset until the copy stops moving */
-            r->b.rec.data = (const uint8_t *)(uintptr_t)(r->b.rec.data - r->b.raw);
-        used += r->b.raw_len;
         packets += r->b.is_packet;
         c->n++;
+    }
+    pe_status hand = reader_hand_off(t->r, &c->in, &c->in_cap);
+    if (hand != PE_OK) {
+        c->n = 0; /* the records stay in the reader's window: none may be used */
+        c->stop = hand;
     }
     o->read_packets += packets;
     c->end_offset = pe_capture_reader_offset(t->r);
@@ -1726,10 +1789,8 @@ static int own_take(own_run *o, own_chunk *c)
     size_t need = 0;
     for (size_t i = 0; i < c->n; i++) {
         chunk_rec *r = &c->recs[i];
-        r->b.raw = c->in + c->raw_off[i];
         if (!r->b.is_packet)
             continue;
-        r->b.rec.data = r->b.raw + (uintptr_t)r->b.rec.data;
         prepare_packet(r);
         if (r->to_fn) {
             size_t room = r->ip_len + o->growth < TRANSFORM_OUT_CAP ? r->ip_len + o->growth : TRANSFORM_OUT_CAP;
@@ -1871,6 +1932,8 @@ static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn 
     own_run o = {.t = t, .pool = p, .growth = pe_parallel_growth(p), .progress = progress,
                  .progress_ctx = progress_ctx};
     pe_status st = write_file_header(t);
+    if (st == PE_OK)
+        st = reader_resize(t->r, OWN_CHUNK_OCTETS);
     o.chunks = calloc(jobs, sizeof *o.chunks);
     if (!o.chunks)
         st = PE_ERR_NOMEM;
