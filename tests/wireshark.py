@@ -14,6 +14,7 @@ prints (4.4 prints True/False).
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -93,9 +94,11 @@ def available() -> Optional[str]:
 
 
 def shared_dir(prefix: str = "pe-tshark-") -> Path:
-    """A fresh directory that an unprivileged tshark can read and write."""
+    """A fresh directory that an unprivileged tshark can read and write, removed when the test run ends (it is
+    world-writable and often holds keys: none may outlive the run, whether its test removed it or not)."""
     d = Path(tempfile.mkdtemp(prefix=prefix))
     d.chmod(0o777)
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
     return d
 
 
