@@ -3,8 +3,10 @@
 
     git archive c526bbb | tar -x -C /tmp/old && (cd /tmp/old && python pecore/_build.py)
     python bench/capture_ab.py /tmp/old . 7 [TMPDIR]
+    PE_AB_JOBS=1,2 python bench/capture_ab.py /tmp/old . 5     # also by jobs= (trees that have it)
 
-Each tree needs its extension built in place (pecore/_build.py).
+Each tree needs its extension built in place (pecore/_build.py).  Without PE_AB_JOBS the runs use each
+tree's default (every CPU since --jobs exists).
 """
 import os
 import statistics
@@ -33,31 +35,40 @@ RUN = r'''
 import os, sys, time, pypsp
 key = bytes(range(16))
 op, src, dst = sys.argv[1:4]
+assert pypsp.__file__.startswith(sys.argv[5]), f"{pypsp.__file__} is not from {sys.argv[5]}"
 if dst != os.devnull and os.path.exists(dst):
     os.unlink(dst)
 os.sync()
 t = time.perf_counter()
+kw = {} if sys.argv[4] == "-" else {"jobs": int(sys.argv[4])}
 if op == "decrypt":
-    pypsp.decrypt_capture(pypsp.Decryptor(keys={(0x1000, 0): key}), src, dst)
+    pypsp.decrypt_capture(pypsp.Decryptor(keys={(0x1000, 0): key}), src, dst, **kw)
 else:
-    pypsp.encrypt_capture(pypsp.Encryptor(key=key, spi=0x1000, version=0), src, dst)
+    pypsp.encrypt_capture(pypsp.Encryptor(key=key, spi=0x1000, version=0), src, dst, **kw)
 print(time.perf_counter() - t)
 '''
 clear, enc = f"{D}/clear.pcap", f"{D}/enc.pcap"
 if not os.path.exists(enc):
-    subprocess.run([PY, "-c", GEN, clear, enc], env={**os.environ, "PYTHONPATH": TREES["new"]}, check=True)
-res = {(t, op, dst): [] for t in TREES for op in ("decrypt", "encrypt") for dst in ("file", "null")}
+    subprocess.run([PY, "-c", GEN, clear, enc], cwd=D, env={**os.environ, "PYTHONPATH": TREES["new"]}, check=True)
+JOBS = os.environ.get("PE_AB_JOBS", "-").split(",")
+res = {(t, op, dst, j): [] for t in TREES for op in ("decrypt", "encrypt") for dst in ("file", "null") for j in JOBS}
 for rep in range(int(sys.argv[3]) if len(sys.argv) > 3 else 5):
     for op in ("decrypt", "encrypt"):
         for dst in ("file", "null"):
-            for t in (("old", "new") if rep % 2 == 0 else ("new", "old")):
-                src = enc if op == "decrypt" else clear
-                out = os.devnull if dst == "null" else f"{D}/out.pcap"
-                p = subprocess.run([PY, "-c", RUN, op, src, out], env={**os.environ, "PYTHONPATH": TREES[t]},
-                                   capture_output=True, text=True, check=True)
-                res[(t, op, dst)].append(float(p.stdout))
-for (t, op, dst), v in sorted(res.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
-    print(f"{op:8} {dst:5} {t}: best {100000 / min(v) / 1e6:.3f} M pkt/s, median {100000 / statistics.median(v) / 1e6:.3f} M pkt/s  ({len(v)} runs)")
+            for j in JOBS:
+                for t in (("old", "new") if rep % 2 == 0 else ("new", "old")):
+                    src = enc if op == "decrypt" else clear
+                    out = os.devnull if dst == "null" else f"{D}/out.pcap"
+                    # cwd: `python -c` puts it first on sys.path, ahead of PYTHONPATH: run from the repository,
+                    # every tree would import the repository's own pecore.
+                    p = subprocess.run([PY, "-c", RUN, op, src, out, j, TREES[t]], cwd=D,
+                                       env={**os.environ, "PYTHONPATH": TREES[t]},
+                                       capture_output=True, text=True, check=True)
+                    res[(t, op, dst, j)].append(float(p.stdout))
+for (t, op, dst, j), v in sorted(res.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3], kv[0][0])):
+    jobs = "" if j == "-" else f" jobs={j}"
+    print(f"{op:8} {dst:5}{jobs} {t}: best {100000 / min(v) / 1e6:.3f} M pkt/s, "
+          f"median {100000 / statistics.median(v) / 1e6:.3f} M pkt/s  ({len(v)} runs)")
 for name in ("clear.pcap", "enc.pcap", "out.pcap"):
     if os.path.exists(f"{D}/{name}"):
         os.unlink(f"{D}/{name}")

@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = r'''
 import os, sys, time, pypsp
 src, dst, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+assert pypsp.__file__.startswith(sys.argv[4]), f"{pypsp.__file__} is not from {sys.argv[4]}"
 if os.path.exists(dst):
     os.unlink(dst)
 os.sync()
@@ -68,7 +69,7 @@ def main() -> None:
     # The capture_ab.py generator writes the same two files.
     gen = open(os.path.join(HERE, "capture_ab.py")).read().split("GEN = r'''", 1)[1].split("'''", 1)[0]
     clear, enc = f"{D}/clear.pcap", f"{D}/enc.pcap"
-    subprocess.run([PY, "-c", gen, clear, enc], env={**os.environ, "PYTHONPATH": TREES["new"]}, check=True)
+    subprocess.run([PY, "-c", gen, clear, enc], cwd=D, env={**os.environ, "PYTHONPATH": TREES["new"]}, check=True)
     print("CPU pressure before:", pressure(), "; 2 hashing threads vs 1, wall:", free_cpus())
     res = {(t, j): [] for t in TREES for j in (1, 2)}
     outs = {}
@@ -76,8 +77,9 @@ def main() -> None:
         order = [(t, j) for j in (1, 2) for t in (("old", "new") if rep % 2 == 0 else ("new", "old"))]
         for t, j in order:
             out = f"{D}/out-{t}-{j}.pcap"
-            p = subprocess.run([PY, "-c", RUN, enc, out, str(j)], env={**os.environ, "PYTHONPATH": TREES[t]},
-                               capture_output=True, text=True, check=True)
+            # cwd: `python -c` puts it ahead of PYTHONPATH (from the repository every tree was the repository's)
+            p = subprocess.run([PY, "-c", RUN, enc, out, str(j), TREES[t]], cwd=D,
+                               env={**os.environ, "PYTHONPATH": TREES[t]}, capture_output=True, text=True, check=True)
             res[(t, j)].append(tuple(float(x) for x in p.stdout.split()))
             outs[(t, j)] = out
     print("CPU pressure after:", pressure(), "; 2 hashing threads vs 1, wall:", free_cpus())
