@@ -48,7 +48,7 @@ step "Python tests against the core built with ASan + UBSan"
 # sanitizers; PYTHONPATH puts it ahead of the normal build.
 ASAN_DIR=build/py-asan
 rm -rf "$ASAN_DIR" && mkdir -p "$ASAN_DIR"
-cp -r pecore pypsp pyeesp "$ASAN_DIR"/
+cp -r pecore pypsp pyeesp pyesp "$ASAN_DIR"/
 rm -f "$ASAN_DIR"/pecore/_native*.so
 ln -s "$ROOT/core" "$ASAN_DIR/core"
 (cd "$ASAN_DIR" && PE_EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g" \
