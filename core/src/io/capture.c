@@ -242,6 +242,16 @@ typedef struct cap_block {
 /* Internal: the record is not all in the window and the window may not move now. */
 #define WINDOW_PINNED PE_STATUS_COUNT
 
+/* Move the unparsed tail, buf[pos..len), to the front of dst (the window itself, or the one replacing it). */
+static void window_rebase(pe_capture_reader *r, uint8_t *dst)
+{
+    size_t tail = r->len - r->pos;
+    memmove(dst, r->owned + r->pos, tail);
+    r->base += r->pos;
+    r->len = tail;
+    r->pos = 0;
+}
+
 /*
  * Make buf[pos..pos+need) available.  PE_ERR_CAP_TRUNCATED when the input
  * ends before, PE_ERR_CAP_RECORD_TOO_LARGE when need exceeds the cap.
@@ -257,11 +267,7 @@ static pe_status window_need(pe_capture_reader *r, size_t need)
     if (r->owned_cap - r->pos < need) {
         if (r->pinned)
             return (pe_status)WINDOW_PINNED;
-        size_t keep = r->len - r->pos;
-        memmove(r->owned, r->owned + r->pos, keep);
-        r->base += r->pos;
-        r->len = keep;
-        r->pos = 0;
+        window_rebase(r, r->owned);
         if (r->owned_cap < need) {
             size_t cap = r->owned_cap;
             while (cap < need)
@@ -604,7 +610,6 @@ static pe_status reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *ca
 {
     if (r->fd < 0 || !r->owned)
         return PE_OK;
-    size_t tail = r->len - r->pos;
     if (*cap < r->owned_cap) {
         free(*buf); /* nothing in it is kept */
         *cap = 0;
@@ -612,17 +617,14 @@ static pe_status reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *ca
             return PE_ERR_NOMEM;
         *cap = r->owned_cap;
     }
-    memcpy(*buf, r->owned + r->pos, tail);
+    window_rebase(r, *buf);
     uint8_t *old = r->owned;
     size_t old_cap = r->owned_cap;
     r->owned = *buf;
+    r->buf = *buf;
     r->owned_cap = *cap;
     *buf = old;
     *cap = old_cap;
-    r->buf = r->owned;
-    r->base += r->pos;
-    r->len = tail;
-    r->pos = 0;
     return PE_OK;
 }
 
@@ -634,13 +636,9 @@ static pe_status reader_resize(pe_capture_reader *r, size_t window)
 {
     if (r->fd < 0 || !r->owned)
         return PE_OK;
-    size_t tail = r->len - r->pos;
-    memmove(r->owned, r->owned + r->pos, tail);
-    r->base += r->pos;
-    r->len = tail;
-    r->pos = 0;
-    if (window < tail)
-        window = tail;
+    window_rebase(r, r->owned);
+    if (window < r->len)
+        window = r->len;
     uint8_t *resized = realloc(r->owned, window);
     if (!resized)
         return PE_ERR_NOMEM;
@@ -1746,9 +1744,8 @@ static pe_status own_reserve(uint8_t **buf, size_t *cap, size_t need)
 
 /*
  * The reading turn: the next chunk, its records prepared, `before` run.  0: no
- * chunk.  The records are what the reader's window holds (up to
- * OWN_CHUNK_OCTETS, parallel_loop widens it), and the chunk takes the window
- * itself with them.
+ * chunk.  The records are what the reader's window holds (OWN_CHUNK_OCTETS:
+ * parallel_loop sizes it), and the chunk takes the window itself with them.
  */
 static int own_take(own_run *o, own_chunk *c)
 {
