@@ -373,8 +373,8 @@ def render(data: dict, out_md: Path, fig_dir: Path) -> str:
     quiet = bool(during) and statistics.mean(during) < 1.2
     A(("Nothing else ran on the machine during the run (the load averages are the bench's own)"
        if quiet else "The machine was shared with other jobs during the run (see the load averages)") +
-      ": every single-core figure is CPU time of the measuring thread (`CLOCK_THREAD_CPUTIME_ID`), so time other jobs took from it is not "
-      "counted, and each is the best of "
+      ": every single-core figure is CPU time of the measuring thread (`CLOCK_THREAD_CPUTIME_ID`), so time "
+      "other jobs took from it is not counted, and each is the best of "
       f"{data['bench']['repeats']} repeats of at least {data['bench']['min_time']} s CPU time; the `noise` "
       "columns give (median - best) / best of those repeats.")
     A("")
