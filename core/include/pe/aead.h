@@ -39,6 +39,12 @@ typedef struct pe_aead {
     pe_aead_alg alg;
     pe_aead_dir dir;
     size_t key_len, tag_len, nonce_len;
+    /*
+     * AES-GCM open (aead.c, open_nonce): fixed_set > 0 when the context holds `fixed` as its nonce's
+     * first 4 octets, 0 when it holds none yet, < 0 when the library refused to take them apart.
+     */
+    uint8_t fixed[4];
+    int fixed_set;
 } pe_aead;
 
 pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,

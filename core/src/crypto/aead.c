@@ -3,7 +3,10 @@
 #include <string.h>
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
 
 #include "evp_cache.h"
 
@@ -90,6 +93,8 @@ pe_status pe_aead_rekey(pe_aead *a, const uint8_t *key, size_t key_len)
 {
     if (!a->ctx || key_len != a->key_len)
         return PE_ERR_INVALID_ARGUMENT;
+    if (a->fixed_set > 0)
+        a->fixed_set = 0; /* a new key starts a new nonce sequence: set the fixed field again */
     return set_key(a->ctx, a, key) ? PE_OK : PE_ERR_CRYPTO_BACKEND;
 }
 
@@ -145,6 +150,59 @@ static int feed_aad(EVP_CIPHER_CTX *ctx, pe_aead_alg alg, const pe_iov *aad, siz
     return EVP_CipherUpdate(ctx, NULL, &outl, buf, (int)total) == 1;
 }
 
+/*
+ * The tag goes through the context's parameters rather than EVP_CIPHER_CTX_ctrl, which builds the
+ * same parameter and hands it on, a per-packet cost on OpenSSL 3.0 (bench/aead_bench.c measures
+ * this layer against the ctrl calls; docs/performance.md).
+ */
+static int get_tag(EVP_CIPHER_CTX *ctx, uint8_t *tag, size_t len)
+{
+    OSSL_PARAM p[2] = {OSSL_PARAM_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag, len), OSSL_PARAM_END};
+    return EVP_CIPHER_CTX_get_params(ctx, p) == 1;
+}
+
+static int set_octets(EVP_CIPHER_CTX *ctx, const char *name, const uint8_t *v, size_t len)
+{
+    OSSL_PARAM p[2] = {OSSL_PARAM_octet_string(name, (void *)v, len), OSSL_PARAM_END};
+    return EVP_CIPHER_CTX_set_params(ctx, p) == 1;
+}
+
+static int set_tag(EVP_CIPHER_CTX *ctx, const uint8_t *tag, size_t len)
+{
+    return set_octets(ctx, OSSL_CIPHER_PARAM_AEAD_TAG, tag, len);
+}
+
+/*
+ * The nonce of an AES-GCM open.  Every GCM nonce here is 4 fixed octets (ESP's and EESP's salt, PSP's
+ * SPI) then 8 per packet: RFC 4106's layout, which TLS took over (RFC 5288), and for which OpenSSL
+ * has the "fixed" and "invocation" fields.  Setting the invocation field alone costs a parameter
+ * set where EVP_CipherInit_ex2 with a nonce re-initialises the context and, on OpenSSL 3.0, asks the
+ * provider for the nonce length again; the fixed field is set again only when it changes (compared
+ * in constant time: ESP's and EESP's salt comes from the key material).  OpenSSL
+ * takes an invocation field from outside on a decrypting context only, so sealing keeps
+ * EVP_CipherInit_ex2.  A library that refuses the fields (fixed_set < 0 from then on) gets
+ * EVP_CipherInit_ex2 too, with its error queue as it was.
+ */
+static int open_nonce(pe_aead *a, const uint8_t *nonce)
+{
+    EVP_CIPHER_CTX *ctx = a->ctx;
+    if (a->alg == PE_AEAD_AES_GCM && a->fixed_set >= 0) {
+        if (a->fixed_set == 0 || CRYPTO_memcmp(a->fixed, nonce, sizeof a->fixed) != 0) {
+            ERR_set_mark();
+            a->fixed_set = set_octets(ctx, OSSL_CIPHER_PARAM_AEAD_TLS1_IV_FIXED, nonce, sizeof a->fixed) ? 1 : -1;
+            ERR_pop_to_mark();
+            memcpy(a->fixed, nonce, sizeof a->fixed);
+        }
+        if (a->fixed_set > 0) {
+            if (set_octets(ctx, OSSL_CIPHER_PARAM_AEAD_TLS1_SET_IV_INV, nonce + sizeof a->fixed,
+                           a->nonce_len - sizeof a->fixed))
+                return 1;
+            a->fixed_set = 0; /* unexpected: the next packet sets both fields again */
+        }
+    }
+    return EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) == 1;
+}
+
 /* Everything up to the payload pass: nonce, CCM lengths/tag, AAD. */
 static pe_status begin(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad, size_t len,
                        const uint8_t *tag)
@@ -155,8 +213,7 @@ static pe_status begin(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
         return PE_ERR_INVALID_ARGUMENT;
     if (len > (size_t)INT32_MAX)
         return PE_ERR_INVALID_ARGUMENT;
-    if (a->alg == PE_AEAD_AES_CCM && a->dir == PE_AEAD_OPEN &&
-        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, (void *)tag) != 1)
+    if (a->alg == PE_AEAD_AES_CCM && a->dir == PE_AEAD_OPEN && !set_tag(ctx, tag, a->tag_len))
         return PE_ERR_CRYPTO_BACKEND;
     if (EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) != 1)
         return PE_ERR_CRYPTO_BACKEND;
@@ -192,7 +249,7 @@ static pe_status stream_seal(EVP_CIPHER_CTX *ctx, size_t tag_len, const uint8_t 
     uint8_t none[16];
     if (off != len || EVP_EncryptFinal_ex(ctx, len ? ct + off : none, &finl) != 1)
         return PE_ERR_CRYPTO_BACKEND;
-    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)tag_len, tag) != 1)
+    if (!get_tag(ctx, tag, tag_len))
         return PE_ERR_CRYPTO_BACKEND;
     return PE_OK;
 }
@@ -212,7 +269,7 @@ static pe_status ccm_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, s
     uint8_t none[16];
     if (EVP_CipherFinal_ex(ctx, len ? ct + outl : none, &finl) != 1)
         return PE_ERR_CRYPTO_BACKEND;
-    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)a->tag_len, tag) != 1)
+    if (!get_tag(ctx, tag, a->tag_len))
         return PE_ERR_CRYPTO_BACKEND;
     return PE_OK;
 }
@@ -236,9 +293,9 @@ pe_status pe_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, si
     size_t len = 0;
     for (size_t i = 0; i < n_pt; i++)
         len += pt[i].len;
-    if (n_pt <= 1)
-        return pe_aead_seal(a, nonce, aad, n_aad, n_pt ? pt[0].base : ct, len, ct, tag);
     if (a->alg == PE_AEAD_AES_CCM) {
+        if (n_pt <= 1)
+            return pe_aead_seal(a, nonce, aad, n_aad, n_pt ? pt[0].base : ct, len, ct, tag);
         /* CCM takes its payload in one call: gather the parts into ct first and seal in place. */
         size_t off = 0;
         for (size_t i = 0; i < n_pt; i++) {
@@ -264,13 +321,19 @@ pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
         pe_status st = begin(a, nonce, aad, n_aad, len, tag);
         if (st != PE_OK)
             return st;
-        /* CCM verifies inside the update call; there is no final step. */
+        /*
+         * CCM verifies inside the update call; there is no final step.  A failed check also puts "cipher
+         * operation failed" on OpenSSL's error queue, which a forged packet must not leave behind for
+         * the caller's own OpenSSL calls to find (GCM and ChaCha20-Poly1305 report theirs without one).
+         */
         uint8_t none[1];
-        return EVP_CipherUpdate(ctx, len ? pt : none, &outl, len ? ct : none, (int)len) == 1 ? PE_OK
-                                                                                       : PE_ERR_AUTH;
+        ERR_set_mark();
+        int ok = EVP_CipherUpdate(ctx, len ? pt : none, &outl, len ? ct : none, (int)len) == 1;
+        ERR_pop_to_mark();
+        return ok ? PE_OK : PE_ERR_AUTH;
     }
     /* As stream_seal: straight to EVP_Decrypt*, the nonce, AAD, payload, then the tag checked by final. */
-    if (EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) != 1)
+    if (!open_nonce(a, nonce))
         return PE_ERR_CRYPTO_BACKEND;
     for (size_t i = 0; i < n_aad; i++)
         if (aad[i].len && EVP_DecryptUpdate(ctx, NULL, &outl, aad[i].base, (int)aad[i].len) != 1)
@@ -278,7 +341,7 @@ pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
     outl = 0;
     if (len && EVP_DecryptUpdate(ctx, pt, &outl, ct, (int)len) != 1)
         return PE_ERR_CRYPTO_BACKEND;
-    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, (int)a->tag_len, (void *)tag) != 1)
+    if (!set_tag(ctx, tag, a->tag_len))
         return PE_ERR_CRYPTO_BACKEND;
     uint8_t none[16];
     if (EVP_DecryptFinal_ex(ctx, len ? pt + outl : none, &finl) != 1)
