@@ -170,15 +170,20 @@ def build_c(jobs: int) -> Path:
     return exe
 
 
+def bench_lines(cmd: List[str]) -> List[dict]:
+    """Run one of the C benches and return its JSON lines; its stderr and a clear exit when it fails."""
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        raise SystemExit(f"bench: {Path(cmd[0]).name} failed")
+    return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+
+
 def run_c(exe: Path, min_time: float, repeats: int) -> List[dict]:
     """Run psp_bench; one row per (version, op, size) with raw EVP and core side by side."""
     cmd = [str(exe), "--min-time", str(min_time), "--repeats", str(repeats),
            "--sizes", ",".join(map(str, C_SIZES)), "--versions", ",".join(map(str, C_VERSIONS))]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr)
-        raise SystemExit("bench: psp_bench failed")
-    raw = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    raw = bench_lines(cmd)
     by_key = {(r["version"], r["op"], r["size"], r["impl"]): r for r in raw}
     rows = []
     for v in C_VERSIONS:
@@ -201,11 +206,7 @@ def run_flood(exe: Path, n_forged: int, repeats: int) -> dict:
     """flood_bench: forged packets for fresh SPIs / Session IDs against a cached packet, and memory growth."""
     runs: Dict[tuple, List[dict]] = {}
     for _ in range(repeats):
-        p = subprocess.run([str(exe), str(n_forged)], capture_output=True, text=True)
-        if p.returncode != 0:
-            raise SystemExit(f"bench: flood_bench failed: {p.stderr.strip()}")
-        for line in p.stdout.splitlines():
-            row = json.loads(line)
+        for row in bench_lines([str(exe), str(n_forged)]):
             runs.setdefault((row["protocol"], row["forged"]), []).append(row)
     rows = []
     for (proto, forged), rs in runs.items():
@@ -234,11 +235,7 @@ def run_eesp(exe: Path, min_time: float, repeats: int, mt_duration: float, mt_re
            "--mt-duration", str(mt_duration), "--mt-repeats", str(mt_repeats), "--mt-wait", str(mt_wait),
            "--mt-threads", ",".join(map(str, EESP_MT_THREADS)), "--mt-size", str(EESP_MT_SIZE),
            "--mt-suite", EESP_MT_SUITE]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr)
-        raise SystemExit("bench: eesp_bench failed")
-    raw = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    raw = bench_lines(cmd)
     aead = {(r["suite"], r["keys"], r["op"], r["size"], r["impl"]): r for r in raw if r["kind"] == "aead"}
     suites = list(dict.fromkeys(r["suite"] for r in raw if r["kind"] == "aead"))
     rows = []
@@ -291,11 +288,7 @@ def run_esp(exe: Path, min_time: float, repeats: int) -> List[dict]:
     """Run esp_bench: raw EVP vs core rows per (suite, op, size), ESP tunnel mode, anti-replay on."""
     cmd = [str(exe), "--min-time", str(min_time), "--repeats", str(repeats),
            "--sizes", ",".join(map(str, ESP_SIZES)), "--suites", ",".join(ESP_SUITES)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr)
-        raise SystemExit("bench: esp_bench failed")
-    raw = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    raw = bench_lines(cmd)
     by_key = {(r["suite"], r["op"], r["size"], r["impl"]): r for r in raw}
     rows = []
     for suite in dict.fromkeys(r["suite"] for r in raw):
@@ -315,11 +308,7 @@ def run_esp(exe: Path, min_time: float, repeats: int) -> List[dict]:
 def run_aead(exe: Path, min_time: float, repeats: int) -> List[dict]:
     """Run aead_bench: the core's AEAD layer alone against the raw EVP calls the protocol rows divide by."""
     cmd = [str(exe), "--min-time", str(min_time), "--repeats", str(repeats), "--lens", "44,1480"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr)
-        raise SystemExit("bench: aead_bench failed")
-    rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    rows = bench_lines(cmd)
     for r in rows:
         r["ratio"] = r["raw_ns"] / r["pe_aead_ns"]
     return rows
