@@ -953,8 +953,8 @@ static void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, 
         /* idb[24..27]: opt_endofopt (code 0, length 0) */
     }
     wr32(idb + len - 4, (uint32_t)len, 0);
-    if (snaplen_off)
-        *snaplen_off = o->written + sizeof shb + PCAPNG_IDB_SNAPLEN_OFF;
+    if (snaplen_off) /* the SHB is already counted in o->written */
+        *snaplen_off = o->written + PCAPNG_IDB_SNAPLEN_OFF;
     out_write(o, idb, len);
 }
 
