@@ -4,6 +4,7 @@
  * docs/spec/psp.md §4-§5 and eesp.md §9-§12 over raw OpenSSL EVP calls;
  * it shares no code with the core's aead.c / kdf.c / psp.c / eesp.c.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/core_names.h>
@@ -202,23 +203,22 @@ int fz_eesp_seal(const fz_eesp_model *m, uint8_t *e, size_t elen, size_t *payloa
         memcpy(nonce + s->salt_len, e + 8 + opt_len, 8);
     else
         return -1;
-    /* AAD: everything before the first encrypted octet; the Linux XFRM variant leaves the IV out (§9, D1). */
-    uint8_t aad[1024];
-    size_t aad_len = 0;
+    /* AAD: everything before the first encrypted octet; the Linux XFRM variant leaves the IV out (§9, D1).
+       An integrity-only packet authenticates all of itself, so the AAD is as long as the packet can be. */
+    const uint8_t *aad = e;
+    uint8_t *joined = NULL;
+    size_t aad_len = enc_off;
     if (m->aad == PE_EESP_AAD_LINUX_XFRM && s->iv_len) {
-        if (enc_off - s->iv_len > sizeof aad)
-            return -1;
-        memcpy(aad, e, iv_off);
-        memcpy(aad + iv_off, e + iv_off + s->iv_len, enc_off - iv_off - s->iv_len);
         aad_len = enc_off - s->iv_len;
-    } else {
-        if (enc_off > sizeof aad)
+        if (!(joined = malloc(aad_len ? aad_len : 1)))
             return -1;
-        memcpy(aad, e, enc_off);
-        aad_len = enc_off;
+        memcpy(joined, e, iv_off);
+        memcpy(joined + iv_off, e + iv_off + s->iv_len, enc_off - iv_off - s->iv_len);
+        aad = joined;
     }
     int r = fz_aead_seal(s->alg, keymat, m->key_len, nonce, s->salt_len + 8, aad, aad_len, e + enc_off,
                          data_end - enc_off, e + data_end, s->icv_len);
+    free(joined);
     if (payload_off_out)
         *payload_off_out = payload_off;
     if (data_end_out)
