@@ -1059,16 +1059,20 @@ static pe_status keep_verified(eesp_sa *sa, pe_key_slot **slot, int staged, int 
         st = keep_sub_sa(sa, slot);
     else
         pe_keytable_touch(&sa->subs, *slot); /* only verified packets keep a Sub SA live */
-    if (replay && st == PE_OK) {
-        pe_key_slot *s = *slot;
-        /* A new window, or the evicted one's memory handed over: it starts where this Sub SA left off. */
-        if (!s->replay.bits && (st = pe_replay_init(&s->replay, sa->replay_window)) == PE_OK)
-            pe_replay_seed(&s->replay, last_seq_of(sa, sid));
-        else if (staged)
-            pe_replay_seed(&s->replay, last_seq_of(sa, sid));
-        if (st == PE_OK)
-            st = pe_replay_update(&s->replay, seq);
-    }
+    if (st != PE_OK)
+        return st;
+    pe_key_slot *s = *slot;
+    /*
+     * A new window, or the evicted one's memory handed over: it starts where
+     * this Sub SA left off, also on an open that skips the window (a later
+     * one checks against it).
+     */
+    if (!s->replay.bits && replay && (st = pe_replay_init(&s->replay, sa->replay_window)) == PE_OK)
+        pe_replay_seed(&s->replay, last_seq_of(sa, sid));
+    else if (staged && s->replay.bits)
+        pe_replay_seed(&s->replay, last_seq_of(sa, sid));
+    if (replay && st == PE_OK)
+        st = pe_replay_update(&s->replay, seq);
     return st;
 }
 
@@ -1159,11 +1163,10 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
         info->seq = seq;
         if (seq == 0)
             return PE_ERR_EESP_SEQ_ZERO; /* D10 */
-        if (replay && slot->replay.bits && (st = pe_replay_check(&slot->replay, seq)) != PE_OK)
-            return st;
-        /* A re-derived Sub SA: its evicted window's top still refuses what it had accepted. */
-        if (replay && staged &&
-            (st = pe_replay_check_seeded(sa->replay_window, last_seq_of(sa, h->session_id), seq)) != PE_OK)
+        /* A Sub SA without a window yet (re-derived, or kept by unchecked opens): its evicted top still refuses. */
+        if (replay && (st = slot->replay.bits ? pe_replay_check(&slot->replay, seq)
+                                              : pe_replay_check_seeded(sa->replay_window,
+                                                                       last_seq_of(sa, h->session_id), seq)) != PE_OK)
             return st;
     }
     if (done) {
