@@ -47,7 +47,8 @@ typedef struct pe_esp_sa_config {
     int anti_replay;             /* receiver window (default on) */
     uint32_t replay_window;      /* packets; 0: PE_REPLAY_DEFAULT_WINDOW */
     uint64_t replay_top;         /* receiver: highest sequence number already accepted, to resume an SA (and
-                                    to place the ESN inference); 0: a fresh SA */
+                                    to place the ESN inference); it and every number below it count as
+                                    received (pe_replay_seed); 0: a fresh SA */
     int udp_encap;               /* sender: UDP encapsulation (RFC 3948) */
     uint16_t udp_sport, udp_dport; /* defaults 4500 */
     const uint8_t *outer_header; /* tunnel: IPv4 (20, IHL 5) or IPv6 (40) template; NULL: copy of the inner */
