@@ -694,6 +694,42 @@ static void test_refused_replays_leave_no_plaintext(void)
     pl_free(&sw);
 }
 
+/* A worker's receiver has none of the original's windows: it opens only without them, else it would take replays. */
+static void test_clones_open_only_unchecked(void)
+{
+    uint8_t pkt[512], wire[1024], out[1024];
+    size_t n = make_ip(pkt, 0, 0, 1, 100, 0), wire_len, out_len;
+    const suite_case es = {PE_ENCR_AES_GCM_16, 128, PE_EESP_TUNNEL, 0, PE_EESP_NO_LIMIT};
+    const esp_case ss = {PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 0, 0};
+    pe_eesp_sa_config ec;
+    eesp_cfg(&ec, &es, 0x4000, 64);
+    pe_eesp_tx *et = NULL;
+    CHECK_ST(pe_eesp_tx_new(&ec, &et), PE_OK);
+    CHECK_ST(pe_eesp_encap(et, pkt, n, 0, wire, sizeof wire, &wire_len), PE_OK);
+    pe_eesp_rx *er = eesp_rx(&es, 64), *ec2 = NULL;
+    CHECK_ST(pe_eesp_decap(er, wire, wire_len, out, sizeof out, &out_len, NULL), PE_OK);
+    CHECK_ST(pe_eesp_rx_clone(er, &ec2), PE_OK);
+    CHECK_ST(pe_eesp_decap(ec2, wire, wire_len, out, sizeof out, &out_len, NULL), PE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(pe_eesp_decap_flags(ec2, wire, wire_len, PE_EESP_OPEN_NO_REPLAY, out, sizeof out, &out_len, NULL), PE_OK);
+    pe_eesp_rx_free(ec2);
+    pe_eesp_rx_free(er);
+    pe_eesp_tx_free(et);
+
+    pe_esp_sa_config sc;
+    esp_cfg(&sc, &ss, 0x5000, 64, 0);
+    pe_esp_tx *st = NULL;
+    CHECK_ST(pe_esp_tx_new(&sc, &st), PE_OK);
+    CHECK_ST(pe_esp_encap(st, pkt, n, wire, sizeof wire, &wire_len), PE_OK);
+    pe_esp_rx *sr = esp_rx(&ss, 64, 0), *sc2 = NULL;
+    CHECK_ST(pe_esp_decap(sr, wire, wire_len, out, sizeof out, &out_len, NULL), PE_OK);
+    CHECK_ST(pe_esp_rx_clone(sr, &sc2), PE_OK);
+    CHECK_ST(pe_esp_decap(sc2, wire, wire_len, out, sizeof out, &out_len, NULL), PE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(pe_esp_decap_flags(sc2, wire, wire_len, PE_ESP_OPEN_NO_REPLAY, out, sizeof out, &out_len, NULL), PE_OK);
+    pe_esp_rx_free(sc2);
+    pe_esp_rx_free(sr);
+    pe_esp_tx_free(st);
+}
+
 /* pe_parallel_transform's room rule: slots that do not fit are refused in order, the rest done. */
 static void test_transform_room(void)
 {
@@ -825,6 +861,7 @@ int main(void)
     test_eesp();
     test_esp();
     test_refused_replays_leave_no_plaintext();
+    test_clones_open_only_unchecked();
     test_capture_files();
     printf("test_parallel: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

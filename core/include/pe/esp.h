@@ -169,7 +169,9 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
  * the window's move) and returns the status one thread would have returned.
  * When this receiver infers another high half than the worker did (its
  * window had moved past an ESN boundary meanwhile), the packet is opened here
- * again into out.
+ * again into out.  A worker's output that this status refuses is to be wiped
+ * (pe_esp_parallel_decap does).  A clone's windows are not the original's:
+ * an open on it that would check them is PE_ERR_INVALID_ARGUMENT.
  */
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out);
 pe_status pe_esp_decap_flags(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,

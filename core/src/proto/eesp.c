@@ -747,6 +747,7 @@ struct pe_eesp_rx {
      * that SPI follow its next_same_spi chain.  A lookup costs the same however many SAs there are. */
     size_t *spi_ix;
     size_t ix_cap; /* power of two, above twice the SPIs held */
+    int clone; /* pe_eesp_rx_clone's: no Sub SA windows of the original, so it opens without them only */
 };
 
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
@@ -785,6 +786,8 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
     pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->udp_port,
                              .check_udp_checksum = rx->check_udp_checksum};
     pe_status st = pe_eesp_rx_new(&cfg, out);
+    if (st == PE_OK)
+        (*out)->clone = 1;
     for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
         eesp_sa *sa = malloc(sizeof *sa);
         eesp_sa **sas = realloc((*out)->sas, (i + 1) * sizeof *sas);
@@ -1158,6 +1161,8 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if ((st = rx_sub_sa(sa, h->session_id, &slot, &staged)) != PE_OK)
         return st;
     int replay = sa->anti_replay && !(flags & PE_EESP_OPEN_NO_REPLAY);
+    if (replay && rx->clone)
+        return PE_ERR_INVALID_ARGUMENT;
     if (sa->seq_present) {
         seq = pe_get64(e + PE_EESP_BASE_LEN + h->opt_len);
         info->seq = seq;

@@ -432,6 +432,7 @@ struct pe_esp_rx {
     int eesp_on_port;
     size_t n_sas, cap_sas;
     esp_sa **sas;
+    int clone; /* pe_esp_rx_clone's: its windows are not the original's, so it opens without them only */
 };
 
 void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
@@ -623,6 +624,8 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (seq == 0)
         return PE_ERR_ESP_SEQ_ZERO;
     int replay = sa->anti_replay && !(flags & PE_ESP_OPEN_NO_REPLAY);
+    if (replay && rx->clone)
+        return PE_ERR_INVALID_ARGUMENT;
     if (replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
         return st;
 
@@ -692,6 +695,7 @@ pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
     if (rx->n_sas && !(c->sas = calloc(rx->n_sas, sizeof *c->sas)))
         st = PE_ERR_NOMEM;
     c->cap_sas = rx->n_sas;
+    c->clone = 1;
     for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
         esp_sa *sa = malloc(sizeof *sa);
         if (!sa || (st = sa_clone(sa, rx->sas[i])) != PE_OK) {
