@@ -91,6 +91,9 @@ def test_the_scapy_extra_is_enough_for_docs_scapy_md():
     import importlib.metadata as md
     import re
 
+    if not hasattr(md, "packages_distributions") or not hasattr(sys, "stdlib_module_names"):
+        pytest.skip("needs Python 3.10 (importlib.metadata.packages_distributions, sys.stdlib_module_names)")
+
     try:
         import tomllib
     except ImportError:  # pragma: no cover - Python < 3.11

@@ -41,7 +41,7 @@ class KeyImportError(KeyFileError):
         super().__init__(f"{source}:{line}: {message}" if line else f"{source}: {message}", code)
         self.line = line
         self.source = source
-        self.message = message
+        self.reason = message  # without the source and line
 
 
 # ---------------------------------------------------------------------------------------------- shared
@@ -324,10 +324,10 @@ def _import_all(items: Iterable[Callable[[], Tuple[str, str]]], source: str, ski
             n_imported += 1
         except UnsupportedSaError as e:
             if not skip_unsupported:
-                raise UnsupportedSaError(e.source, e.line, f"{e.message} (--skip-unsupported leaves such SAs "
+                raise UnsupportedSaError(e.source, e.line, f"{e.reason} (--skip-unsupported leaves such SAs "
                                          "out)") from None
             n_left_out += 1
-            out.append(f"# {e.source}:{e.line}: left out: {e.message}")
+            out.append(f"# {e.source}:{e.line}: left out: {e.reason}")
             if skipped is not None:
                 skipped.append(e)
     if not n_imported:
