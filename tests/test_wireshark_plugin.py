@@ -932,7 +932,8 @@ class EespSpec:
             kw.update(root_key=self.root_key, sskdf=self.sskdf)
         if self.dst:
             kw["dst"] = self.dst
-        return pyeesp.SA(self.spi, self.suite, key_bits=self.key_bits, mode=self.mode, **kw)
+        bits = None if self.suite.startswith("chacha") else self.key_bits  # ChaCha20-Poly1305: 256 only
+        return pyeesp.SA(self.spi, self.suite, key_bits=bits, mode=self.mode, **kw)
 
     def keyfile_line(self) -> str:
         parts = [f"eesp-sa spi=0x{self.spi:08x} suite={self.suite}"]
