@@ -167,8 +167,8 @@ def test_xfrm_import_ip_s_output():
 
 def test_xfrm_inbound_esn_sa_resumes_where_linux_stopped():
     """The core's receiver made from the imported line infers the ESN high half from seq-hi: a packet Linux's
-    peer sends next (0x1_0000002b, only its low half on the wire) decrypts as that number; one it has accepted
-    already, or far below, does not."""
+    peer sends next (0x1_0000002b, only its low half on the wire) decrypts as that number; one far below the
+    window does not."""
     import pyesp
 
     (line,) = [ln for ln in from_xfrm(XFRM_STATS) if "spi=0x00002001" in ln]
