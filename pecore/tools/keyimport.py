@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import ipaddress
 import json
 import re
@@ -343,7 +344,7 @@ def from_xfrm(text: str, source: str = "<string>", skip_unsupported: bool = Fals
     if not blocks:
         raise _no_sa(source, "no SA in the input: 'ip xfrm state' prints nothing when it is not run as root "
                              "(run it as root: sudo ip xfrm state)")
-    return _import_all([lambda b=b: _xfrm_sa(b, source) for b in blocks], source, skip_unsupported, skipped)
+    return _import_all([functools.partial(_xfrm_sa, b, source) for b in blocks], source, skip_unsupported, skipped)
 
 
 # ---------------------------------------------------------------------------------------------- esp_sa UAT
@@ -461,7 +462,7 @@ def from_esp_sa(text: str, mode: str = "tunnel", source: str = "<string>", skip_
                if raw.strip() and not raw.lstrip().startswith("#")]
     if not records:
         raise _no_sa(source, "no esp_sa record in the input (Wireshark writes the file only once a row is added)")
-    return _import_all([lambda n=n, raw=raw: _esp_sa_record(raw, n, mode, source) for n, raw in records], source,
+    return _import_all([functools.partial(_esp_sa_record, raw, n, mode, source) for n, raw in records], source,
                        skip_unsupported, skipped)
 
 
