@@ -763,9 +763,9 @@ def markdown_lua(res: dict) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/tshark_bench.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="CI smoke test: 5,000 packets, 2 runs each")
-    ap.add_argument("--packets", type=int, help="packets per capture (default 100000; --quick 5000)")
-    ap.add_argument("--repeats", type=int, help="runs per contender, best taken (default 5; --quick 2)")
+    ap.add_argument("--quick", action="store_true", help="CI smoke test: 2,000 packets, 1 run each")
+    ap.add_argument("--packets", type=int, help="packets per capture (default 100000; --quick 2000)")
+    ap.add_argument("--repeats", type=int, help="runs per contender, best taken (default 5; --quick 1)")
     ap.add_argument("--tmpdir", help="where the captures go (default: the system temp dir)")
     ap.add_argument("--json", metavar="PATH", help="also write every run as JSON")
     ap.add_argument("--merge-json", metavar="PATH",
@@ -777,8 +777,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "no ESP captures, no target")
     ap.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # bench/run: after bench.py's report
     args = ap.parse_args(argv)
-    n = args.packets or (5_000 if args.quick else 100_000)
-    repeats = args.repeats or (2 if args.quick else 5)
+    n = args.packets or (2_000 if args.quick else 100_000)
+    repeats = args.repeats or (1 if args.quick else 5)
 
     log(f"tshark bench: {n:,} packets, {repeats} runs each ...")
     t = time.perf_counter()

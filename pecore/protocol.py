@@ -103,6 +103,35 @@ def encr_id(suite: Union[str, int], protocol: str, error: type) -> int:
     raise error(f"unknown {protocol} suite {suite!r}; one of {', '.join(ids)}", code)
 
 
+def _either(items) -> str:  # type: ignore[no-untyped-def]
+    """"16", "16 or 32", "16, 24 or 32"."""
+    words = [str(x) for x in items]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def keymat_key_bits(encr: int, key: Optional[bytes], key_bits: Optional[int], protocol: str, error: type) -> int:
+    """The ``key_bits`` of ESP's and EESP's SA config for a KEYMAT ``key`` (key || salt; None: none given): the AES
+    key size given, or the one the KEYMAT's length says; 0 for ChaCha20-Poly1305, whose size is fixed.  A size
+    the suite lacks raises ``error`` (``<protocol>-bad-suite``), a KEYMAT of another length ``bad-key-length``,
+    both saying what the suite takes."""
+    row = eesp_suite(encr)
+    if row is None:
+        raise error(f"unknown {protocol} suite ID {encr}", f"{protocol.lower()}-bad-suite")
+    sizes = [8 * n for n in row.key_lens]
+    if key_bits is not None and key_bits not in sizes:
+        raise error(f"{row.name} takes {_either(sizes)}-bit keys, not key_bits={key_bits}",
+                    f"{protocol.lower()}-bad-suite")
+    if key is not None:
+        lens = row.key_lens if key_bits is None else (key_bits // 8,)
+        if len(key) - row.salt_len not in lens:
+            size = "" if key_bits is None else f" with {key_bits}-bit keys"
+            raise error(f"key must be key || salt for {row.name}{size}: {_either(n + row.salt_len for n in lens)} "
+                        f"octets (a {_either(lens)}-octet key and a {row.salt_len}-octet salt), not {len(key)}",
+                        "bad-key-length")
+        key_bits = 8 * (len(key) - row.salt_len)
+    return 0 if len(sizes) == 1 else sizes[0] if key_bits is None else key_bits
+
+
 @dataclass(frozen=True)
 class PspVersion:
     """One PSP crypto version (psp.md §3)."""
@@ -300,5 +329,5 @@ __all__ = [
     "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "ESP_IP_PROTOCOL", "ESP_UDP_PORT",
     "EespLocation", "EespSuite", "EspLocation", "PSP_UDP_PORT", "PSP_VERSIONS",
     "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode", "eesp_suite", "encr_id",
-    "locate_eesp", "locate_esp", "locate_psp", "parse_lenient", "psp_version", "udp_checksum",
+    "keymat_key_bits", "locate_eesp", "locate_esp", "locate_psp", "parse_lenient", "psp_version", "udp_checksum",
 ]

@@ -14,11 +14,18 @@ from pyeesp.errors import (  # every exception class (pyeesp.errors.__all__)
     PacketTooLargeError, PolicyError, ReplayError, SequenceExhaustedError, SubSaError, TruncatedPacketError,
     UnsupportedVersionError,
 )
-from pyeesp import errors as _errors
 from pyeesp.header import Header, Option
 from pyeesp.sa import SA, SUITES, Decrypted, Receiver, derive_sub_sa_key, suite_id
 
 __version__ = "0.1.0"
 
-__all__ = sorted([*_errors.__all__, "Decrypted", "ExhaustedError", "Header", "Option", "Receiver", "SA", "SUITES",
-                  "Summary", "decrypt_capture", "derive_sub_sa_key", "encrypt_capture", "suite_id"])
+# A literal list, sorted (tests/test_typing.py), so that type checkers see what is exported; it holds every
+# name of pyeesp.errors.__all__.
+__all__ = [
+    "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted",
+    "DummyPacketError", "EespError", "ExhaustedError", "Header", "InternalError", "KeyFileError", "LimitError",
+    "MalformedPacketError", "NoSaError", "NotEespError", "Option", "PacketTooLargeError", "PolicyError",
+    "Receiver", "ReplayError", "SA", "SUITES", "SequenceExhaustedError", "SubSaError", "Summary",
+    "TruncatedPacketError", "UnsupportedVersionError", "decrypt_capture", "derive_sub_sa_key", "encrypt_capture",
+    "suite_id",
+]

@@ -16,7 +16,7 @@ from typing import Iterable, List, Optional, Union
 from pecore.binding import ffi, lib
 from pecore._compat import renamed_kwargs
 from pecore.errors import status_message, status_name
-from pecore.protocol import EESP_SUITES, encr_id
+from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
 from pecore.util import (TRANSFORM_FN, Buffer, Key, bind_destination, check_range, check_sa_added, config_error,
                          decap_batch, decap_error, failed_verdict, key_bytes, open_destination, packet_buffer, pin,
                          run_batch, sent_or_raise)
@@ -111,10 +111,12 @@ def _make_config(
     lib.pe_eesp_sa_config_init(c)
     c.spi = check_range("spi", spi, 0xFFFFFFFF, err)
     c.encr = suite_id(suite)
-    c.key_bits = 0 if c.encr in (28, 31) and key_bits in (128, 256) else check_range("key_bits", key_bits, 256, err)
     c.sskdf = _sskdf_id(sskdf) if key is None else 0
-    if key is not None:
-        k = key_bytes(key, "key", err)
+    k = None if key is None else key_bytes(key, "key", err)
+    # As pyesp.SA: the AES key size from the KEYMAT's length unless given (with root_key= the Sub SA keys are
+    # derived: the size is key_bits, 128 by default).
+    c.key_bits = keymat_key_bits(c.encr, k, key_bits, "EESP", err)
+    if k is not None:
         c.key, c.key_len = pin(keep, k), len(k)
     else:
         r = key_bytes(root_key, "root key", err)
@@ -221,7 +223,8 @@ class SA:
 
     ``suite`` names the AEAD ("aes-gcm-16", "aes-ccm-8", "aes-gmac",
     "chacha20-poly1305", "aes-gcm-16-iiv", …, or the IKEv2 ENCR ID) and
-    ``key_bits`` the AES key size.  Keys: ``key`` is the KEYMAT block
+    ``key_bits`` the AES key size (default: what the length of ``key`` says,
+    as for ``pyesp.SA``; 128 with ``root_key``).  Keys: ``key`` is the KEYMAT block
     key ‖ salt (no Sub SAs), or ``root_key`` with ``sskdf``
     ("hkdf-sha256/384/512") derives each Sub SA's key ‖ salt on first use.
     ``mode`` "tunnel" or "transport"; ``format`` "auto" (D2), "full" or
@@ -252,7 +255,7 @@ class SA:
         key: Optional[Key] = None,
         root_key: Optional[Key] = None,
         sskdf: Optional[str] = None,
-        key_bits: int = 128,
+        key_bits: Optional[int] = None,
         mode: str = "tunnel",
         format: str = "auto",
         seq: bool = True,

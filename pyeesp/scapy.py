@@ -58,7 +58,7 @@ from scapy.packet import (
 from pecore.binding import ffi, lib
 from pecore.protocol import CRYPT_OFFSET_FIELD_BITS, eesp_suite
 from pecore._compat import renamed_kwargs, warn_renamed
-from pecore.util import Key, check_range, key_bytes
+from pecore.util import Key, check_range
 from pyeesp.errors import ConfigurationError, NoSaError, raise_eesp
 from pyeesp.sa import SA, SUITES, Receiver, suite_id
 from pecore._scapy import LenientDissect, UpToTrailerField, header_template, ip_bytes, ip_packet
@@ -496,15 +496,6 @@ class EESPSecurityAssociation:
         crypt_key = crypt_key if crypt_key is not None else key
         name = _resolve_suite(suite, iv_len, icv_len)
         _n, salt_len, s_iv, s_icv, integrity_only, _kl = suite_info(name)
-        if key_bits is None:
-            if crypt_key is not None and name not in ("chacha20-poly1305", "chacha20-poly1305-iiv"):
-                key_bits = (len(key_bytes(crypt_key, "crypt_key", ConfigurationError)) - salt_len) * 8
-                if key_bits not in (128, 192, 256):
-                    raise ConfigurationError(
-                        f"crypt_key must be key || {salt_len}-octet salt with a 16, 24 or 32-octet key "
-                        f"for {name}", "bad-key-length")
-            else:
-                key_bits = 256 if name.startswith("chacha20") else 128
         udp_encap = nat_t_header is not None
         if udp_encap and not isinstance(nat_t_header, UDP):
             raise TypeError("nat_t_header must be a UDP instance")

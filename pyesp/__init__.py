@@ -13,11 +13,17 @@ from pyesp.errors import (  # every exception class (pyesp.errors.__all__)
     InternalError, KeyFileError, LimitError, MalformedPacketError, NoSaError, NotEspError,
     PacketTooLargeError, PolicyError, ReplayError, SequenceExhaustedError, TruncatedPacketError,
 )
-from pyesp import errors as _errors
 from pyesp.header import Header
 from pyesp.sa import SA, SUITES, Decrypted, Receiver, suite_id
 
 __version__ = "0.1.0"
 
-__all__ = sorted([*_errors.__all__, "Decrypted", "ExhaustedError", "Header", "Receiver", "SA", "SUITES", "Summary",
-                  "decrypt_capture", "encrypt_capture", "suite_id"])
+# A literal list, sorted (tests/test_typing.py), so that type checkers see what is exported; it holds every
+# name of pyesp.errors.__all__.
+__all__ = [
+    "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted",
+    "DummyPacketError", "EspError", "ExhaustedError", "Header", "InternalError", "KeyFileError", "LimitError",
+    "MalformedPacketError", "NoSaError", "NotEspError", "PacketTooLargeError", "PolicyError", "Receiver",
+    "ReplayError", "SA", "SUITES", "SequenceExhaustedError", "Summary", "TruncatedPacketError", "decrypt_capture",
+    "encrypt_capture", "suite_id",
+]

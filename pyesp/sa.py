@@ -12,7 +12,7 @@ from typing import Iterable, List, Optional, Union
 
 from pecore.binding import ffi, lib
 from pecore.errors import status_name
-from pecore.protocol import EESP_SUITES, eesp_suite, encr_id
+from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
 from pecore.util import (Buffer, Key, bind_destination, check_range, check_sa_added, config_error, decap_batch,
                          decap_error, key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise)
 from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
@@ -31,25 +31,6 @@ _SEQ32_MAX = 0xFFFFFFFF
 def suite_id(suite: Union[str, int]) -> int:
     """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
     return encr_id(suite, "ESP", ConfigurationError)
-
-
-def _key_bits(encr: int, key: bytes, key_bits: Optional[int]) -> int:
-    """The AES key size: as given, or what the KEYMAT's length says (key || salt)."""
-    row = eesp_suite(encr)
-    assert row is not None  # suite_id() accepted it
-    if len(row.key_lens) == 1:  # ChaCha20-Poly1305: 256 bits only
-        if key_bits not in (None, 8 * row.key_lens[0]):
-            raise ConfigurationError(f"{row.name} takes {8 * row.key_lens[0]}-bit keys, not {key_bits}",
-                                     "esp-bad-suite")
-        return 0
-    if key_bits is None:
-        n = len(key) - row.salt_len
-        if n not in row.key_lens:
-            raise ConfigurationError(
-                f"key must be key || {row.salt_len}-octet salt with a 16, 24 or 32-octet AES key for {row.name}, "
-                f"not {len(key)} octets", "bad-key-length")
-        return 8 * n
-    return check_range("key_bits", key_bits, 256, ConfigurationError)
 
 
 @dataclass(frozen=True)
@@ -94,7 +75,7 @@ def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_windo
     c.spi = check_range("spi", spi, 0xFFFFFFFF, err)
     c.encr = suite_id(suite)
     k = key_bytes(key, "key", err)
-    c.key_bits = _key_bits(c.encr, k, key_bits)
+    c.key_bits = keymat_key_bits(c.encr, k, key_bits, "ESP", err)
     c.key, c.key_len = pin(keep, k), len(k)
     c.mode = _MODES[mode]
     c.esn = bool(esn)

@@ -15,10 +15,16 @@ from pypsp.errors import (  # every exception class (pypsp.errors.__all__)
     PacketTooLargeError, PolicyError, PspError, ReplayError, TruncatedPacketError, UnsupportedVersionError,
     VersionDisabledError,
 )
-from pypsp import errors as _errors
 from pypsp.header import Header
 
 __version__ = "0.1.0"
 
-__all__ = sorted([*_errors.__all__, "Decrypted", "Decryptor", "Encryptor", "ExhaustedError", "Header", "Summary", "decrypt_capture",
-                  "derive_key", "encrypt_capture", "kdf_label"])
+# A literal list, sorted (tests/test_typing.py), so that type checkers see what is exported; it holds every
+# name of pypsp.errors.__all__.
+__all__ = [
+    "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted", "Decryptor",
+    "Encryptor", "ExhaustedError", "Header", "InternalError", "IvExhaustedError", "KeyFileError", "LimitError",
+    "MalformedPacketError", "NoKeyError", "NotPspError", "PacketTooLargeError", "PolicyError", "PspError",
+    "ReplayError", "Summary", "TruncatedPacketError", "UnsupportedVersionError", "VersionDisabledError",
+    "decrypt_capture", "derive_key", "encrypt_capture", "kdf_label",
+]

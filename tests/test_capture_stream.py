@@ -400,12 +400,21 @@ def test_ctrl_c_with_standard_output_says_what_was_written(tmp_path):
 
 
 def test_a_cut_file_header_is_no_capture(tmp_path):
-    """Cut inside the file header there is nothing whole to keep: an error (status 2) and no output."""
+    """Cut inside the file header there is nothing whole to keep: an error (status 2) and no output; show says
+    the same (docs/captures.md), from a file or standard input, in every CLI."""
     clear = pcap_bytes([eth(udp4(b"h"))])
     for cut in (clear[:10], sample_pcapng(1)[:40]):
         r = psp("decrypt", "-", tmp_path / "o.pcap", stdin=cut)
         assert r.returncode == 2 and b"capture-truncated" in r.stderr, r.stderr
         assert list(tmp_path.iterdir()) == []
+        cut_file = _write(tmp_path / "cut.pcap", cut)
+        for prog in ("pypsp", "pyeesp", "pyesp"):
+            for where, stdin in ((cut_file, b""), ("-", cut)):
+                r = cli([prog, "show", where], stdin=stdin)
+                assert r.returncode == 2 and b"error:" in r.stderr and b"capture-truncated" in r.stderr, \
+                    (prog, r.returncode, r.stderr)
+                assert r.stdout == b""
+        cut_file.unlink()
 
 
 @pytest.mark.parametrize("prog", ["pypsp", "pyeesp"])

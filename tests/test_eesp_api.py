@@ -344,6 +344,28 @@ def test_replay_window_limits_are_inclusive():
     SA(SPI, key=bytes(20), max_crypt_offset=255, max_sub_sa_id=65535)
 
 
+@pytest.mark.parametrize("suite,bits", [("aes-gcm-16", 256), ("aes-gcm-8", 192), ("aes-ccm-12", 256),
+                                        ("aes-gmac", 128), ("aes-gcm-16-iiv", 256)])
+def test_key_size_from_the_keymat_length_as_pyesp(suite, bits):
+    """Without key_bits the KEYMAT's length says the AES key size, as for pyesp.SA: the same packets as with
+    key_bits given (the explicit path is the one the models check)."""
+    import pyesp
+
+    km = keymat(suite, bits, 5)
+    inferred, given = SA(SPI, suite, key=km), SA(SPI, suite, key=km, key_bits=bits)
+    assert inferred.encrypt(E_INNER) == given.encrypt(E_INNER)
+    assert given.decrypt(inferred.encrypt(E_INNER)).packet == E_INNER
+    for face in (pyeesp, pyesp):  # a length no key size fits: the message says which lengths the suite takes
+        with pytest.raises(face.ConfigurationError) as ei:
+            face.SA(SPI, suite, key=km + b"\0")
+        salt = SUITE_TABLE[suite][2]
+        want = f"{16 + salt}, {24 + salt} or {32 + salt} octets"
+        assert ei.value.code == "bad-key-length" and want in str(ei.value) and str(len(km) + 1) in str(ei.value)
+        with pytest.raises(face.ConfigurationError) as ei:
+            face.SA(SPI, suite, key=km, key_bits=128 if bits != 128 else 256)
+        assert ei.value.code == "bad-key-length" and "-bit keys: " in str(ei.value), str(ei.value)
+
+
 def test_chacha_accepts_default_and_256_key_bits():
     a = SA(SPI, "chacha20-poly1305", key=keymat("chacha20-poly1305", 256))
     b = SA(SPI, "chacha20-poly1305", key=keymat("chacha20-poly1305", 256), key_bits=256)

@@ -8,6 +8,7 @@ that went in, with good ICVs.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,143 @@ def test_xfrm_import():
     assert "udp-encap=1" in from_xfrm("\n".join(alt))[1] and "udp-dport" not in from_xfrm("\n".join(alt))[1]
 
 
+# `ip -s xfrm state` as iproute2 prints it (ip/ipxfrm.c with show_stats: the key's bit count in the aead line,
+# "spi 0x...(decimal)", "seq 0x%08u" and the flag mask in the replay-window line, then lifetime and stats blocks
+# whose indented lines include "replay-window 0 replay 0 failed 0", the counters): an outbound ESN SA (Linux 6.10's
+# "dir out") whose sender is at 0x2_00000010, an inbound SA with a 32-packet window that has accepted up to 100,
+# and an inbound ESN SA without "dir" that has accepted up to 0x1_0000002a.
+def _lifetime(octets: int, packets: int) -> str:
+    """ip -s xfrm state's lifetime blocks of an SA without limits (xfrm_lifetime_print)."""
+    return ("\tlifetime config:\n"
+            "\t  limit: soft (INF)(bytes), hard (INF)(bytes)\n\t  limit: soft (INF)(packets), hard (INF)(packets)\n"
+            "\t  expire add: soft 0(sec), hard 0(sec)\n\t  expire use: soft 0(sec), hard 0(sec)\n"
+            f"\tlifetime current:\n\t  {octets}(bytes), {packets}(packets)\n"
+            "\t  add 2026-12-01 21:00:00 use 2026-12-01 21:00:05\n")
+
+
+XFRM_STATS = f"""\
+src 192.0.2.1 dst 192.0.2.2
+\tproto esp spi 0xc0de0011(3235774481) reqid 1(0x00000001) mode tunnel
+\treplay-window 0 seq 0x00000000 flag af-unspec esn (0x10100000)
+\taead rfc4106(gcm(aes)) 0x{K36.hex()} (288 bits) 128
+\tanti-replay esn context:
+\t seq-hi 0x0, seq 0x0, oseq-hi 0x2, oseq 0x10
+\t replay_window 0, bitmap-length 0
+\t
+\tdir out
+\tsel src 0.0.0.0/0 dst 0.0.0.0/0 uid 0
+{_lifetime(2880, 16)}\tstats:
+\t  replay-window 0 replay 0 failed 0
+src 192.0.2.2 dst 192.0.2.1
+\tproto esp spi 0xc0de0012(3235774482) reqid 1(0x00000001) mode transport
+\treplay-window 32 seq 0x00000000 flag af-unspec (0x00100000)
+\taead rfc4106(gcm(aes)) 0x{K20.hex()} (160 bits) 128
+\tanti-replay context: seq 0x64, oseq 0x0, bitmap 0xffffffff
+\tdir in
+{_lifetime(9000, 100)}\tstats:
+\t  replay-window 0 replay 3 failed 0
+src 198.51.100.2 dst 198.51.100.1
+\tproto esp spi 0x00002001(8193) reqid 2(0x00000002) mode tunnel
+\treplay-window 0 seq 0x00000000 flag af-unspec esn (0x10100000)
+\taead rfc4106(gcm(aes)) 0x{K20.hex()} (160 bits) 96
+\tanti-replay esn context:
+\t seq-hi 0x1, seq 0x2a, oseq-hi 0x0, oseq 0x0
+\t replay_window 128, bitmap-length 4
+\t 00000000 00000000 00000000 ffffffff 
+\tstats:
+\t  replay-window 0 replay 0 failed 0
+"""
+
+
+@pytest.mark.parametrize("text", [XFRM_STATS, re.sub(r" \(\d+ bits\)", "", XFRM_STATS)], ids=["ip-s", "no-bit-count"])
+def test_xfrm_import_ip_s_output(text):
+    """`ip -s` adds the key's bit count to the aead line and a stats block whose counters start like the window
+    (without the bit count, as some iproute2 builds print it, the stats block alone)."""
+    kf = parse_key_file("\n".join(from_xfrm(text)) + "\n")
+    out_sa, in_sa, esn_in = (esp(kf, s) for s in (0xC0DE0011, 0xC0DE0012, 0x2001))
+    assert out_sa.settings["key"] == K36 and out_sa.settings["key_bits"] == 256 and out_sa.settings["esn"]
+    assert out_sa.settings["first_seq"] == 0x2_00000011  # dir out: the next to send is oseq + 1
+    # The SA's window is 32 (rounded up to the key file's 64), not the stats' "replay-window 0".
+    assert in_sa.settings["anti_replay"] and in_sa.settings["replay_window"] == 64
+    assert in_sa.settings["first_seq"] == 101  # dir in: a receiver that has accepted up to seq
+    assert esn_in.settings["suite"] == "aes-gcm-12" and esn_in.settings["replay_window"] == 128
+    assert esn_in.settings["first_seq"] == 0x1_0000002B
+
+
+def test_xfrm_inbound_esn_sa_resumes_where_linux_stopped():
+    """The core's receiver made from the imported line infers the ESN high half from seq-hi: a packet Linux's
+    peer sends next (0x1_0000002b, only its low half on the wire) decrypts as that number; one far below the
+    window does not."""
+    import pyesp
+
+    (line,) = [ln for ln in from_xfrm(XFRM_STATS) if "spi=0x00002001" in ln]
+    settings = parse_key_file(line + "\n").esp_sas[0].settings
+    rx = pyesp.Receiver([pyesp.SA(**settings)])
+    peer = dict(settings, first_seq=0x1_0000002B)
+    inner = _ipv4("198.51.100.2", "198.51.100.1", bytes(8))  # tunnel mode: the outer is a copy, to the SA's dst
+    d = rx.decrypt(pyesp.SA(**peer).encrypt(inner))
+    assert d.seq == 0x1_0000002B and d.packet == inner
+    with pytest.raises(pyesp.EspError):
+        rx.decrypt(pyesp.SA(**dict(settings, first_seq=0x1_0000002A - 200)).encrypt(inner))
+
+
+def _ipv4(src: str, dst: str, payload: bytes) -> bytes:
+    import ipaddress
+    import struct
+
+    h = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, 0, 64, 17, 0,
+                              ipaddress.ip_address(src).packed, ipaddress.ip_address(dst).packed))
+    total = sum(struct.unpack("!10H", h))
+    total = (total & 0xFFFF) + (total >> 16)
+    h[10:12] = struct.pack("!H", ~((total & 0xFFFF) + (total >> 16)) & 0xFFFF)
+    return bytes(h) + payload
+
+
+XFRM_MIXED = f"""\
+src 192.0.2.1 dst 192.0.2.2
+\tproto esp spi 0x0000a001 reqid 1 mode tunnel
+\treplay-window 32 flag af-unspec
+\tauth-trunc hmac(sha256) 0x{bytes(32).hex()} 128
+\tenc cbc(aes) 0x{bytes(16).hex()}
+\tsel src 0.0.0.0/0 dst 0.0.0.0/0
+src 192.0.2.1 dst 192.0.2.2
+\tproto ah spi 0x0000a002 reqid 2 mode transport
+\treplay-window 32
+\tauth-trunc hmac(sha1) 0x{bytes(20).hex()} 96
+src 192.0.2.1 dst 192.0.2.2
+\tproto esp spi 0x0000a003 reqid 3 mode tunnel
+\treplay-window 32
+\taead rfc4106(gcm(aes)) 0x{K20.hex()} 128
+"""
+
+
+def test_xfrm_skip_unsupported():
+    """One CBC (or AH) SA stops the import with a message saying how to skip it; skipped, each is named."""
+    with pytest.raises(KeyImportError) as ei:
+        from_xfrm(XFRM_MIXED, "state.txt")
+    msg = str(ei.value)
+    assert ei.value.line == 4 and msg.startswith("state.txt:4: SA SPI 0x0000a001 192.0.2.1 -> 192.0.2.2: "), msg
+    assert "--skip-unsupported" in msg and "0000000000" not in msg
+    skipped: list = []
+    lines = from_xfrm(XFRM_MIXED, "state.txt", skip_unsupported=True, skipped=skipped)
+    assert [e.spi for e in parse_key_file("\n".join(lines)).esp_sas] == [0xA003]
+    assert [(e.line, "SPI 0x0000a00%d" % i in str(e)) for i, e in zip((1, 2), skipped)] == [(4, True), (8, True)]
+    assert "proto ah" in str(skipped[1])
+    assert sum("left out" in ln for ln in lines if ln.startswith("#")) == 2
+    with pytest.raises(KeyImportError, match="every SA") as ei:
+        from_xfrm(XFRM_MIXED.split("src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x0000a003")[0], "s",
+                  skip_unsupported=True)
+    assert ei.value.code == "keyfile-syntax"
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "  \n"])
+def test_xfrm_empty_input(text):
+    """What `ip xfrm state` prints when not run as root: nothing.  That is an error, not an empty key file."""
+    with pytest.raises(KeyImportError) as ei:
+        from_xfrm(text, "state.txt")
+    assert ei.value.code == "keyfile-syntax" and "root" in str(ei.value) and str(ei.value).startswith("state.txt: ")
+
+
 @pytest.mark.parametrize("text,line,code,part", [
     ("proto esp spi 0x1 mode tunnel\n", 1, "keyfile-syntax", "src ADDR dst ADDR"),
     ("src 192.0.2.1\n\tproto esp spi 1\n", 1, "keyfile-syntax", "src ADDR dst ADDR"),
@@ -125,6 +263,15 @@ def test_xfrm_import():
     ("src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x1 mode tunnel\n", 1, "keyfile-syntax", "no 'aead'"),
     (f"src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x1\n\taead rfc4106(gcm(aes)) 0x{K20.hex()} 128\n"
      "\tanti-replay context: seq 0x0, oseq 0xffffffff, bitmap 0x00000000\n", 1, "keyfile-bad-value", "exhausted"),
+    (f"src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x1\n\taead rfc4106(gcm(aes)) 0x{K20.hex()} (128 bits) 128\n",
+     3, "keyfile-bad-value", "160 bits long, and the line says 128"),
+    ("src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x1\n\taead rfc4106(gcm(aes)) <<Keys hidden>> 128\n", 3,
+     "keyfile-bad-value", "nokeys"),
+    (f"src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x1\n\treplay-window 32\n\treplay-window 0\n"
+     f"\taead rfc4106(gcm(aes)) 0x{K20.hex()} 128\n", 4, "keyfile-syntax", "second 'replay-window'"),
+    (f"src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x1\n\taead rfc4106(gcm(aes)) 0x{K20.hex()} 128\n"
+     "\tanti-replay context: seq 0xffffffff, oseq 0x0, bitmap 0xffffffff\n\tdir in\n", 1, "keyfile-bad-value",
+     "exhausted"),
 ])
 def test_xfrm_bad_inputs(text, line, code, part):
     with pytest.raises(KeyImportError) as ei:
@@ -296,6 +443,45 @@ def test_cli(tmp_path):
     p = subprocess.run([sys.executable, "-m", "pyeesp", "keys", "import", "--from", "xfrm", str(bad)],
                        capture_output=True, text=True, cwd=str(ROOT), timeout=60)
     assert p.returncode == 2 and ":2:" in p.stderr and "[keyfile-bad-value]" in p.stderr, p.stderr
+
+
+def test_cli_import_names_the_file_skips_and_refuses_empty_input(tmp_path):
+    def run(*args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "pyesp", "keys", "import", "--from", *args], input=stdin,
+                              capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+
+    mixed = tmp_path / "state.txt"
+    mixed.write_text(XFRM_MIXED)
+    out = tmp_path / "keys.txt"
+    p = run("xfrm", str(mixed), "-o", str(out))
+    assert p.returncode == 2 and f"{mixed}:4: SA SPI 0x0000a001" in p.stderr and "--skip-unsupported" in p.stderr
+    assert not out.exists()
+    p = run("xfrm", "-", stdin=XFRM_MIXED)
+    assert p.returncode == 2 and "<stdin>:4: " in p.stderr and "ip xfrm state:" not in p.stderr, p.stderr
+    p = run("xfrm", str(mixed), "--skip-unsupported", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    left_out = [ln for ln in p.stderr.splitlines() if "left out" in ln]
+    assert len(left_out) == 2 and "SPI 0x0000a001" in left_out[0] and "SPI 0x0000a002" in left_out[1], p.stderr
+    assert [e.spi for e in parse_key_file(out.read_bytes()).esp_sas] == [0xA003]
+    out.unlink()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    p = run("xfrm", str(empty), "-o", str(out))
+    assert p.returncode == 2 and f"{empty}: no SA" in p.stderr and "root" in p.stderr and not out.exists(), p.stderr
+    p = run("xfrm", "-", stdin="")
+    assert p.returncode == 2 and "<stdin>: no SA" in p.stderr and p.stdout == "", p.stderr
+    p = run("esp_sa", str(empty))
+    assert p.returncode == 2 and f"{empty}: no esp_sa record" in p.stderr, p.stderr
+    uat = tmp_path / "esp_sa"
+    uat.write_text('"IPv4","*","*","0x1","AES-CBC [RFC3602]","0x' + bytes(16).hex() + '","HMAC-SHA-1-96 [RFC2404]",'
+                   '"0x' + bytes(20).hex() + '"\n' + ESP_SA_40.splitlines()[1] + "\n")
+    p = run("esp_sa", str(uat))
+    assert p.returncode == 2 and f"{uat}:1: SA SPI 0x1" in p.stderr and "--skip-unsupported" in p.stderr, p.stderr
+    p = run("esp_sa", str(uat), "--skip-unsupported")
+    assert p.returncode == 0 and f"{uat}:1: SA SPI 0x1" in p.stderr, p.stderr
+    assert [e.spi for e in parse_key_file(p.stdout).esp_sas] == [0x2001]
+    p = run("psp-netlink", str(empty))
+    assert p.returncode == 2 and f"{empty}: no input" in p.stderr, p.stderr
 
 
 # ---------------------------------------------------------------------------------------------- tshark round trip

@@ -82,3 +82,53 @@ def test_every_data_file_in_the_packages_ships_in_the_wheel_and_the_sdist():
                 missing.append(f.relative_to(ROOT).as_posix())
     assert not missing, f"files in the packages that package-data does not ship: {missing}"
     assert "include pyesp/tools/esp_kat.json" in (ROOT / "MANIFEST.in").read_text().splitlines()
+
+
+def test_the_scapy_extra_is_enough_for_docs_scapy_md():
+    """docs/scapy.md's examples run with what ``psp-eesp[scapy]`` installs and nothing else: every module that
+    comes from an installed distribution outside the extra's requirements (and theirs) is hidden, as in a fresh
+    virtualenv with only the extra (scapy's ESP needs ``cryptography``, which scapy itself does not require)."""
+    import importlib.metadata as md
+    import re
+
+    if not hasattr(md, "packages_distributions") or not hasattr(sys, "stdlib_module_names"):
+        pytest.skip("needs Python 3.10 (importlib.metadata.packages_distributions, sys.stdlib_module_names)")
+
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    allowed = {project["name"].lower().replace("_", "-")}
+    todo = list(project.get("dependencies", [])) + list(project["optional-dependencies"]["scapy"])
+    while todo:
+        req = todo.pop()
+        if ";" in req and "extra ==" in req:
+            continue  # a dependency's own extras are not installed
+        name = re.match(r"[A-Za-z0-9._-]+", req).group(0).lower().replace("_", "-")  # type: ignore[union-attr]
+        if name not in allowed:
+            allowed.add(name)
+            todo.extend(md.requires(name) or [])
+    hidden = sorted(top for top, dists in md.packages_distributions().items()
+                    if top not in sys.stdlib_module_names and top.isidentifier()
+                    and not {d.lower().replace("_", "-") for d in dists} & allowed)
+    code = f"""
+import re, sys
+HIDDEN = set({hidden!r})
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not installed by psp-eesp[scapy])", name=name)
+sys.meta_path.insert(0, Hide())
+for mod in list(sys.modules):
+    if mod.split(".")[0] in HIDDEN:
+        del sys.modules[mod]
+text = open({str(ROOT / "docs" / "scapy.md")!r}).read()
+namespace = {{"__name__": "docs_scapy_md"}}
+for i, block in enumerate(re.findall(r"^```python\\n(.*?)^```", text, re.S | re.M)):
+    exec(compile(block, f"docs/scapy.md (python block {{i + 1}})", "exec"), namespace)
+print("all blocks ran")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=str(ROOT / "tests"), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0 and "all blocks ran" in p.stdout, p.stderr[-3000:]

@@ -538,6 +538,36 @@ def check_psp_decrypted(row: Dict[str, List[str]], case: PspCase) -> None:
 # --------------------------------------------------------------------------- 1. registration
 
 
+def test_wireshark_md_filter_example_prints_what_it_says():
+    """docs/wireshark.md's filter on decrypted traffic, run as written on the demo's capture (made as
+    scripts/demo.sh makes it), prints the lines the document shows."""
+    import shlex
+    import sys
+
+    doc = (ws.ROOT / "docs" / "wireshark.md").read_text()
+    (block,) = [b for b in re.findall(r"^```sh\n(.*?)^```", doc, re.S | re.M) if b.startswith("$ tshark") and
+                "psp_9a345678" in b]
+    lines = block.replace("\\\n", " ").splitlines()
+    command, shown = lines[0][2:], [ln for ln in lines[1:] if ln.strip()]
+    assert shown, "the example shows no output"
+    out = ws.shared_dir("pe-docfilter-")
+    demo = ws.ROOT / "demo"
+    env = {**os.environ, "PYTHONPATH": str(ws.ROOT)}
+    subprocess.run([sys.executable, str(demo / "sample_traffic.py"), str(out / "sample.pcapng"), "--packets", "2000"],
+                   check=True, env=env, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pypsp", "encrypt", str(out / "sample.pcapng"), str(out / "psp_9a345678.pcapng"),
+                    "--key-file", str(demo / "keys.txt"), "--spi", "9a345678", "-q"],
+                   check=True, env=env, capture_output=True, timeout=300)
+    shutil.copy(demo / "keys.txt", out / "keys.txt")
+    for f in out.iterdir():
+        f.chmod(0o644)
+    args = shlex.split(command.replace("$PWD/demo/keys.txt", str(out / "keys.txt")))
+    assert args[0] == "tshark"
+    args = [str(out / a[len("out/demo/"):]) if a.startswith("out/demo/") else a for a in args[1:]]
+    proc = ws.run(args)
+    assert proc.stdout.splitlines() == shown, proc.stdout
+
+
 def test_fields_and_experts_are_registered(empty_profile):
     out = tshark(["-G", "fields"], profile=empty_profile).stdout
     names = {line.split("\t")[2] for line in out.splitlines() if line.startswith(("F\t", "P\t"))}
@@ -902,7 +932,8 @@ class EespSpec:
             kw.update(root_key=self.root_key, sskdf=self.sskdf)
         if self.dst:
             kw["dst"] = self.dst
-        return pyeesp.SA(self.spi, self.suite, key_bits=self.key_bits, mode=self.mode, **kw)
+        bits = None if self.suite.startswith("chacha") else self.key_bits  # ChaCha20-Poly1305: 256 only
+        return pyeesp.SA(self.spi, self.suite, key_bits=bits, mode=self.mode, **kw)
 
     def keyfile_line(self) -> str:
         parts = [f"eesp-sa spi=0x{self.spi:08x} suite={self.suite}"]

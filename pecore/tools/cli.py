@@ -235,7 +235,9 @@ def show_capture(args: argparse.Namespace, describe: Callable[[int, Any], Option
             if args.limit and shown >= args.limit:
                 break
     except CaptureError as e:
-        if e.code != "capture-truncated":
+        # A cut file header (no offset: the open failed, or nothing was read past it) is no capture at all, as
+        # for encrypt/decrypt: status 2.  Only a cut after whole records is status 3.
+        if e.code != "capture-truncated" or not getattr(e, "offset", 0):
             raise
         sys.stdout.flush()
         return truncated(args, e)

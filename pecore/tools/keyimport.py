@@ -14,22 +14,24 @@ tests parse every output with the core).
   (hex-string keys).
 - ``to_esp_sa``: the key file's ``esp-sa`` lines as an ``esp_sa`` UAT for Wireshark's own ESP dissector.
 
-Errors are :class:`KeyImportError` (a :class:`pecore.keys.KeyFileError`) with the input line; messages never
-quote a key.
+Errors are :class:`KeyImportError` (a :class:`pecore.keys.KeyFileError`) naming the input (``source``: its path)
+and line; messages never quote a key.  An SA that is well formed but has no key-file form is an
+:class:`UnsupportedSaError`, which ``skip_unsupported`` turns into a comment; an input without any SA is an error.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import ipaddress
 import json
 import re
 import sys
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple
 
 from pecore.keys import EspSaEntry, KeyFile, KeyFileError, parse_key_file
 
-__all__ = ["KeyImportError", "from_xfrm", "from_esp_sa", "from_psp_netlink", "to_esp_sa", "WIRESHARK_LAYOUTS",
+__all__ = ["KeyImportError", "UnsupportedSaError", "from_xfrm", "from_esp_sa", "from_psp_netlink", "to_esp_sa", "WIRESHARK_LAYOUTS",
            "layout_for", "register"]
 
 
@@ -40,6 +42,7 @@ class KeyImportError(KeyFileError):
         super().__init__(f"{source}:{line}: {message}" if line else f"{source}: {message}", code)
         self.line = line
         self.source = source
+        self.reason = message  # without the source and line
 
 
 # ---------------------------------------------------------------------------------------------- shared
@@ -118,9 +121,23 @@ XFRM_AEADS: Dict[Tuple[str, int], str] = {
     ("rfc4543(gcm(aes))", 128): "aes-gmac",
 }
 
+#: The headers under which iproute2 prints more deeply indented lines of their own (ip/ipxfrm.c): only the ESN
+#: replay state says something the key file holds.  Read by indentation, as ``stats:`` holds a line that starts
+#: like the SA's own ``replay-window`` (``replay-window 0 replay 0 failed 0``: counters, not the window).
+_XFRM_SECTIONS = ("anti-replay esn context:", "lifetime config:", "lifetime current:", "stats:")
 
-def _xfrm_blocks(text: str) -> List[List[Tuple[int, str]]]:
-    """One block per SA: a line starting with 'src' (not indented) opens it."""
+
+class UnsupportedSaError(KeyImportError):
+    """An SA that is well formed but has no key-file form (AH, a CBC cipher, BEET mode, ...): with
+    ``skip_unsupported`` it is left out with a message instead of stopping the import."""
+
+
+def _indent(raw: str) -> int:
+    return len(raw.expandtabs(8)) - len(raw.expandtabs(8).lstrip())
+
+
+def _xfrm_blocks(text: str, source: str) -> List[List[Tuple[int, str]]]:
+    """One block per SA of (line number, raw line): a line starting with 'src' (not indented) opens it."""
     blocks: List[List[Tuple[int, str]]] = []
     for n, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
@@ -128,17 +145,17 @@ def _xfrm_blocks(text: str) -> List[List[Tuple[int, str]]]:
         if not raw[0].isspace() and raw.split()[0] == "src":
             blocks.append([])
         elif not blocks:
-            raise KeyImportError("ip xfrm state", n, "expected a 'src ADDR dst ADDR' line to start an SA",
-                                 "keyfile-syntax")
-        blocks[-1].append((n, raw.strip()))
+            raise KeyImportError(source, n, "expected a 'src ADDR dst ADDR' line to start an SA", "keyfile-syntax")
+        blocks[-1].append((n, raw))
     return blocks
 
 
-def _xfrm_sa(block: List[Tuple[int, str]]) -> Tuple[int, str]:
+def _xfrm_sa(block: List[Tuple[int, str]], source: str) -> Tuple[str, str]:
+    """(comment, esp-sa line) of one SA; an UnsupportedSaError names the SA and the first line it cannot take."""
     first = block[0][0]
 
-    def fail(msg: str, line: int = first, code: str = "keyfile-bad-value"):
-        raise KeyImportError("ip xfrm state", line, msg, code)
+    def fail(msg: str, line: int = first, code: str = "keyfile-bad-value") -> NoReturn:
+        raise KeyImportError(source, line, msg, code)
 
     words = block[0][1].split()
     if len(words) < 4 or words[0] != "src" or words[2] != "dst":
@@ -146,30 +163,50 @@ def _xfrm_sa(block: List[Tuple[int, str]]) -> Tuple[int, str]:
     src, dst = _addr(words[1]), _addr(words[3])
     if src is None or dst is None:
         fail("'src'/'dst' must be IPv4 or IPv6 addresses")
-    sa: Dict[str, object] = {}
-    for n, ln in block[1:]:
+    sa: Dict[str, Any] = {}
+    unsupported: Optional[Tuple[int, str]] = None  # the first line the key file has no form for
+    section, section_indent = "", 0
+    for n, raw in block[1:]:
+        ln = raw.strip()
+        if section and _indent(raw) > section_indent:
+            if section == "anti-replay esn context:":
+                # " seq-hi 0x0, seq 0x0, oseq-hi 0x1, oseq 0x5", " replay_window 128, bitmap-length 4", bitmap words
+                w = ln.replace(",", " ").split()
+                if w[0] in ("seq-hi", "replay_window"):
+                    sa["replay"] = {**sa.get("replay", {}), **_xfrm_numbers(w, n, fail)}
+            continue
+        section = next((s for s in _XFRM_SECTIONS if ln == s), "")
+        section_indent = _indent(raw)
+        if section:
+            continue
         w = ln.split()
         head = w[0]
         if head == "proto":
-            if len(w) < 4 or w[2] != "spi":
+            if len(w) < 2:
                 fail("expected 'proto PROTO spi SPI ...'", n, "keyfile-syntax")
+            if "spi" in w:
+                i = w.index("spi")
+                try:
+                    spi_text = w[i + 1].split("(")[0]  # ip -s: "0x00001002(4098)"
+                    sa["spi"] = int(spi_text, 16 if spi_text.lower().startswith("0x") else 10)
+                except (IndexError, ValueError):
+                    fail("the SPI is not a number", n)
+                if not 0 <= sa["spi"] <= 0xFFFFFFFF:
+                    fail("the SPI is above 32 bits", n)
             if w[1] != "esp":
-                fail(f"proto {w[1]!r}: only ESP SAs can be imported (the Linux EESP prototype's output is not "
-                     "documented)", n)
-            try:
-                sa["spi"] = int(w[3].split("(")[0], 16 if w[3].lower().startswith("0x") else 10)
-            except ValueError:
-                fail("the SPI is not a number", n)
-            if not 0 <= int(sa["spi"]) <= 0xFFFFFFFF:  # type: ignore[call-overload]
-                fail("the SPI is above 32 bits", n)
+                unsupported = unsupported or (n, f"proto {w[1]}: only ESP SAs can be imported (the Linux EESP "
+                                                 "prototype's output is not documented)")
+            elif "spi" not in sa:
+                fail("expected 'proto esp spi SPI ...'", n, "keyfile-syntax")
             if "mode" in w:
                 i = w.index("mode")
                 mode = w[i + 1] if i + 1 < len(w) else ""
                 if mode not in ("tunnel", "transport"):
-                    fail(f"mode {mode!r}: the core has tunnel and transport mode only", n)
+                    unsupported = unsupported or (n, f"mode {mode!r}: the core has tunnel and transport mode only")
                 sa["mode"] = mode
-            sa["line"] = n
         elif head == "replay-window":
+            if "window" in sa:
+                fail("a second 'replay-window' line", n, "keyfile-syntax")
             try:
                 sa["window"] = int(w[1])
             except (IndexError, ValueError):
@@ -177,22 +214,30 @@ def _xfrm_sa(block: List[Tuple[int, str]]) -> Tuple[int, str]:
             if "flag" in w:
                 sa["esn"] = "esn" in w[w.index("flag") + 1:]
         elif head == "aead":
-            if len(w) != 4:
-                fail("expected 'aead NAME 0xKEY ICV-BITS'", n, "keyfile-syntax")
+            # ip: "aead NAME 0xKEY ICV-BITS"; ip -s: "aead NAME 0xKEY (KEY-BITS bits) ICV-BITS"
+            if len(w) >= 3 and w[2] == "<<Keys":
+                fail("the key is hidden ('ip xfrm state nokeys'): run 'ip xfrm state' without nokeys", n)
+            bits_given = len(w) == 6 and w[3].startswith("(") and w[4] == "bits)"
+            if len(w) != 4 and not bits_given:
+                fail("expected 'aead NAME 0xKEY ICV-BITS' (ip xfrm state) or 'aead NAME 0xKEY (N bits) ICV-BITS' "
+                     "(ip -s xfrm state)", n, "keyfile-syntax")
             name = w[1].strip("'\"")
             try:
-                icv = int(w[3])
+                icv = int(w[-1])
             except ValueError:
                 fail("the ICV length is not a number", n)
-            suite = XFRM_AEADS.get((name, icv))
-            if suite is None:
-                fail(f"AEAD {name} with a {icv}-bit ICV is not a suite the core has", n)
             key = _hex_key(w[2])
             if key is None:
                 fail("the AEAD key is not 0x-prefixed hex", n)
+            if bits_given and w[3][1:] != str(len(key) * 8):
+                fail(f"the AEAD key is {len(key) * 8} bits long, and the line says {w[3][1:]}", n)
+            suite = XFRM_AEADS.get((name, icv))
+            if suite is None:
+                unsupported = unsupported or (n, f"AEAD {name} with a {icv}-bit ICV is not a suite the core has")
             sa["suite"], sa["key"], sa["key_line"] = suite, key, n
         elif head in ("enc", "auth", "auth-trunc", "comp"):
-            fail(f"'{head}' algorithms: only combined-mode (aead) ESP SAs can be imported", n)
+            unsupported = unsupported or (n, f"'{head} {w[1] if len(w) > 1 else ''}': only combined-mode (aead) "
+                                             "ESP SAs can be imported")
         elif head == "encap":
             # iproute2 prints "encap type espinudp sport 4500 dport 4500 addr 0.0.0.0"; the add syntax is
             # "encap espinudp 4500 4500 0.0.0.0": both are taken.
@@ -202,55 +247,104 @@ def _xfrm_sa(block: List[Tuple[int, str]]) -> Tuple[int, str]:
                 kind, ports = kv.get("type"), (kv.get("sport"), kv.get("dport"))
             else:
                 kind, ports = (rest[0] if rest else None), (tuple(rest[1:3]) + (None, None))[:2]
-            if kind != "espinudp":
-                fail(f"encap {kind!r}: only espinudp (RFC 3948) is supported", n)
             try:
                 sport, dport = int(ports[0]), int(ports[1])  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 fail("encap needs a source and a destination port", n, "keyfile-syntax")
             if not (1 <= sport <= 0xFFFF and 1 <= dport <= 0xFFFF):
                 fail("encap ports must be 1..65535", n)
+            if kind != "espinudp":
+                unsupported = unsupported or (n, f"encap {kind!r}: only espinudp (RFC 3948) is supported")
             sa["udp"] = (sport, dport)
-        elif head in ("anti-replay", "seq-hi", "seq", "replay_window"):
-            # The replay state ("anti-replay [esn] context:" then its values): the window of an ESN SA, and
-            # the sender's last sequence number (oseq), from which a resumed sender continues.
-            w = ln.replace(",", " ").split()  # "seq-hi 0x0, seq 0x0, oseq-hi 0x0, oseq 0x0"
-            vals = dict(zip(w[::2], w[1::2]))
-            if "replay_window" in vals:
-                sa["esn_window"] = int(vals["replay_window"], 0)
-            if "oseq" in vals:
-                sa["oseq"] = int(vals["oseq"], 0) | (int(vals.get("oseq-hi", "0"), 0) << 32)
-        # Anything else (sel, lifetime, stats, offload, if_id, dir, output-mark, bitmap words) says nothing
+        elif head == "anti-replay" and w[1:2] == ["context:"]:
+            # The replay state without ESN, on one line: "anti-replay context: seq 0x0, oseq 0x0, bitmap 0x0"
+            sa["replay"] = _xfrm_numbers(ln.replace(",", " ").split()[2:], n, fail)
+        elif head == "dir":
+            # Linux 6.10 and later: "dir in" or "dir out" says which of seq and oseq is this SA's.
+            sa["dir"] = w[1] if len(w) > 1 else ""
+        # Anything else (sel, lastused, offload, if_id, tfcpad, output-mark, security context) says nothing
         # the key file holds.
-    if "spi" not in sa:
+    if "spi" not in sa and unsupported is None:
         fail("no 'proto esp spi ...' line", code="keyfile-syntax")
-    if "suite" not in sa:
+    name = f"SPI 0x{sa['spi']:08x} {src} -> {dst}" if "spi" in sa else f"{src} -> {dst}"
+    if unsupported is not None:
+        raise UnsupportedSaError(source, unsupported[0], f"SA {name}: {unsupported[1]}")
+    if "key" not in sa:
         fail("no 'aead' line: only combined-mode ESP SAs can be imported", code="keyfile-syntax")
-    suite, key = str(sa["suite"]), bytes(sa["key"])  # type: ignore[arg-type]
-    bits = _key_bits(suite, key, lambda m: fail(m, int(sa["key_line"])))  # type: ignore[call-overload]
+    suite, key = str(sa["suite"]), bytes(sa["key"])
+    bits = _key_bits(suite, key, lambda m: fail(m, int(sa["key_line"])))
     esn = bool(sa.get("esn"))
-    window = int(sa.get("esn_window", 0) if esn else 0) or int(sa.get("window", 0))  # type: ignore[call-overload]
+    replay = sa.get("replay", {})
+    window = int(replay.get("replay_window", 0) if esn else 0) or int(sa.get("window", 0))
     # Linux: window 0 turns anti-replay off; the key file's windows are 64..2^20 (a smaller one is rounded up).
     anti_replay = window > 0
     rw = None if not anti_replay else min(max(window, 64), 1 << 20)
-    oseq = int(sa.get("oseq", 0))  # type: ignore[call-overload]
-    if oseq >= (1 << 64) - 1 or (not esn and oseq >= 0xFFFFFFFF):
-        fail("the sender's sequence numbers are exhausted")
-    line = _esp_line(int(sa["spi"]), suite, key, bits, src=src, dst=dst,  # type: ignore[call-overload]
-                     mode=str(sa.get("mode", "tunnel")), esn=esn, anti_replay=anti_replay,
-                     replay_window=rw if rw not in (None, 1024) else None, first_seq=oseq + 1,
-                     udp=sa.get("udp"))  # type: ignore[arg-type]
-    return first, line
+    # The key file's first-seq is where a sender continues and, less one, the highest number a receiver has
+    # accepted (its replay_top): an inbound SA continues after seq (+ seq-hi), an outbound one after oseq
+    # (+ oseq-hi).  Without a 'dir' line the line serves both directions, so it continues after the higher of
+    # the two: a sender never sends a number twice and a receiver never accepts one twice.
+    seq_in = int(replay.get("seq", 0)) | int(replay.get("seq-hi", 0)) << 32
+    seq_out = int(replay.get("oseq", 0)) | int(replay.get("oseq-hi", 0)) << 32
+    direction = sa.get("dir")
+    if direction not in (None, "in", "out"):
+        fail(f"dir {direction!r}: expected 'dir in' or 'dir out'")
+    top = seq_in if direction == "in" else seq_out if direction == "out" else max(seq_in, seq_out)
+    if top >= (1 << 64) - 1 or (not esn and top >= 0xFFFFFFFF):
+        raise UnsupportedSaError(source, first, f"SA {name}: its sequence numbers are exhausted (seq/oseq at the "
+                                 "last one)")
+    line = _esp_line(sa["spi"], suite, key, bits, src=src, dst=dst, mode=str(sa.get("mode", "tunnel")), esn=esn,
+                     anti_replay=anti_replay, replay_window=rw if rw not in (None, 1024) else None,
+                     first_seq=top + 1, udp=sa.get("udp"))
+    return f"# ip xfrm state SA at {source}:{first}", line
 
 
-def from_xfrm(text: str) -> List[str]:
-    """``ip xfrm state`` (or ``ip -s xfrm state``) output -> esp-sa lines, one per SA, in input order."""
-    out = []
-    for block in _xfrm_blocks(text):
-        n, line = _xfrm_sa(block)
-        out.append(f"# ip xfrm state, line {n}")
-        out.append(line)
+def _xfrm_numbers(words: List[str], n: int, fail: Callable[..., NoReturn]) -> Dict[str, int]:
+    """'name value' pairs of the replay state (hex with 0x, else decimal) -> {name: value}."""
+    out = {}
+    for k, v in zip(words[::2], words[1::2]):
+        try:
+            out[k] = int(v, 0)
+        except ValueError:
+            fail(f"'{k}' is not a number", n, "keyfile-syntax")
     return out
+
+
+def _no_sa(source: str, what: str) -> KeyImportError:
+    return KeyImportError(source, 0, what, "keyfile-syntax")
+
+
+def _import_all(items: Iterable[Callable[[], Tuple[str, str]]], source: str, skip_unsupported: bool,
+                skipped: Optional[List[KeyImportError]]) -> List[str]:
+    """The (comment, line) of every SA, in input order; an unsupported one is an error saying how to skip it,
+    or with ``skip_unsupported`` a comment (and an entry in ``skipped``).  Nothing left is an error too."""
+    out: List[str] = []
+    n_imported = n_left_out = 0
+    for item in items:
+        try:
+            out.extend(item())
+            n_imported += 1
+        except UnsupportedSaError as e:
+            if not skip_unsupported:
+                raise UnsupportedSaError(e.source, e.line, f"{e.reason} (--skip-unsupported leaves such SAs "
+                                         "out)") from None
+            n_left_out += 1
+            out.append(f"# {e.source}:{e.line}: left out: {e.reason}")
+            if skipped is not None:
+                skipped.append(e)
+    if not n_imported:
+        raise _no_sa(source, f"nothing to import: every SA ({n_left_out}) is unsupported and was left out")
+    return out
+
+
+def from_xfrm(text: str, source: str = "<string>", skip_unsupported: bool = False,
+              skipped: Optional[List[KeyImportError]] = None) -> List[str]:
+    """``ip xfrm state`` (or ``ip -s xfrm state``) output -> esp-sa lines, one per SA, in input order, each
+    after a comment naming where it came from; ``source`` (the input's path) goes into messages and comments."""
+    blocks = _xfrm_blocks(text, source)
+    if not blocks:
+        raise _no_sa(source, "no SA in the input: 'ip xfrm state' prints nothing when it is not run as root "
+                             "(run it as root: sudo ip xfrm state)")
+    return _import_all([functools.partial(_xfrm_sa, b, source) for b in blocks], source, skip_unsupported, skipped)
 
 
 # ---------------------------------------------------------------------------------------------- esp_sa UAT
@@ -289,79 +383,87 @@ def layout_for(version: str) -> str:
     return max(older, key=lambda k: tuple(int(x) for x in k.split(".")))
 
 
-def _uat_fields(line: str, n: int) -> List[str]:
+def _uat_fields(line: str, n: int, source: str) -> List[str]:
     """One UAT record: comma-separated "quoted" fields, with \\xNN escapes (epan/uat.c)."""
     fields, i = [], 0
     while True:
         m = re.match(r'\s*"((?:[^"\\]|\\.)*)"\s*', line[i:])
         if not m:
-            raise KeyImportError("esp_sa", n, "expected comma-separated \"quoted\" fields", "keyfile-syntax")
+            raise KeyImportError(source, n, "expected comma-separated \"quoted\" fields", "keyfile-syntax")
         fields.append(re.sub(r"\\x([0-9a-fA-F]{2})", lambda x: chr(int(x.group(1), 16)), m.group(1)))
         i += m.end()
         if i == len(line):
             return fields
         if line[i] != ",":
-            raise KeyImportError("esp_sa", n, "expected ',' between fields", "keyfile-syntax")
+            raise KeyImportError(source, n, "expected ',' between fields", "keyfile-syntax")
         i += 1
 
 
-def from_esp_sa(text: str, mode: str = "tunnel") -> List[str]:
-    """Wireshark's esp_sa UAT (8 or 10 columns) -> esp-sa lines.  The UAT has no mode: ``mode`` is given."""
-    out = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip() or raw.lstrip().startswith("#"):
+def _esp_sa_record(raw: str, n: int, mode: str, source: str) -> Tuple[str, str]:
+    f = _uat_fields(raw.strip(), n, source)
+
+    def fail(msg: str, code: str = "keyfile-bad-value") -> NoReturn:
+        raise KeyImportError(source, n, msg, code)
+
+    def unsupported(msg: str) -> NoReturn:
+        raise UnsupportedSaError(source, n, f"SA SPI {f[3]} {f[1]} -> {f[2]}: {msg}")
+
+    if len(f) not in (8, 10):
+        fail(f"{len(f)} fields: an esp_sa record has 8 (Wireshark up to 4.2) or 10 (4.4 and later)", "keyfile-syntax")
+    proto, src, dst, spi_s, enc, key_s = f[:6]
+    if proto not in ("IPv4", "IPv6", "Any"):
+        fail("Protocol must be IPv4, IPv6 or Any")
+    addrs = []
+    for what, a in (("Src IP", src), ("Dest IP", dst)):
+        if a in ("*", ""):
+            addrs.append(None)
             continue
-        f = _uat_fields(raw.strip(), n)
+        exact = _addr(a)
+        if exact is None:
+            unsupported(f"{what}: only an exact address or '*' has a key-file form (no ranges or wildcards)")
+        if proto != "Any" and ipaddress.ip_address(exact).version != (4 if proto == "IPv4" else 6):
+            fail(f"{what} is not an {proto} address")
+        addrs.append(exact)
+    if spi_s == "*":
+        unsupported("SPI must be one SA's SPI ('*' has no key-file form)")
+    if not re.fullmatch(r"0[xX][0-9a-fA-F]{1,8}|[0-9]{1,10}", spi_s):
+        fail("SPI must be one SA's SPI (0x-prefixed hex or decimal)")
+    spi = int(spi_s, 0)
+    if spi > 0xFFFFFFFF:
+        fail("SPI is above 32 bits")
+    suite = {**_WS_GCM, **_WS_46}.get(enc)
+    if suite is None:
+        unsupported("Encryption is not a combined-mode suite the core has (AES-GCM, ChaCha20-Poly1305)")
+    # Wireshark reads a key with 0x as hex and any other as the octets of its text (packet-ipsec.c).
+    key = _hex_key(key_s) if key_s[:2] in ("0x", "0X") else key_s.encode("latin-1", "replace")
+    if key is None:
+        fail("Encryption Key is not hex after its 0x")
+    bits = _key_bits(suite, key, fail)
+    esn, first_seq = False, 1
+    if len(f) == 10:
+        if f[8] not in ("32-bit", "64-bit"):
+            fail("Sequence Number length must be 32-bit or 64-bit")
+        esn = f[8] == "64-bit"
+        try:
+            upper = int(f[9] or "0", 16)
+        except ValueError:
+            fail("ESN High Bits is not hex")
+        if upper > 0xFFFFFFFF or (upper and not esn):
+            fail("ESN High Bits needs 64-bit sequence numbers and fits in 32 bits")
+        first_seq = (upper << 32) | 1 if upper else 1
+    return (f"# esp_sa record at {source}:{n}",
+            _esp_line(spi, suite, key, bits, src=addrs[0], dst=addrs[1], mode=mode, esn=esn, first_seq=first_seq))
 
-        def fail(msg: str, code: str = "keyfile-bad-value"):
-            raise KeyImportError("esp_sa", n, msg, code)
 
-        if len(f) not in (8, 10):
-            fail(f"{len(f)} fields: an esp_sa record has 8 (Wireshark up to 4.2) or 10 (4.4 and later)",
-                 "keyfile-syntax")
-        proto, src, dst, spi_s, enc, key_s = f[:6]
-        if proto not in ("IPv4", "IPv6", "Any"):
-            fail("Protocol must be IPv4, IPv6 or Any")
-        addrs = []
-        for what, a in (("Src IP", src), ("Dest IP", dst)):
-            if a in ("*", ""):
-                addrs.append(None)
-                continue
-            exact = _addr(a)
-            if exact is None:
-                fail(f"{what}: only an exact address or '*' has a key-file form (no ranges or wildcards)")
-            if proto != "Any" and ipaddress.ip_address(exact).version != (4 if proto == "IPv4" else 6):
-                fail(f"{what} is not an {proto} address")
-            addrs.append(exact)
-        if not re.fullmatch(r"0[xX][0-9a-fA-F]{1,8}|[0-9]{1,10}", spi_s):
-            fail("SPI must be one SA's SPI (0x-prefixed hex or decimal; no '*')")
-        spi = int(spi_s, 0)
-        if spi > 0xFFFFFFFF:
-            fail("SPI is above 32 bits")
-        suite = {**_WS_GCM, **_WS_46}.get(enc)
-        if suite is None:
-            fail("Encryption is not a combined-mode suite the core has (AES-GCM, ChaCha20-Poly1305)")
-        # Wireshark reads a key with 0x as hex and any other as the octets of its text (packet-ipsec.c).
-        key = _hex_key(key_s) if key_s[:2] in ("0x", "0X") else key_s.encode("latin-1", "replace")
-        if key is None:
-            fail("Encryption Key is not hex after its 0x")
-        bits = _key_bits(suite, key, fail)
-        esn, first_seq = False, 1
-        if len(f) == 10:
-            if f[8] not in ("32-bit", "64-bit"):
-                fail("Sequence Number length must be 32-bit or 64-bit")
-            esn = f[8] == "64-bit"
-            try:
-                upper = int(f[9] or "0", 16)
-            except ValueError:
-                fail("ESN High Bits is not hex")
-            if upper > 0xFFFFFFFF or (upper and not esn):
-                fail("ESN High Bits needs 64-bit sequence numbers and fits in 32 bits")
-            first_seq = (upper << 32) | 1 if upper else 1
-        out.append(f"# esp_sa, line {n}")
-        out.append(_esp_line(spi, suite, key, bits, src=addrs[0], dst=addrs[1], mode=mode, esn=esn,
-                             first_seq=first_seq))
-    return out
+def from_esp_sa(text: str, mode: str = "tunnel", source: str = "<string>", skip_unsupported: bool = False,
+                skipped: Optional[List[KeyImportError]] = None) -> List[str]:
+    """Wireshark's esp_sa UAT (8 or 10 columns) -> esp-sa lines.  The UAT has no mode: ``mode`` is given."""
+    records = [(n, raw) for n, raw in enumerate(text.splitlines(), 1)
+               if raw.strip() and not raw.lstrip().startswith("#")]
+    if not records:
+        raise _no_sa(source, "no esp_sa record in the input (Wireshark writes the file only once a row is added)")
+    return _import_all([functools.partial(_esp_sa_record, raw, n, mode, source) for n, raw in records], source,
+                       skip_unsupported, skipped)
 
 
 def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: bool = False) -> str:
@@ -412,11 +514,11 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: boo
 PSP_VERSIONS = {"hdr0-aes-gcm-128": 0, "hdr0-aes-gcm-256": 1, "hdr0-aes-gmac-128": 2, "hdr0-aes-gmac-256": 3}
 
 
-def _objects(text: str) -> List[Tuple[int, object]]:
+def _objects(text: str, source: str) -> List[Tuple[int, object]]:
     """The top-level values of ynl output (Python repr) or JSON: one document, or one per line."""
     stripped = text.strip()
     if not stripped:
-        raise KeyImportError("psp netlink", 0, "no input", "keyfile-syntax")
+        raise _no_sa(source, "no input")
     for loads in (json.loads, ast.literal_eval):
         try:
             v = loads(stripped)
@@ -435,7 +537,7 @@ def _objects(text: str) -> List[Tuple[int, object]]:
             except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
                 continue
         else:
-            raise KeyImportError("psp netlink", n, "neither JSON nor ynl's Python-style output", "keyfile-syntax")
+            raise KeyImportError(source, n, "neither JSON nor ynl's Python-style output", "keyfile-syntax")
         out.extend((n, x) for x in (v if isinstance(v, list) else [v]))
     return out
 
@@ -453,12 +555,12 @@ def _psp_key_bytes(v: object, fail) -> bytes:
     raise AssertionError  # unreachable
 
 
-def from_psp_netlink(text: str) -> List[str]:
+def from_psp_netlink(text: str, source: str = "<string>") -> List[str]:
     """rx-assoc replies / tx-assoc requests of the psp netlink family -> psp-key (and for tx, psp-sa) lines."""
     out: List[str] = []
-    for n, obj in _objects(text):
-        def fail(msg: str, code: str = "keyfile-bad-value"):
-            raise KeyImportError("psp netlink", n, msg, code)
+    for n, obj in _objects(text, source):
+        def fail(msg: str, code: str = "keyfile-bad-value") -> NoReturn:
+            raise KeyImportError(source, n, msg, code)
 
         if not isinstance(obj, dict):
             fail("expected an object with 'rx-key' or 'tx-key'", "keyfile-syntax")
@@ -490,7 +592,7 @@ def from_psp_netlink(text: str) -> List[str]:
             if version is not None and len(key) != (16 if version in (0, 2) else 32):
                 fail("the key length does not match 'version'")
             ver = f" version={version}" if version is not None else ""
-            out.append(f"# psp netlink {which.split('-')[0]}-assoc, line {n}")
+            out.append(f"# psp netlink {which.split('-')[0]}-assoc at {source}:{n}")
             out.append(f"psp-key spi=0x{spi:08x} key={key.hex()}{ver}")
             if which == "tx-key":
                 if version is None:
@@ -508,15 +610,16 @@ IMPORTERS = {"xfrm": from_xfrm, "esp_sa": from_esp_sa, "psp-netlink": from_psp_n
 
 
 def _read(path: str) -> str:
+    name = "<stdin>" if path == "-" else path
     try:
         if path == "-":
             return sys.stdin.read()
         with open(path, encoding="utf-8", errors="strict") as fh:
             return fh.read()
     except UnicodeDecodeError:
-        raise KeyImportError(path, 0, "not UTF-8 text", "keyfile-syntax") from None
+        raise KeyImportError(name, 0, "not UTF-8 text", "keyfile-syntax") from None
     except OSError as e:
-        raise KeyImportError(path, 0, f"cannot read: {e.strerror}", "capture-io") from None
+        raise KeyImportError(name, 0, f"cannot read: {e.strerror}", "capture-io") from None
 
 
 def _write(path: Optional[str], text: str) -> None:
@@ -532,7 +635,16 @@ def _write(path: Optional[str], text: str) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     text = _read(args.file)
-    lines = from_esp_sa(text, args.mode) if args.source == "esp_sa" else IMPORTERS[args.source](text)
+    source = "<stdin>" if args.file == "-" else args.file
+    skipped: List[KeyImportError] = []
+    if args.source == "psp-netlink":
+        lines = from_psp_netlink(text, source)
+    elif args.source == "esp_sa":
+        lines = from_esp_sa(text, args.mode, source, args.skip_unsupported, skipped)
+    else:
+        lines = from_xfrm(text, source, args.skip_unsupported, skipped)
+    for e in skipped:
+        print(f"{getattr(args, 'prog', 'keys import')}: left out: {e}", file=sys.stderr)
     out = "\n".join(lines) + "\n"
     parse_key_file(out, "<imported>")  # what we write, the core reads
     _write(args.output, out)
@@ -557,6 +669,9 @@ def register(sub) -> None:  # type: ignore[no-untyped-def]
     i.add_argument("-o", "--output", help="key file to write (mode 600; default standard output)")
     i.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel",
                    help="esp_sa only: the UAT has no mode (default tunnel)")
+    i.add_argument("--skip-unsupported", action="store_true",
+                   help="xfrm, esp_sa: leave out (with a message and a comment) SAs the key file has no form for "
+                        "(AH, CBC, BEET, ...) instead of failing")
     i.set_defaults(func=cmd_import)
     e = ks.add_parser("export", help="write the key file's esp-sa lines as Wireshark's esp_sa UAT")
     e.add_argument("--to", dest="target", required=True, choices=("esp_sa",))

@@ -29,7 +29,8 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spi", type=spi_arg, help="pick this SA from the key file, or define one with the options below")
     g.add_argument("--dst", help="with --spi: pick the key file's SA for this destination")
     g.add_argument("--suite", default=None, help=f"AEAD suite: {', '.join(SUITES)} (default aes-gcm-16)")
-    g.add_argument("--key-bits", type=int, default=128, choices=(128, 192, 256))
+    g.add_argument("--key-bits", type=int, default=None, choices=(128, 192, 256),
+                   help="AES key size (default: what the --key's length says; 128 with --root-key)")
     g.add_argument("--key", metavar="HEX", help="key || salt (no Sub SAs)")
     g.add_argument("--root-key", metavar="HEX", help="root key for Sub SA keys (with --sskdf)")
     g.add_argument("--sskdf", default="hkdf-sha256", choices=("hkdf-sha256", "hkdf-sha384", "hkdf-sha512"))
@@ -92,7 +93,7 @@ def cmd_derive_key(args: argparse.Namespace) -> int:
         row = eesp_suite(suite_id(suite))
         assert row is not None  # suite_id() accepted it
         salt = row.salt_len
-        length = (row.key_lens[0] if len(row.key_lens) == 1 else key_bits // 8) + salt
+        length = (row.key_lens[0] if len(row.key_lens) == 1 else (key_bits or 128) // 8) + salt
     keymat = derive_sub_sa_key(root, args.sub_sa_id, length, sskdf)
     print(f"{keymat.hex()}  (key {keymat[:-salt].hex()} salt {keymat[-salt:].hex()})" if args.length is None
           else keymat.hex())

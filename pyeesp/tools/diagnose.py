@@ -66,7 +66,7 @@ from pecore.tools.diagnose import (
     search,
 )
 from pecore.keys import EespSaEntry
-from pecore.protocol import crypt_offset_decode, eesp_suite, locate_eesp
+from pecore.protocol import crypt_offset_decode, eesp_suite, keymat_key_bits, locate_eesp
 from pecore.util import key_bytes
 from pyeesp.errors import ConfigurationError, EespError
 from pyeesp.header import Header
@@ -121,7 +121,6 @@ class _Sa:
         self.encr = suite_id(s.get("suite", "aes-gcm-16"))  # type: ignore[arg-type]
         self.suite = eesp_suite(self.encr).name  # type: ignore[union-attr]
         self.kind, self.icv_len, self.salt_len, self.iiv = _suite_info(self.encr)
-        self.key_len = 32 if self.kind == "chacha" else int(s.get("key_bits", 128)) // 8  # type: ignore[arg-type]
         self.keymat: Optional[bytes] = None
         self.root: Optional[bytes] = None
         self.hash = None
@@ -130,6 +129,9 @@ class _Sa:
         else:
             self.root = key_bytes(s["root_key"], "root key", ConfigurationError)  # type: ignore[arg-type]
             self.hash = _HASHES.get(str(s.get("sskdf") or "hkdf-sha256").lower().replace("_", "-"), "sha256")
+        # The AES key size as pyeesp.SA takes it: given, or from the KEYMAT's length (0 for ChaCha20-Poly1305).
+        bits = keymat_key_bits(self.encr, self.keymat, s.get("key_bits"), "EESP", ConfigurationError)  # type: ignore
+        self.key_len = bits // 8 or 32
         self.seq = bool(s.get("seq", True))
         self.aad = str(s.get("aad", "draft"))
         self.format = str(s.get("format", "auto"))
