@@ -2220,8 +2220,8 @@ eesp.prefs.udp_port = Pref.uint("UDP port", 4500,
 local UDP_CLASSIFY_AUTO, UDP_CLASSIFY_EESP, UDP_CLASSIFY_ESP = 0, 1, 2
 eesp.prefs.udp_classify = Pref.enum("EESP or ESP in UDP", UDP_CLASSIFY_AUTO,
     "auto (eesp.md §14): ESP when Wireshark's ESP SA table (its esp_sa file) holds the payload's first four octets "
-    .. "as an SPI, or when octet 0 is not 0x80 (no EESP version 0 Base Header), else EESP; or every payload EESP, "
-    .. "or none",
+    .. "as an SPI, or when octet 0 is not 0x80 (no EESP version 0 Base Header), else EESP; eesp: every payload but "
+    .. "NAT keepalives and IKE is EESP; esp: none is",
     { { 1, "auto", UDP_CLASSIFY_AUTO }, { 2, "eesp", UDP_CLASSIFY_EESP }, { 3, "esp", UDP_CLASSIFY_ESP } }, false)
 eesp.prefs.do_sequence_analysis = Pref.bool("Sequence number analysis", true,
     "Check each Sub SA's sequence numbers for gaps and replays")

@@ -85,9 +85,9 @@ static pe_ws_bool pref_udp_dispatch = TRUE;
 /* eesp.udp_classify: eesp.md §14, or forced either way. */
 enum { UDP_CLASSIFY_AUTO, UDP_CLASSIFY_EESP, UDP_CLASSIFY_ESP };
 static const enum_val_t udp_classify_vals[] = {
-    {"auto", "eesp.md §14: ESP when Wireshark's ESP SAs hold the SPI or octet 0 is not 0x80", UDP_CLASSIFY_AUTO},
-    {"eesp", "EESP: every payload but NAT keepalives and IKE", UDP_CLASSIFY_EESP},
-    {"esp", "ESP: every payload stays Wireshark's", UDP_CLASSIFY_ESP},
+    {"auto", "Auto (eesp.md §14)", UDP_CLASSIFY_AUTO},
+    {"eesp", "Always EESP", UDP_CLASSIFY_EESP},
+    {"esp", "Never EESP", UDP_CLASSIFY_ESP},
     {NULL, NULL, -1},
 };
 static int pref_udp_classify = UDP_CLASSIFY_AUTO;
@@ -562,7 +562,8 @@ void proto_register_eesp(void)
     prefs_register_enum_preference(module, "udp_classify", "EESP or ESP in UDP",
                                    "auto (eesp.md §14): ESP when Wireshark's ESP SA table holds the payload's first "
                                    "four octets as an SPI, or when octet 0 is not 0x80 (no EESP version 0 Base "
-                                   "Header), else EESP; or every payload EESP, or none",
+                                   "Header), else EESP; eesp: every payload but NAT keepalives and IKE is EESP; "
+                                   "esp: none is",
                                    &pref_udp_classify, udp_classify_vals, FALSE);
     prefs_register_bool_preference(module, "do_sequence_analysis", "Sequence number analysis",
                                    "Check each Sub SA's sequence numbers for gaps and replays", &pref_seq_analysis);
