@@ -201,7 +201,8 @@ class SA:
     - ``mode`` "tunnel" (default, as for EESP and the key file) or "transport"; ``esn``: extended sequence
       numbers (RFC 4303 §2.2.1: the high half is in the AAD, never on the wire).
     - Receiving: ``anti_replay``, ``replay_window`` (packets, 64..2^20; None: the core's 1024),
-      ``replay_top`` (the highest number already accepted, to resume an SA; it places the ESN inference),
+      ``replay_top`` (the highest number already accepted, to resume an SA: it and every number below it
+      count as received; it places the ESN inference),
       ``dst`` (bind the SA to a destination address, so one SPI can serve several).
     - Sending: ``first_seq`` (the first sequence number, to resume an SA; a receiver made from the same SA
       takes ``first_seq - 1`` as its top unless ``replay_top`` is given, as a key file's ``first-seq``

@@ -88,7 +88,7 @@ class SA:
     esn: bool = False
     anti_replay: bool = True
     replay_window: int = 1024
-    replay_top: int = 0  # receiver: highest number already accepted (resuming an SA)
+    replay_top: int = 0  # receiver resuming an SA: it and every number below it count as already accepted
     udp_encap: bool = False
     # receiver state
     top: int = field(default=0, init=False)
@@ -194,7 +194,7 @@ def replay_verdict(sa: SA, seq: int) -> str | None:
         return None
     if seq <= sa.top - sa.window:
         return "replay-too-old"
-    return "replay-duplicate" if seq in sa.accepted else None
+    return "replay-duplicate" if seq in sa.accepted or seq <= sa.replay_top else None
 
 
 @dataclass

@@ -74,3 +74,19 @@ def test_key_file_field_reaches_the_sa():
         rx.decrypt(sa.encrypt(INNER, sub_sa_id=sid))
     with pytest.raises(pyeesp.ReplayError):  # a cap of 2 evicted Sub SA 1: its late seq 1 is refused
         rx.decrypt(held)
+
+
+def test_open_without_the_window_does_not_reopen_an_evicted_sub_sas_old_numbers():
+    """Brought back by open(replay=False), an evicted Sub SA's window still starts at its evicted top."""
+    sa, rx = pair(max_live_sub_sas=2)
+    old = [sa.encrypt(INNER, sub_sa_id=1) for _ in range(4)]
+    for w in old[:3]:
+        rx.decrypt(w)
+    for sid in (2, 3):  # 3 evicts 1
+        rx.decrypt(sa.encrypt(INNER, sub_sa_id=sid))
+    assert rx.open(old[3][20:], replay=False).seq == 4
+    for w in old[:3]:
+        with pytest.raises(pyeesp.ReplayError) as e:
+            rx.decrypt(w)
+        assert e.value.code == "replay-duplicate"
+    assert rx.decrypt(old[3]).seq == 4  # the unchecked open moved nothing

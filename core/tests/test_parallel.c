@@ -607,6 +607,129 @@ static void test_esp(void)
     }
 }
 
+/* Does hay hold the n octets of needle anywhere? */
+static int holds(const uint8_t *hay, size_t hay_len, const uint8_t *needle, size_t n)
+{
+    for (size_t i = 0; i + n <= hay_len; i++)
+        if (memcmp(hay + i, needle, n) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * A worker opens a replayed packet without the window and writes its
+ * plaintext; the in-order check then refuses it.  Its output slot must then
+ * hold nothing of that plaintext, as on one thread (which never opens it).
+ */
+static void refused_slots_clean(const char *what, const plist *plain, const plist *wire, const pe_parallel_ops *ops,
+                                void *rx, unsigned jobs)
+{
+    size_t cap = wire->len + wire->n * 16 + 4096;
+    results r;
+    res_alloc(&r, wire->n, cap);
+    memset(r.out, 0xa5, cap);
+    pe_parallel *p = NULL;
+    CHECK_ST(pe_parallel_new(ops, rx, jobs, &p), PE_OK);
+    CHECK_ST(pe_parallel_transform(p, wire->n, wire->buf, wire->off, wire->plen, r.out, cap, r.off, r.len, r.st),
+             PE_OK);
+    pe_parallel_free(p);
+    size_t refused = 0, leaks = 0;
+    for (size_t i = plain->n; i < wire->n; i++) {
+        size_t j = i - plain->n; /* a replay of packet j, whose last 32 octets are payload */
+        const uint8_t *tail = plain->buf + plain->off[j] + plain->plen[j] - 32;
+        refused += r.st[i] == PE_ERR_REPLAY_DUPLICATE;
+        leaks += holds(r.out + r.off[i], wire->plen[i], tail, 32);
+    }
+    for (size_t j = 0; j < plain->n; j++) /* the first copies opened: the search does find plaintext */
+        CHECKF(r.st[j] == PE_OK && holds(r.out + r.off[j], r.len[j], plain->buf + plain->off[j] + plain->plen[j] - 32,
+                                         32), "%s, %u jobs: packet %zu", what, jobs, j);
+    CHECKF(refused == plain->n && leaks == 0, "%s, %u jobs: %zu of %zu replays refused, %zu slots hold plaintext",
+           what, jobs, refused, plain->n, leaks);
+    res_free(&r);
+}
+
+static void test_refused_replays_leave_no_plaintext(void)
+{
+    plist plain = {0}, ew = {0}, sw = {0};
+    uint8_t pkt[512];
+    for (unsigned i = 0; i < 40; i++) {
+        size_t n = make_ip(pkt, (int)(i & 1), 0, i, 200, 0);
+        pl_add(&plain, pkt, n);
+    }
+    const suite_case es = {PE_ENCR_AES_GCM_16, 128, PE_EESP_TRANSPORT, 0, PE_EESP_NO_LIMIT};
+    const esp_case ss = {PE_ENCR_AES_GCM_16, 128, PE_ESP_TRANSPORT, 0, 0};
+    pe_eesp_sa_config ec;
+    eesp_cfg(&ec, &es, 0x4000, 64);
+    pe_esp_sa_config sc;
+    esp_cfg(&sc, &ss, 0x5000, 64, 0);
+    pe_eesp_tx *et = NULL;
+    pe_esp_tx *st = NULL;
+    CHECK_ST(pe_eesp_tx_new(&ec, &et), PE_OK);
+    CHECK_ST(pe_esp_tx_new(&sc, &st), PE_OK);
+    for (int pass = 0; pass < 2; pass++) /* every packet, then every packet again */
+        for (size_t i = 0; i < plain.n; i++) {
+            static uint8_t e_out[40][1024], s_out[40][1024];
+            static size_t e_len[40], s_len[40];
+            if (!pass) {
+                CHECK_ST(pe_eesp_encap(et, plain.buf + plain.off[i], plain.plen[i], 0, e_out[i], sizeof e_out[i],
+                                       &e_len[i]), PE_OK);
+                CHECK_ST(pe_esp_encap(st, plain.buf + plain.off[i], plain.plen[i], s_out[i], sizeof s_out[i],
+                                      &s_len[i]), PE_OK);
+            }
+            pl_add(&ew, e_out[i], e_len[i]);
+            pl_add(&sw, s_out[i], s_len[i]);
+        }
+    for (unsigned jobs = 2; jobs <= 3; jobs++) {
+        pe_eesp_rx *er = eesp_rx(&es, 64);
+        refused_slots_clean("EESP", &plain, &ew, &pe_eesp_parallel_decap, er, jobs);
+        pe_eesp_rx_free(er);
+        pe_esp_rx *sr = esp_rx(&ss, 64, 0);
+        refused_slots_clean("ESP", &plain, &sw, &pe_esp_parallel_decap, sr, jobs);
+        pe_esp_rx_free(sr);
+    }
+    pe_eesp_tx_free(et);
+    pe_esp_tx_free(st);
+    pl_free(&plain);
+    pl_free(&ew);
+    pl_free(&sw);
+}
+
+/* A worker's receiver has none of the original's windows: it opens only without them, else it would take replays. */
+static void test_clones_open_only_unchecked(void)
+{
+    uint8_t pkt[512], wire[1024], out[1024];
+    size_t n = make_ip(pkt, 0, 0, 1, 100, 0), wire_len, out_len;
+    const suite_case es = {PE_ENCR_AES_GCM_16, 128, PE_EESP_TUNNEL, 0, PE_EESP_NO_LIMIT};
+    const esp_case ss = {PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 0, 0};
+    pe_eesp_sa_config ec;
+    eesp_cfg(&ec, &es, 0x4000, 64);
+    pe_eesp_tx *et = NULL;
+    CHECK_ST(pe_eesp_tx_new(&ec, &et), PE_OK);
+    CHECK_ST(pe_eesp_encap(et, pkt, n, 0, wire, sizeof wire, &wire_len), PE_OK);
+    pe_eesp_rx *er = eesp_rx(&es, 64), *ec2 = NULL;
+    CHECK_ST(pe_eesp_decap(er, wire, wire_len, out, sizeof out, &out_len, NULL), PE_OK);
+    CHECK_ST(pe_eesp_rx_clone(er, &ec2), PE_OK);
+    CHECK_ST(pe_eesp_decap(ec2, wire, wire_len, out, sizeof out, &out_len, NULL), PE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(pe_eesp_decap_flags(ec2, wire, wire_len, PE_EESP_OPEN_NO_REPLAY, out, sizeof out, &out_len, NULL), PE_OK);
+    pe_eesp_rx_free(ec2);
+    pe_eesp_rx_free(er);
+    pe_eesp_tx_free(et);
+
+    pe_esp_sa_config sc;
+    esp_cfg(&sc, &ss, 0x5000, 64, 0);
+    pe_esp_tx *st = NULL;
+    CHECK_ST(pe_esp_tx_new(&sc, &st), PE_OK);
+    CHECK_ST(pe_esp_encap(st, pkt, n, wire, sizeof wire, &wire_len), PE_OK);
+    pe_esp_rx *sr = esp_rx(&ss, 64, 0), *sc2 = NULL;
+    CHECK_ST(pe_esp_decap(sr, wire, wire_len, out, sizeof out, &out_len, NULL), PE_OK);
+    CHECK_ST(pe_esp_rx_clone(sr, &sc2), PE_OK);
+    CHECK_ST(pe_esp_decap(sc2, wire, wire_len, out, sizeof out, &out_len, NULL), PE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(pe_esp_decap_flags(sc2, wire, wire_len, PE_ESP_OPEN_NO_REPLAY, out, sizeof out, &out_len, NULL), PE_OK);
+    pe_esp_rx_free(sc2);
+    pe_esp_rx_free(sr);
+    pe_esp_tx_free(st);
+}
+
 /* pe_parallel_transform's room rule: slots that do not fit are refused in order, the rest done. */
 static void test_transform_room(void)
 {
@@ -737,6 +860,8 @@ int main(void)
     test_psp();
     test_eesp();
     test_esp();
+    test_refused_replays_leave_no_plaintext();
+    test_clones_open_only_unchecked();
     test_capture_files();
     printf("test_parallel: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

@@ -180,6 +180,43 @@ static void test_least_recently_used_goes(void)
     pe_eesp_tx_free(tx);
 }
 
+/*
+ * A Sub SA evicted and brought back by an open that skips the replay check
+ * (PE_EESP_OPEN_NO_REPLAY, also a parallel worker's) gets the evicted
+ * window's memory: that window too starts at the evicted top, so later
+ * checked packets still refuse what it had accepted.
+ */
+static void test_no_replay_open_keeps_the_evicted_top(void)
+{
+    pe_eesp_sa_config sc;
+    sa_config(&sc, 2);
+    pe_eesp_tx *tx;
+    CHECK_ST(pe_eesp_tx_new(&sc, &tx), PE_OK);
+    pe_eesp_rx *rx = receiver(&sc);
+    wire old[3], w;
+    for (int i = 0; i < 3; i++) {
+        send(tx, 1, &old[i]);
+        CHECK_ST(recv(rx, &old[i], NULL), PE_OK);
+    }
+    for (uint16_t sid = 2; sid <= 3; sid++) { /* 3 evicts 1 */
+        send(tx, sid, &w);
+        CHECK_ST(recv(rx, &w, NULL), PE_OK);
+    }
+    send(tx, 1, &w); /* seq 4, opened without the window: Sub SA 1 is live again */
+    uint8_t out[512];
+    size_t out_len;
+    pe_eesp_info info;
+    CHECK_ST(pe_eesp_decap_flags(rx, w.b, w.len, PE_EESP_OPEN_NO_REPLAY, out, sizeof out, &out_len, &info), PE_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_ST(recv(rx, &old[i], NULL), PE_ERR_REPLAY_DUPLICATE);
+    uint64_t seq;
+    CHECK_ST(recv(rx, &w, &seq), PE_OK); /* the unchecked open moved nothing: 4 is still new */
+    CHECK(seq == 4);
+    CHECK_ST(recv(rx, &w, NULL), PE_ERR_REPLAY_DUPLICATE);
+    pe_eesp_rx_free(rx);
+    pe_eesp_tx_free(tx);
+}
+
 int main(void)
 {
     if (alloc_count_install("test_sub_sa_lru"))
@@ -189,6 +226,7 @@ int main(void)
     make_packet(inner, sizeof inner);
     test_flood_all_session_ids();
     test_least_recently_used_goes();
+    test_no_replay_open_keeps_the_evicted_top();
     printf("test_sub_sa_lru: %ld checks, %d failures\n", checks, failures);
     return failures != 0;
 }

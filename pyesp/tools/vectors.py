@@ -7,8 +7,8 @@ Files (``pyesp vectors generate``): ``esp_<suite>_test.json`` for every AEAD sui
 A packet test is receiver-centric, as for PSP and EESP: the group holds the SA settings both ends share (suite,
 key size, mode, ESN, the receiver's anti-replay window, UDP encapsulation); ``inputs`` hold the KEYMAT (``key``
 and ``salt``), the SPI, the sender's 64-bit sequence number ``seq`` and explicit IV ``iv``, the receiver's
-highest sequence number accepted so far ``replayTop`` (which places the ESN inference of RFC 4303 Appendix
-A2.2) and the wire octets; ``outputs`` what the receiver delivers or why it drops the packet.  Groups with
+highest sequence number accepted so far ``replayTop`` (it and every number below it count as received; it
+places the ESN inference of RFC 4303 Appendix A2.2) and the wire octets; ``outputs`` what the receiver delivers or why it drops the packet.  Groups with
 ``stateful: true`` are processed by one receiver in tcId order.
 
 The wire octets are built here, with :mod:`pecore.primitives` (one AEAD call per packet) and the framing of
@@ -165,7 +165,8 @@ PACKET_TEST = test_object(
             "seq": {**_U64, "description": "the sender's sequence number, all 64 bits (only the low 32 travel)"},
             "iv": {**_U64, "description": "the explicit IV (absent with an implicit-IV suite)"},
             "replayTop": {**_U64, "description": "the receiver's highest sequence number accepted before this packet "
-                          "(absent: 0, a fresh SA); with ESN it places the inference of RFC 4303 Appendix A2.2"},
+                          "(absent: 0, a fresh SA): it and every number below it count as received; with ESN it "
+                          "places the inference of RFC 4303 Appendix A2.2"},
             "ciphertextPacket": HEX,
         },
     },
@@ -596,10 +597,15 @@ def _esn_group(fb: EspFileBuilder) -> None:
     v("low half 0: sequence number 2^32, receiver at 2^32 - 1 (Case A, next subspace)", 2**32, 2**32 - 1)
     v("low half 0: sequence number 2^32, receiver at 2^32 - 10", 2**32, 2**32 - 10)
     v("Case A, Seql below Bl: receiver at 0x1fffffff0, sequence number 0x200000005", 0x2_0000_0005, 0x1_FFFF_FFF0)
-    v("Case A, Seql in the window: receiver at 0x1fffffff0, late 0x1ffffffc0 (the window's bottom)", 0x1_FFFF_FFB1,
-      0x1_FFFF_FFF0)
-    v("Case B, Seql >= Bl: receiver at 0x200000005, late 0x1fffffff0 (previous subspace)", 0x1_FFFF_FFF0,
-      0x2_0000_0005)
+    # Below replayTop a resumed receiver has received everything, so a late number is refused: as a duplicate
+    # only when the inference kept it at or below the top (read in the next subspace it would fail the ICV).
+    s = v("", 0x1_FFFF_FFB1, 0x1_FFFF_FFF0, add=False)
+    gb.invalid("Case A, Seql in the window: receiver resumed at 0x1fffffff0, 0x1ffffffb1 (the window's bottom) "
+               "inferred in the same subspace: already received", ["Esn", "EsnInference", "ReplayedSeq"], s, s.wire,
+               "replay-duplicate")
+    s = v("", 0x1_FFFF_FFF0, 0x2_0000_0005, add=False)
+    gb.invalid("Case B, Seql >= Bl: receiver resumed at 0x200000005, 0x1fffffff0 inferred in the previous subspace: "
+               "already received", ["Esn", "EsnInference", "ReplayedSeq"], s, s.wire, "replay-duplicate")
     v("Case B, Seql < Bl: receiver at 0x200000005, 0x200000010 ahead", 0x2_0000_0010, 0x2_0000_0005)
     v("Case A, 2^32 - 64 ahead: the farthest number the inference reaches", 0x1_0000_0100 + 2**32 - 64,
       0x1_0000_0100)

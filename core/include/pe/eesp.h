@@ -366,7 +366,10 @@ pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_v
  * move its Sub SA state as pe_eesp_decap does (the replay pre-check of step
  * 8, keeping a new Sub SA's key and moving its window in step 10) and
  * returns the status pe_eesp_decap would have returned.  The worker's output
- * stands when that status is PE_OK.
+ * stands when that status is PE_OK, and is to be wiped when not (a packet
+ * refused there was never to be opened; pe_eesp_parallel_decap does).  A
+ * clone has none of the original's windows: an open on it that would check
+ * them is PE_ERR_INVALID_ARGUMENT.
  */
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out);
 pe_status pe_eesp_decap_flags(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,

@@ -47,7 +47,8 @@ typedef struct pe_esp_sa_config {
     int anti_replay;             /* receiver window (default on) */
     uint32_t replay_window;      /* packets; 0: PE_REPLAY_DEFAULT_WINDOW */
     uint64_t replay_top;         /* receiver: highest sequence number already accepted, to resume an SA (and
-                                    to place the ESN inference); 0: a fresh SA */
+                                    to place the ESN inference); it and every number below it count as
+                                    received (pe_replay_seed); 0: a fresh SA */
     int udp_encap;               /* sender: UDP encapsulation (RFC 3948) */
     uint16_t udp_sport, udp_dport; /* defaults 4500 */
     const uint8_t *outer_header; /* tunnel: IPv4 (20, IHL 5) or IPv6 (40) template; NULL: copy of the inner */
@@ -171,7 +172,9 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
  * the window's move) and returns the status one thread would have returned.
  * When this receiver infers another high half than the worker did (its
  * window had moved past an ESN boundary meanwhile), the packet is opened here
- * again into out.
+ * again into out.  A worker's output that this status refuses is to be wiped
+ * (pe_esp_parallel_decap does).  A clone's windows are not the original's:
+ * an open on it that would check them is PE_ERR_INVALID_ARGUMENT.
  */
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out);
 pe_status pe_esp_decap_flags(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,

@@ -44,7 +44,8 @@ pe_status pe_replay_update(pe_replay_window *w, uint64_t seq);
 
 /*
  * A window rebuilt from its top alone (an EESP Sub SA whose state was
- * evicted keeps only that): every number up to `top` counts as accepted,
+ * evicted keeps only that, an ESP SA resumed at replay_top is given only
+ * that): every number up to `top` counts as accepted,
  * so nothing old can be replayed, at the price of refusing late packets
  * that never arrived.  pe_replay_seed resets an initialised window so;
  * pe_replay_check_seeded says what such a window of `size` would answer,
@@ -53,8 +54,9 @@ pe_status pe_replay_update(pe_replay_window *w, uint64_t seq);
 void pe_replay_seed(pe_replay_window *w, uint64_t top);
 /*
  * An initialised window reset to `top` with nothing marked: numbers in the
- * window at or below `top` count as not yet received (an ESP SA resumed at a
- * known sequence number).  Set top only through this, pe_replay_seed or
+ * window at or below `top` count as not yet received, so a window that stood
+ * for received numbers is never reset so (a window handed to a new key is
+ * reset to 0).  Set top only through this, pe_replay_seed or
  * pe_replay_update, which keep top_word with it.
  */
 void pe_replay_start_at(pe_replay_window *w, uint64_t top);

@@ -7,6 +7,7 @@
 
 #include "pe/ip.h"
 #include "pe/parallel.h"
+#include "pe/wipe.h"
 
 /* ------------------------------------------------------------------ PSP */
 
@@ -264,10 +265,24 @@ static void eesp_decap_work(void *worker, pe_parallel_item *it)
     it->value = (uint64_t)w->info.icv_valid;
 }
 
+/*
+ * A worker opened the packet without the window and its plaintext is in the
+ * slot; when the in-order check then refuses it, nothing of it may stay there
+ * (one thread refuses it before opening it).
+ */
+static void wipe_refused(pe_parallel_item *it, int opened)
+{
+    if (opened && it->why != PE_OK) {
+        pe_wipe(it->out, it->out_cap);
+        it->out_len = 0;
+    }
+}
+
 /* The replay windows and Sub SA keys live in the caller's receiver, moved in input order. */
 static void eesp_decap_after(void *rx, pe_parallel_item *it)
 {
     it->why = pe_eesp_decap_replay(rx, it->in, it->in_len, it->why, (int)it->value);
+    wipe_refused(it, (int)it->value);
     it->verdict = eesp_decap_verdict(it->why);
 }
 
@@ -347,6 +362,7 @@ static void esp_decap_after(void *rx, pe_parallel_item *it)
 {
     it->why = pe_esp_decap_replay(rx, it->in, it->in_len, it->why, it->sub, it->value, it->out, it->out_cap,
                                   &it->out_len);
+    wipe_refused(it, it->sub);
     it->verdict = esp_decap_verdict(it->why);
 }
 

@@ -749,6 +749,7 @@ struct pe_eesp_rx {
      * that SPI follow its next_same_spi chain.  A lookup costs the same however many SAs there are. */
     size_t *spi_ix;
     size_t ix_cap; /* power of two, above twice the SPIs held */
+    int clone; /* pe_eesp_rx_clone's: no Sub SA windows of the original, so it opens without them only */
 };
 
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
@@ -788,6 +789,8 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
     pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->udp_port,
                              .check_udp_checksum = rx->check_udp_checksum};
     pe_status st = pe_eesp_rx_new(&cfg, out);
+    if (st == PE_OK)
+        (*out)->clone = 1;
     for (size_t i = 0; st == PE_OK && i < rx->n_esp_spis; i++)
         st = pe_eesp_rx_add_esp_spi(*out, rx->esp_spis[i]);
     for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
@@ -1099,16 +1102,20 @@ static pe_status keep_verified(eesp_sa *sa, pe_key_slot **slot, int staged, int 
         st = keep_sub_sa(sa, slot);
     else
         pe_keytable_touch(&sa->subs, *slot); /* only verified packets keep a Sub SA live */
-    if (replay && st == PE_OK) {
-        pe_key_slot *s = *slot;
-        /* A new window, or the evicted one's memory handed over: it starts where this Sub SA left off. */
-        if (!s->replay.bits && (st = pe_replay_init(&s->replay, sa->replay_window)) == PE_OK)
-            pe_replay_seed(&s->replay, last_seq_of(sa, sid));
-        else if (staged)
-            pe_replay_seed(&s->replay, last_seq_of(sa, sid));
-        if (st == PE_OK)
-            st = pe_replay_update(&s->replay, seq);
-    }
+    if (st != PE_OK)
+        return st;
+    pe_key_slot *s = *slot;
+    /*
+     * A new window, or the evicted one's memory handed over: it starts where
+     * this Sub SA left off, also on an open that skips the window (a later
+     * one checks against it).
+     */
+    if (!s->replay.bits && replay && (st = pe_replay_init(&s->replay, sa->replay_window)) == PE_OK)
+        pe_replay_seed(&s->replay, last_seq_of(sa, sid));
+    else if (staged && s->replay.bits)
+        pe_replay_seed(&s->replay, last_seq_of(sa, sid));
+    if (replay && st == PE_OK)
+        st = pe_replay_update(&s->replay, seq);
     return st;
 }
 
@@ -1194,16 +1201,17 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if ((st = rx_sub_sa(sa, h->session_id, &slot, &staged)) != PE_OK)
         return st;
     int replay = sa->anti_replay && !(flags & PE_EESP_OPEN_NO_REPLAY);
+    if (replay && rx->clone)
+        return PE_ERR_INVALID_ARGUMENT;
     if (sa->seq_present) {
         seq = pe_get64(e + PE_EESP_BASE_LEN + h->opt_len);
         info->seq = seq;
         if (seq == 0)
             return PE_ERR_EESP_SEQ_ZERO; /* D10 */
-        if (replay && slot->replay.bits && (st = pe_replay_check(&slot->replay, seq)) != PE_OK)
-            return st;
-        /* A re-derived Sub SA: its evicted window's top still refuses what it had accepted. */
-        if (replay && staged &&
-            (st = pe_replay_check_seeded(sa->replay_window, last_seq_of(sa, h->session_id), seq)) != PE_OK)
+        /* A Sub SA without a window yet (re-derived, or kept by unchecked opens): its evicted top still refuses. */
+        if (replay && (st = slot->replay.bits ? pe_replay_check(&slot->replay, seq)
+                                              : pe_replay_check_seeded(sa->replay_window,
+                                                                       last_seq_of(sa, h->session_id), seq)) != PE_OK)
             return st;
     }
     if (done) {

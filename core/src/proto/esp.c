@@ -104,8 +104,8 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
                 return st;
             }
             sa->window_size = sa->replay.size;
-            /* numbers in the window below it count as not yet received */
-            pe_replay_start_at(&sa->replay, c->replay_top);
+            /* Only the top is known, not which numbers below it came: all of them count as received. */
+            pe_replay_seed(&sa->replay, c->replay_top);
         }
     }
     return PE_OK;
@@ -120,8 +120,8 @@ static void sa_free(esp_sa *sa)
 
 /*
  * A copy of an SA for another thread (pe_esp_tx_clone, pe_esp_rx_clone): its
- * own AEAD context, keyed as the original's, and a window that knows only the
- * original's top (a clone opens without the window; ESN inference reads it).
+ * own AEAD context, keyed as the original's, and a window rebuilt from the
+ * original's top alone (a clone opens without the window; ESN inference reads it).
  */
 static pe_status sa_clone(esp_sa *dst, const esp_sa *src)
 {
@@ -131,7 +131,7 @@ static pe_status sa_clone(esp_sa *dst, const esp_sa *src)
     pe_status st = pe_aead_dup(&src->aead, &dst->aead);
     if (st == PE_OK && src->anti_replay && src->replay.size) {
         if ((st = pe_replay_init(&dst->replay, src->replay.size)) == PE_OK)
-            pe_replay_start_at(&dst->replay, src->replay.top);
+            pe_replay_seed(&dst->replay, src->replay.top);
         else
             pe_aead_free(&dst->aead);
     }
@@ -432,6 +432,7 @@ struct pe_esp_rx {
     int eesp_on_port;
     size_t n_sas, cap_sas;
     esp_sa **sas;
+    int clone; /* pe_esp_rx_clone's: its windows are not the original's, so it opens without them only */
 };
 
 void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
@@ -632,6 +633,8 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (seq == 0)
         return PE_ERR_ESP_SEQ_ZERO;
     int replay = sa->anti_replay && !(flags & PE_ESP_OPEN_NO_REPLAY);
+    if (replay && rx->clone)
+        return PE_ERR_INVALID_ARGUMENT;
     if (replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
         return st;
 
@@ -701,6 +704,7 @@ pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
     if (rx->n_sas && !(c->sas = calloc(rx->n_sas, sizeof *c->sas)))
         st = PE_ERR_NOMEM;
     c->cap_sas = rx->n_sas;
+    c->clone = 1;
     for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
         esp_sa *sa = malloc(sizeof *sa);
         if (!sa || (st = sa_clone(sa, rx->sas[i])) != PE_OK) {
