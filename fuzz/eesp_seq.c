@@ -27,7 +27,7 @@ static const uint8_t DST4[16] = {192, 0, 2, 2};
 static const uint8_t DST6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
 static const uint8_t DST_OTHER[16] = {198, 51, 100, 7};
 
-/* Where the EESP octets are in an IP packet, as §14 says (IP protocol 49, or UDP 4500 with the MSB set). */
+/* Where the EESP octets are in an IP packet, as §14 says (IP protocol 49, or UDP 4500 with octet 0 0x80). */
 static int locate(const uint8_t *pkt, size_t len, size_t *off, size_t *keep, size_t *ip_len, int *family,
                   const uint8_t **dst)
 {
@@ -44,7 +44,7 @@ static int locate(const uint8_t *pkt, size_t len, size_t *off, size_t *keep, siz
     }
     if (ip.protocol == PE_IPPROTO_UDP && ip.l4_offset + 8 < ip.len && pe_get16(pkt + ip.l4_offset + 2) == 4500 &&
         pe_get16(pkt + ip.l4_offset + 4) == ip.len - ip.l4_offset &&
-        pe_eesp_udp_classify(pkt + ip.l4_offset + 8, ip.len - ip.l4_offset - 8) == PE_UDP4500_EESP) {
+        pe_eesp_udp_classify(pkt + ip.l4_offset + 8, ip.len - ip.l4_offset - 8, NULL, NULL) == PE_UDP4500_EESP) {
         *off = ip.l4_offset + 8;
         return 0;
     }

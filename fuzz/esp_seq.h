@@ -74,7 +74,7 @@ static void fz_esp_config(const fz_esp_sa *s, pe_esp_sa_config *c)
     }
 }
 
-/* Where the ESP octets are (IP protocol 50, or UDP 4500 with the top bit clear), for pe_esp_open. */
+/* Where the ESP octets are (IP protocol 50, or the UDP 4500 payload: the receiver takes every SPI), for pe_esp_open. */
 static int fz_esp_locate(const uint8_t *pkt, size_t len, size_t *off, size_t *ip_len, int *family,
                          const uint8_t **dst)
 {

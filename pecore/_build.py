@@ -510,6 +510,7 @@ pe_status pe_eesp_encap_with(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, uin
 pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8_t next_header,
                        int carrier_ip_version, uint16_t sub_sa_id, const pe_eesp_packet_opts *opts,
                        uint8_t *out, size_t cap, size_t *out_len);
+typedef int (*pe_esp_spi_held_fn)(const void *ctx, uint32_t spi);
 typedef struct {
     uint8_t ip_protocol;
     uint16_t udp_port;
@@ -540,10 +541,12 @@ void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg);
 pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out);
 void pe_eesp_rx_free(pe_eesp_rx *rx);
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg);
+pe_status pe_eesp_rx_add_esp_spi(pe_eesp_rx *rx, uint32_t spi);
 pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                         size_t *out_len, pe_eesp_info *info);
 typedef enum { PE_UDP4500_KEEPALIVE, PE_UDP4500_IKE, PE_UDP4500_EESP, PE_UDP4500_ESP } pe_udp4500_kind;
-pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len);
+pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
+                                     const void *ctx);
 typedef struct {
     unsigned ip_version;
     int udp_encap;
@@ -621,6 +624,7 @@ void pe_esp_rx_config_init(pe_esp_rx_config *cfg);
 pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out);
 void pe_esp_rx_free(pe_esp_rx *rx);
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg);
+int pe_esp_rx_holds_spi(const void *rx, uint32_t spi);
 /* keyfile esp */
 void pe_keyfile_esp_sa_config(const pe_esp_sa_entry *e, int for_receiver, pe_esp_sa_config *cfg);
 pe_status pe_keyfile_esp_tx_new(const pe_esp_sa_entry *e, pe_esp_tx **out);

@@ -295,14 +295,15 @@ _UDP4500_NOT_ESP = {lib.PE_UDP4500_KEEPALIVE: "nat-keepalive", lib.PE_UDP4500_IK
 
 
 def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool = False,
-               eesp_on_port: bool = True) -> Tuple[Optional[EspLocation], str]:
+               eesp_on_port: bool = True, receiver=None) -> Tuple[Optional[EspLocation], str]:  # type: ignore[no-untyped-def]
     """The ESP part of an IP packet (IP protocol 50 after any IPv6 extension headers, or UDP ``port`` as
     RFC 3948 and eesp.md §14 demultiplex it), and the core's status name ("ok", "not-esp", "nat-keepalive",
     "ike-non-esp-marker", "eesp-in-udp", "ip-fragment", ...).
 
     The core's own steps, as pe_esp_decap takes them: pe_ip_parse, pe_ip_udp and pe_eesp_udp_classify.
-    ``either_port`` matches UDP by source port too (tools looking at both directions); ``eesp_on_port=False``
-    takes a first octet with its top bit set as ESP too (a host without EESP).
+    ``either_port`` matches UDP by source port too (tools looking at both directions); ``receiver`` (a
+    ``pe_esp_rx *``) makes its SAs' SPIs ESP whatever their first octet (§14 step 3); ``eesp_on_port=False``
+    takes what §14 calls EESP as ESP too (a host without EESP).
     """
     buf = packet_buffer(ip_packet, "ip_packet")
     ip = ffi.new("pe_ip_info *")
@@ -317,7 +318,8 @@ def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool
     if ip.protocol != 17 or lib.pe_ip_udp(buf, len(buf), udp) != lib.PE_OK or \
             not (udp.dport == port or (either_port and udp.sport == port)):
         return None, "not-esp"
-    kind = lib.pe_eesp_udp_classify(buf + udp.payload_offset, udp.payload_len)
+    held = (ffi.addressof(lib, "pe_esp_rx_holds_spi"), receiver) if receiver is not None else (ffi.NULL, ffi.NULL)
+    kind = lib.pe_eesp_udp_classify(buf + udp.payload_offset, udp.payload_len, *held)
     if kind == lib.PE_UDP4500_EESP and not eesp_on_port:
         kind = lib.PE_UDP4500_ESP
     if kind != lib.PE_UDP4500_ESP:

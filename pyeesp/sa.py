@@ -148,11 +148,13 @@ def _make_config(
 class Receiver:
     """Receives for many SAs at once (looked up by SPI), e.g. everything a key file lists.
 
-    Every SA's receiving state (Sub SA keys, replay windows) lives here.
+    Every SA's receiving state (Sub SA keys, replay windows) lives here.  ``esp_spis``: the SPIs of the ESP
+    SAs received on the same UDP port (a key file's ``esp-sa`` lines); a UDP payload that starts with one is
+    ESP (``esp-in-udp``) whatever its first octet (eesp.md §14 step 3).
     """
 
     def __init__(self, sas: Iterable["SA"], *, ip_protocol: Optional[int] = None, udp_port: int = 4500,
-                 check_udp_checksum: bool = False) -> None:
+                 check_udp_checksum: bool = False, esp_spis: Iterable[int] = ()) -> None:
         sas = list(sas)
         rc = ffi.new("pe_eesp_rx_config *")
         lib.pe_eesp_rx_config_init(rc)
@@ -168,6 +170,10 @@ class Receiver:
         for sa in sas:
             c, _keep = _make_config(**sa._settings)
             check_sa_added(lib.pe_eesp_rx_add_sa(self._rx, c), sa._settings["spi"], ConfigurationError)
+        for spi in esp_spis:
+            st = lib.pe_eesp_rx_add_esp_spi(self._rx, check_range("esp_spis", spi, 0xFFFFFFFF, ConfigurationError))
+            if st != lib.PE_OK:
+                raise_eesp(st)
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._info = ffi.new("pe_eesp_info *")

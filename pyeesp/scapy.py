@@ -280,8 +280,8 @@ class EESP(LenientDissect, Packet):
 class IPsecUDPEncap(Packet):
     """UDP 4500 dispatcher (RFC 3948 with EESP, eesp.md §14); never appears in a dissection:
     a single 0xFF is ``NAT_KEEPALIVE``, four zero octets ``NON_ESP`` (IKE), a first
-    octet with its MSB set :class:`EESP`, anything else ``ESP``.  The core's
-    classifier decides."""
+    octet 0x80 (the only one a version-0 Base Header has) :class:`EESP`, anything else ``ESP``.  The
+    core's classifier decides."""
 
     name = "IPsec UDP encapsulation"
     fields_desc = []  # type: ignore[var-annotated]
@@ -290,7 +290,7 @@ class IPsecUDPEncap(Packet):
     def dispatch_hook(cls, _pkt=None, *args, **kargs):  # type: ignore[no-untyped-def]
         if not _pkt:
             return cls
-        kind = lib.pe_eesp_udp_classify(_pkt, len(_pkt))
+        kind = lib.pe_eesp_udp_classify(_pkt, len(_pkt), ffi.NULL, ffi.NULL)  # it holds no ESP SAs
         return {
             lib.PE_UDP4500_KEEPALIVE: NAT_KEEPALIVE,
             lib.PE_UDP4500_IKE: NON_ESP,

@@ -99,9 +99,9 @@ class Receiver:
     """Receives for many SAs at once (looked up by SPI, and destination for SAs bound to one), e.g. every
     ``esp-sa`` line of a key file.  Every SA's receiving state (replay window, ESN top) lives here.
 
-    ``udp_port``: the UDP encapsulation port (RFC 3948).  ``eesp_on_port`` (default on): on that port a
-    first octet with its top bit set is EESP and passed over (``eesp-in-udp``), so inbound ESP SPIs must
-    be below 0x80000000 there; off for a host without EESP (docs/guide-esp.md).
+    ``udp_port``: the UDP encapsulation port (RFC 3948).  On that port the SPI of an SA held here is ESP,
+    whatever its first octet; ``eesp_on_port`` (default on) passes over what else eesp.md §14 calls EESP (a
+    first octet 0x80) as ``eesp-in-udp``; off for a host without EESP (docs/guide-esp.md).
     """
 
     def __init__(self, sas: Iterable["SA"], *, udp_port: int = 4500, check_udp_checksum: bool = False,
@@ -195,9 +195,7 @@ class SA:
     :meth:`next_iv` is :meth:`next_seq`.
 
     ``encrypt`` and ``decrypt`` may be called on the same object (the same keys serve both, as in tests):
-    its own receiver listens on ``udp_dport`` and, for an SPI with its top bit set (which a host that also
-    runs EESP cannot receive on UDP 4500), with ``eesp_on_port`` off.  Calls are serialised, so threads may
-    share it.  Sequence numbers and IVs never repeat.
+    its own receiver listens on ``udp_dport``.  Calls are serialised, so threads may share it.  Sequence numbers and IVs never repeat.
     """
 
     def __init__(
@@ -233,7 +231,7 @@ class SA:
                 raise config_error(st, ConfigurationError, f"first_seq {first_seq}: ")
         self._settings = settings
         self.spi, self.mode, self.suite, self.esn = spi, mode, suite, bool(esn)
-        self._receiver = Receiver([self], udp_port=udp_dport, eesp_on_port=spi < 0x80000000)
+        self._receiver = Receiver([self], udp_port=udp_dport)
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._lock = threading.Lock()

@@ -930,13 +930,16 @@ def encap(
     return _fix_ip(head, len(head) + len(eesp)) + eesp
 
 
-def classify_udp_payload(payload: bytes) -> str:
-    """§14 order on UDP 4500: "keepalive", "ike" (non-ESP marker), "eesp" (MSB set) or "esp"."""
+def classify_udp_payload(payload: bytes, esp_spis=()) -> str:  # type: ignore[no-untyped-def]
+    """§14 order on UDP 4500: "keepalive", "ike" (non-ESP marker), "esp" for an SPI in ``esp_spis`` (the
+    ESP SAs on the port), "eesp" for a first octet 0x80 (the only version-0 one, §3), else "esp"."""
     if payload == b"\xff":
         return "keepalive"
     if len(payload) >= 4 and payload[:4] == bytes(4):
         return "ike"
-    if payload and payload[0] & 0x80:
+    if len(payload) >= 4 and struct.unpack(">I", payload[:4])[0] in esp_spis:
+        return "esp"
+    if payload[:1] == b"\x80":
         return "eesp"
     return "esp"
 

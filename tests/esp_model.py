@@ -327,13 +327,18 @@ def encap(sa: SA, pkt: bytes, seq: int, *, iv: bytes | None = None, outer: bytes
     return _with_length(head, len(head) + len(esp)) + esp
 
 
-def classify_udp(payload: bytes, eesp_on_port: bool = True) -> str | None:
-    """RFC 3948 §2.2 on UDP 4500: None for ESP, else the reason this is not ESP."""
+def classify_udp(payload: bytes, eesp_on_port: bool = True, held_spis=()) -> str | None:  # type: ignore[no-untyped-def]
+    """RFC 3948 §2.2 and eesp.md §14 on UDP 4500: None for ESP, else the reason this is not ESP.
+
+    An SPI in ``held_spis`` (the receiver's SAs) is ESP; so is a first octet other than 0x80 (EESP's
+    ESP-compatibility bit, Version 0 and R 0: the only Base Header of a supported version)."""
     if payload == b"\xff":
         return "nat-keepalive"
     if len(payload) >= 4 and payload[:4] == bytes(4):
         return "ike-non-esp-marker"
-    if eesp_on_port and payload and payload[0] & 0x80:
+    if len(payload) >= 4 and struct.unpack(">I", payload[:4])[0] in held_spis:
+        return None
+    if eesp_on_port and payload[:1] == b"\x80":
         return "eesp-in-udp"
     return None
 
@@ -394,7 +399,7 @@ def decap(sas, wire: bytes, *, replay: bool = True, udp_port: int = UDP_ENCAP_PO
         if struct.unpack(">H", rest[4:6])[0] != len(rest):
             raise EspModelError("udp-bad-length")
         esp = rest[8:]
-        why = classify_udp(esp)
+        why = classify_udp(esp, held_spis=sas)
         if why:
             raise EspModelError(why)
     else:

@@ -1412,3 +1412,25 @@ def test_sa_decrypts_its_own_packets_on_another_udp_port():
     sa = pyeesp.SA(0x10, "aes-gcm-16", key=bytes(20), mode="transport", udp_encap=True, udp_dport=5000)
     p = udp4()
     assert sa.decrypt(sa.encrypt(p)).packet[20:] == p[20:]
+
+
+def test_receiver_passes_over_the_esp_sas_it_is_told_of():
+    """eesp.md §14 step 3: a UDP payload starting with the SPI of an ESP SA on the port is ESP, whatever its octet 0;
+    EESP whose first word happens to be another number is still EESP.  Checked against an ESP packet of pyesp."""
+    import pyesp
+
+    inner = bytes.fromhex("4500002000000000401166cb0a0000010a00000204d2162e000c0000deadbeef")
+    esp = pyesp.SA(0x80001234, "aes-gcm-16", bytes(20), udp_encap=True).encrypt(inner)
+    eesp_sa = SA(SPI, key=bytes(20), udp_encap=True)
+    eesp = eesp_sa.encrypt(inner)
+    with pytest.raises(NoSaError):  # octet 0 0x80: EESP's, and no EESP SA 0x00000001 (its Sequence Number)
+        Receiver([eesp_sa]).decrypt(esp)
+    both = Receiver([eesp_sa], esp_spis=[0x80001234, 0x7])
+    with pytest.raises(NotEespError) as ei:
+        both.decrypt(esp)
+    assert ei.value.code == "esp-in-udp"
+    assert both.decrypt(eesp).packet == inner  # its first word 0x80000000 is no ESP SA's
+    assert Receiver([eesp_sa], esp_spis=[0x80000000]).decrypt_batch([eesp])[0].code == "esp-in-udp"
+    for bad in (-1, 2**32, "0x1"):
+        with pytest.raises(ConfigurationError):
+            Receiver([eesp_sa], esp_spis=[bad])

@@ -306,17 +306,21 @@ def test_base_header_rejections(name, kw, ipv, sid):
         check(patched(o0=0x00, o1=0x00, o2=0x00, o3=0x00), NotEespError, "ike-non-esp-marker", "zero word")
     else:
         check(patched(o0=lambda b: b & 0x7F), NotEespError, "eesp-compat-bit-clear", "compat bit")
+    # over UDP 4500 an octet 0 that no version-0 Base Header has is an ESP SPI's (§14 step 4); over the IP
+    # protocol it is a bad header
+    bad_version = (NotEespError, "esp-in-udp") if udp_encap else (UnsupportedVersionError, "eesp-unsupported-version")
+    bad_r = (NotEespError, "esp-in-udp") if udp_encap else (MalformedPacketError, "eesp-reserved-bits-set")
     for v in range(1, 16):
-        check(patched(o0=0x80 | v << 3), UnsupportedVersionError, "eesp-unsupported-version", f"version {v}")
+        check(patched(o0=0x80 | v << 3), *bad_version, f"version {v}")
     for r in range(1, 8):
-        check(patched(o0=0x80 | r), MalformedPacketError, "eesp-reserved-bits-set", f"R = {r}")
+        check(patched(o0=0x80 | r), *bad_r, f"R = {r}")
     # order within the Base Header: compat bit, version, R
     if not udp_encap:
         check(patched(o0=0x7F), NotEespError, "eesp-compat-bit-clear", "order 1")
-    check(patched(o0=0xFF), UnsupportedVersionError, "eesp-unsupported-version", "order 2")
+    check(patched(o0=0xFF), *bad_version, "order 2")
     # the Base Header is checked before the SA is looked up (§16 steps 2, 3)
-    check(patched(o0=0x88, o7=lambda b: b ^ 0x55), UnsupportedVersionError, "eesp-unsupported-version", "v1, no SA")
-    check(patched(o0=0x81, o7=lambda b: b ^ 0x55), MalformedPacketError, "eesp-reserved-bits-set", "R, no SA")
+    check(patched(o0=0x88, o7=lambda b: b ^ 0x55), *bad_version, "v1, no SA")
+    check(patched(o0=0x81, o7=lambda b: b ^ 0x55), *bad_r, "R, no SA")
     check(patched(o7=lambda b: b ^ 1), NoSaError, "eesp-no-sa", "SPI")
     check(patched(o4=lambda b: b ^ 0x80), NoSaError, "eesp-no-sa", "SPI MSB")
     # Opt Len past the end of the packet
@@ -619,7 +623,7 @@ def test_dummy_packets():
 
 
 def test_udp_4500_demultiplexing():
-    # §14 order on UDP 4500: keepalive, non-ESP marker, MSB set = EESP, else ESP
+    # §14 order on UDP 4500: keepalive, non-ESP marker, an ESP SA's SPI (none here), octet 0 0x80 = EESP, else ESP
     rx = SA(SPI, key=KEY, udp_encap=True)
     genuine = rx.encrypt(INNER)
     assert rx.decrypt(genuine).packet == INNER
@@ -630,9 +634,13 @@ def test_udp_4500_demultiplexing():
         (b"\x00\x00\x00\x00", NotEespError, "ike-non-esp-marker"),
         (b"\x00\x00\x10\x01" + bytes(40), NotEespError, "esp-in-udp"),  # an ESP SPI (MSB 0)
         (b"\x7f" + e[1:], NotEespError, "esp-in-udp"),
-        (b"\xff\xff", TruncatedPacketError, "eesp-truncated"),  # MSB set, two octets: EESP, cut
-        (b"\x80", TruncatedPacketError, "eesp-truncated"),
-        (b"\xfe", TruncatedPacketError, "eesp-truncated"),
+        (b"\xff\xff", NotEespError, "esp-in-udp"),  # MSB set, but no version-0 octet 0: an ESP SPI's
+        (b"\x80", TruncatedPacketError, "eesp-truncated"),  # a version-0 octet 0: EESP, cut
+        (b"\x80\x00\x00", TruncatedPacketError, "eesp-truncated"),
+        (b"\xfe", NotEespError, "esp-in-udp"),
+        (b"\xc1\xa2\xb3\xc4" + e[4:], NotEespError, "esp-in-udp"),  # issue 21's SPI: version 8, R 1
+        (b"\x88" + e[1:], NotEespError, "esp-in-udp"),
+        (b"\x81" + e[1:], NotEespError, "esp-in-udp"),
         (b"", NotEespError, "esp-in-udp"),
     ]
     for payload, cls, code in cases:

@@ -197,10 +197,13 @@ def test_udp_dispatcher_uses_the_core_rule():
 
     d = es.IPsecUDPEncap
     assert d.dispatch_hook(b"\xff") is NAT_KEEPALIVE
-    assert d.dispatch_hook(b"\xff\xff") is EESP  # only a lone 0xFF is a keepalive
+    assert d.dispatch_hook(b"\xff\xff") is ESP  # only a lone 0xFF is a keepalive, and 0xff no EESP octet 0
     assert d.dispatch_hook(b"\x00\x00\x00\x00") is NON_ESP
     assert d.dispatch_hook(b"\x00\x00\x00") is ESP
     assert d.dispatch_hook(b"\x80") is EESP
+    assert d.dispatch_hook(b"\x80\x00\x00\x00\x00\x00\x10\x00") is EESP
+    assert d.dispatch_hook(b"\xc1\xa2\xb3\xc4\x00\x00\x00\x01") is ESP  # version 8, R 1: an ESP SPI (eesp.md §14)
+    assert d.dispatch_hook(b"\x88\x00\x00\x00") is ESP
     assert d.dispatch_hook(b"\x7f\xff\xff\xff") is ESP
     assert d.dispatch_hook(b"") is d and issubclass(d, Packet)
 

@@ -388,11 +388,13 @@ def test_receiver_of_many_sas_and_eesp_on_port():
     rx = Receiver([SA(0x1, "aes-gcm-16", k), SA(0x2, "aes-gcm-16", k), SA(0x80000001, "aes-gcm-16", k)])
     assert rx.decrypt(a.encrypt(INNER4)).spi == 1 and rx.decrypt(b.encrypt(INNER4)).spi == 2
     w = high.encrypt(INNER4)
-    with pytest.raises(NotEspError) as ei:  # on UDP 4500 the top bit says EESP (eesp.md §14)
-        rx.decrypt(w)
+    assert rx.decrypt(w).packet == INNER4  # an SPI the receiver holds is ESP (eesp.md §14 step 3)
+    with pytest.raises(NotEspError) as ei:  # held by no SA, octet 0 0x80: EESP's (step 4)
+        Receiver([a]).decrypt(w)
     assert ei.value.code == "eesp-in-udp"
-    no_eesp = Receiver([SA(0x80000001, "aes-gcm-16", k)], eesp_on_port=False)
-    assert no_eesp.decrypt(w).packet == INNER4
+    no_eesp = Receiver([a], eesp_on_port=False)
+    with pytest.raises(NoSaError):
+        no_eesp.decrypt(w)
     assert high.decrypt(w).packet == INNER4  # an SA's own receiver takes its own SPI
     with pytest.raises(ConfigurationError):
         Receiver([SA(0x1, "aes-gcm-16", k), SA(0x1, "aes-gcm-16", k)])
@@ -506,6 +508,11 @@ def test_locate_esp():
     got = [locate_esp(udp4500(p))[1] for p in (b"\xff", bytes(4) + b"ike", high)]
     assert got == ["nat-keepalive", "ike-non-esp-marker", "eesp-in-udp"]
     assert locate_esp(udp4500(high), eesp_on_port=False)[1] == "ok"
+    # §14 steps 3 and 4: the SPI of a receiver's SA, and an octet 0 no EESP version-0 Base Header has.
+    held = Receiver([SA(struct.unpack("!I", high[:4])[0], "aes-gcm-16", keymat("aes-gcm-16", 128))])
+    assert locate_esp(udp4500(high), receiver=held._rx)[1] == "ok"
+    assert locate_esp(udp4500(b"\x81" + esp[1:]))[1] == "ok"
+    assert locate_esp(udp4500(b"\xc1" + esp[1:]))[1] == "ok"
     frag = bytearray(v4)
     frag[6] = 0x20  # More Fragments
     statuses = [locate_esp(bytes(frag))[1], locate_esp(INNER4)[1], locate_esp(b"\x45")[1], locate_esp(b"")[1]]
@@ -535,3 +542,26 @@ def test_threads_share_an_sa():
     seqs = sorted(Header.parse(w[20:]).seq for w in wires)
     assert seqs == list(range(1, 1001)) and sa.next_seq() == 1001
     assert all(d.packet == INNER4 for d in rx.decrypt_batch(wires))
+
+
+def test_random_spis_on_udp_4500_are_esp():
+    """Issue 21: ESP in UDP 4500 with SPIs chosen at random, half of them with the top bit set, is opened by an SA's
+    own receiver and by a Receiver holding the SA (eesp.md §14 step 3); without the SA only the SPIs whose first
+    octet is 0x80, the only octet 0 of a version-0 EESP Base Header, are taken for EESP (step 4)."""
+    import random
+
+    rnd = random.Random(21)
+    k = keymat("aes-gcm-16", 128)
+    other = Receiver([SA(0x1, "aes-gcm-16", k)])
+    spis = [0xC1A2B3C4, 0x80000000, 0x80FFFFFF, 0xFFFFFFFF] + [rnd.randrange(1, 2**32) for _ in range(996)]
+    high = 0
+    for spi in spis:
+        sa = SA(spi, "aes-gcm-16", k, udp_encap=True)
+        w = sa.encrypt(INNER4)
+        assert Receiver([sa]).decrypt(w).packet == INNER4, hex(spi)
+        assert sa.decrypt(w).packet == INNER4, hex(spi)
+        with pytest.raises(NotEspError if spi >> 24 == 0x80 else NoSaError) as ei:
+            other.decrypt(w)
+        assert ei.value.code == ("eesp-in-udp" if spi >> 24 == 0x80 else "esp-no-sa"), hex(spi)
+        high += spi >> 31
+    assert high > 400  # the top bit set on about half of them, as in the issue

@@ -63,6 +63,24 @@ def test_key_file_round_trip_is_byte_identical(capsys, tmp_path, keyfile, fmt, l
     assert [r.data for r in read_capture(enc)] != [r.data for r in read_capture(clear)]
 
 
+@pytest.mark.parametrize("spi", ["0xc1a2b3c4", "0x80000001", "0xffffffff"])
+def test_udp_4500_spi_with_the_top_bit_set_round_trips(capsys, tmp_path, spi):
+    """Issue 21: an ESP SA on UDP 4500 whose SPI has its top bit set decrypts with its own key file (eesp.md §14
+    step 3: the SPI of an SA the receiver holds is ESP), with the key file's EESP SA beside it."""
+    kf = write_keyfile(tmp_path, f"esp-sa spi={spi} suite=aes-gcm-16 key={KEY_GCM} mode=tunnel udp-encap=1\n"
+                                 f"eesp-sa spi=0x1000 suite=aes-gcm-16 key={KEY_GCM} udp-encap=1\n")
+    clear, enc, dec = round_trip(run, capsys, tmp_path, packets(), LINKTYPE_RAW, "pcap", ["--key-file", kf],
+                                 ["--key-file", kf])
+    assert dec.read_bytes() == clear.read_bytes()
+    rc, infos = show_json(capsys, enc, "--key-file", kf)
+    assert rc == 0 and all(i["spi"] == f"{int(spi, 16):#010x}" and i["decrypt"] == "ok" for i in infos)
+    # pyeesp with the same key file passes them over as ESP, its first octet 0x80 or not (§14 steps 3, 4)
+    from pyeesp.tools.cli import main as eesp_main
+
+    rc, out, _ = cli_runner(eesp_main)(capsys, "decrypt", enc, tmp_path / "x", "--key-file", kf)
+    assert rc == 0 and f"passed through:  {len(packets())} (esp-in-udp: {len(packets())})" in out, out
+
+
 def test_inline_sa_and_output_format(capsys, tmp_path):
     pkts = packets(10)
     clear, enc, dec = tmp_path / "c.pcap", tmp_path / "e.pcapng", tmp_path / "d.pcap"

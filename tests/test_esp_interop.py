@@ -474,3 +474,96 @@ def test_tshark_table_matches_the_export():
     assert shown == offered, (WS_VERSION, shown ^ offered)
     assert (keyimport.WIRESHARK_LAYOUTS[layout][0] == 10) == all(
         esn != ICV_BAD for _, esn in WS_ESP[WS_ROW].values()), "ESN columns and the ESN outcomes disagree"
+
+
+# ------------------------------------------------------------------ 3. UDP 4500 beside our EESP dissectors
+
+# Issue 21: installing the plugin or the Lua scripts must never make Wireshark's own ESP decryption worse.  ESP SPIs
+# are random, so about half have the top bit set, which the dissectors once took for EESP everywhere.
+RANDOM_SPIS = 1000
+DISSECTORS = {"wireshark alone": dict(plugin=None), "plugin": dict(plugin="plain"),
+              "lua scripts": dict(plugin=None, lua_scripts=[wireshark.LUA_DIR / "psp.lua", wireshark.LUA_DIR / "eesp.lua"])}
+RANDOM_FIELDS = ["esp.spi", "esp.icv_good", "esp.contained_data", "frame.protocols"]
+
+
+@pytest.fixture(scope="module")
+def random_esp_spis():
+    """RANDOM_SPIS ESP SAs with random SPIs on UDP 4500, one packet each, sealed by pyesp and opened again by it;
+    the profile holds the esp_sa rows `keys export` writes for their key file."""
+    import random
+
+    import pyesp
+
+    rnd = random.Random(4500)
+    spis = [0xC1A2B3C4] + rnd.sample(range(1, 2**32), RANDOM_SPIS - 1)
+    key = bytes(range(20))
+    lines, frames, inners = [], [], []
+    for i, spi in enumerate(spis):
+        sa = pyesp.SA(spi, "aes-gcm-16", key, udp_encap=True)
+        inner = inner_packet(False, i % 64)
+        frames.append(sa.encrypt(inner))
+        inners.append(inner)
+        lines.append(_key_line(spi, "gcm", 128, False, "tunnel", True, key))
+        assert pyesp.Receiver([sa]).decrypt(frames[-1]).packet == inner  # eesp.md §14 step 3
+    keys = parse_key_file("\n".join(lines) + "\n")
+    rx = pyesp.Receiver([pyesp.SA(**e.settings) for e in keys.esp_sas])
+    assert [rx.decrypt(f).packet for f in frames] == inners
+    profile = wireshark.shared_dir("pe-esp-random-")
+    (profile / "esp.pcap").write_bytes(write_pcap(frames, linktype=101))
+    (profile / "esp_sa").write_text(keyimport.to_esp_sa(keys, keyimport.layout_for(WS_VERSION or "4.0")))
+    for p in profile.iterdir():
+        p.chmod(0o666)
+    return spis, inners, profile
+
+
+@pytest.mark.tshark
+@pytest.mark.skipif(WS_SKIP is not None or wireshark.available() is not None,
+                    reason=str(WS_SKIP or wireshark.available()))
+@pytest.mark.parametrize("dissectors", list(DISSECTORS))
+def test_random_esp_spis_decrypt_with_our_dissectors_installed(random_esp_spis, dissectors):
+    spis, inners, profile = random_esp_spis
+    proc = wireshark.run(["-r", str(profile / "esp.pcap"), "-o", "esp.enable_encryption_decode:TRUE",
+                          "-o", "esp.enable_authentication_check:TRUE", "-T", "fields", "-E", "separator=|",
+                          "-E", "occurrence=f", *(a for f in RANDOM_FIELDS for a in ("-e", f))],
+                         profile=profile, **DISSECTORS[dissectors])
+    rows = [dict(zip(RANDOM_FIELDS, line.split("|"))) for line in proc.stdout.splitlines()]
+    assert len(rows) == len(spis)
+    wrong = [(f"{spi:#010x}", r["frame.protocols"]) for spi, inner, r in zip(spis, inners, rows)
+             if not (r["esp.spi"] and int(r["esp.spi"], 0) == spi and _true(r["esp.icv_good"])
+                     and _octets(r["esp.contained_data"]) == inner and "eesp" not in r["frame.protocols"].split(":"))]
+    assert not wrong, f"{len(wrong)} of {len(spis)} not decrypted by Wireshark's ESP: {wrong[:5]}"
+    assert sum(spi >> 31 for spi in spis) > RANDOM_SPIS // 3  # the top bit set on about half
+
+
+@pytest.mark.tshark
+@pytest.mark.skipif(WS_SKIP is not None or wireshark.available() is not None,
+                    reason=str(WS_SKIP or wireshark.available()))
+@pytest.mark.parametrize("dissectors", ["plugin", "lua scripts"])
+def test_udp_4500_classification_and_its_preference(dissectors):
+    """eesp.md §14 in the dissectors: an ESP SPI starting 0x80 is EESP unless Wireshark's esp_sa holds it; any other
+    first octet is ESP; eesp.udp_classify forces either way."""
+    import pyeesp
+    import pyesp
+
+    key = bytes(range(20))
+    held, unheld, other = 0x80001234, 0x80005678, 0xC1A2B3C4
+    frames = [pyesp.SA(spi, "aes-gcm-16", key, udp_encap=True).encrypt(inner_packet(False, 9))
+              for spi in (held, unheld, other)]
+    frames.append(pyeesp.SA(0x1000, key=bytes(20), udp_encap=True).encrypt(inner_packet(False, 9)))
+    profile = wireshark.shared_dir("pe-esp-classify-")
+    (profile / "esp.pcap").write_bytes(write_pcap(frames, linktype=101))
+    keys = parse_key_file(_key_line(held, "gcm", 128, False, "tunnel", True, key) + "\n")
+    (profile / "esp_sa").write_text(keyimport.to_esp_sa(keys, keyimport.layout_for(WS_VERSION or "4.0")))
+    for p in profile.iterdir():
+        p.chmod(0o666)
+
+    def top_layers(*opts: str):
+        proc = wireshark.run(["-r", str(profile / "esp.pcap"), "-o", "esp.enable_encryption_decode:TRUE",
+                              *(a for o in opts for a in ("-o", o)), "-T", "fields", "-e", "frame.protocols"],
+                             profile=profile, **DISSECTORS[dissectors])
+        return [next((p for p in line.split(":") if p in ("esp", "eesp")), None) for line in proc.stdout.splitlines()]
+
+    assert top_layers() == ["esp", "eesp", "esp", "eesp"]
+    assert top_layers("eesp.udp_classify:auto") == ["esp", "eesp", "esp", "eesp"]
+    assert top_layers("eesp.udp_classify:eesp") == ["eesp", "eesp", "eesp", "eesp"]
+    assert top_layers("eesp.udp_classify:esp") == ["esp", "esp", "esp", "esp"]

@@ -594,6 +594,8 @@ def test_preferences_are_registered(empty_profile):
     for pref in ("psp.keyfile", "psp.encrypted_payload: TRUE", "eesp.keyfile", "eesp.ip_protocol: 49", "eesp.udp_port: 4500",
                  "eesp.udp_dispatch: TRUE", "eesp.do_sequence_analysis: TRUE"):
         assert f"#{pref}" in out, pref
+    # an enum: 4.0 writes its name, 4.4 and later its description
+    assert "#eesp.udp_classify: auto\n" in out or "#eesp.udp_classify: Auto (eesp.md §14)\n" in out
 
 
 # --------------------------------------------------------------------------- 2. PSP: every version and mode

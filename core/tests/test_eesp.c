@@ -37,6 +37,7 @@
 
 #include "pe/aead.h"
 #include "pe/eesp.h"
+#include "pe/esp.h"
 #include "pe/ip.h"
 #include "pe/status.h"
 
@@ -2134,6 +2135,12 @@ static uint16_t udp4_csum(const uint8_t *ip, size_t udp_len)
     return c ? c : 0xffff;
 }
 
+static int spi_is_80001234(const void *ctx, uint32_t spi)
+{
+    (void)ctx;
+    return spi == 0x80001234;
+}
+
 static void test_udp_demux(void)
 {
     static uint8_t b[4096], l4[4096], out[OUT_CAP];
@@ -2148,7 +2155,7 @@ static void test_udp_demux(void)
         pe_udp4500_kind kind;
     } u[] = {
         {"ff", PE_ERR_NAT_KEEPALIVE, PE_UDP4500_KEEPALIVE},
-        {"ffff", PE_ERR_EESP_TRUNCATED, PE_UDP4500_EESP},
+        {"ffff", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
         {"00000000", PE_ERR_IKE_MARKER, PE_UDP4500_IKE},
         {"00000000 0123456789abcdef 0000000000000000 2e202308 00000000 0000001c", PE_ERR_IKE_MARKER, PE_UDP4500_IKE},
         {"000000", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
@@ -2158,12 +2165,21 @@ static void test_udp_demux(void)
         {"00000001 00000001", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
         {"80", PE_ERR_EESP_TRUNCATED, PE_UDP4500_EESP},
         {"80000000 0000dead 0000000000000001", PE_ERR_EESP_NO_SA, PE_UDP4500_EESP},
-        {"88000000 0000dead", PE_ERR_EESP_VERSION, PE_UDP4500_EESP},
+        /* §14 step 4: an octet 0 that no supported Base Header has (version, R bits) is an ESP SPI's. */
+        {"88000000 0000dead", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
+        {"81000000 0000dead", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
+        {"c1a2b3c4 00000001 0102030405060708", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
+        {"f8000000 0000dead", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
+        {"fe", PE_ERR_ESP_IN_UDP, PE_UDP4500_ESP},
+        /* ... and a held ESP SPI (0x80001234 below) with octet 0 0x80 is ESP too (step 3). */
+        {"80001234 00000001 0102030405060708", PE_ERR_EESP_NO_SA, PE_UDP4500_EESP},
     };
     for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
         uint8_t pl[256];
         size_t plen = unhex(u[i].payload, pl);
-        CHECK(pe_eesp_udp_classify(pl, plen) == u[i].kind);
+        CHECK(pe_eesp_udp_classify(pl, plen, NULL, NULL) == u[i].kind);
+        CHECK(pe_eesp_udp_classify(pl, plen, spi_is_80001234, NULL) ==
+              (plen >= 4 && get32(pl) == 0x80001234 ? PE_UDP4500_ESP : u[i].kind));
         put16(l4, 4500);
         put16(l4 + 2, 4500);
         put16(l4 + 4, (unsigned)(8 + plen));
@@ -2182,6 +2198,48 @@ static void test_udp_demux(void)
         free(p);
         free(o);
     }
+    /* §14 step 3 at a receiver that also knows ESP SAs (a key file with both): their SPIs are ESP. */
+    pe_esp_rx_config erc;
+    pe_esp_rx_config_init(&erc);
+    pe_esp_rx *erx = NULL;
+    CHECK_ST(pe_esp_rx_new(&erc, &erx), PE_OK);
+    pe_esp_sa_config ec;
+    pe_esp_sa_config_init(&ec);
+    static const uint8_t ekey[20];
+    ec.spi = 0x80001234;
+    ec.encr = PE_ENCR_AES_GCM_16;
+    ec.key_bits = 128;
+    ec.key = ekey;
+    ec.key_len = sizeof ekey;
+    CHECK_ST(pe_esp_rx_add_sa(erx, &ec), PE_OK);
+    pe_eesp_rx *brx = NULL, *bclone = NULL;
+    CHECK_ST(pe_eesp_rx_new(&rc, &brx), PE_OK);
+    static const uint32_t held[] = {0x90000000, 0x80001234, 0x00000007, 0x80001234, 0x80001235};
+    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+        CHECK_ST(pe_eesp_rx_add_esp_spi(brx, held[i]), PE_OK);
+    CHECK_ST(pe_eesp_rx_clone(brx, &bclone), PE_OK);
+    for (unsigned spi_low = 0x1233; spi_low <= 0x1234; spi_low++) {
+        uint8_t pl[48] = {0x80, 0x00, (uint8_t)(spi_low >> 8), (uint8_t)spi_low, 0, 0, 0, 1};
+        put16(l4, 4500);
+        put16(l4 + 2, 4500);
+        put16(l4 + 4, 8 + sizeof pl);
+        put16(l4 + 6, 0);
+        memcpy(l4 + 8, pl, sizeof pl);
+        size_t n = mk_ipv4(b, 17, l4, 8 + sizeof pl);
+        pe_status want = spi_low == 0x1234 ? PE_ERR_ESP_IN_UDP : PE_ERR_EESP_NO_SA;
+        CHECK_STN(dec(brx, b, n, NULL, NULL, NULL), want, spi_low);
+        CHECK_STN(dec(bclone, b, n, NULL, NULL, NULL), want, spi_low);
+        CHECK_STN(dec(rx, b, n, NULL, NULL, NULL), PE_ERR_EESP_NO_SA, spi_low);
+        /* The ESP receiver agrees: it opens its own SPI (and fails its ICV here), and passes the other over. */
+        uint8_t eout[64];
+        size_t eol;
+        CHECK_STN(pe_esp_decap(erx, b, n, eout, sizeof eout, &eol, NULL),
+                  spi_low == 0x1234 ? PE_ERR_AUTH : PE_ERR_EESP_IN_UDP, spi_low);
+    }
+    pe_eesp_rx_free(bclone);
+    pe_eesp_rx_free(brx);
+    pe_esp_rx_free(erx);
+
     /* Not EESP at all: other port, other protocol; a bad UDP length. */
     put16(l4, 4500);
     put16(l4 + 2, 4501);
@@ -2665,7 +2723,7 @@ static void test_robustness(void)
         if (hl > 1 && (rnd() & 1))
             hb[1] = (uint8_t)rnd_below(hl);
         hdr_fuzz_one(hb, hl);
-        (void)pe_eesp_udp_classify(hb, hl);
+        (void)pe_eesp_udp_classify(hb, hl, NULL, NULL);
     }
     printf("test_eesp: robustness: %ld iterations, %ld accepted, %ld rejected\n", iterations, accepted, rejected);
     for (int i = 0; i < 8; i++)

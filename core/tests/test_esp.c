@@ -822,24 +822,36 @@ static void test_framing(void)
     pe_esp_tx_free(tx);
     pe_esp_rx_free(rx);
 
-    /* A host without EESP takes SPIs with the top bit set on the port. */
-    cfg_for(&c, 0x80000001u, PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 0);
-    c.udp_encap = 1;
-    tx = mk_tx(&c);
-    rx = mk_rx(&c);
-    CHECK_ST(pe_esp_encap(tx, pkt, len, wire, sizeof wire, &wl), PE_OK);
-    CHECK_ST(dec(rx, wire, wl, res, &rl, NULL), PE_ERR_EESP_IN_UDP);
-    pe_esp_rx_config rc;
-    pe_esp_rx_config_init(&rc);
-    rc.eesp_on_port = 0;
-    pe_esp_rx *rx2;
-    CHECK_ST(pe_esp_rx_new(&rc, &rx2), PE_OK);
-    CHECK_ST(pe_esp_rx_add_sa(rx2, &c), PE_OK);
-    CHECK_ST(dec(rx2, wire, wl, res, &rl, NULL), PE_OK);
-    CHECK(rl == len && memcmp(res, pkt, len) == 0);
-    pe_esp_tx_free(tx);
-    pe_esp_rx_free(rx);
-    pe_esp_rx_free(rx2);
+    /*
+     * eesp.md §14 on the port: an SPI the receiver holds is ESP (step 3), and so is one whose first octet is no
+     * supported EESP Base Header's (step 4); a host without EESP takes every SPI.
+     */
+    static const uint32_t spis[] = {0x80000001u, 0xc1a2b3c4u, 0x88000000u, 0xffffffffu, 0x80ffffffu};
+    for (size_t i = 0; i < sizeof spis / sizeof spis[0]; i++) {
+        cfg_for(&c, spis[i], PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 0);
+        c.udp_encap = 1;
+        tx = mk_tx(&c);
+        rx = mk_rx(&c);
+        CHECK_ST(pe_esp_encap(tx, pkt, len, wire, sizeof wire, &wl), PE_OK);
+        CHECK_STN(dec(rx, wire, wl, res, &rl, NULL), PE_OK, i);
+        CHECK(rl == len && memcmp(res, pkt, len) == 0);
+        pe_esp_rx_free(rx);
+        /* Without its SA: a version-0 octet 0 (0x80) is EESP's, any other octet 0 stays ESP. */
+        cfg_for(&c, 0x4500, PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 0);
+        rx = mk_rx(&c);
+        CHECK_STN(dec(rx, wire, wl, res, &rl, NULL), spis[i] >> 24 == 0x80 ? PE_ERR_EESP_IN_UDP : PE_ERR_ESP_NO_SA,
+                  i);
+        pe_esp_rx_config rc;
+        pe_esp_rx_config_init(&rc);
+        rc.eesp_on_port = 0;
+        pe_esp_rx *rx2;
+        CHECK_ST(pe_esp_rx_new(&rc, &rx2), PE_OK);
+        CHECK_ST(pe_esp_rx_add_sa(rx2, &c), PE_OK);
+        CHECK_STN(dec(rx2, wire, wl, res, &rl, NULL), PE_ERR_ESP_NO_SA, i);
+        pe_esp_tx_free(tx);
+        pe_esp_rx_free(rx);
+        pe_esp_rx_free(rx2);
+    }
 
     /* Beside EESP on 4500: each receiver passes over exactly what the other takes. */
     cfg_for(&c, 0x1234, PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 0);

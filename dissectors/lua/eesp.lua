@@ -18,8 +18,9 @@
 -- decrypted.
 --
 -- EESP is registered on IP protocol eesp.ip_protocol (default 49, provisional) and on UDP port eesp.udp_port
--- (4500) through a dispatcher that claims only EESP (first octet's MSB set) and hands NAT keepalives, IKE
--- (non-ESP marker) and ESP to the dissector that had the port before.
+-- (4500) through a dispatcher that claims only what eesp.md §14 calls EESP (octet 0 0x80, an SPI that Wireshark's
+-- own ESP SA table does not hold) and hands NAT keepalives, IKE (non-ESP marker) and ESP to the dissector that had
+-- the port before.
 --
 -- Field names match the project's C plugin, which registers the same names: load one or the other.  When an
 -- "eesp" protocol is already registered this script says so on stderr and registers nothing.
@@ -102,7 +103,7 @@ local STATUS_LIST = {
     { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
     { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
     { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
-    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (an ESP SA's SPI, or octet 0 not 0x80), not EESP" },
     { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
     { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
     { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
@@ -136,7 +137,7 @@ local STATUS_LIST = {
     { "eesp-pad-length-out-of-range", "configuration",
         "the requested EESP Pad Length does not fit (0..255, and within the IP length)" },
     { "not-esp", "not-this-protocol", "not an ESP packet (other IP protocol or UDP port)" },
-    { "eesp-in-udp", "not-this-protocol", "UDP 4500 EESP packet (first bit 1), not ESP" },
+    { "eesp-in-udp", "not-this-protocol", "UDP 4500 EESP packet (octet 0 0x80, no ESP SA's SPI), not ESP" },
     { "esp-truncated", "malformed", "ESP packet shorter than its header, IV, trailer and ICV" },
     { "esp-no-sa", "no-key", "no ESP SA for this SPI" },
     { "esp-sequence-zero", "malformed", "ESP sequence number 0 is never sent" },
@@ -255,7 +256,7 @@ local STATUS_LIST = {
     { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
     { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
     { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
-    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (first bit 0), not EESP" },
+    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (an ESP SA's SPI, or octet 0 not 0x80), not EESP" },
     { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
     { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
     { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
@@ -289,7 +290,7 @@ local STATUS_LIST = {
     { "eesp-pad-length-out-of-range", "configuration",
         "the requested EESP Pad Length does not fit (0..255, and within the IP length)" },
     { "not-esp", "not-this-protocol", "not an ESP packet (other IP protocol or UDP port)" },
-    { "eesp-in-udp", "not-this-protocol", "UDP 4500 EESP packet (first bit 1), not ESP" },
+    { "eesp-in-udp", "not-this-protocol", "UDP 4500 EESP packet (octet 0 0x80, no ESP SA's SPI), not ESP" },
     { "esp-truncated", "malformed", "ESP packet shorter than its header, IV, trailer and ICV" },
     { "esp-no-sa", "no-key", "no ESP SA for this SPI" },
     { "esp-sequence-zero", "malformed", "ESP sequence number 0 is never sent" },
@@ -2215,7 +2216,13 @@ eesp.prefs.keyfile = Pref.string("Key file", "",
 eesp.prefs.ip_protocol = Pref.uint("IP protocol number", 49,
     "IP protocol number of EESP (49 is provisional and test-only)")
 eesp.prefs.udp_port = Pref.uint("UDP port", 4500,
-    "UDP port shared with ESP-in-UDP and IKE; EESP is told apart by the first octet's MSB")
+    "UDP port shared with ESP-in-UDP and IKE; EESP is told apart as eesp.udp_classify says")
+local UDP_CLASSIFY_AUTO, UDP_CLASSIFY_EESP, UDP_CLASSIFY_ESP = 0, 1, 2
+eesp.prefs.udp_classify = Pref.enum("EESP or ESP in UDP", UDP_CLASSIFY_AUTO,
+    "auto (eesp.md §14): ESP when Wireshark's ESP SA table (its esp_sa file) holds the payload's first four octets "
+    .. "as an SPI, or when octet 0 is not 0x80 (no EESP version 0 Base Header), else EESP; eesp: every payload but "
+    .. "NAT keepalives and IKE is EESP; esp: none is",
+    { { 1, "auto", UDP_CLASSIFY_AUTO }, { 2, "eesp", UDP_CLASSIFY_EESP }, { 3, "esp", UDP_CLASSIFY_ESP } }, false)
 eesp.prefs.do_sequence_analysis = Pref.bool("Sequence number analysis", true,
     "Check each Sub SA's sequence numbers for gaps and replays")
 
@@ -2232,8 +2239,62 @@ local WINDOW_WORDS = WINDOW / 64 + 1
 local U64_ZERO, U64_64, U64_WORDS, U64_WINDOW = UInt64(0), UInt64(64), UInt64(WINDOW_WORDS), UInt64(WINDOW)
 local sub_sa_state, frame_seq = {}, {}
 
+-- §14 step 3 for a dissector: the SPI filters of Wireshark's own ESP SA table.  Lua cannot read a UAT, so this is
+-- the table's file, esp_sa in the personal configuration folder (what the ESP SAs dialog saves), read again at
+-- each (re)dissection; rows given only as -o uat:esp_sa:... are not seen.
+local esp_sa_spis = {}
+
+local function load_esp_sa_spis()
+    esp_sa_spis = {}
+    local ok, path = pcall(Dir.personal_config_path, "esp_sa")
+    local fh = ok and path and io.open(path, "r")
+    if not fh then
+        return
+    end
+    for line in fh:lines() do
+        -- "protocol","src","dst","spi",...: the SPI is the fourth quoted column
+        local spi = line:match('^%s*"[^"]*"%s*,%s*"[^"]*"%s*,%s*"[^"]*"%s*,%s*"([^"]*)"')
+        if spi then
+            esp_sa_spis[#esp_sa_spis + 1] = spi
+        end
+    end
+    fh:close()
+end
+
+-- A row's SPI as Wireshark's ESP dissector matches it: "*", hex digits with '*' for any one, or a number.
+local function esp_sa_spi_matches(row, spi)
+    if row == "*" then
+        return true
+    end
+    if row:find("*", 1, true) then
+        local text = string.format("0x%08x", spi)
+        if #row ~= 10 then
+            return false
+        end
+        for i = 3, 10 do
+            local c = row:sub(i, i)
+            if c ~= "*" and c ~= text:sub(i, i) then
+                return false
+            end
+        end
+        return true
+    end
+    local n = tonumber(row)
+    return n ~= nil and n == spi
+end
+
+local function esp_sa_holds(spi)
+    for _, row in ipairs(esp_sa_spis) do
+        if esp_sa_spi_matches(row, spi) then
+            return true
+        end
+    end
+    return false
+end
+
 function eesp.init()
     sub_sa_state, frame_seq = {}, {}
+    load_esp_sa_spis()
 end
 
 local function ring_word(block)
@@ -2676,7 +2737,8 @@ end
 
 eesp.dissector = dissect_eesp
 
--- UDP 4500 (§14): keepalive, IKE (non-ESP marker), EESP (MSB 1) or ESP, in that order.
+-- UDP 4500 (§14): keepalive, IKE (non-ESP marker), an SPI of Wireshark's ESP SAs, an octet 0 other than 0x80 (ESP),
+-- else EESP, in that order; eesp.udp_classify forces either way.
 local eesp_handle = Dissector.get("eesp")
 
 local function call_previous(tvb, pinfo, tree)
@@ -2706,7 +2768,11 @@ function eesp_udp.dissector(tvb, pinfo, tree)
     if len >= 4 and tvb(0, 4):uint() == 0 then
         return call_previous(tvb, pinfo, tree) -- IKE after the non-ESP marker
     end
-    if band(first, 0x80) == 0 then
+    local classify = eesp.prefs.udp_classify
+    if classify == UDP_CLASSIFY_ESP then
+        return call_previous(tvb, pinfo, tree)
+    end
+    if classify ~= UDP_CLASSIFY_EESP and (first ~= 0x80 or (len >= 4 and esp_sa_holds(tvb(0, 4):uint()))) then
         return call_previous(tvb, pinfo, tree) -- ESP
     end
     if eesp_handle then

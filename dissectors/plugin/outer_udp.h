@@ -12,7 +12,7 @@
  * dispatch for every packet from or to any promoted port:
  *
  *   1. a packet to a promoted port that its protocol claims (PSP: every one;
- *      EESP: first bit set) goes to that protocol;
+ *      EESP: what eesp.md §14 calls EESP) goes to that protocol;
  *   2. everything else goes through UDP's own order (changed entries, then
  *      the lower port, then the higher) as if no entry were promoted.
  *

@@ -1,9 +1,10 @@
 /*
  * IPsec Enhanced ESP (docs/spec/eesp.md): directly on an IP protocol
  * number (a preference, default the provisional 49), and in UDP 4500 beside
- * Wireshark's own ESP-in-UDP handling: a dispatcher claims only payloads
- * whose first bit is set and hands keepalives, IKE (non-ESP marker) and ESP
- * to the dissector that had the port before.  EESP to the port wins whatever
+ * Wireshark's own ESP-in-UDP handling: a dispatcher claims only what
+ * eesp.md §14 calls EESP, with Wireshark's own ESP SA table in the place of
+ * the ESP receiver's, and hands keepalives, IKE (non-ESP marker) and ESP to
+ * the dissector that had the port before.  EESP to the port wins whatever
  * the source port; other traffic goes where it went before (outer_udp.h).
  *
  * Without an SA only the Base Header and the options can be read: where the
@@ -21,6 +22,7 @@
 #include <epan/packet.h>
 #include <epan/prefs.h>
 #include <epan/proto_data.h>
+#include <epan/uat-int.h> /* the rows and columns of Wireshark's own ESP SA table */
 
 #include "dissectors.h"
 #include "experts.h"
@@ -79,6 +81,16 @@ static guint registered_ip_protocol;
 static guint pref_udp_port = PE_EESP_UDP_PORT;
 static guint registered_udp_port;
 static pe_ws_bool pref_udp_dispatch = TRUE;
+
+/* eesp.udp_classify: eesp.md §14, or forced either way. */
+enum { UDP_CLASSIFY_AUTO, UDP_CLASSIFY_EESP, UDP_CLASSIFY_ESP };
+static const enum_val_t udp_classify_vals[] = {
+    {"auto", "Auto (eesp.md §14)", UDP_CLASSIFY_AUTO},
+    {"eesp", "Always EESP", UDP_CLASSIFY_EESP},
+    {"esp", "Never EESP", UDP_CLASSIFY_ESP},
+    {NULL, NULL, -1},
+};
+static int pref_udp_classify = UDP_CLASSIFY_AUTO;
 static pe_ws_bool pref_seq_analysis = TRUE;
 
 static const value_string eesp_option_types[] = {
@@ -372,13 +384,67 @@ static int dissect_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
     return dissect_eesp_common(tvb, pinfo, tree, TRUE);
 }
 
-static gboolean is_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo _U_)
+/* A row's SPI as Wireshark's ESP dissector matches it: "*", hex digits with '*' for any one, or a number. */
+static gboolean esp_sa_spi_matches(const char *row, guint32 spi)
 {
-    guint len = tvb_captured_length(tvb);
-    return pref_udp_dispatch && pe_eesp_udp_classify(tvb_get_ptr(tvb, 0, len), len) == PE_UDP4500_EESP;
+    if (strcmp(row, "*") == 0)
+        return TRUE;
+    if (strchr(row, '*')) {
+        char text[11];
+        snprintf(text, sizeof text, "0x%08x", spi);
+        if (strlen(row) != 10)
+            return FALSE;
+        for (int i = 2; i < 10; i++)
+            if (row[i] != '*' && row[i] != text[i])
+                return FALSE;
+        return TRUE;
+    }
+    return strtoul(row, NULL, 0) == spi;
 }
 
-/* UDP 4500 (RFC 3948 + eesp.md §14): EESP when the first bit is set, else what the port had before. */
+/*
+ * §14 step 3 for a dissector: Wireshark's own ESP SA table ("ESP SAs", the
+ * esp_sa UAT) has a row for the SPI, so its ESP dissector keeps the packet.
+ * The table's records are its own struct: the SPI is read as the UAT's
+ * column "spi" gives it, as text.
+ */
+static int ws_esp_sa_holds(const void *ctx _U_, uint32_t spi)
+{
+    static uat_t *esp_sa;
+    if (!esp_sa && !(esp_sa = uat_get_table_by_name("ESP SAs")))
+        return 0;
+    const uat_field_t *col = NULL;
+    for (guint c = 0; c < esp_sa->ncols; c++)
+        if (esp_sa->fields[c].name && strcmp(esp_sa->fields[c].name, "spi") == 0)
+            col = &esp_sa->fields[c];
+    if (!col || !col->cb.tostr || !esp_sa->user_data)
+        return 0;
+    for (guint i = 0; i < esp_sa->user_data->len; i++) {
+        char *text = NULL;
+        unsigned text_len = 0;
+        col->cb.tostr(UAT_USER_INDEX_PTR(esp_sa, i), &text, &text_len, col->cbdata.tostr, col->fld_data);
+        gboolean held = text && esp_sa_spi_matches(text, spi);
+        g_free(text);
+        if (held)
+            return 1;
+    }
+    return 0;
+}
+
+static gboolean is_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo _U_)
+{
+    if (!pref_udp_dispatch || pref_udp_classify == UDP_CLASSIFY_ESP)
+        return FALSE;
+    guint len = tvb_captured_length(tvb);
+    const guint8 *p = tvb_get_ptr(tvb, 0, len);
+    if (pref_udp_classify == UDP_CLASSIFY_EESP) {
+        pe_udp4500_kind k = pe_eesp_udp_classify(p, len, NULL, NULL);
+        return k != PE_UDP4500_KEEPALIVE && k != PE_UDP4500_IKE;
+    }
+    return pe_eesp_udp_classify(p, len, ws_esp_sa_holds, NULL) == PE_UDP4500_EESP;
+}
+
+/* UDP 4500 (RFC 3948 + eesp.md §14): EESP as is_eesp_in_udp says, else what the port had before. */
 static int dissect_eesp_udp(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tree, void *data)
 {
     if (is_eesp_in_udp(tvb, pinfo))
@@ -491,7 +557,14 @@ void proto_register_eesp(void)
                                    "UDP port of RFC 3948 encapsulation (ESP, IKE and keepalives still go to their "
                                    "dissectors)", 10, &pref_udp_port);
     prefs_register_bool_preference(module, "udp_dispatch", "Dissect EESP in UDP",
-                                   "Claim UDP payloads on the port whose first bit is set as EESP", &pref_udp_dispatch);
+                                   "Claim UDP payloads on the port that are EESP (see the next preference); off: "
+                                   "none", &pref_udp_dispatch);
+    prefs_register_enum_preference(module, "udp_classify", "EESP or ESP in UDP",
+                                   "auto (eesp.md §14): ESP when Wireshark's ESP SA table holds the payload's first "
+                                   "four octets as an SPI, or when octet 0 is not 0x80 (no EESP version 0 Base "
+                                   "Header), else EESP; eesp: every payload but NAT keepalives and IKE is EESP; "
+                                   "esp: none is",
+                                   &pref_udp_classify, udp_classify_vals, FALSE);
     prefs_register_bool_preference(module, "do_sequence_analysis", "Sequence number analysis",
                                    "Check each Sub SA's sequence numbers for gaps and replays", &pref_seq_analysis);
     pe_ws_eesp_keys_register(module);

@@ -84,7 +84,7 @@ ESP_SAS = (
     (0x104, "aes-gmac", 36, dict(mode="tunnel", esn=True)),
     (0x105, "aes-gcm-16-iiv", 20, dict(mode="tunnel", udp_encap=True)),
     (0x106, "aes-gcm-8", 28, dict(mode="transport", anti_replay=False)),
-    (0x80000107, "aes-ccm-16", 35, dict(mode="tunnel")),  # over IP: on UDP 4500 its top bit says EESP
+    (0x80000107, "aes-ccm-16", 35, dict(mode="tunnel")),  # octet 0 0x80: ESP on UDP 4500 only as an SA held (§14)
 )
 
 

@@ -75,7 +75,17 @@ def _receiver(args: argparse.Namespace) -> Receiver:
     if len(protocols) > 1:
         raise UsageError("eesp-sa lines disagree on ip-protocol; decrypt them separately")
     # A Crypt Offset only shapes what an SA sends; receiving needs none (and sending one needs the peer's maximum).
-    return Receiver([SA(**{**e.settings, "crypt_offset": None}) for e in entries], ip_protocol=protocols.pop())
+    # The key file's ESP SAs share UDP 4500: their SPIs are ESP whatever their first octet (eesp.md §14 step 3).
+    return Receiver([SA(**{**e.settings, "crypt_offset": None}) for e in entries], ip_protocol=protocols.pop(),
+                    esp_spis=_esp_spis(args))
+
+
+def _esp_spis(args: argparse.Namespace) -> List[int]:
+    if not args.key_file:
+        return []
+    from pecore.keys import load_key_file
+
+    return [e.spi for e in load_key_file(args.key_file).esp_sas]
 
 
 def cmd_derive_key(args: argparse.Namespace) -> int:

@@ -38,8 +38,8 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
                    help="the sender's first sequence number; a receiver has seen everything below it")
     g.add_argument("--udp-encap", action="store_true", help="UDP 4500 encapsulation (RFC 3948)")
     g.add_argument("--no-eesp", dest="eesp_on_port", action="store_false",
-                   help="receive: a host without EESP, so every SPI on UDP 4500 is ESP (default: a first octet "
-                        "with its top bit set is EESP and passed over)")
+                   help="receive: a host without EESP, so every SPI on UDP 4500 is ESP (default: an SPI of no SA "
+                        "given whose first octet is 0x80 is EESP and passed over, eesp.md §14)")
 
 
 def _inline_sa(args: argparse.Namespace) -> Optional[EspSaEntry]:
@@ -77,7 +77,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _describe(args: argparse.Namespace, rx: Optional[Receiver], index: int, rec) -> Optional[dict]:  # type: ignore[no-untyped-def]
     ip = rec.ip_packet()
-    loc, _why = locate_esp(ip, ESP_UDP_PORT, either_port=True, eesp_on_port=args.eesp_on_port) if ip else (None, "")
+    loc, _why = locate_esp(ip, ESP_UDP_PORT, either_port=True, eesp_on_port=args.eesp_on_port,
+                           receiver=rx._rx if rx else None) if ip else (None, "")
     if loc is None:
         return None
     esp = ip[loc.offset : loc.offset + loc.length]

@@ -119,8 +119,8 @@ NOTES: Dict[str, Dict[str, str]] = {
     "BadInnerPacket": {"bugType": "MODIFIED_PARAMETER", "description": "Tunnel mode: the decrypted payload is not one "
                        "whole IPv4/IPv6 packet of the version Next Header names (authenticated)."},
     "NotEsp": {"bugType": "FUNCTIONALITY", "description": "Not ESP for this receiver: another IP protocol or UDP port, "
-               "or on UDP 4500 a NAT keepalive, an IKE message (non-ESP marker) or EESP (first octet's MSB set, for a "
-               "host that runs EESP beside ESP)."},
+               "or on UDP 4500 a NAT keepalive, an IKE message (non-ESP marker) or EESP (an SPI of no SA whose first octet "
+               "is 0x80, for a host that runs EESP beside ESP; eesp.md §14)."},
     "TrailingOctets": {"bugType": "EDGE_CASE", "description": "Octets after the end the IP length field gives "
                        "(link-layer padding): not part of the datagram, so not part of ESP."},
     "UdpChecksum": {"bugType": "EDGE_CASE", "description": "A non-zero UDP checksum: RFC 3948 §3.1.1 lets the "
@@ -657,8 +657,8 @@ def _udp_group(fb: EspFileBuilder) -> None:
                w[:at] + put(seg, 6, struct.pack(">H", struct.unpack(">H", seg[6:8])[0] ^ 0x0101)), "udp-bad-checksum",
                result="acceptable", plaintext=base.pkt)
     udp_encap_mutations(gb, base, "NotEsp", "not-esp")
-    gb.invalid("SPI with its top bit set: EESP on the port (eesp.md §14)", ["NotEsp"], base, base.eflip(0, 0x80),
-               "eesp-in-udp")
+    gb.invalid("SPI of no SA with octet 0 0x80 (an EESP version-0 Base Header's): EESP on the port (eesp.md §14)",
+               ["NotEsp"], base, base.eput(0, b"\x80"), "eesp-in-udp")
     _mutations(gb, base, "UDP", full=False)
     _framing(gb, base, "UDP")
     gb.finish()

@@ -327,6 +327,12 @@ pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out);
 void pe_eesp_rx_free(pe_eesp_rx *rx);
 /* Add a receiving SA, looked up by SPI and, when cfg->dst_family is set, destination address. */
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg);
+/*
+ * The SPI of an ESP SA received on the same UDP port (a key file's esp-sa
+ * line): a UDP payload whose first four octets are one is ESP (esp-in-udp),
+ * whatever its first octet (§14 step 3).
+ */
+pe_status pe_eesp_rx_add_esp_spi(pe_eesp_rx *rx, uint32_t spi);
 
 /*
  * Decapsulate one IP packet carrying EESP (IP protocol or UDP 4500).
@@ -377,7 +383,14 @@ typedef enum pe_udp4500_kind {
     PE_UDP4500_EESP,
     PE_UDP4500_ESP,
 } pe_udp4500_kind;
-pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len);
+/* Whether a receiver holds an ESP SA with this SPI (§14 step 3); ctx is that receiver. */
+typedef int (*pe_esp_spi_held_fn)(const void *ctx, uint32_t spi);
+/*
+ * §14 in its order.  esp_spi_held (NULL: no ESP SAs on the port) is asked
+ * only about a payload whose first octet is an EESP Base Header's.
+ */
+pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
+                                     const void *ctx);
 
 /* Where the EESP octets of an IP packet are (§14): after the IP (extension) headers, or in UDP. */
 typedef struct pe_eesp_location {

@@ -101,9 +101,10 @@ typedef struct pe_esp_rx_config {
     uint16_t udp_port;      /* default 4500 */
     int check_udp_checksum;
     /*
-     * Default on: on the UDP port a first octet with its top bit set is EESP
-     * (eesp-in-udp), as pe_eesp_udp_classify says, so inbound ESP SPIs must
-     * be below 0x80000000 there.  Off for a host without EESP.
+     * Default on: on the UDP port a payload that eesp.md §14 takes for EESP
+     * (first octet 0x80, SPI of no SA of this receiver) is passed over
+     * (eesp-in-udp), as pe_eesp_udp_classify says.  Off for a host without
+     * EESP: every such payload is ESP.
      */
     int eesp_on_port;
 } pe_esp_rx_config;
@@ -135,6 +136,8 @@ pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out);
 void pe_esp_rx_free(pe_esp_rx *rx);
 /* Add a receiving SA, looked up by SPI and, when cfg->dst_family is set, destination address. */
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg);
+/* Whether rx (a pe_esp_rx) holds an SA with this SPI, for any destination: a pe_esp_spi_held_fn (eesp.md §14). */
+int pe_esp_rx_holds_spi(const void *rx, uint32_t spi);
 
 /*
  * Decapsulate one IP packet carrying ESP (IP protocol 50, or UDP on the

@@ -82,7 +82,7 @@ typedef enum pe_category {
     X(PE_ERR_NOT_EESP, "not-eesp", PE_CAT_NOT_THIS_PROTOCOL, "not an EESP packet (other IP protocol or UDP port)") \
     X(PE_ERR_NAT_KEEPALIVE, "nat-keepalive", PE_CAT_NOT_THIS_PROTOCOL, "UDP 4500 NAT keepalive, not EESP") \
     X(PE_ERR_IKE_MARKER, "ike-non-esp-marker", PE_CAT_NOT_THIS_PROTOCOL, "UDP 4500 IKE message (non-ESP marker), not EESP") \
-    X(PE_ERR_ESP_IN_UDP, "esp-in-udp", PE_CAT_NOT_THIS_PROTOCOL, "UDP 4500 ESP packet (first bit 0), not EESP") \
+    X(PE_ERR_ESP_IN_UDP, "esp-in-udp", PE_CAT_NOT_THIS_PROTOCOL, "UDP 4500 ESP packet (an ESP SA's SPI, or octet 0 not 0x80), not EESP") \
     X(PE_ERR_EESP_TRUNCATED, "eesp-truncated", PE_CAT_MALFORMED, "EESP packet shorter than its headers and ICV") \
     X(PE_ERR_EESP_COMPAT_BIT, "eesp-compat-bit-clear", PE_CAT_NOT_THIS_PROTOCOL, "EESP ESP-compatibility bit is clear (ESP, not EESP)") \
     X(PE_ERR_EESP_VERSION, "eesp-unsupported-version", PE_CAT_MALFORMED, "EESP version is not the negotiated version 0") \
@@ -112,7 +112,7 @@ typedef enum pe_category {
     X(PE_ERR_EESP_PAD_LENGTH_RANGE, "eesp-pad-length-out-of-range", PE_CAT_CONFIGURATION, "the requested EESP Pad Length does not fit (0..255, and within the IP length)") \
     /* ESP (RFC 4303) */ \
     X(PE_ERR_NOT_ESP, "not-esp", PE_CAT_NOT_THIS_PROTOCOL, "not an ESP packet (other IP protocol or UDP port)") \
-    X(PE_ERR_EESP_IN_UDP, "eesp-in-udp", PE_CAT_NOT_THIS_PROTOCOL, "UDP 4500 EESP packet (first bit 1), not ESP") \
+    X(PE_ERR_EESP_IN_UDP, "eesp-in-udp", PE_CAT_NOT_THIS_PROTOCOL, "UDP 4500 EESP packet (octet 0 0x80, no ESP SA's SPI), not ESP") \
     X(PE_ERR_ESP_TRUNCATED, "esp-truncated", PE_CAT_MALFORMED, "ESP packet shorter than its header, IV, trailer and ICV") \
     X(PE_ERR_ESP_NO_SA, "esp-no-sa", PE_CAT_NO_KEY, "no ESP SA for this SPI") \
     X(PE_ERR_ESP_SEQ_ZERO, "esp-sequence-zero", PE_CAT_MALFORMED, "ESP sequence number 0 is never sent") \

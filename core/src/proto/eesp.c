@@ -741,6 +741,8 @@ struct pe_eesp_rx {
     uint8_t ip_protocol;
     uint16_t udp_port;
     int check_udp_checksum;
+    uint32_t *esp_spis; /* sorted: the ESP SAs of the port (§14 step 3) */
+    size_t n_esp_spis;
     size_t n_sas, cap_sas;
     eesp_sa **sas;
     /* SPI index (open addressing): 1 + index in sas of the first SA with an SPI, 0 empty; the others with
@@ -778,6 +780,7 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
     }
     free(rx->sas);
     free(rx->spi_ix);
+    free(rx->esp_spis);
     free(rx);
 }
 
@@ -788,6 +791,8 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
     pe_status st = pe_eesp_rx_new(&cfg, out);
     if (st == PE_OK)
         (*out)->clone = 1;
+    for (size_t i = 0; st == PE_OK && i < rx->n_esp_spis; i++)
+        st = pe_eesp_rx_add_esp_spi(*out, rx->esp_spis[i]);
     for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
         eesp_sa *sa = malloc(sizeof *sa);
         eesp_sa **sas = realloc((*out)->sas, (i + 1) * sizeof *sas);
@@ -914,20 +919,55 @@ pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
     return PE_OK;
 }
 
-pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len)
+pe_status pe_eesp_rx_add_esp_spi(pe_eesp_rx *rx, uint32_t spi)
+{
+    size_t i = 0;
+    while (i < rx->n_esp_spis && rx->esp_spis[i] < spi)
+        i++;
+    if (i < rx->n_esp_spis && rx->esp_spis[i] == spi)
+        return PE_OK; /* an SPI held for several destinations */
+    uint32_t *s = realloc(rx->esp_spis, (rx->n_esp_spis + 1) * sizeof *s);
+    if (!s)
+        return PE_ERR_NOMEM;
+    memmove(s + i + 1, s + i, (rx->n_esp_spis - i) * sizeof *s);
+    s[i] = spi;
+    rx->esp_spis = s;
+    rx->n_esp_spis++;
+    return PE_OK;
+}
+
+static int holds_esp_spi(const void *ctx, uint32_t spi)
+{
+    const pe_eesp_rx *rx = ctx;
+    size_t lo = 0, hi = rx->n_esp_spis;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rx->esp_spis[mid] < spi)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < rx->n_esp_spis && rx->esp_spis[lo] == spi;
+}
+
+pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
+                                     const void *ctx)
 {
     if (len == 1 && payload[0] == 0xff)
         return PE_UDP4500_KEEPALIVE;
     if (len >= 4 && pe_get32(payload) == 0)
         return PE_UDP4500_IKE;
-    if (len >= 1 && (payload[0] & PE_EESP_ESP_COMPAT))
-        return PE_UDP4500_EESP;
-    return PE_UDP4500_ESP;
+    /* Only version 0 is supported, and its octet 0 is exactly 0x80 (§3): ESP SPIs of any other top octet stay ESP. */
+    if (len < 1 || payload[0] != (PE_EESP_ESP_COMPAT | PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT))
+        return PE_UDP4500_ESP;
+    if (esp_spi_held && len >= 4 && esp_spi_held(ctx, pe_get32(payload)))
+        return PE_UDP4500_ESP;
+    return PE_UDP4500_EESP;
 }
 
 /* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
 static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_protocol, uint16_t udp_port,
-                        unsigned flags, pe_eesp_location *loc)
+                        unsigned flags, pe_esp_spi_held_fn esp_spi_held, const void *esp_ctx, pe_eesp_location *loc)
 {
     loc->ip_version = ip->version;
     loc->udp_encap = 0;
@@ -953,7 +993,7 @@ static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_pro
         return PE_ERR_UDP_LENGTH;
     if ((flags & PE_EESP_LOCATE_UDP_CHECKSUM) && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
         return PE_ERR_UDP_CHECKSUM;
-    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN)) {
+    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, esp_spi_held, esp_ctx)) {
     case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
     case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
     case PE_UDP4500_ESP: return PE_ERR_ESP_IN_UDP;
@@ -971,7 +1011,7 @@ pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, ui
     memset(loc, 0, sizeof *loc);
     pe_ip_info ip;
     pe_status st = pe_ip_parse(pkt, len, &ip);
-    return st != PE_OK ? st : locate(pkt, &ip, ip_protocol, udp_port, flags, loc);
+    return st != PE_OK ? st : locate(pkt, &ip, ip_protocol, udp_port, flags, NULL, NULL, loc);
 }
 
 /* §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet. */
@@ -1243,7 +1283,7 @@ static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned 
         return st;
     pe_eesp_location loc;
     st = locate(pkt, &ip, rx->ip_protocol, rx->udp_port, rx->check_udp_checksum ? PE_EESP_LOCATE_UDP_CHECKSUM : 0,
-                &loc);
+                rx->n_esp_spis ? holds_esp_spi : NULL, rx, &loc);
     info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;

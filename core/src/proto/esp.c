@@ -486,6 +486,15 @@ static esp_sa *find_sa(const pe_esp_rx *rx, uint32_t spi, int family, const uint
     return any;
 }
 
+int pe_esp_rx_holds_spi(const void *rx, uint32_t spi)
+{
+    const pe_esp_rx *r = rx;
+    for (size_t i = 0; i < r->n_sas; i++)
+        if (r->sas[i]->spi == spi)
+            return 1;
+    return 0;
+}
+
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg)
 {
     for (size_t i = 0; i < rx->n_sas; i++)
@@ -536,7 +545,7 @@ static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_inf
     if (rx->check_udp_checksum && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
         return PE_ERR_UDP_CHECKSUM;
     /* One classifier for both protocols, so that each passes over exactly what the other takes. */
-    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN)) {
+    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, pe_esp_rx_holds_spi, rx)) {
     case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
     case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
     case PE_UDP4500_EESP:
