@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -224,6 +225,7 @@ struct pe_capture_reader {
     int fd;         /* -1: memory reader, nothing more to read */
     int own_fd;     /* opened by path: closed with the reader */
     int at_eof;     /* the descriptor said end of file */
+    int live;       /* a pipe, terminal or socket: what comes next may be long in coming */
     int pinned;     /* records in the window are in use: it may fill behind them, not move */
     uint8_t *owned; /* the window of a descriptor reader */
     size_t owned_cap;
@@ -250,7 +252,11 @@ typedef struct cap_block {
     pe_capture_record rec;
 } cap_block;
 
-/* Internal: the record is not all in the window and the window may not move now. */
+/*
+ * Internal: the record is not all in the window and the window may not move
+ * now, or (a live input) the rest is not there yet and the records already
+ * taken should not wait for it.
+ */
 #define WINDOW_PINNED PE_STATUS_COUNT
 
 /* Move the unparsed tail, buf[pos..len), to the front of dst (the window itself, or the one replacing it). */
@@ -261,6 +267,16 @@ static void window_rebase(pe_capture_reader *r, uint8_t *dst)
     r->base += r->pos;
     r->len = tail;
     r->pos = 0;
+}
+
+/* Whether a read of fd would return at once (data, end of file or an error). */
+static int input_ready(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int n;
+    while ((n = poll(&pfd, 1, 0)) < 0 && errno == EINTR)
+        ;
+    return n != 0;
 }
 
 /*
@@ -293,6 +309,9 @@ static pe_status window_need(pe_capture_reader *r, size_t need)
     }
     /* Fill what the window holds (fewer, larger reads), but return as soon as `need` is there. */
     while (r->len - r->pos < need) {
+        /* Records already taken from a live input go out now, not when the next one is complete (tcpdump -U). */
+        if (r->pinned && r->live && !input_ready(r->fd))
+            return (pe_status)WINDOW_PINNED;
         ssize_t n = read(r->fd, r->owned + r->len, r->owned_cap - r->len);
         if (n < 0 && errno == EINTR)
             continue;
@@ -713,10 +732,12 @@ static pe_status reader_open_fd(int fd, int own_fd, size_t window, pe_capture_re
     r->fd = fd;
     r->own_fd = own_fd;
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+    int known = fstat(fd, &sb) == 0, regular = known && S_ISREG(sb.st_mode);
+    if (regular && sb.st_size > 0) {
         off_t at = lseek(fd, 0, SEEK_CUR);
         r->size = (uint64_t)sb.st_size - (at > 0 && at <= sb.st_size ? (uint64_t)at : 0);
     }
+    r->live = !regular && !(known && S_ISBLK(sb.st_mode));
     r->owned = malloc(window);
     r->owned_cap = window;
     r->buf = r->owned;
@@ -1797,6 +1818,8 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
         int eof;
         pe_status stop;
         uint64_t before = t->sum->packets;
+        if (t->r->live) /* what is written goes out before the reader may wait for more */
+            out_flush(&t->out);
         size_t n = read_chunk(t, TRANSFORM_PROGRESS_EVERY - before % TRANSFORM_PROGRESS_EVERY, &eof, &stop);
         t->transform_chunk(t, t->recs, n);
         st = write_chunk(t, t->recs, n);
@@ -2019,6 +2042,8 @@ static void own_put(own_run *o, own_chunk *c, int caller)
         }
         uint64_t before = t->sum->packets;
         pe_status st = write_chunk(t, c->recs, c->n);
+        if (t->r->live) /* a live input's records go out as they are done (the reader hands out what it has) */
+            out_flush(&t->out);
         t->sum->offset = c->end_offset;
         if (st == PE_OK)
             st = c->stop;
@@ -2085,6 +2110,8 @@ static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn 
     own_run o = {.t = t, .pool = p, .growth = pe_parallel_growth(p), .progress = progress,
                  .progress_ctx = progress_ctx};
     pe_status st = write_file_header(t);
+    if (t->r->live)
+        out_flush(&t->out);
     if (st == PE_OK)
         st = reader_resize(t->r, OWN_CHUNK_OCTETS);
     o.chunks = calloc(jobs, sizeof *o.chunks);
