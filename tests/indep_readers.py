@@ -105,13 +105,15 @@ def tshark(path: Path) -> List[Rec]:
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"}
     p = subprocess.run([TSHARK, "-n", "-r", str(path), "-o", "eth.check_fcs:TRUE", "-T", "fields",
                         "-E", "separator=|", "-e", "frame.cap_len", "-e", "frame.len", "-e", "frame.time_epoch",
-                        "-e", "eth.fcs.status"], capture_output=True, text=True, env=env, timeout=120)
+                        "-e", "eth.fcs.status", "-e", "frame.encap_type"], capture_output=True, text=True, env=env, timeout=120)
     err = "\n".join(line for line in p.stderr.splitlines() if "Running as user" not in line)
     if p.returncode != 0 or err.strip():
         raise Unreadable(err.strip() or f"tshark exit status {p.returncode}")
     out = []
     for line in p.stdout.splitlines():
-        cap, orig, epoch, fcs = line.split("|")
+        cap, orig, epoch, fcs, encap = line.split("|")
+        if encap == "":  # Wireshark shows a pcapng custom block as a record, not as a packet
+            continue
         sec, _, frac = epoch.partition(".")
         ts_ns = int(sec) * 1_000_000_000 + int((frac + "000000000")[:9]) if epoch else None  # SPB: no time
         out.append(Rec(int(cap), int(orig), ts_ns,
