@@ -356,10 +356,13 @@ def check_lengths_and_times(got, inp: Input, out: str, out_path: Path, *, same_l
 def check_octets(got, inp: Input, out: str, out_path: Path):
     strip = out == "pcap" and inp.fcs_by_flags
     limits = known_limits(out_path.read_bytes())
+    checked = 0
     for name in ("libpcap", "scapy"):
-        if name in got and name not in limits:
+        if name in got and limits.get(name, ("times",))[0] == "times":
+            checked += 1
             want = [p.data[:-4] if strip and p.fcs else p.data for p in inp.pkts]
             assert [r.data for r in got[name]] == want, name
+    assert checked, "no reader that hands out the octets could read the file"
 
 
 @pytest.mark.parametrize("name", sorted(INPUTS))
