@@ -16,7 +16,9 @@ APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cma
               # syntax under Lua 5.2 (Wireshark 4.0's)
               lua5.4 lua5.2
               # scripts/wireshark-chroot.sh: the tshark tests against Wireshark 4.4 and 4.6 in Debian chroots
-              debootstrap rsync)
+              debootstrap rsync
+              # tests/indep_readers.py: libpcap (through ctypes) as one of the readers that check our captures
+              libpcap0.8)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

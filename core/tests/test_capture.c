@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures;
@@ -1646,6 +1649,159 @@ static void test_transform_fd_convert(void)
     free(b.p);
 }
 
+/* CRC-32 of IEEE 802.3, bit by bit (the core's is table-driven). */
+static uint32_t ref_crc32(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
+/*
+ * A frame declared with an FCS (pcap FCS bits; EPB flags) comes out of a
+ * transform with a correct FCS over the new frame, and an EPB's epb_hash of
+ * the old data is dropped while its other options stay.
+ */
+static void test_transform_fcs(void)
+{
+    uint8_t ip[128], f[256];
+    size_t il = make_ipv4(ip, 'T', 21, 0), fl = make_eth(f, ip, il, 0, 0);
+    put_u32(f + fl, ref_crc32(f, fl), 0);
+    fl += 4;
+    uint8_t want[256];
+    memcpy(want, f, fl - 4);
+    memset(want + fl - 4, 0xEE, 4); /* 'T' appends four octets to the IP packet */
+    put_u32(want + fl, ref_crc32(want, fl), 0);
+    size_t wl = fl + 4;
+    char in[512], out[512];
+    tmp_path(in, sizeof in, "fcs.in");
+    tmp_path(out, sizeof out, "fcs.out");
+    pe_capture_summary sum;
+
+    bb b = {0};
+    pcap_hdr(&b, 0, 0, 9014, PE_LINKTYPE_ETHERNET | 0x04000000u | 2u << 28);
+    pcap_rec(&b, 1, 2, f, (uint32_t)fl, (uint32_t)fl);
+    write_file(in, b.p, b.len);
+    CHECK_ST(pe_capture_transform_file(in, out, test_cb, NULL, 0, NULL, NULL, &sum), PE_OK);
+    size_t on;
+    uint8_t *o = read_file(out, &on);
+    CHECK(sum.transformed == 1 && o && on == 24 + 16 + wl && memcmp(o + 40, want, wl) == 0);
+    CHECK(o && get_u32(o + 20, 0) == get_u32(b.p + 20, 0)); /* the FCS bits stay */
+    free(o);
+    free(b.p);
+
+    bb g = {0};
+    shb(&g, 0, UINT64_MAX);
+    idb(&g, PE_LINKTYPE_ETHERNET, 0, -1, 0);
+    size_t s = blk_begin(&g, 6);
+    bb_u32(&g, 0);
+    bb_u32(&g, 0);
+    bb_u32(&g, 7);
+    bb_u32(&g, (uint32_t)fl);
+    bb_u32(&g, (uint32_t)fl);
+    bb_bytes(&g, f, fl);
+    bb_pad4(&g);
+    uint8_t flags[4], hash[17] = {2}; /* epb_hash: algorithm 2 (MD5) and 16 octets */
+    put_u32(flags, 4u << 5, 0); /* FCS length 4 */
+    opt(&g, 2, flags, 4);
+    opt(&g, 3, hash, sizeof hash);
+    opt(&g, 1, "kept", 4);
+    opt(&g, 0, NULL, 0);
+    blk_end(&g, s);
+    write_file(in, g.p, g.len);
+    CHECK_ST(pe_capture_transform_file(in, out, test_cb, NULL, 0, NULL, NULL, &sum), PE_OK);
+    o = read_file(out, &on);
+    blk_ref ob[4];
+    size_t no = o ? walk_blocks(o, on, 0, ob, 4) : 0;
+    CHECK(sum.transformed == 1 && no == 3 && ob[2].type == 6);
+    if (no == 3) {
+        const uint8_t *e = o + ob[2].off;
+        size_t opts = 28 + ((wl + 3) & ~(size_t)3);
+        CHECK(get_u32(e + 20, 0) == wl && memcmp(e + 28, want, wl) == 0);
+        /* epb_flags and the comment, then opt_endofopt: no epb_hash */
+        CHECK(ob[2].len == opts + 8 + 8 + 4 + 4);
+        CHECK(get_u32(e + opts, 0) == (2u | 4u << 16) && get_u32(e + opts + 8, 0) == (1u | 4u << 16));
+    }
+    free(o);
+    free(g.p);
+    remove(in);
+    remove(out);
+}
+
+/* A transform on a live pipe: its input stays open, and what it has read must come out meanwhile. */
+typedef struct live_run {
+    int in, out;
+    pe_status st;
+    pe_capture_summary sum;
+} live_run;
+
+static void *live_thread(void *arg)
+{
+    live_run *l = arg;
+    l->st = pe_capture_transform_fd(l->in, l->out, test_cb, NULL, 0, NULL, NULL, &l->sum);
+    close(l->out);
+    return NULL;
+}
+
+/* Read from fd until `want` octets came or `ms` milliseconds passed; how many came. */
+static size_t read_for(int fd, uint8_t *buf, size_t want, int ms)
+{
+    struct timespec t0, now;
+    size_t got = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (got < want) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int left = ms - (int)((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&pfd, 1, left) <= 0)
+            break;
+        ssize_t n = read(fd, buf + got, want - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    return got;
+}
+
+static void test_transform_live_pipe(void)
+{
+    uint8_t ip[3][128];
+    size_t l[3];
+    bb b = {0};
+    pcap_hdr(&b, 0, 0, 9014, PE_LINKTYPE_RAW);
+    size_t want = 24;
+    for (int i = 0; i < 3; i++) {
+        l[i] = make_ipv4(ip[i], 'T', 10 + (size_t)i, 0);
+        pcap_rec(&b, 1700000000u, (uint32_t)i, ip[i], (uint32_t)l[i], (uint32_t)l[i]);
+        want += 16 + l[i] + 4; /* 'T' appends four octets */
+    }
+    int in[2], out[2];
+    CHECK(pipe(in) == 0 && pipe(out) == 0);
+    live_run lr = {.in = in[0], .out = out[1]};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, live_thread, &lr) == 0);
+    /* the whole header and records, and half of a fourth record, while the input stays open */
+    CHECK(write(in[1], b.p, b.len) == (ssize_t)b.len);
+    CHECK(write(in[1], b.p + 24, 10) == 10);
+    uint8_t got[1024];
+    CHECK(read_for(out[0], got, want, 2000) == want);
+    CHECK(get_u32(got + 24 + 8, 0) == l[0] + 4);
+    /* the rest of the fourth record, then the end */
+    CHECK(write(in[1], b.p + 34, 16 + l[0] - 10) == (ssize_t)(16 + l[0] - 10));
+    close(in[1]);
+    CHECK(read_for(out[0], got + want, 16 + l[0] + 4, 5000) == 16 + l[0] + 4);
+    pthread_join(th, NULL);
+    CHECK_ST(lr.st, PE_OK);
+    CHECK(lr.sum.packets == 4 && lr.sum.transformed == 4);
+    close(in[0]);
+    close(out[0]);
+    free(b.p);
+}
+
 int main(void)
 {
     test_writer_roundtrip(PE_CAPTURE_PCAP, "rt.pcap");
@@ -1666,6 +1822,8 @@ int main(void)
     test_reference_capture();
     test_stream_reader_windows();
     test_transform_fd_convert();
+    test_transform_live_pipe();
+    test_transform_fcs();
     if (failures) {
         fprintf(stderr, "test_capture: %d failure(s)\n", failures);
         return 1;

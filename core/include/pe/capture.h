@@ -128,9 +128,11 @@ typedef struct pe_capture_summary {
 /*
  * Read `in_path`, transform every IP packet, write `out_path` in the same
  * format (pcapng: every non-packet block copied, options and all) or the one
- * a TO_ flag names (pcapng to pcap refuses an interface of a second link type
- * with PE_ERR_CAP_CONVERT).  The input is read in chunks, so memory does not
- * grow with its size.  The summary is filled even when an error stops the run
+ * a TO_ flag names (pcapng to pcap refuses an interface of a second link type,
+ * or a frame whose FCS length the pcap header cannot declare, with
+ * PE_ERR_CAP_CONVERT).  A frame declared with an FCS gets a correct one.  The
+ * input is read in chunks, so memory does not grow with its size; from a live
+ * input (a pipe) each chunk is written and flushed as soon as it is done.  The summary is filled even when an error stops the run
  * part way; the output then holds every record before the one that stopped
  * it (summary->offset).  Returns PE_ERR_CAP_* for file problems
  * (PE_ERR_CAP_TRUNCATED: the input ends inside a record), PE_ERR_CAP_ABORTED

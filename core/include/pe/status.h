@@ -133,7 +133,7 @@ typedef enum pe_category {
     X(PE_ERR_CAP_NOT_IP, "not-ip", PE_CAT_NOT_THIS_PROTOCOL, "frame does not carry IPv4 or IPv6") \
     X(PE_ERR_CAP_ABORTED, "capture-aborted", PE_CAT_IO, "capture processing was aborted by the caller") \
     X(PE_ERR_CAP_RECORD_TOO_LARGE, "capture-record-too-large", PE_CAT_IO, "capture record longer than the reader's limit (16 MiB)") \
-    X(PE_ERR_CAP_CONVERT, "capture-cannot-convert", PE_CAT_IO, "pcap cannot hold this pcapng input (interfaces of several link types, or a time past 2106)") \
+    X(PE_ERR_CAP_CONVERT, "capture-cannot-convert", PE_CAT_IO, "pcap cannot hold this pcapng input (interfaces of several link types or FCS lengths, or a time past 2106)") \
     /* key files */ \
     X(PE_ERR_KEYFILE_SYNTAX, "keyfile-syntax", PE_CAT_CONFIGURATION, "key file syntax error") \
     X(PE_ERR_KEYFILE_VALUE, "keyfile-bad-value", PE_CAT_CONFIGURATION, "key file value is invalid") \

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -45,6 +46,9 @@
 #define PCAP_LINKTYPE_OFF 20u
 /* The upper bits of the LinkType field carry FCS information (draft section 4). */
 #define PCAP_LINKTYPE_MASK 0xFFFFu
+#define PCAP_FCS_PRESENT 0x04000000u /* the P bit: FCS len is given */
+#define PCAP_FCS_LEN_SHIFT 28u       /* FCS len, in 16-bit words */
+#define PCAP_FCS_LEN_MAX 30u         /* octets a 4-bit count of 16-bit words can say */
 
 #define PCAPNG_BT_SHB 0x0A0D0D0Au
 #define PCAPNG_BT_IDB 0x00000001u
@@ -65,7 +69,11 @@
 #define PCAPNG_IDB_OPTIONS_OFF 16u
 #define PCAPNG_OPT_ENDOFOPT 0u
 #define PCAPNG_OPT_IF_TSRESOL 9u
+#define PCAPNG_OPT_IF_FCSLEN 13u
 #define PCAPNG_OPT_IF_TSOFFSET 14u
+#define PCAPNG_OPT_EPB_FLAGS 2u /* also the obsolete Packet Block's pack_flags */
+#define PCAPNG_OPT_EPB_HASH 3u
+#define EPB_FLAGS_FCS_SHIFT 5u  /* bits 5-8: FCS length in octets, 0 when not given */
 #define PCAPNG_TSRESOL_DEFAULT 6u /* microseconds when if_tsresol is absent */
 #define PCAPNG_TSRESOL_POW2 0x80u
 
@@ -75,6 +83,7 @@
 #define ETHERTYPE_8021AD 0x88A8u
 #define ETHERTYPE_QINQ_OLD 0x9100u /* pre-802.1ad outer tag some switches still send */
 #define ETH_HDR_LEN 14u
+#define ETH_FCS_LEN 4u /* the CRC-32 of IEEE 802.3 */
 #define ETH_TYPE_OFF 12u
 #define VLAN_TAG_LEN 4u
 /* Deeper stacks do not occur in practice; the bound keeps garbage from looping. */
@@ -194,6 +203,7 @@ typedef struct pcapng_if {
     uint32_t linktype;
     uint32_t snaplen;
     uint8_t tsresol;
+    uint8_t fcslen;    /* if_fcslen: FCS octets at the end of every frame (0: none declared) */
     uint64_t tsoffset; /* if_tsoffset, signed seconds applied modulo 2^64 */
 } pcapng_if;
 
@@ -215,6 +225,7 @@ struct pe_capture_reader {
     int fd;         /* -1: memory reader, nothing more to read */
     int own_fd;     /* opened by path: closed with the reader */
     int at_eof;     /* the descriptor said end of file */
+    int live;       /* a pipe, terminal or socket: what comes next may be long in coming */
     int pinned;     /* records in the window are in use: it may fill behind them, not move */
     uint8_t *owned; /* the window of a descriptor reader */
     size_t owned_cap;
@@ -223,6 +234,7 @@ struct pe_capture_reader {
     pe_status err;  /* sticky: a corrupt file stays corrupt */
     uint8_t pcap_hdr[PCAP_FILE_HDR_LEN]; /* the file header as read, for the transform to copy */
     uint32_t pcap_linktype;
+    uint8_t pcap_fcs_len; /* from the LinkType field's FCS bits */
     pcapng_if *ifs; /* Interface Description Blocks of the current section */
     size_t n_ifs, cap_ifs;
 };
@@ -235,11 +247,16 @@ typedef struct cap_block {
     const uint8_t *raw;
     size_t raw_len;
     size_t opts_off;   /* EPB/PB: where the options start (after the padded data) */
-    uint8_t tsresol;   /* pcapng packets: their interface's if_tsresol */
+    uint8_t tsresol;   /* pcapng packets and IDBs: the interface's if_tsresol */
+    uint8_t fcs_len;   /* FCS octets the file declares at the end of the frame (packets and IDBs) */
     pe_capture_record rec;
 } cap_block;
 
-/* Internal: the record is not all in the window and the window may not move now. */
+/*
+ * Internal: the record is not all in the window and the window may not move
+ * now, or (a live input) the rest is not there yet and the records already
+ * taken should not wait for it.
+ */
 #define WINDOW_PINNED PE_STATUS_COUNT
 
 /* Move the unparsed tail, buf[pos..len), to the front of dst (the window itself, or the one replacing it). */
@@ -250,6 +267,16 @@ static void window_rebase(pe_capture_reader *r, uint8_t *dst)
     r->base += r->pos;
     r->len = tail;
     r->pos = 0;
+}
+
+/* Whether a read of fd would return at once (data, end of file or an error). */
+static int input_ready(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int n;
+    while ((n = poll(&pfd, 1, 0)) < 0 && errno == EINTR)
+        ;
+    return n != 0;
 }
 
 /*
@@ -282,6 +309,9 @@ static pe_status window_need(pe_capture_reader *r, size_t need)
     }
     /* Fill what the window holds (fewer, larger reads), but return as soon as `need` is there. */
     while (r->len - r->pos < need) {
+        /* Records already taken from a live input go out now, not when the next one is complete (tcpdump -U). */
+        if (r->pinned && r->live && !input_ready(r->fd))
+            return (pe_status)WINDOW_PINNED;
         ssize_t n = read(r->fd, r->owned + r->len, r->owned_cap - r->len);
         if (n < 0 && errno == EINTR)
             continue;
@@ -320,7 +350,9 @@ static pe_status pcap_start(pe_capture_reader *r)
     if (rd16(p + 4, r->be) != PCAP_VERSION_MAJOR)
         return PE_ERR_CAP_FORMAT;
     memcpy(r->pcap_hdr, p, PCAP_FILE_HDR_LEN);
-    r->pcap_linktype = rd32(p + PCAP_LINKTYPE_OFF, r->be) & PCAP_LINKTYPE_MASK;
+    uint32_t lt = rd32(p + PCAP_LINKTYPE_OFF, r->be);
+    r->pcap_linktype = lt & PCAP_LINKTYPE_MASK;
+    r->pcap_fcs_len = (lt & PCAP_FCS_PRESENT) ? (uint8_t)((lt >> PCAP_FCS_LEN_SHIFT) * 2u) : 0;
     r->pos += PCAP_FILE_HDR_LEN;
     return PE_OK;
 }
@@ -345,6 +377,7 @@ static pe_status pcap_record(pe_capture_reader *r, cap_block *b)
     b->raw_len = PCAP_REC_HDR_LEN + (size_t)incl_len;
     b->opts_off = b->raw_len;
     b->tsresol = r->fmt == PE_CAPTURE_PCAP_NSEC ? 9 : 6;
+    b->fcs_len = r->pcap_fcs_len;
     b->rec.linktype = r->pcap_linktype;
     b->rec.interface_id = 0;
     b->rec.ts_sec = (uint64_t)sec + frac / per_sec;
@@ -371,6 +404,10 @@ static pe_status idb_options(const uint8_t *p, size_t n, int be, pcapng_if *ifc)
             if (olen != 1)
                 return PE_ERR_CAP_FORMAT;
             ifc->tsresol = val[0];
+        } else if (code == PCAPNG_OPT_IF_FCSLEN) {
+            if (olen != 1)
+                return PE_ERR_CAP_FORMAT;
+            ifc->fcslen = val[0];
         } else if (code == PCAPNG_OPT_IF_TSOFFSET) {
             if (olen != 8)
                 return PE_ERR_CAP_FORMAT;
@@ -389,6 +426,7 @@ static pe_status pcapng_idb(pe_capture_reader *r, const uint8_t *p, uint32_t tot
         .linktype = rd16(p + 8, r->be),
         .snaplen = rd32(p + PCAPNG_IDB_SNAPLEN_OFF, r->be),
         .tsresol = PCAPNG_TSRESOL_DEFAULT,
+        .fcslen = 0,
         .tsoffset = 0,
     };
     pe_status st = idb_options(p + PCAPNG_IDB_OPTIONS_OFF, total - PCAPNG_IDB_OPTIONS_OFF - 4, r->be, &ifc);
@@ -420,6 +458,27 @@ static void packet_ts(pe_capture_record *rec, const pcapng_if *ifc, uint32_t ts_
     rec->ts_sec += ifc->tsoffset;
 }
 
+/*
+ * The FCS length of one EPB or PB: its flags' when they give one, else the
+ * interface's.  Options are not checked here (the block is copied as it is);
+ * a malformed one ends the walk.
+ */
+static uint8_t epb_fcs_len(const uint8_t *p, size_t n, int be, uint8_t if_fcslen)
+{
+    for (size_t off = 0; n - off >= 4;) {
+        uint16_t code = rd16(p + off, be), olen = rd16(p + off + 2, be);
+        if (code == PCAPNG_OPT_ENDOFOPT || pad4(olen) > n - off - 4)
+            break;
+        if (code == PCAPNG_OPT_EPB_FLAGS && olen == 4) {
+            unsigned fcs = (rd32(p + off + 4, be) >> EPB_FLAGS_FCS_SHIFT) & 0xFu;
+            if (fcs)
+                return (uint8_t)fcs;
+        }
+        off += 4 + pad4(olen);
+    }
+    return if_fcslen;
+}
+
 /* EPB, and the obsolete PB whose layout differs only in a 16-bit Interface ID plus Drops Count. */
 static pe_status pcapng_epb(pe_capture_reader *r, const uint8_t *p, uint32_t total, cap_block *b)
 {
@@ -441,6 +500,7 @@ static pe_status pcapng_epb(pe_capture_reader *r, const uint8_t *p, uint32_t tot
     b->rec.origlen = rd32(p + 24, r->be);
     b->rec.data = p + PCAPNG_EPB_DATA_OFF;
     b->opts_off = PCAPNG_EPB_DATA_OFF + pad4(caplen);
+    b->fcs_len = epb_fcs_len(p + b->opts_off, total - 4 - b->opts_off, r->be, ifc->fcslen);
     b->is_packet = 1;
     return PE_OK;
 }
@@ -462,6 +522,7 @@ static pe_status pcapng_spb(pe_capture_reader *r, const uint8_t *p, uint32_t tot
     b->rec.linktype = ifc->linktype;
     b->rec.interface_id = 0;
     b->tsresol = ifc->tsresol;
+    b->fcs_len = ifc->fcslen;
     b->rec.ts_sec = 0;
     b->rec.ts_nsec = 0;
     b->rec.caplen = caplen;
@@ -524,8 +585,10 @@ static pe_status pcapng_block(pe_capture_reader *r, cap_block *b)
     switch (type) {
     case PCAPNG_BT_IDB:
         st = pcapng_idb(r, p, total);
-        if (st == PE_OK)
+        if (st == PE_OK) {
             b->tsresol = r->ifs[r->n_ifs - 1].tsresol;
+            b->fcs_len = r->ifs[r->n_ifs - 1].fcslen;
+        }
         break;
     case PCAPNG_BT_EPB:
     case PCAPNG_BT_PB:
@@ -669,10 +732,12 @@ static pe_status reader_open_fd(int fd, int own_fd, size_t window, pe_capture_re
     r->fd = fd;
     r->own_fd = own_fd;
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+    int known = fstat(fd, &sb) == 0, regular = known && S_ISREG(sb.st_mode);
+    if (regular && sb.st_size > 0) {
         off_t at = lseek(fd, 0, SEEK_CUR);
         r->size = (uint64_t)sb.st_size - (at > 0 && at <= sb.st_size ? (uint64_t)at : 0);
     }
+    r->live = !regular && !(known && S_ISBLK(sb.st_mode));
     r->owned = malloc(window);
     r->owned_cap = window;
     r->buf = r->owned;
@@ -925,9 +990,10 @@ static void put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t li
 
 /*
  * One little-endian section: SHB, then one IDB, with if_tsresol when it is
- * not the default microseconds.  *snaplen_off: where the IDB's SnapLen went.
+ * not the default microseconds and if_fcslen when frames end in an FCS.
+ * *snaplen_off: where the IDB's SnapLen went.
  */
-static void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t tsresol,
+static void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t tsresol, uint8_t fcslen,
                               uint64_t *snaplen_off)
 {
     uint8_t shb[PCAPNG_SHB_MIN] = {0};
@@ -940,18 +1006,26 @@ static void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, 
     wr32(shb + 24, sizeof shb, 0);
     out_write(o, shb, sizeof shb);
 
-    uint8_t idb[PCAPNG_IDB_MIN + 12] = {0};
-    size_t len = tsresol == PCAPNG_TSRESOL_DEFAULT ? PCAPNG_IDB_MIN : sizeof idb;
+    /* two one-octet options of 8 octets each, then opt_endofopt */
+    uint8_t idb[PCAPNG_IDB_MIN + 2 * 8 + 4] = {0};
+    size_t len = PCAPNG_IDB_OPTIONS_OFF;
     wr32(idb, PCAPNG_BT_IDB, 0);
-    wr32(idb + 4, (uint32_t)len, 0);
     wr16(idb + 8, (uint16_t)linktype, 0);
     wr32(idb + PCAPNG_IDB_SNAPLEN_OFF, snaplen, 0);
-    if (len == sizeof idb) {
-        wr16(idb + 16, PCAPNG_OPT_IF_TSRESOL, 0);
-        wr16(idb + 18, 1, 0);
-        idb[20] = tsresol;
-        /* idb[24..27]: opt_endofopt (code 0, length 0) */
+    const uint8_t opts[2][2] = {{PCAPNG_OPT_IF_TSRESOL, tsresol}, {PCAPNG_OPT_IF_FCSLEN, fcslen}};
+    const int want[2] = {tsresol != PCAPNG_TSRESOL_DEFAULT, fcslen != 0};
+    for (int i = 0; i < 2; i++) {
+        if (!want[i])
+            continue;
+        wr16(idb + len, opts[i][0], 0);
+        wr16(idb + len + 2, 1, 0);
+        idb[len + 4] = opts[i][1];
+        len += 8;
     }
+    if (len > PCAPNG_IDB_OPTIONS_OFF)
+        len += 4; /* opt_endofopt (code 0, length 0) */
+    len += 4;
+    wr32(idb + 4, (uint32_t)len, 0);
     wr32(idb + len - 4, (uint32_t)len, 0);
     if (snaplen_off) /* the SHB is already counted in o->written */
         *snaplen_off = o->written + PCAPNG_IDB_SNAPLEN_OFF;
@@ -977,7 +1051,7 @@ static pe_status writer_start(pe_capture_writer *w, pe_status opened, pe_capture
         return opened;
     }
     if (fmt == PE_CAPTURE_PCAPNG)
-        put_pcapng_header(&w->out, linktype, w->snaplen, 9, NULL); /* nanoseconds survive */
+        put_pcapng_header(&w->out, linktype, w->snaplen, 9, 0, NULL); /* nanoseconds survive */
     else /* a SnapLen of 0 would mean nothing to pcap readers */
         put_pcap_header(&w->out, fmt == PE_CAPTURE_PCAP_NSEC, w->snaplen ? w->snaplen : TRANSFORM_SNAPLEN,
                         linktype);
@@ -1044,24 +1118,25 @@ static void write_pcap_record(out_file *o, uint32_t sec, uint32_t frac, const ui
     out_write(o, data, caplen);
 }
 
-/* An EPB on interface 0 whose frame comes in two parts (an L2 prefix and the rest). */
-static void write_epb(out_file *o, uint64_t ts, const uint8_t *a, size_t a_len, const uint8_t *b, size_t b_len,
-                      uint32_t origlen)
+/* An EPB on interface 0 whose frame comes in up to three parts (an L2 prefix, the packet, an FCS). */
+static void write_epb(out_file *o, int be, uint64_t ts, const uint8_t *a, size_t a_len, const uint8_t *b,
+                      size_t b_len, const uint8_t *c, size_t c_len, uint32_t origlen)
 {
     uint8_t h[PCAPNG_EPB_DATA_OFF], t[4];
-    size_t caplen = a_len + b_len;
+    size_t caplen = a_len + b_len + c_len;
     uint32_t total = (uint32_t)(PCAPNG_EPB_MIN + pad4(caplen));
-    wr32(h, PCAPNG_BT_EPB, 0);
-    wr32(h + 4, total, 0);
-    wr32(h + 8, 0, 0);
-    wr32(h + 12, (uint32_t)(ts >> 32), 0);
-    wr32(h + 16, (uint32_t)ts, 0);
-    wr32(h + 20, (uint32_t)caplen, 0);
-    wr32(h + 24, origlen, 0);
-    wr32(t, total, 0);
+    wr32(h, PCAPNG_BT_EPB, be);
+    wr32(h + 4, total, be);
+    wr32(h + 8, 0, be);
+    wr32(h + 12, (uint32_t)(ts >> 32), be);
+    wr32(h + 16, (uint32_t)ts, be);
+    wr32(h + 20, (uint32_t)caplen, be);
+    wr32(h + 24, origlen, be);
+    wr32(t, total, be);
     out_write(o, h, sizeof h);
     out_write(o, a, a_len);
     out_write(o, b, b_len);
+    out_write(o, c, c_len);
     out_zeros(o, pad4(caplen) - caplen);
     out_write(o, t, sizeof t);
 }
@@ -1077,7 +1152,7 @@ pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_ns
     if (w->fmt == PE_CAPTURE_PCAPNG) {
         if (ts_sec > (UINT64_MAX - ts_nsec) / NSEC_PER_SEC)
             return PE_ERR_INVALID_ARGUMENT;
-        write_epb(&w->out, ts_sec * NSEC_PER_SEC + ts_nsec, data, caplen, NULL, 0, origlen);
+        write_epb(&w->out, 0, ts_sec * NSEC_PER_SEC + ts_nsec, data, caplen, NULL, 0, NULL, 0, origlen);
     } else {
         if (ts_sec > UINT32_MAX) /* pcap seconds are 32 bits (good until 2106) */
             return PE_ERR_INVALID_ARGUMENT;
@@ -1099,6 +1174,28 @@ pe_status pe_capture_writer_close(pe_capture_writer *w)
 }
 
 /* ---- frames ------------------------------------------------------------------ */
+
+/* The Ethernet FCS: CRC-32 (reflected, polynomial 0xEDB88320), sent least significant octet first. */
+static uint32_t crc32_table[256];
+static pthread_once_t crc32_once = PTHREAD_ONCE_INIT;
+
+static void crc32_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1u ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc32_table[i] = c;
+    }
+}
+
+/* crc starts as 0xFFFFFFFF; the FCS is its complement once every part is in. */
+static uint32_t crc32_update(uint32_t crc, const uint8_t *p, size_t n)
+{
+    while (n--)
+        crc = crc32_table[(crc ^ *p++) & 0xFFu] ^ (crc >> 8);
+    return crc;
+}
 
 static int is_vlan_tpid(uint16_t t)
 {
@@ -1216,6 +1313,7 @@ struct transform_run {
     int convert;      /* out_fmt is not the input's format family */
     int header_done;  /* pcapng to pcap: the file header waits for the first IDB */
     uint32_t pcap_linktype;
+    uint8_t pcap_fcs_len; /* pcapng to pcap: the FCS length the header declares */
     out_if *ifs;      /* output interfaces: every IDB written, in order */
     size_t n_ifs, cap_ifs, section_first;
     chunk_rec *recs;
@@ -1233,6 +1331,8 @@ typedef struct new_frame {
     size_t l2_len;
     const uint8_t *pkt;
     size_t pkt_len;
+    uint8_t fcs[ETH_FCS_LEN]; /* recomputed when the file declares an FCS: the frame stays what it says */
+    size_t fcs_len;
 } new_frame;
 
 static pe_status clamp_status(pe_status s)
@@ -1307,7 +1407,8 @@ static void patch_snaplens(transform_run *t)
 static int tsresol_is_nsec(uint8_t tsresol)
 {
     unsigned v = tsresol & 0x7Fu;
-    return (tsresol & PCAPNG_TSRESOL_POW2) ? v > 20 : v > 6; /* finer than a microsecond */
+    /* 10^-v and 2^-v are whole microseconds up to v = 6; past that only nanoseconds come close (exact to 2^-9) */
+    return v > 6;
 }
 
 /* What goes out before the first record: pcap's header, or a section for a pcap input written as pcapng. */
@@ -1324,7 +1425,8 @@ static pe_status write_file_header(transform_run *t)
     if (t->out_fmt == PE_CAPTURE_PCAPNG) {
         uint64_t off;
         snaplen = stream_snaplen(t, snaplen, 1);
-        put_pcapng_header(&t->out, r->pcap_linktype, snaplen, r->fmt == PE_CAPTURE_PCAP_NSEC ? 9 : 6, &off);
+        put_pcapng_header(&t->out, r->pcap_linktype, snaplen, r->fmt == PE_CAPTURE_PCAP_NSEC ? 9 : 6, r->pcap_fcs_len,
+                          &off);
         return add_out_if(t, off, snaplen, 0);
     }
     uint8_t h[PCAP_FILE_HDR_LEN];
@@ -1351,12 +1453,25 @@ static pe_status write_block(transform_run *t, const cap_block *b)
         if (b->type != PCAPNG_BT_IDB)
             return PE_OK;
         uint32_t linktype = rd16(raw + 8, b->be), snaplen = rd32(raw + PCAPNG_IDB_SNAPLEN_OFF, b->be);
-        if (t->header_done)
-            return linktype == t->pcap_linktype ? PE_OK : PE_ERR_CAP_CONVERT;
+        snaplen = snaplen ? snaplen : TRANSFORM_SNAPLEN;
+        if (t->header_done) {
+            if (linktype != t->pcap_linktype)
+                return PE_ERR_CAP_CONVERT;
+            /* The one pcap snap length must hold this interface's records too (patch_snaplens). */
+            if (t->n_ifs && snaplen > t->ifs[0].longest)
+                t->ifs[0].longest = snaplen;
+            return PE_OK;
+        }
         t->header_done = 1;
         t->pcap_linktype = linktype;
         t->out_fmt = tsresol_is_nsec(b->tsresol) ? PE_CAPTURE_PCAP_NSEC : PE_CAPTURE_PCAP;
-        snaplen = stream_snaplen(t, snaplen ? snaplen : TRANSFORM_SNAPLEN, 0);
+        /* An FCS length pcap can say (in 16-bit words) is declared; frames with another lose theirs. */
+        t->pcap_fcs_len = b->fcs_len <= PCAP_FCS_LEN_MAX && b->fcs_len % 2 == 0 ? b->fcs_len : 0;
+        if (t->pcap_fcs_len)
+            linktype |= PCAP_FCS_PRESENT | (uint32_t)(t->pcap_fcs_len / 2) << PCAP_FCS_LEN_SHIFT;
+        /* A stream cannot be patched when a later interface turns out to have a longer snap length. */
+        if (!t->out.seekable && snaplen < TRANSFORM_SNAPLEN)
+            snaplen = TRANSFORM_SNAPLEN;
         put_pcap_header(&t->out, t->out_fmt == PE_CAPTURE_PCAP_NSEC, snaplen, linktype);
         return add_out_if(t, PCAP_SNAPLEN_OFF, snaplen, 0);
     }
@@ -1378,10 +1493,7 @@ static pe_status write_block(transform_run *t, const cap_block *b)
         out_write(&t->out, raw, len);
         return st;
     }
-    /*
-     * Caveat: an SPB cut by the old SnapLen to a length that is not a multiple
-     * of 4 reads back with its padding as data once the SnapLen is gone.
-     */
+    /* SPBs cut by the old SnapLen are written as EPBs (finish_packet). */
     uint8_t v[4];
     wr32(v, out_snaplen, b->be);
     out_write(&t->out, raw, PCAPNG_IDB_SNAPLEN_OFF);
@@ -1395,23 +1507,53 @@ static pe_status write_block(transform_run *t, const cap_block *b)
 static void write_pcap_transformed(transform_run *t, const cap_block *b, const new_frame *nf)
 {
     uint8_t h[PCAP_REC_HDR_LEN];
-    uint32_t n = (uint32_t)(nf->l2_len + nf->pkt_len);
+    uint32_t n = (uint32_t)(nf->l2_len + nf->pkt_len + nf->fcs_len);
     memcpy(h, b->raw, 8); /* ts_sec and the usec/nsec fraction, in the file's byte order */
     wr32(h + 8, n, b->be);
     wr32(h + 12, n, b->be);
     out_write(&t->out, h, sizeof h);
     out_write(&t->out, nf->l2, nf->l2_len);
     out_write(&t->out, nf->pkt, nf->pkt_len);
+    out_write(&t->out, nf->fcs, nf->fcs_len);
+}
+
+/*
+ * A transformed packet's options, less epb_hash: a hash of the old data is
+ * wrong for the new.  Counted (o NULL) or written.  From opt_endofopt, or an
+ * option that runs past the block, on, the rest is kept as it was.
+ */
+static size_t transformed_options(out_file *o, const uint8_t *p, size_t n, int be)
+{
+    size_t kept = 0, off = 0;
+    while (off < n) {
+        size_t len = n - off;
+        int drop = 0;
+        if (len >= 4) {
+            uint16_t code = rd16(p + off, be), olen = rd16(p + off + 2, be);
+            if (code != PCAPNG_OPT_ENDOFOPT && pad4(olen) <= len - 4) {
+                len = 4 + pad4(olen);
+                drop = code == PCAPNG_OPT_EPB_HASH;
+            }
+        }
+        if (!drop) {
+            if (o)
+                out_write(o, p + off, len);
+            kept += len;
+        }
+        off += len;
+    }
+    return kept;
 }
 
 /* EPB/PB keep interface, timestamp and options; SPB has none of those. */
 static void write_pcapng_transformed(transform_run *t, const cap_block *b, const new_frame *nf)
 {
     int be = b->be;
-    size_t n = nf->l2_len + nf->pkt_len;
+    size_t n = nf->l2_len + nf->pkt_len + nf->fcs_len;
     int is_spb = b->type == PCAPNG_BT_SPB;
     size_t hdr_len = is_spb ? PCAPNG_SPB_DATA_OFF : PCAPNG_EPB_DATA_OFF;
-    size_t opts_len = is_spb ? 0 : b->raw_len - 4 - b->opts_off;
+    const uint8_t *opts = b->raw + b->opts_off;
+    size_t opts_len = is_spb ? 0 : transformed_options(NULL, opts, b->raw_len - 4 - b->opts_off, be);
     uint32_t total = (uint32_t)(hdr_len + pad4(n) + opts_len + 4);
     uint8_t h[PCAPNG_EPB_DATA_OFF], trailer[4];
     wr32(h, b->type, be);
@@ -1427,8 +1569,10 @@ static void write_pcapng_transformed(transform_run *t, const cap_block *b, const
     out_write(&t->out, h, hdr_len);
     out_write(&t->out, nf->l2, nf->l2_len);
     out_write(&t->out, nf->pkt, nf->pkt_len);
+    out_write(&t->out, nf->fcs, nf->fcs_len);
     out_zeros(&t->out, pad4(n) - n);
-    out_write(&t->out, b->raw + b->opts_off, opts_len);
+    if (opts_len)
+        transformed_options(&t->out, opts, b->raw_len - 4 - b->opts_off, be);
     out_write(&t->out, trailer, sizeof trailer);
 }
 
@@ -1440,27 +1584,44 @@ static void write_pcapng_transformed(transform_run *t, const cap_block *b, const
 static pe_status write_converted(transform_run *t, const cap_block *b, const new_frame *nf)
 {
     const pe_capture_record *rec = &b->rec;
-    const uint8_t *a = nf ? nf->l2 : rec->data, *c = nf ? nf->pkt : NULL;
-    size_t a_len = nf ? nf->l2_len : rec->caplen, c_len = nf ? nf->pkt_len : 0;
-    uint32_t origlen = nf ? (uint32_t)(a_len + c_len) : rec->origlen;
+    const uint8_t *a = nf ? nf->l2 : rec->data, *c = nf ? nf->pkt : NULL, *d = nf ? nf->fcs : NULL;
+    size_t a_len = nf ? nf->l2_len : rec->caplen, c_len = nf ? nf->pkt_len : 0, d_len = nf ? nf->fcs_len : 0;
+    uint32_t origlen = nf ? (uint32_t)(a_len + c_len + d_len) : rec->origlen;
     if (t->out_fmt == PE_CAPTURE_PCAPNG) {
         int nsec = t->r->fmt == PE_CAPTURE_PCAP_NSEC;
         uint64_t ts = rec->ts_sec * (nsec ? NSEC_PER_SEC : 1000000u) + (nsec ? rec->ts_nsec : rec->ts_nsec / 1000u);
-        write_epb(&t->out, ts, a, a_len, c, c_len, origlen);
+        write_epb(&t->out, 0, ts, a, a_len, c, c_len, d, d_len, origlen);
         return PE_OK;
     }
     if (!t->header_done)
         return PE_ERR_CAP_FORMAT; /* a packet before any IDB: the reader refuses that already */
     if (rec->ts_sec > UINT32_MAX)
         return PE_ERR_CAP_CONVERT; /* pcap seconds are 32 bits (good until 2106) */
+    if (b->fcs_len != t->pcap_fcs_len) {
+        /* pcap declares one FCS length for the file: a frame with another (EPB flags, a later IDB) loses its FCS */
+        if (t->pcap_fcs_len)
+            return PE_ERR_CAP_CONVERT;
+        if (nf) {
+            d_len = 0;
+        } else if (origlen >= b->fcs_len) {
+            origlen -= b->fcs_len;
+            a_len = a_len < origlen ? a_len : origlen;
+        }
+        origlen = nf ? (uint32_t)(a_len + c_len) : origlen;
+    }
+    size_t caplen = a_len + c_len + d_len;
     uint8_t h[PCAP_REC_HDR_LEN];
     wr32(h, (uint32_t)rec->ts_sec, 0);
     wr32(h + 4, t->out_fmt == PE_CAPTURE_PCAP_NSEC ? rec->ts_nsec : rec->ts_nsec / 1000u, 0);
-    wr32(h + 8, (uint32_t)(a_len + c_len), 0);
+    wr32(h + 8, (uint32_t)caplen, 0);
     wr32(h + 12, origlen, 0);
     out_write(&t->out, h, sizeof h);
     out_write(&t->out, a, a_len);
     out_write(&t->out, c, c_len);
+    out_write(&t->out, d, d_len);
+    /* Records of every interface share the one snap length (patch_snaplens). */
+    if (t->n_ifs && caplen > t->ifs[0].longest)
+        t->ifs[0].longest = (uint32_t)caplen;
     return PE_OK;
 }
 
@@ -1468,14 +1629,18 @@ static pe_status write_converted(transform_run *t, const cap_block *b, const new
  * Check the callback's packet fits the frame and build the new L2 prefix.
  * Returns the reason to count the packet failed instead, if any.
  */
-static pe_status build_frame(const pe_capture_record *rec, size_t ip_off, size_t type_off, const uint8_t *pkt,
+static pe_status build_frame(const cap_block *b, size_t ip_off, size_t type_off, const uint8_t *pkt,
                              size_t pkt_len, size_t max_frame, new_frame *nf)
 {
+    const pe_capture_record *rec = &b->rec;
     unsigned version = pkt_len ? pkt[0] >> 4 : 0;
     if (pkt_len > TRANSFORM_OUT_CAP)
         return PE_ERR_BUFFER_TOO_SMALL; /* a callback bug; do not trust the buffer */
-    if (ip_off + pkt_len > max_frame)
+    if (ip_off + pkt_len + b->fcs_len > max_frame)
         return PE_ERR_IP_TOO_LONG;
+    /* Only Ethernet's FCS can be computed again; any other would be left wrong. */
+    if (b->fcs_len && (rec->linktype != PE_LINKTYPE_ETHERNET || b->fcs_len != ETH_FCS_LEN))
+        return PE_ERR_CAP_LINKTYPE;
     if (version != 4 && version != 6)
         return PE_ERR_IP_VERSION;
     /* These link types name the version; the other one cannot be written there. */
@@ -1487,6 +1652,12 @@ static pe_status build_frame(const pe_capture_record *rec, size_t ip_off, size_t
         pe_put16(nf->l2 + type_off, version == 4 ? ETHERTYPE_IPV4 : ETHERTYPE_IPV6);
     nf->pkt = pkt;
     nf->pkt_len = pkt_len;
+    nf->fcs_len = b->fcs_len;
+    if (nf->fcs_len) {
+        pthread_once(&crc32_once, crc32_init);
+        uint32_t crc = ~crc32_update(crc32_update(0xFFFFFFFFu, nf->l2, nf->l2_len), pkt, pkt_len);
+        wr32(nf->fcs, crc, 0);
+    }
     return PE_OK;
 }
 
@@ -1505,10 +1676,13 @@ static size_t max_frame_len(const transform_run *t, const cap_block *b)
 static void prepare_packet(chunk_rec *c)
 {
     const pe_capture_record *rec = &c->b.rec;
-    size_t wire_len;
+    size_t wire_len, frame_len = rec->caplen;
     c->to_fn = 0;
     c->out_len = 0;
-    pe_status st = frame_locate(rec->linktype, rec->data, rec->caplen, &c->ip_off, &c->type_off);
+    /* A declared FCS is no part of the IP packet (build_frame puts a new one on). */
+    if (c->b.fcs_len && rec->caplen == rec->origlen && rec->caplen >= c->b.fcs_len)
+        frame_len -= c->b.fcs_len;
+    pe_status st = frame_locate(rec->linktype, rec->data, frame_len, &c->ip_off, &c->type_off);
     if (st == PE_ERR_CAP_NOT_IP) {
         c->v = PE_VERDICT_PASSED;
         c->why = st;
@@ -1523,7 +1697,7 @@ static void prepare_packet(chunk_rec *c)
         return;
     }
     c->ip = rec->data + c->ip_off;
-    c->ip_len = rec->caplen - c->ip_off;
+    c->ip_len = frame_len - c->ip_off;
     /* Drop Ethernet padding; a bad header goes through unclipped so the callback names the error. */
     if (pe_ip_wire_length(c->ip, c->ip_len, &wire_len) == PE_OK && wire_len <= c->ip_len)
         c->ip_len = wire_len;
@@ -1550,7 +1724,7 @@ static pe_status finish_packet(transform_run *t, chunk_rec *c)
     pe_verdict v = c->v;
     t->sum->packets++;
     if (v == PE_VERDICT_TRANSFORMED) {
-        pe_status st = build_frame(&b->rec, c->ip_off, c->type_off, c->out, c->out_len, max_frame_len(t, b), &nf);
+        pe_status st = build_frame(b, c->ip_off, c->type_off, c->out, c->out_len, max_frame_len(t, b), &nf);
         if (st != PE_OK) {
             v = PE_VERDICT_FAILED;
             c->why = st;
@@ -1570,10 +1744,13 @@ static pe_status finish_packet(transform_run *t, chunk_rec *c)
         return PE_OK;
     const new_frame *f = v == PE_VERDICT_TRANSFORMED ? &nf : NULL;
     if (f)
-        note_length(t, b, f->l2_len + f->pkt_len);
+        note_length(t, b, f->l2_len + f->pkt_len + f->fcs_len);
     if (t->convert)
         return write_converted(t, b, f);
-    if (!f)
+    if (!f && b->type == PCAPNG_BT_SPB && b->rec.caplen < b->rec.origlen && (t->flags & PE_TRANSFORM_GROWS))
+        /* Its length comes from the SnapLen, which this run may raise: an EPB says it (timestamp 0, as read). */
+        write_epb(&t->out, b->be, 0, b->rec.data, b->rec.caplen, NULL, 0, NULL, 0, b->rec.origlen);
+    else if (!f)
         out_write(&t->out, b->raw, b->raw_len);
     else if (t->out_fmt == PE_CAPTURE_PCAPNG)
         write_pcapng_transformed(t, b, f);
@@ -1641,6 +1818,8 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
         int eof;
         pe_status stop;
         uint64_t before = t->sum->packets;
+        if (t->r->live) /* what is written goes out before the reader may wait for more */
+            out_flush(&t->out);
         size_t n = read_chunk(t, TRANSFORM_PROGRESS_EVERY - before % TRANSFORM_PROGRESS_EVERY, &eof, &stop);
         t->transform_chunk(t, t->recs, n);
         st = write_chunk(t, t->recs, n);
@@ -1863,6 +2042,8 @@ static void own_put(own_run *o, own_chunk *c, int caller)
         }
         uint64_t before = t->sum->packets;
         pe_status st = write_chunk(t, c->recs, c->n);
+        if (t->r->live) /* a live input's records go out as they are done (the reader hands out what it has) */
+            out_flush(&t->out);
         t->sum->offset = c->end_offset;
         if (st == PE_OK)
             st = c->stop;
@@ -1929,6 +2110,8 @@ static pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn 
     own_run o = {.t = t, .pool = p, .growth = pe_parallel_growth(p), .progress = progress,
                  .progress_ctx = progress_ctx};
     pe_status st = write_file_header(t);
+    if (t->r->live)
+        out_flush(&t->out);
     if (st == PE_OK)
         st = reader_resize(t->r, OWN_CHUNK_OCTETS);
     o.chunks = calloc(jobs, sizeof *o.chunks);

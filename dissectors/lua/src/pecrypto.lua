@@ -145,7 +145,7 @@ local STATUS_LIST = {
     { "capture-aborted", "io", "capture processing was aborted by the caller" },
     { "capture-record-too-large", "io", "capture record longer than the reader's limit (16 MiB)" },
     { "capture-cannot-convert", "io",
-        "pcap cannot hold this pcapng input (interfaces of several link types, or a time past 2106)" },
+        "pcap cannot hold this pcapng input (interfaces of several link types or FCS lengths, or a time past 2106)" },
     { "keyfile-syntax", "configuration", "key file syntax error" },
     { "keyfile-bad-value", "configuration", "key file value is invalid" },
     { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
