@@ -172,9 +172,11 @@ static pe_psp_rx *psp_rx(const uint8_t *mk0, const uint8_t *mk1, unsigned versio
     return rx;
 }
 
+pe_psp_rx *fz_psp_rx_master_keys(int check_csum) { return psp_rx(FZ_PSP_MK0, FZ_PSP_MK1, 0xf, check_csum); }
+
 void fz_psp_rxs_new(fz_psp_rxs *r, unsigned limited_versions, int check_csum)
 {
-    r->mk = psp_rx(FZ_PSP_MK0, FZ_PSP_MK1, 0xf, check_csum);
+    r->mk = fz_psp_rx_master_keys(check_csum);
     r->user = psp_rx(NULL, NULL, 0xf, check_csum);
     for (size_t i = 0; i < FZ_PSP_N_USER_KEYS; i++) {
         const fz_psp_user_key *k = &FZ_PSP_USER_KEYS[i];

@@ -104,6 +104,8 @@ typedef struct fz_psp_rxs {
     unsigned limited_versions;
 } fz_psp_rxs;
 void fz_psp_rxs_new(fz_psp_rxs *r, unsigned limited_versions, int check_udp_checksum);
+/* The first of them alone (the reference master keys, every version). */
+pe_psp_rx *fz_psp_rx_master_keys(int check_udp_checksum);
 void fz_psp_rxs_free(fz_psp_rxs *r);
 /* The key a re-sealed packet gets: a derived-key entry for (spi, version) when prefer_user and one exists
  * (*is_user = 1), else the key derived from the reference master key the SPI selects. */

@@ -3,8 +3,9 @@
  * usec/nsec, and pcapng):
  *  - pe_capture_open_mem + pe_capture_next over the whole input, with
  *    pe_frame_ip_offset / pe_ip_parse on every record;
- *  - pe_capture_transform_file (input in a memfd, output in another) with a
- *    callback that decapsulates PSP/EESP (reference keys, the SA table) or
+ *  - pe_capture_transform_file (input in a memfd, output in another; both
+ *    made once per process) with a callback that decapsulates PSP/EESP
+ *    (reference master keys, the SA table: fresh for each input) or
  *    transforms, passes and fails packets by their length; the output must
  *    read back cleanly with one packet record per input record (less the
  *    dropped ones);
@@ -29,8 +30,11 @@
 
 #define MAX_RECORDS 4096
 
+/* The receivers are fresh for each input, made when its first packet reaches the callback (key set-up is
+ * most of the time of an input that has packets, and many inputs have none). */
 typedef struct cb_ctx {
-    fz_psp_rxs psp;
+    int made;
+    pe_psp_rx *psp; /* the reference master keys */
     pe_eesp_rx *eesp;
 } cb_ctx;
 
@@ -38,7 +42,12 @@ static pe_verdict transform(void *ctx, const uint8_t *ip, size_t len, uint8_t *o
                             pe_status *why)
 {
     cb_ctx *c = ctx;
-    pe_verdict v = pe_psp_capture_decap(c->psp.mk, ip, len, out, cap, out_len, why);
+    if (!c->made) {
+        c->psp = fz_psp_rx_master_keys(0);
+        c->eesp = fz_eesp_rx_new();
+        c->made = 1;
+    }
+    pe_verdict v = pe_psp_capture_decap(c->psp, ip, len, out, cap, out_len, why);
     if (v == PE_VERDICT_TRANSFORMED)
         return v;
     v = pe_eesp_capture_decap(c->eesp, ip, len, out, cap, out_len, why);
@@ -72,10 +81,26 @@ static pe_verdict transform(void *ctx, const uint8_t *ip, size_t len, uint8_t *o
     return PE_VERDICT_FAILED;
 }
 
+/*
+ * The harness's two memfds (the input, and an output) are made once and
+ * emptied for each use: making and closing them for every input cost more
+ * than the rest of a small input.
+ */
+static int in_fd = -1, out_fd = -1;
+
+static int memfd_empty(int *fd, const char *name)
+{
+    if (*fd < 0) {
+        *fd = memfd_create(name, 0);
+        FUZZ_CHECK(*fd >= 0, "memfd_create");
+    }
+    FUZZ_CHECK(ftruncate(*fd, 0) == 0 && lseek(*fd, 0, SEEK_SET) == 0, "emptying a memfd");
+    return *fd;
+}
+
 static int memfd_with(const uint8_t *d, size_t n)
 {
-    int fd = memfd_create("fuzz-capture", 0);
-    FUZZ_CHECK(fd >= 0, "memfd_create");
+    int fd = memfd_empty(&in_fd, "fuzz-capture");
     for (size_t off = 0; off < n;) {
         ssize_t w = write(fd, d + off, n - off);
         FUZZ_CHECK(w > 0, "write");
@@ -126,7 +151,7 @@ static void read_and_rewrite(const uint8_t *d, size_t n, int use_pcapng)
     if (pe_capture_open_mem(d, n, &r) != PE_OK)
         return;
     (void)pe_capture_reader_format(r);
-    int fd = memfd_create("fuzz-capture-w", 0);
+    int fd = memfd_empty(&out_fd, "fuzz-capture-out");
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     pe_capture_writer *w = NULL;
@@ -192,14 +217,12 @@ static void read_and_rewrite(const uint8_t *d, size_t n, int use_pcapng)
         pe_capture_close(r2);
         free(o);
     }
-    close(fd);
     pe_capture_close(r);
 }
 
 /* The streaming reader over a small window agrees with the memory reader, record by record. */
-static void stream_read(const uint8_t *d, size_t n, size_t window)
+static void stream_read(int fd, const uint8_t *d, size_t n, size_t window)
 {
-    int fd = memfd_with(d, n);
     FUZZ_CHECK(lseek(fd, 0, SEEK_SET) == 0, "lseek");
     pe_capture_reader *m, *s;
     pe_status sm = pe_capture_open_mem(d, n, &m), ss = pe_capture_open_fd_window(fd, window, &s);
@@ -221,18 +244,15 @@ static void stream_read(const uint8_t *d, size_t n, size_t window)
     }
     pe_capture_close(m);
     pe_capture_close(s);
-    close(fd);
 }
 
-static void transform_file(const uint8_t *d, size_t n, unsigned flags)
+static void transform_file(int in, const uint8_t *d, size_t n, unsigned flags)
 {
-    int in = memfd_with(d, n), out = memfd_create("fuzz-capture-out", 0);
+    int out = memfd_empty(&out_fd, "fuzz-capture-out");
     char in_path[64], out_path[64];
     snprintf(in_path, sizeof in_path, "/proc/self/fd/%d", in);
     snprintf(out_path, sizeof out_path, "/proc/self/fd/%d", out);
-    cb_ctx c;
-    fz_psp_rxs_new(&c.psp, 0xf, 0);
-    c.eesp = fz_eesp_rx_new();
+    cb_ctx c = {0};
     pe_capture_summary sum;
     pe_status st;
     if (flags & (PE_TRANSFORM_TO_PCAP | PE_TRANSFORM_TO_PCAPNG)) {
@@ -264,10 +284,10 @@ static void transform_file(const uint8_t *d, size_t n, unsigned flags)
         }
         free(o);
     }
-    fz_psp_rxs_free(&c.psp);
-    pe_eesp_rx_free(c.eesp);
-    close(in);
-    close(out);
+    if (c.made) {
+        pe_psp_rx_free(c.psp);
+        pe_eesp_rx_free(c.eesp);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
@@ -276,7 +296,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         return 0;
     static const unsigned convert[4] = {0, 0, PE_TRANSFORM_TO_PCAP, PE_TRANSFORM_TO_PCAPNG};
     read_and_rewrite(d, n, n & 1);
-    stream_read(d, n, 16 + (n * 7919) % 509);
-    transform_file(d, n, (n & 2 ? PE_TRANSFORM_DROP_FAILED : 0) | convert[(n >> 2) & 3] | (n & 16 ? PE_TRANSFORM_GROWS : 0));
+    int in = memfd_with(d, n);
+    stream_read(in, d, n, 16 + (n * 7919) % 509);
+    transform_file(in, d, n, (n & 2 ? PE_TRANSFORM_DROP_FAILED : 0) | convert[(n >> 2) & 3] | (n & 16 ? PE_TRANSFORM_GROWS : 0));
     return 0;
 }

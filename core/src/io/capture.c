@@ -105,9 +105,12 @@
 /* Largest L2 prefix frame_locate accepts: SLL2 header plus the tag stack. */
 #define L2_PREFIX_MAX (SLL2_HDR_LEN + MAX_VLAN_TAGS * VLAN_TAG_LEN)
 #define OUT_BUFFER_SIZE (1u << 20)
+/* The output buffer starts this small and doubles up to OUT_BUFFER_SIZE: a small capture is written
+ * without a 1 MiB allocation. */
+#define OUT_BUFFER_FIRST (64u << 10)
 /* The reader's first window; it grows only for a larger record (to PE_CAPTURE_RECORD_MAX). */
 #define READ_BUFFER_SIZE (1u << 20)
-/* Records per chunk of the transform loop (each with TRANSFORM_OUT_CAP octets of output room). */
+/* Records per chunk of the transform loop. */
 #define CHUNK_RECORDS 64u
 
 /* ---- byte order ----------------------------------------------------------- */
@@ -210,8 +213,9 @@ typedef struct pcapng_if {
 /*
  * The reader holds a window of the input, buf[0..len), of which buf[pos..len)
  * is not parsed yet.  A memory reader's window is the caller's whole buffer.
- * A descriptor reader owns its window: READ_BUFFER_SIZE octets, grown only
- * for a record that does not fit (up to PE_CAPTURE_RECORD_MAX); when the
+ * A descriptor reader owns its window: READ_BUFFER_SIZE octets (a smaller
+ * regular file: its size), grown only for a record that does not fit (up to
+ * PE_CAPTURE_RECORD_MAX, doubling once it is full); when the
  * window is used up, the unparsed tail moves to the front and more is read
  * behind it.  Records handed out point into the window, so the tail moves only
  * when the caller holds none (pe_capture_next: the next call; the transform:
@@ -279,6 +283,27 @@ static int input_ready(int fd)
     return n != 0;
 }
 
+/* Read until the window holds `upto` octets (at most its capacity), in reads as large as it has room for. */
+static pe_status window_fill(pe_capture_reader *r, size_t upto)
+{
+    while (r->len < upto) {
+        /* Records already taken from a live input go out now, not when the next one is complete (tcpdump -U). */
+        if (r->pinned && r->live && !input_ready(r->fd))
+            return (pe_status)WINDOW_PINNED;
+        ssize_t n = read(r->fd, r->owned + r->len, r->owned_cap - r->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return PE_ERR_CAP_IO;
+        if (n == 0) {
+            r->at_eof = 1;
+            return PE_ERR_CAP_TRUNCATED;
+        }
+        r->len += (size_t)n;
+    }
+    return PE_OK;
+}
+
 /*
  * Make buf[pos..pos+need) available.  PE_ERR_CAP_TRUNCATED when the input
  * ends before, PE_ERR_CAP_RECORD_TOO_LARGE when need exceeds the cap.
@@ -295,35 +320,23 @@ static pe_status window_need(pe_capture_reader *r, size_t need)
         if (r->pinned)
             return (pe_status)WINDOW_PINNED;
         window_rebase(r, r->owned);
-        if (r->owned_cap < need) {
-            size_t cap = r->owned_cap;
-            while (cap < need)
-                cap = cap > PE_CAPTURE_RECORD_MAX / 2 ? PE_CAPTURE_RECORD_MAX : cap * 2;
+        r->buf = r->owned;
+        while (r->owned_cap < need) {
+            /* Doubled only when full: a length field past the end of the input costs no large window. */
+            pe_status st = window_fill(r, r->owned_cap);
+            if (st != PE_OK)
+                return st;
+            size_t cap = r->owned_cap > PE_CAPTURE_RECORD_MAX / 2 ? PE_CAPTURE_RECORD_MAX : r->owned_cap * 2;
             uint8_t *grown = realloc(r->owned, cap);
             if (!grown)
                 return PE_ERR_NOMEM;
             r->owned = grown;
             r->owned_cap = cap;
+            r->buf = r->owned;
         }
-        r->buf = r->owned;
     }
     /* Fill what the window holds (fewer, larger reads), but return as soon as `need` is there. */
-    while (r->len - r->pos < need) {
-        /* Records already taken from a live input go out now, not when the next one is complete (tcpdump -U). */
-        if (r->pinned && r->live && !input_ready(r->fd))
-            return (pe_status)WINDOW_PINNED;
-        ssize_t n = read(r->fd, r->owned + r->len, r->owned_cap - r->len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return PE_ERR_CAP_IO;
-        if (n == 0) {
-            r->at_eof = 1;
-            return PE_ERR_CAP_TRUNCATED;
-        }
-        r->len += (size_t)n;
-    }
-    return PE_OK;
+    return window_fill(r, r->pos + need);
 }
 
 /* At a record boundary: 1 when no octet follows. */
@@ -720,6 +733,7 @@ static pe_status reader_new(pe_capture_reader **out)
     return PE_OK;
 }
 
+/* window 0: READ_BUFFER_SIZE, or less for a smaller regular file. */
 static pe_status reader_open_fd(int fd, int own_fd, size_t window, pe_capture_reader **out)
 {
     pe_capture_reader *r;
@@ -738,6 +752,9 @@ static pe_status reader_open_fd(int fd, int own_fd, size_t window, pe_capture_re
         r->size = (uint64_t)sb.st_size - (at > 0 && at <= sb.st_size ? (uint64_t)at : 0);
     }
     r->live = !regular && !(known && S_ISBLK(sb.st_mode));
+    /* The default window need not be larger than a regular file's rest (it grows if the file does). */
+    if (window == 0)
+        window = r->size && r->size < READ_BUFFER_SIZE ? (r->size < 16 ? 16 : (size_t)r->size) : READ_BUFFER_SIZE;
     r->owned = malloc(window);
     r->owned_cap = window;
     r->buf = r->owned;
@@ -752,7 +769,10 @@ static pe_status reader_open_fd(int fd, int own_fd, size_t window, pe_capture_re
 
 pe_status pe_capture_open_fd(int fd, pe_capture_reader **out)
 {
-    return pe_capture_open_fd_window(fd, READ_BUFFER_SIZE, out);
+    if (fd < 0 || !out)
+        return PE_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    return reader_open_fd(fd, 0, 0, out);
 }
 
 pe_status pe_capture_open_fd_window(int fd, size_t window, pe_capture_reader **out)
@@ -771,7 +791,7 @@ pe_status pe_capture_open_file(const char *path, pe_capture_reader **out)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return PE_ERR_CAP_IO;
-    return reader_open_fd(fd, 1, READ_BUFFER_SIZE, out);
+    return reader_open_fd(fd, 1, 0, out);
 }
 
 pe_status pe_capture_open_mem(const uint8_t *buf, size_t len, pe_capture_reader **out)
@@ -842,7 +862,7 @@ typedef struct out_file {
     int fd;
     int own_fd;
     uint8_t *buf;
-    size_t used;
+    size_t used, cap;
     uint64_t written;  /* octets handed to out_write: the output offset of the next one */
     uint64_t start;    /* the descriptor's offset when the output began */
     int seekable;
@@ -862,9 +882,10 @@ static pe_status out_open_fd(out_file *o, int fd, int own_fd)
     memset(o, 0, sizeof *o);
     o->fd = fd;
     o->own_fd = own_fd;
-    o->buf = malloc(OUT_BUFFER_SIZE);
+    o->buf = malloc(OUT_BUFFER_FIRST);
     if (!o->buf)
         return PE_ERR_NOMEM;
+    o->cap = OUT_BUFFER_FIRST;
     struct stat sb;
     int fl = fcntl(fd, F_GETFL);
     off_t at = lseek(fd, 0, SEEK_CUR);
@@ -919,14 +940,30 @@ static void out_flush(out_file *o)
     o->used = 0;
 }
 
+/* A buffer that has filled up doubles (up to OUT_BUFFER_SIZE) before it is flushed; when realloc fails it
+ * stays as it is. */
+static void out_grow(out_file *o, size_t need)
+{
+    size_t cap = o->cap;
+    while (cap < need && cap < OUT_BUFFER_SIZE)
+        cap *= 2;
+    uint8_t *grown = cap > o->cap ? realloc(o->buf, cap) : NULL;
+    if (grown) {
+        o->buf = grown;
+        o->cap = cap;
+    }
+}
+
 static void out_write(out_file *o, const void *p, size_t n)
 {
     if (o->failed || n == 0)
         return;
     o->written += n;
-    if (n > OUT_BUFFER_SIZE - o->used)
+    if (n > o->cap - o->used)
+        out_grow(o, o->used + n);
+    if (n > o->cap - o->used)
         out_flush(o);
-    if (n >= OUT_BUFFER_SIZE) {
+    if (n >= o->cap) {
         out_raw(o, p, n);
         return;
     }
@@ -1276,11 +1313,11 @@ pe_status pe_frame_ip_offset(uint32_t linktype, const uint8_t *frame, size_t len
 
 /*
  * The loop works in chunks: it reads up to CHUNK_RECORDS records that sit in
- * the reader's window together (no copy), hands the chunk's IP packets to the
- * callback (chunk_transform: one after the other here; the one place a
- * parallel run would split the work), then counts and writes the chunk in
- * input order.  Each record has its own TRANSFORM_OUT_CAP octets of the
- * chunk's output arena, so the callbacks of one chunk never share a buffer.
+ * the reader's window together (no copy), then hands each record's IP packet
+ * to the callback and counts and writes the record, in input order.  The
+ * callbacks share one output buffer of TRANSFORM_OUT_CAP octets, as each
+ * output is written before the next call (the parallel loop below gives each
+ * packet room of its own).
  */
 
 /* One record of a chunk: as read, then as the callback left it. */
@@ -1291,7 +1328,7 @@ typedef struct chunk_rec {
     size_t ip_len, ip_off, type_off;
     pe_verdict v;
     pe_status why;
-    uint8_t *out;            /* TRANSFORM_OUT_CAP octets of the arena */
+    uint8_t *out;            /* output room: the serial run's one buffer, or the chunk's in a parallel run */
     size_t out_len;
 } chunk_rec;
 
@@ -1317,7 +1354,7 @@ struct transform_run {
     out_if *ifs;      /* output interfaces: every IDB written, in order */
     size_t n_ifs, cap_ifs, section_first;
     chunk_rec *recs;
-    uint8_t *arena;
+    uint8_t *out_room; /* TRANSFORM_OUT_CAP octets: the callback's output, written before the next call */
     chunk_transform_fn transform_chunk;
     pe_ip_transform_fn fn;
     void *fn_ctx;
@@ -1782,7 +1819,7 @@ static size_t read_chunk(transform_run *t, uint64_t packets_left, int *eof, pe_s
         }
         if (*eof)
             break;
-        c->out = t->arena + n * TRANSFORM_OUT_CAP;
+        c->out = t->out_room;
         if (c->b.is_packet) {
             prepare_packet(c);
             packets++;
@@ -1821,8 +1858,10 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
         if (t->r->live) /* what is written goes out before the reader may wait for more */
             out_flush(&t->out);
         size_t n = read_chunk(t, TRANSFORM_PROGRESS_EVERY - before % TRANSFORM_PROGRESS_EVERY, &eof, &stop);
-        t->transform_chunk(t, t->recs, n);
-        st = write_chunk(t, t->recs, n);
+        for (size_t i = 0; i < n && st == PE_OK; i++) { /* each output written before the next callback */
+            t->transform_chunk(t, &t->recs[i], 1);
+            st = write_chunk(t, &t->recs[i], 1);
+        }
         t->sum->offset = pe_capture_reader_offset(t->r);
         if (st != PE_OK)
             return st;
@@ -2157,14 +2196,14 @@ static pe_status run_open(transform_run *t, unsigned flags)
     t->convert = in_ng != (t->out_fmt == PE_CAPTURE_PCAPNG);
     t->transform_chunk = chunk_transform_serial;
     t->recs = calloc(CHUNK_RECORDS, sizeof *t->recs);
-    t->arena = malloc(CHUNK_RECORDS * (size_t)TRANSFORM_OUT_CAP);
-    return t->recs && t->arena ? PE_OK : PE_ERR_NOMEM;
+    t->out_room = malloc(TRANSFORM_OUT_CAP);
+    return t->recs && t->out_room ? PE_OK : PE_ERR_NOMEM;
 }
 
 static void run_free(transform_run *t)
 {
     free(t->recs);
-    free(t->arena);
+    free(t->out_room);
     free(t->ifs);
 }
 
