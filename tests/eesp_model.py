@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from model_common import ModelError, inet_checksum
+from model_common import ModelError, inet_checksum, udp_encap_header
 
 __all__ = [
     "EespModelError", "Suite", "SUITES", "suite", "SSKDF_NONE", "SSKDF_HKDF_SHA2_256", "SSKDF_HKDF_SHA2_384",
@@ -889,7 +889,8 @@ def encap(
     carries the protocol it displaced. Tunnel mode: `outer` is the new outer header chain (an IPv4 header with
     any options, or an IPv6 header with any extension headers), whose last protocol field, lengths and IPv4
     checksum are filled in; the payload is the whole inner packet (NH 4 / 41). With sa.udp_encap a UDP header
-    (sport `udp_sport`, dport 4500, checksum 0) sits between the outer IP header and EESP.
+    (sport `udp_sport`, dport 4500, checksum 0 over IPv4, computed over IPv6) sits between the outer IP header
+    and EESP.
     """
     pkt = ip_packet[: _ip_length(ip_packet)]
     if sa.mode == "transport":
@@ -923,7 +924,7 @@ def encap(
     if sa.udp_encap:
         if len(eesp) + UDP_LEN > 0xFFFF:
             raise EespModelError("too-long")
-        eesp = struct.pack(">HHHH", udp_sport, UDP_ENCAP_PORT, UDP_LEN + len(eesp), 0) + eesp
+        eesp = udp_encap_header(head, udp_sport, UDP_ENCAP_PORT, eesp) + eesp
         head[nh_field] = IPPROTO_UDP
     else:
         head[nh_field] = sa.ip_proto

@@ -38,7 +38,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 
-from model_common import ModelError, inet_checksum
+from model_common import ModelError, inet_checksum, udp_encap_header
 
 UDP_ENCAP_PORT = 4500
 IPPROTO_ESP = 50
@@ -319,8 +319,8 @@ def encap(sa: SA, pkt: bytes, seq: int, *, iv: bytes | None = None, outer: bytes
         keep, field_at = transport_split(pkt)
         head, payload, nh = bytearray(pkt[:keep]), pkt[keep:], pkt[field_at]
     esp = seal(sa, payload, nh, seq, iv=iv, padding=padding)
-    if sa.udp_encap:  # RFC 3948 §2.1: checksum 0
-        esp = struct.pack(">HHHH", udp_sport, udp_dport, 8 + len(esp), 0) + esp
+    if sa.udp_encap:  # RFC 3948 §2.1: checksum 0 over IPv4; RFC 8200 §8.1: computed over IPv6
+        esp = udp_encap_header(head, udp_sport, udp_dport, esp) + esp
         head[field_at] = IPPROTO_UDP
     else:
         head[field_at] = IPPROTO_ESP

@@ -120,3 +120,28 @@ def test_key_file_receiver_and_options(tmp_path):
     with pytest.raises(CaptureError) as ei:
         pyesp.encrypt_capture(sa, tmp_path / "missing.pcap", tmp_path / "x.pcap")
     assert isinstance(ei.value, pyesp.EspError) and ei.value.code == "capture-io"
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_capture_decrypts_udp_checksum_problems_and_notes_them(tmp_path, jobs):
+    """D17: a capture someone else made is decrypted whatever its UDP checksums, even with an endpoint's
+    Receiver (which refuses these packets), and the summary counts what an endpoint would have refused."""
+    sa = SA(0x77, "aes-gcm-16", KEY, mode="tunnel", udp_encap=True)
+    pkts = [ipv6(17, udp(5353, 53, bytes(40 + i))) for i in range(6)]
+    wire = [bytearray(sa.encrypt(p)) for p in pkts]
+    assert all(w[6] == 17 and w[46:48] != b"\0\0" for w in wire)  # IPv6: the sender computes it
+    wire[1][46:48] = b"\0\0"
+    wire[2][46:48] = b"\0\0"
+    wire[4][46] ^= 0x10
+    src, out = tmp_path / "in.pcap", tmp_path / "out.pcap"
+    write(src, [bytes(w) for w in wire])
+    endpoint = Receiver([SA(0x77, "aes-gcm-16", KEY, mode="tunnel")])
+    for i, code in ((1, "udp-zero-checksum"), (4, "udp-bad-checksum")):
+        with pytest.raises(pyesp.MalformedPacketError) as ei:
+            Receiver([SA(0x77, "aes-gcm-16", KEY, mode="tunnel")]).decrypt(bytes(wire[i]))
+        assert ei.value.code == code
+    s = pyesp.decrypt_capture(endpoint, src, out, jobs=jobs)
+    assert (s.packets, s.transformed, s.failed) == (6, 6, 0)
+    assert s.noted_by_reason == {"udp-zero-checksum": 2, "udp-bad-checksum": 1}
+    assert "udp-zero-checksum: 2" in s.format("decrypted")
+    assert [r.data for r in read_capture(out)] == pkts

@@ -73,6 +73,7 @@ local STATUS_LIST = {
     { "udp-truncated", "malformed", "UDP header truncated" },
     { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
     { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "udp-zero-checksum", "malformed", "UDP checksum 0 over IPv6 (RFC 8200 §8.1; RFC 6936 mode is off)" },
     { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
     { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
     { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
