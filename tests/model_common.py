@@ -20,8 +20,8 @@ class ModelError(Exception):
 
 
 def udp_encap_header(ip_head: bytes, sport: int, dport: int, payload: bytes) -> bytes:
-    """The UDP header of UDP-encapsulated ESP/EESP: RFC 3948 §2.1's checksum 0 is IPv4's; over IPv6 RFC 8200
-    §8.1 has the sender compute it (pseudo header: the fixed header's addresses), a computed 0 sent as 0xFFFF."""
+    """The UDP header of UDP-encapsulated ESP/EESP: RFC 3948 §2.1's checksum 0 is IPv4's; over IPv6
+    RFC 8200 §8.1 has the sender compute it (pseudo header: the fixed header's addresses), 0 sent as 0xFFFF."""
     n = 8 + len(payload)
     if ip_head[0] >> 4 == 4:
         return struct.pack(">HHHH", sport, dport, n, 0)

@@ -297,8 +297,8 @@ pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out);
 /*
  * What a receiver does with the UDP checksum of UDP-encapsulated packets
  * (ESP and EESP alike; docs/spec/eesp.md D17).  VERIFY, the default, is an
- * endpoint's: a wrong non-zero checksum is refused (udp-bad-checksum, RFC
- * 1122 §4.1.3.4) and so is 0 over IPv6 (udp-zero-checksum, RFC 8200 §8.1)
+ * endpoint's: a wrong non-zero checksum is refused (udp-bad-checksum,
+ * RFC 1122 §4.1.3.4) and so is 0 over IPv6 (udp-zero-checksum, RFC 8200 §8.1)
  * unless udp_zero_checksum_v6 opts into RFC 6936's zero-checksum mode.  NOTE
  * is for tools that read captures others made: they decrypt such packets
  * anyway and find what VERIFY would have refused in info->udp_checksum.
