@@ -192,7 +192,7 @@ def l4_offset(pkt: bytes, stop: Iterable[int] = ()) -> Tuple[int, int, int]:
 
 def fix_ip(pkt: bytes, udp_at: Optional[int] = None) -> bytes:
     """Recompute the IP length (and IPv4 header checksum) from the packet length, and the UDP length of a UDP
-    header at ``udp_at``."""
+    header at ``udp_at`` (and over IPv6 its checksum, unless it is 0)."""
     b = bytearray(pkt)
     if ip_version(b) == 4:
         ihl = (b[0] & 0xF) * 4
@@ -203,6 +203,8 @@ def fix_ip(pkt: bytes, udp_at: Optional[int] = None) -> bytes:
         b[4:6] = struct.pack(">H", len(b) - 40)
     if udp_at is not None:
         b[udp_at + 4 : udp_at + 6] = struct.pack(">H", len(b) - udp_at)
+        if ip_version(b) == 6 and b[udp_at + 6 : udp_at + 8] != b"\0\0":  # a computed IPv6 checksum stays right
+            return bytes(b[:udp_at]) + l4_checksum(bytes(b[8:24]), bytes(b[24:40]), IPPROTO_UDP, bytes(b[udp_at:]), 6)
     return bytes(b)
 
 
@@ -478,7 +480,7 @@ KEY_ORDER = [
     "alignOptions", "maxSubSaId", "maxCryptOffset", "strict", "ipProtocol", "udpEncap", "stateful",
     "replayWindow", "tcId", "comment", "tests", "flags", "inputs", "outputs", "result",
     "masterKey", "masterKey0", "masterKey1", "derivedKey", "rootKey", "key", "salt", "label", "spi", "sessionId",
-    "length", "seq", "iv", "replayTop", "cryptOffset", "vcValue", "sample", "drop", "options", "acceptedVersions",
+    "length", "seq", "iv", "replayTop", "tfcPad", "cryptOffset", "vcValue", "sample", "drop", "options", "acceptedVersions",
     "ciphertextPacket", "plaintextPacket", "keymat", "icv", "nextHeader", "padLength", "icvValid", "error",
 ]
 _RANK = {k: i for i, k in enumerate(KEY_ORDER)}
