@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from model_common import ModelError, inet_checksum, udp_encap_header
+from model_common import ModelError, inet_checksum, udp_checksum_verdict, udp_encap_header
 
 __all__ = [
     "EespModelError", "Suite", "SUITES", "suite", "SSKDF_NONE", "SSKDF_HKDF_SHA2_256", "SSKDF_HKDF_SHA2_384",
@@ -942,8 +942,10 @@ def classify_udp_payload(payload: bytes) -> str:
     return "esp"
 
 
-def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | None = None) -> tuple[Opened, bytes]:
-    """§14 demultiplexing + §16 on one outer IP packet; returns (Opened, recovered IP packet).
+def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | None = None,
+          check_udp_checksum: bool = True, zero_ok_v6: bool = False) -> tuple[Opened, bytes]:
+    """§14 demultiplexing + §16 on one outer IP packet; returns (Opened, recovered IP packet).  UDP checksums are
+    verified as an endpoint does (D17) unless `check_udp_checksum` is off.
 
     The SA's mode decides: tunnel returns the inner packet; transport puts the payload back behind the outer
     header chain with the PIH's Next Header. `ip_proto` defaults to the (first) SA's protocol number.
@@ -967,6 +969,9 @@ def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | No
     elif proto == IPPROTO_UDP and len(rest) >= UDP_LEN and struct.unpack(">H", rest[2:4])[0] == UDP_ENCAP_PORT:
         if struct.unpack(">H", rest[4:6])[0] != len(rest):
             raise EespModelError("udp-length-mismatch")
+        why = udp_checksum_verdict(pkt, at, zero_ok_v6) if check_udp_checksum else None
+        if why:
+            raise EespModelError(why)
         eesp = rest[UDP_LEN:]
         kind = classify_udp_payload(eesp)
         if kind != "eesp":

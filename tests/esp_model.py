@@ -38,7 +38,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 
-from model_common import ModelError, inet_checksum, udp_encap_header
+from model_common import ModelError, inet_checksum, udp_checksum_verdict, udp_encap_header
 
 UDP_ENCAP_PORT = 4500
 IPPROTO_ESP = 50
@@ -398,19 +398,6 @@ def _outer(wire: bytes) -> tuple[bytes, int, int, bool]:
         if real_fragment:
             return pkt, at, field_at, True
     return pkt, at, field_at, False
-
-
-def udp_checksum_verdict(datagram: bytes, udp_at: int, zero_ok_v6: bool = False) -> str | None:
-    """What a receiving endpoint's UDP makes of the checksum: RFC 1122 §4.1.3.4 discards a wrong non-zero one,
-    RFC 8200 §8.1 a zero one over IPv6 (unless RFC 6936's zero-checksum mode is on); 0 over IPv4 means none."""
-    udp = datagram[udp_at:]
-    field = struct.unpack(">H", udp[6:8])[0]
-    v6 = datagram[0] >> 4 == 6
-    if field == 0:
-        return "udp-zero-checksum" if v6 and not zero_ok_v6 else None
-    addrs = datagram[8:40] if v6 else datagram[12:20]
-    pseudo = addrs + (struct.pack(">I3xB", len(udp), 17) if v6 else struct.pack(">xBH", 17, len(udp)))
-    return None if inet_checksum(pseudo + udp) == 0 else "udp-bad-checksum"
 
 
 def decap(sas, wire: bytes, *, replay: bool = True, udp_port: int = UDP_ENCAP_PORT, check_udp_checksum: bool = True,

@@ -30,6 +30,19 @@ def udp_encap_header(ip_head: bytes, sport: int, dport: int, payload: bytes) -> 
     return struct.pack(">HHHH", sport, dport, n, c or 0xFFFF)
 
 
+def udp_checksum_verdict(datagram: bytes, udp_at: int, zero_ok_v6: bool = False) -> str | None:
+    """What a receiving endpoint's UDP makes of the checksum: RFC 1122 §4.1.3.4 discards a wrong non-zero one,
+    RFC 8200 §8.1 a zero one over IPv6 (unless RFC 6936's zero-checksum mode is on); 0 over IPv4 means none."""
+    udp = datagram[udp_at:]
+    field = struct.unpack(">H", udp[6:8])[0]
+    v6 = datagram[0] >> 4 == 6
+    if field == 0:
+        return "udp-zero-checksum" if v6 and not zero_ok_v6 else None
+    addrs = datagram[8:40] if v6 else datagram[12:20]
+    pseudo = addrs + (struct.pack(">I3xB", len(udp), 17) if v6 else struct.pack(">xBH", 17, len(udp)))
+    return None if inet_checksum(pseudo + udp) == 0 else "udp-bad-checksum"
+
+
 def inet_checksum(data: bytes) -> int:
     """RFC 1071 one's-complement sum, folded and complemented."""
     if len(data) % 2:

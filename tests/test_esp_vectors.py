@@ -50,7 +50,7 @@ ESP_DECODER_CODES = {
     "authentication-failed", "esp-truncated", "esp-no-sa", "esp-sequence-zero", "replay-duplicate",
     "replay-too-old", "esp-bad-pad-length", "esp-bad-padding", "esp-bad-next-header", "esp-bad-inner-packet",
     "esp-dummy-packet", "not-esp", "nat-keepalive", "ike-non-esp-marker", "eesp-in-udp", "udp-bad-length",
-    "udp-bad-checksum", "ip-fragment", "ip-bad-length",
+    "udp-bad-checksum", "udp-zero-checksum", "ip-fragment", "ip-bad-length",
 }
 
 

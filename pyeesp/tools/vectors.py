@@ -135,7 +135,11 @@ NOTES: Dict[str, Dict[str, str]] = {
                        "the PIH names."},
     "NotEesp": {"bugType": "FUNCTIONALITY", "description": "Not EESP for this receiver: another IP protocol or UDP port, "
                 "or on UDP 4500 an ESP packet, an IKE message (non-ESP marker) or a NAT keepalive."},
-    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "A non-zero UDP checksum: a receiver may verify it or not."},
+    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "The UDP checksum of EESP in UDP: 0 over IPv4 (RFC 3948 "
+                    "§2.1), computed over IPv6 (RFC 8200 §8.1). A correct one is accepted; a wrong non-zero one is "
+                    "discarded (RFC 1122 §4.1.3.4); 0 over IPv6 is discarded unless both ends run RFC 6936's "
+                    "zero-checksum mode for the port (off by default). Tools that read captures may still decrypt "
+                    "these packets, saying so (eesp.md D17)."},
 }
 
 # --------------------------------------------------------------------------------------------------------
@@ -759,17 +763,23 @@ def _udp_group(fb: EespFileBuilder) -> None:
     gb.valid("IPv6/TCP, Sub SA 1, source port 4500", ["UdpEncap"], inner.tcp(6, 8), sid=1)
     gb.valid("IPv4/TCP, Sub SA 65535 on an ephemeral source port", ["UdpEncap"], inner.tcp(4, 8), sid=0xFFFF,
              udp_sport=inner.port())
-    gb.valid("IPv6/UDP, Sub SA 256 (Session ID 0x0100)", ["UdpEncap"], inner.udp(6, 11), sid=0x100)
+    s6 = gb.valid("IPv6/UDP, Sub SA 256 (Session ID 0x0100)", ["UdpEncap"], inner.udp(6, 11), sid=0x100)
     w = base.wire
     u = base.at - 8
     src, dst = w[12:16], w[16:20]
     good = w[:u] + l4_checksum(src, dst, 17, w[u:], 6)
-    t, _ = gb.crafted("a correct non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], base)
+    t, _ = gb.crafted("IPv4: a correct non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], base)
     t.inputs["ciphertextPacket"] = good.hex()
     t.wire = good
     bad = put(good, u + 6, struct.pack(">H", struct.unpack(">H", good[u + 6 : u + 8])[0] ^ 0x0101))
-    gb.invalid("a wrong non-zero UDP checksum (a receiver may verify it)", ["UdpEncap", "UdpChecksum"], base, bad,
-               "udp-bad-checksum", result="acceptable")
+    gb.invalid("IPv4: a wrong non-zero UDP checksum (RFC 1122 §4.1.3.4: discarded)", ["UdpEncap", "UdpChecksum"], base,
+               bad, "udp-bad-checksum")
+    w6, u6 = s6.wire, s6.at - 8
+    gb.invalid("IPv6: UDP checksum 0 (RFC 8200 §8.1: discarded outside RFC 6936's zero-checksum mode)",
+               ["UdpEncap", "UdpChecksum"], s6, put(w6, u6 + 6, b"\0\0"), "udp-zero-checksum")
+    gb.invalid("IPv6: a wrong non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], s6,
+               put(w6, u6 + 6, struct.pack(">H", struct.unpack(">H", w6[u6 + 6 : u6 + 8])[0] ^ 0x0101)),
+               "udp-bad-checksum")
     udp_encap_mutations(gb, base, "NotEesp", "not-eesp")
     _common_mutations(gb, base, "IPv4/UDP in UDP", parsing=False)
     gb.invalid("ESP-compat bit cleared (Session ID 0, no options: the first word is zero, an IKE non-ESP marker)",
