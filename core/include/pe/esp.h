@@ -28,6 +28,7 @@ extern "C" {
 #define PE_ESP_TRAILER_LEN 2u /* Pad Length and Next Header */
 #define PE_ESP_UDP_PORT 4500u
 #define PE_ESP_NH_NO_NEXT 59u /* dummy packet (RFC 4303 §2.6) */
+#define PE_ESP_MAX_TFC_PAD 1024u /* the sender's TFC padding (pe_esp_sa_config.tfc_pad_len), at most */
 
 /*
  * Suites are the IKEv2 ENCR transform IDs of pe_eesp_encr (14-16 CCM,
@@ -59,8 +60,6 @@ typedef struct pe_esp_sa_config {
     size_t tfc_pad_len;
 } pe_esp_sa_config;
 
-#define PE_ESP_MAX_TFC_PAD 1024u
-
 void pe_esp_sa_config_init(pe_esp_sa_config *cfg);
 
 /* ---- sending ---- */
@@ -73,8 +72,8 @@ uint64_t pe_esp_tx_next_seq(const pe_esp_tx *tx);
 /* Let the sequence numbers continue at `next` (forward only, and within 32 bits without ESN). */
 pe_status pe_esp_tx_set_next_seq(pe_esp_tx *tx, uint64_t next);
 
-/* Largest growth of a packet: outer IPv6 + UDP + header + IV + padding + trailer + ICV. */
-#define PE_ESP_MAX_OVERHEAD (40u + 8u + 8u + 8u + 3u + 2u + 16u)
+/* Largest growth of a packet: outer IPv6 + UDP + header + IV + TFC padding + padding + trailer + ICV. */
+#define PE_ESP_MAX_OVERHEAD (40u + 8u + 8u + 8u + PE_ESP_MAX_TFC_PAD + 3u + 2u + 16u)
 
 /* Encapsulate one whole IPv4/IPv6 packet (tunnel: all of it; transport: what follows the kept headers). */
 pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);

@@ -601,7 +601,8 @@ static pe_status after_icv(const esp_sa *sa, uint8_t *dst, size_t region_len, pe
         if (!own)
             return PE_ERR_ESP_INNER;
         info->tfc_pad_len = *inner_len - own;
-        pe_wipe(dst + own, info->tfc_pad_len); /* not delivered: nothing of it stays behind */
+        if (info->tfc_pad_len)
+            pe_wipe(dst + own, info->tfc_pad_len); /* not delivered: nothing of it stays behind */
         *inner_len = own;
     }
     return PE_OK;
