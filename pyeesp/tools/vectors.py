@@ -135,8 +135,8 @@ NOTES: Dict[str, Dict[str, str]] = {
                        "the PIH names."},
     "NotEesp": {"bugType": "FUNCTIONALITY", "description": "Not EESP for this receiver: another IP protocol or UDP port, "
                 "or on UDP 4500 an ESP packet, an IKE message (non-ESP marker) or a NAT keepalive."},
-    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "The UDP checksum of EESP in UDP: 0 over IPv4 (RFC 3948 "
-                    "§2.1), computed over IPv6 (RFC 8200 §8.1). A correct one is accepted; a wrong non-zero one is "
+    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "The UDP checksum of EESP in UDP: 0 over IPv4 "
+                    "(RFC 3948 §2.1), computed over IPv6 (RFC 8200 §8.1). A correct one is accepted; a wrong non-zero one is "
                     "discarded (RFC 1122 §4.1.3.4); 0 over IPv6 is discarded unless both ends run RFC 6936's "
                     "zero-checksum mode for the port (off by default). Tools that read captures may still decrypt "
                     "these packets, saying so (eesp.md D17)."},
