@@ -385,6 +385,17 @@ def udp_encap_mutations(gb: Any, base: SealedPacket, not_ours: str, not_ours_err
                base.with_secured(bytes(4) + base.secured[:24]), "ike-non-esp-marker")
 
 
+def udp_checksum_v6_vectors(gb: Any, s6: SealedPacket) -> None:
+    """The receiver's checksum rules on a packet in UDP 4500 over IPv6 (eesp.md D17), for both ESP-framed
+    families: checksum 0 (RFC 8200 §8.1, outside RFC 6936's zero-checksum mode) and a wrong one."""
+    w, at = s6.wire, s6.at - 8
+    gb.invalid("IPv6: UDP checksum 0 (RFC 8200 §8.1: discarded outside RFC 6936's zero-checksum mode)",
+               ["UdpEncap", "UdpChecksum"], s6, put(w, at + 6, b"\0\0"), "udp-zero-checksum")
+    gb.invalid("IPv6: a wrong non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], s6,
+               put(w, at + 6, struct.pack(">H", struct.unpack(">H", w[at + 6 : at + 8])[0] ^ 0x0101)),
+               "udp-bad-checksum")
+
+
 def delivered(pkt: bytes, icv: bytes, next_header: int, pad_length: int) -> Dict[str, Any]:
     """The outputs of a valid ESP/EESP test: what the receiver delivers, and the trailer it read."""
     return {"plaintextPacket": pkt.hex(), "icv": icv.hex(), "nextHeader": next_header, "padLength": pad_length}

@@ -33,7 +33,7 @@ from pecore.tools.vectors import (
     assemble, check_kat_doc, delivered, dropped, flip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck,
     ipv6_header, kept_flags, key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put,
     register as _register, register_family, secured_offset, shared_notes, test_object, top_schema,
-    udp_encap_mutations, udp_segment,
+    udp_checksum_v6_vectors, udp_encap_mutations, udp_segment,
 )
 
 PACKET_SCHEMA = "eesp_packet_test_schema_v1.json"
@@ -774,12 +774,7 @@ def _udp_group(fb: EespFileBuilder) -> None:
     bad = put(good, u + 6, struct.pack(">H", struct.unpack(">H", good[u + 6 : u + 8])[0] ^ 0x0101))
     gb.invalid("IPv4: a wrong non-zero UDP checksum (RFC 1122 §4.1.3.4: discarded)", ["UdpEncap", "UdpChecksum"], base,
                bad, "udp-bad-checksum")
-    w6, u6 = s6.wire, s6.at - 8
-    gb.invalid("IPv6: UDP checksum 0 (RFC 8200 §8.1: discarded outside RFC 6936's zero-checksum mode)",
-               ["UdpEncap", "UdpChecksum"], s6, put(w6, u6 + 6, b"\0\0"), "udp-zero-checksum")
-    gb.invalid("IPv6: a wrong non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], s6,
-               put(w6, u6 + 6, struct.pack(">H", struct.unpack(">H", w6[u6 + 6 : u6 + 8])[0] ^ 0x0101)),
-               "udp-bad-checksum")
+    udp_checksum_v6_vectors(gb, s6)
     udp_encap_mutations(gb, base, "NotEesp", "not-eesp")
     _common_mutations(gb, base, "IPv4/UDP in UDP", parsing=False)
     gb.invalid("ESP-compat bit cleared (Session ID 0, no options: the first word is zero, an IKE non-ESP marker)",

@@ -30,7 +30,7 @@ from pecore.tools.vectors import (
     SUITE_GROUP_FIELDS, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, SUITES, Test, VectorFile, assemble,
     delivered, dropped, fix_ip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
     key_file_head, l4_checksum, mark_self_computed, put, register as _register, register_family, secured_offset,
-    shared_notes, test_object, top_schema, udp_encap_mutations, udp_segment,
+    shared_notes, test_object, top_schema, udp_checksum_v6_vectors, udp_encap_mutations, udp_segment,
 )
 
 PACKET_SCHEMA = "esp_packet_test_schema_v1.json"
@@ -673,12 +673,7 @@ def _udp_group(fb: EspFileBuilder) -> None:
     t.result, t.outputs = "valid", dict(base.test.outputs)
     gb.invalid("IPv4: a wrong non-zero UDP checksum (RFC 1122 §4.1.3.4: discarded)", ["UdpEncap", "UdpChecksum"], base,
                w[:at] + put(seg, 6, struct.pack(">H", struct.unpack(">H", seg[6:8])[0] ^ 0x0101)), "udp-bad-checksum")
-    w6, at6 = s6.wire, s6.at - 8
-    gb.invalid("IPv6: UDP checksum 0 (RFC 8200 §8.1: discarded outside RFC 6936's zero-checksum mode)",
-               ["UdpEncap", "UdpChecksum"], s6, put(w6, at6 + 6, b"\0\0"), "udp-zero-checksum")
-    gb.invalid("IPv6: a wrong non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], s6,
-               put(w6, at6 + 6, struct.pack(">H", struct.unpack(">H", w6[at6 + 6 : at6 + 8])[0] ^ 0x0101)),
-               "udp-bad-checksum")
+    udp_checksum_v6_vectors(gb, s6)
     udp_encap_mutations(gb, base, "NotEsp", "not-esp")
     gb.invalid("SPI with its top bit set: EESP on the port (eesp.md §14)", ["NotEsp"], base, base.eflip(0, 0x80),
                "eesp-in-udp")
