@@ -238,6 +238,20 @@ uint16_t fz_ipv4_checksum(const uint8_t *h, size_t len)
     return (uint16_t)~s;
 }
 
+uint16_t fz_udp6_checksum(const uint8_t *ip, size_t at, size_t udp_len)
+{
+    uint64_t s = 17 + (uint64_t)udp_len;
+    for (size_t i = 8; i < 40; i += 2)
+        s += (uint32_t)ip[i] << 8 | ip[i + 1];
+    for (size_t i = 0; i < udp_len; i += 2)
+        if (i != 6) /* the checksum field counts as zero */
+            s += (uint32_t)ip[at + i] << 8 | (i + 1 < udp_len ? ip[at + i + 1] : 0);
+    while (s >> 16)
+        s = (s & 0xffff) + (s >> 16);
+    uint16_t c = (uint16_t)~s;
+    return c ? c : 0xffff;
+}
+
 size_t fz_build_ip(uint8_t *out, int version, uint8_t proto, const uint8_t *src, const uint8_t *dst,
                    unsigned v4_opt_words, const uint8_t *ext_types, size_t n_ext, const uint8_t *payload, size_t len)
 {

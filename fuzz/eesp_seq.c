@@ -123,7 +123,9 @@ static void check_ok(const char *what, const one *p, const pe_eesp_info *info, c
 
 /*
  * pe_batch_transform over the records as given must give what one
- * pe_eesp_decap per packet gives (statuses, outputs), both on fresh receivers.
+ * pe_eesp_decap per packet gives (statuses, outputs), both on fresh receivers
+ * -- read as a capture reader reads them: the UDP checksum a note, not a
+ * refusal (PE_EESP_DECAP_UDP_NOTE, as pe_eesp_capture_decap; eesp.md D17).
  */
 static void batch_check(const fz_record *recs, size_t k)
 {
@@ -145,7 +147,8 @@ static void batch_check(const fz_record *recs, size_t k)
     FUZZ_CHECK(st == PE_OK, "batch: %s", pe_status_name(st));
     for (size_t i = 0; i < k; i++) {
         size_t n1 = 0;
-        pe_status s1 = pe_eesp_decap(rx2, in + in_off[i], in_len[i], one_out, total + 1, &n1, NULL);
+        pe_status s1 = pe_eesp_decap_flags(rx2, in + in_off[i], in_len[i], PE_EESP_DECAP_UDP_NOTE, one_out, total + 1,
+                                           &n1, NULL);
         FUZZ_CHECK(status[i] == s1, "batch packet %zu: %s, alone: %s", i, pe_status_name(status[i]), pe_status_name(s1));
         FUZZ_CHECK(s1 != PE_OK || (out_len[i] == n1 && memcmp(out + out_off[i], one_out, n1) == 0),
                    "batch packet %zu output differs", i);

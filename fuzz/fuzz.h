@@ -199,6 +199,9 @@ int fz_eesp_seal(const fz_eesp_model *m, uint8_t *e, size_t elen, size_t *payloa
 size_t fz_build_ip(uint8_t *out, int version, uint8_t proto, const uint8_t *src, const uint8_t *dst,
                    unsigned v4_opt_words, const uint8_t *ext_types, size_t n_ext, const uint8_t *payload, size_t len);
 uint16_t fz_ipv4_checksum(const uint8_t *hdr, size_t len); /* RFC 1071, independent of pe_csum_* */
+/* The UDP checksum a sender writes for the datagram at ip + at over IPv6 (RFC 8200 §8.1: the fixed header's
+ * addresses; a computed 0 sent as 0xffff), independent of pe_csum_* too. */
+uint16_t fz_udp6_checksum(const uint8_t *ip, size_t at, size_t udp_len);
 
 /* Hex dump of a buffer to stderr, for check failures. */
 void fz_dump(const char *what, const uint8_t *p, size_t n);

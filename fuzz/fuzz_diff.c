@@ -582,9 +582,10 @@ static void eesp_diff(fz_reader *r)
             pe_put16(want + outer_len, sport);
             pe_put16(want + outer_len + 2, dport);
             pe_put16(want + outer_len + 4, (uint16_t)(8 + elen));
-            pe_put16(want + outer_len + 6, 0);
+            pe_put16(want + outer_len + 6, 0); /* RFC 3948 §2.1 over IPv4; over IPv6 computed, checked below */
         }
-        must_equal("EESP outer headers", want, e_off, out, e_off);
+        must_equal("EESP outer headers", want, udp_encap && carrier_v6 ? outer_len + 6 : e_off, out,
+                   udp_encap && carrier_v6 ? outer_len + 6 : e_off);
 
         /* Base Header and Options (§3, §4, §7, D13). */
         size_t opt_len = e[1], seq_len = seq_present ? 8 : 0;
@@ -626,6 +627,8 @@ static void eesp_diff(fz_reader *r)
         memcpy(w + payload_off + pih, g.buf + keep, payload_len);
         memset(w + payload_off + pih + payload_len, 0, pad);
         FUZZ_CHECK(fz_eesp_seal(&m, w, elen, NULL, NULL) == 0, "model seal");
+        if (udp_encap && carrier_v6) /* RFC 8200 §8.1 (eesp.md D17) */
+            pe_put16(want + outer_len + 6, fz_udp6_checksum(want, outer_len, out_len - outer_len));
         must_equal("EESP packet", want, out_len, out, out_len);
 
         /* Back again. */

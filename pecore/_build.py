@@ -82,6 +82,7 @@ typedef struct {
     uint64_t failed;
     uint64_t failed_by_status[...];
     uint64_t passed_by_status[...];
+    uint64_t noted_by_status[...];
     uint64_t offset;
 } pe_capture_summary;
 #define PE_TRANSFORM_DROP_FAILED ...
@@ -220,6 +221,7 @@ typedef struct {
     int has_src, has_dst;
     int src_family, dst_family;
     uint8_t src[16], dst[16];
+    size_t tfc_pad_len;
     ...;
 } pe_esp_sa_entry;
 typedef struct {
@@ -511,15 +513,20 @@ pe_status pe_eesp_seal(pe_eesp_tx *tx, const uint8_t *payload, size_t len, uint8
                        int carrier_ip_version, uint16_t sub_sa_id, const pe_eesp_packet_opts *opts,
                        uint8_t *out, size_t cap, size_t *out_len);
 typedef int (*pe_esp_spi_held_fn)(const void *ctx, uint32_t spi);
+#define PE_UDP_CHECKSUM_IGNORE ...
+#define PE_UDP_CHECKSUM_VERIFY ...
+#define PE_UDP_CHECKSUM_NOTE ...
 typedef struct {
     uint8_t ip_protocol;
     uint16_t udp_port;
     int check_udp_checksum;
+    int udp_zero_checksum_v6;
 } pe_eesp_rx_config;
 typedef struct pe_eesp_rx pe_eesp_rx;
 typedef struct {
     pe_eesp_hdr hdr;
     int udp_encap;
+    pe_status udp_checksum;
     uint64_t seq;
     const uint8_t *iv;
     size_t iv_len;
@@ -587,7 +594,9 @@ typedef struct {
     size_t outer_header_len;
     int dst_family;
     uint8_t dst[16];
+    size_t tfc_pad_len;
 } pe_esp_sa_config;
+#define PE_ESP_MAX_TFC_PAD ...
 void pe_esp_sa_config_init(pe_esp_sa_config *cfg);
 typedef struct pe_esp_tx pe_esp_tx;
 pe_status pe_esp_tx_new(const pe_esp_sa_config *cfg, pe_esp_tx **out);
@@ -600,6 +609,7 @@ pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload
 typedef struct {
     uint16_t udp_port;
     int check_udp_checksum;
+    int udp_zero_checksum_v6;
     int eesp_on_port;
 } pe_esp_rx_config;
 typedef struct pe_esp_rx pe_esp_rx;
@@ -608,6 +618,7 @@ typedef struct {
     uint32_t seq_low;
     uint64_t seq;
     int udp_encap;
+    pe_status udp_checksum;
     const uint8_t *iv;
     size_t iv_len;
     uint8_t next_header;
@@ -619,6 +630,7 @@ typedef struct {
     int esn;
     size_t payload_offset;
     size_t icv_len;
+    size_t tfc_pad_len;
 } pe_esp_info;
 void pe_esp_rx_config_init(pe_esp_rx_config *cfg);
 pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out);

@@ -45,6 +45,8 @@ class Summary:
     failed: int = 0
     failed_by_reason: Dict[str, int] = field(default_factory=dict)
     passed_by_reason: Dict[str, int] = field(default_factory=dict)
+    #: transformed packets with a note, e.g. ``udp-zero-checksum``: decrypted, though an endpoint would refuse them
+    noted_by_reason: Dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def format(self, verb: str = "transformed") -> str:
@@ -58,6 +60,11 @@ class Summary:
         ]
         for reason, n in sorted(self.failed_by_reason.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"  {reason}: {n}")
+        if self.noted_by_reason:
+            lines.append(f"noted:           {sum(self.noted_by_reason.values())} (of the {verb}; an endpoint "
+                         "would refuse them)")
+            for reason, n in sorted(self.noted_by_reason.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"  {reason}: {n}")
         if self.seconds > 0:
             lines.append(f"time:            {self.seconds:.3f} s ({self.packets / self.seconds:,.0f} packets/s)")
         return "\n".join(lines)
@@ -70,6 +77,8 @@ def _summary_from_c(c) -> Summary:
             s.failed_by_reason[status_name(i)] = c.failed_by_status[i]
         if c.passed_by_status[i]:
             s.passed_by_reason[status_name(i)] = c.passed_by_status[i]
+        if c.noted_by_status[i]:
+            s.noted_by_reason[status_name(i)] = c.noted_by_status[i]
     return s
 
 

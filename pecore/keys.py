@@ -173,6 +173,8 @@ def _esp_entry(e) -> EspSaEntry:
         udp_sport=e.udp_sport,
         udp_dport=e.udp_dport,
     )
+    if e.tfc_pad_len:  # a sender's setting; SA(**settings) refuses it in transport mode, as the line would
+        settings["tfc_pad"] = e.tfc_pad_len
     if e.has_dst:  # as for eesp-sa: the receiver binds the SA to it, so SA(**settings) is the line's SA
         settings["dst"] = _address(e.dst_family, e.dst)
     return EspSaEntry(

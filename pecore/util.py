@@ -60,6 +60,25 @@ def check_range(name: str, value: int, top: int, error: Type[Exception], bottom:
     return value
 
 
+def udp_checksum_mode(value: object, error: Type[Exception]) -> int:
+    """A receiver's ``check_udp_checksum`` as the core's PE_UDP_CHECKSUM_*: True (an endpoint's: refuse a wrong
+    one, and 0 over IPv6 outside RFC 6936 mode), ``"note"`` (a reader of captures: decrypt anyway, say so in
+    ``Decrypted.udp_checksum``), False (do not look)."""
+    if value is True:
+        return int(lib.PE_UDP_CHECKSUM_VERIFY)
+    if value is False:
+        return int(lib.PE_UDP_CHECKSUM_IGNORE)
+    if value == "note":
+        return int(lib.PE_UDP_CHECKSUM_NOTE)
+    raise error(f"check_udp_checksum must be True, False or 'note', not {value!r}")
+
+
+def udp_checksum_note(info) -> Optional[str]:  # type: ignore[no-untyped-def]
+    """What a receiver in "note" mode found wrong with a decrypted packet's UDP checksum (a status name)."""
+    from pecore.errors import status_name
+    return status_name(info.udp_checksum) if info.udp_checksum != lib.PE_OK else None
+
+
 def ip_address(text: Optional[str], error: Type[Exception], what: str = "dst"):  # type: ignore[no-untyped-def]
     """An SA's or a call's address setting (None stays None), or ``error`` naming the setting."""
     if text is None:

@@ -19,7 +19,7 @@ from pecore.errors import status_message, status_name
 from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
 from pecore.util import (TRANSFORM_FN, Buffer, Key, bind_destination, check_range, check_sa_added, config_error,
                          decap_batch, decap_error, failed_verdict, key_bytes, open_destination, packet_buffer, pin,
-                         run_batch, sent_or_raise)
+                         run_batch, sent_or_raise, udp_checksum_mode, udp_checksum_note)
 from pyeesp.errors import ConfigurationError, EespError, error_class, raise_eesp
 from pyeesp.header import Header
 
@@ -85,6 +85,9 @@ class Decrypted:
     full_format: bool
     iv: Optional[bytes]
     udp_encap: bool
+    #: a receiver in ``check_udp_checksum="note"`` mode: what an endpoint would have refused the packet for
+    #: (``udp-zero-checksum``, ``udp-bad-checksum``), else None
+    udp_checksum: Optional[str] = None
 
     @property
     def sub_sa_id(self) -> int:
@@ -150,18 +153,21 @@ class Receiver:
 
     Every SA's receiving state (Sub SA keys, replay windows) lives here.  ``esp_spis``: the SPIs of the ESP
     SAs received on the same UDP port (a key file's ``esp-sa`` lines); a UDP payload that starts with one is
-    ESP (``esp-in-udp``) whatever its first octet (eesp.md §14 step 3).
+    ESP (``esp-in-udp``) whatever its first octet (eesp.md §14 step 3).  ``check_udp_checksum`` and
+    ``udp_zero_checksum_v6``: as :class:`pyesp.Receiver`'s (RFC 8200 §8.1, RFC 6936; docs/spec/eesp.md D17).
     """
 
     def __init__(self, sas: Iterable["SA"], *, ip_protocol: Optional[int] = None, udp_port: int = 4500,
-                 check_udp_checksum: bool = False, esp_spis: Iterable[int] = ()) -> None:
+                 check_udp_checksum: Union[bool, str] = True, udp_zero_checksum_v6: bool = False,
+                 esp_spis: Iterable[int] = ()) -> None:
         sas = list(sas)
         rc = ffi.new("pe_eesp_rx_config *")
         lib.pe_eesp_rx_config_init(rc)
         protocol = ip_protocol if ip_protocol is not None else (sas[0]._settings["ip_protocol"] if sas else 49)
         rc.ip_protocol = check_range("ip_protocol", protocol, 255, ConfigurationError)
         rc.udp_port = check_range("udp_port", udp_port, 0xFFFF, ConfigurationError)
-        rc.check_udp_checksum = bool(check_udp_checksum)
+        rc.check_udp_checksum = udp_checksum_mode(check_udp_checksum, ConfigurationError)
+        rc.udp_zero_checksum_v6 = bool(udp_zero_checksum_v6)
         rx = ffi.new("pe_eesp_rx **")
         st = lib.pe_eesp_rx_new(rc, rx)
         if st != lib.PE_OK:
@@ -291,7 +297,8 @@ class SA:
             raise config_error(st, ConfigurationError)
         self._tx = ffi.gc(tx[0], lib.pe_eesp_tx_free)
         self._settings = settings
-        self._receiver = Receiver([self], udp_port=udp_dport)  # its own packets arrive on udp_dport
+        # its own packets arrive on udp_dport; an SA alone reads captures too: it decrypts and notes (D17)
+        self._receiver = Receiver([self], udp_port=udp_dport, check_udp_checksum="note")
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._lock = threading.Lock()
@@ -413,6 +420,7 @@ def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
         full_format=bool(info.full_format),
         iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL else None,
         udp_encap=bool(info.udp_encap),
+        udp_checksum=udp_checksum_note(info),
     )
 
 

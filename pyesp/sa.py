@@ -14,7 +14,8 @@ from pecore.binding import ffi, lib
 from pecore.errors import status_name
 from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
 from pecore.util import (Buffer, Key, bind_destination, check_range, check_sa_added, config_error, decap_batch,
-                         decap_error, key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise)
+                         decap_error, key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise,
+                         udp_checksum_mode, udp_checksum_note)
 from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
 from pyesp.header import Header
 
@@ -54,6 +55,11 @@ class Decrypted:
     icv_valid: bool
     mode: str
     esn: bool
+    #: a receiver in ``check_udp_checksum="note"`` mode: what an endpoint would have refused the packet for
+    #: (``udp-zero-checksum``, ``udp-bad-checksum``), else None
+    udp_checksum: Optional[str] = None
+    #: tunnel mode: octets of TFC padding that followed the inner packet (RFC 4303 §2.7), dropped
+    tfc_pad_len: int = 0
 
     @property
     def header(self) -> Header:
@@ -62,7 +68,7 @@ class Decrypted:
 
 
 def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_window, replay_top, first_seq,
-                 udp_encap, udp_sport, udp_dport, outer_header, dst, for_receiver):
+                 udp_encap, udp_sport, udp_dport, outer_header, dst, tfc_pad, for_receiver):
     """A pe_esp_sa_config from SA settings, and the buffers it points to (kept until the core copied them)."""
     err = ConfigurationError
     if key is None:
@@ -88,6 +94,10 @@ def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_windo
     c.udp_encap = bool(udp_encap)
     c.udp_sport = check_range("udp_sport", udp_sport, 0xFFFF, err)
     c.udp_dport = check_range("udp_dport", udp_dport, 0xFFFF, err)
+    tfc = check_range("tfc_pad", tfc_pad, int(lib.PE_ESP_MAX_TFC_PAD), err)
+    if tfc and mode != "tunnel":
+        raise err("tfc_pad needs mode='tunnel' (RFC 4303 §2.7: only there does the payload say its own length)")
+    c.tfc_pad_len = 0 if for_receiver else tfc
     if outer_header is not None:
         oh = key_bytes(outer_header, "outer_header", err) if isinstance(outer_header, str) else bytes(outer_header)
         c.outer_header, c.outer_header_len = pin(keep, oh), len(oh)
@@ -102,15 +112,21 @@ class Receiver:
     ``udp_port``: the UDP encapsulation port (RFC 3948).  On that port the SPI of an SA held here is ESP,
     whatever its first octet; ``eesp_on_port`` (default on) passes over what else eesp.md §14 calls EESP (a
     first octet 0x80) as ``eesp-in-udp``; off for a host without EESP (docs/guide-esp.md).
+
+    ``check_udp_checksum`` (UDP encapsulation): True, an endpoint's default, refuses a wrong non-zero checksum
+    (``udp-bad-checksum``, RFC 1122 §4.1.3.4) and 0 over IPv6 (``udp-zero-checksum``, RFC 8200 §8.1) unless
+    ``udp_zero_checksum_v6`` opts into RFC 6936's zero-checksum mode; ``"note"``, for captures others made,
+    decrypts such packets and names the problem in ``Decrypted.udp_checksum``; False does not look.
     """
 
-    def __init__(self, sas: Iterable["SA"], *, udp_port: int = 4500, check_udp_checksum: bool = False,
-                 eesp_on_port: bool = True) -> None:
+    def __init__(self, sas: Iterable["SA"], *, udp_port: int = 4500, check_udp_checksum: Union[bool, str] = True,
+                 udp_zero_checksum_v6: bool = False, eesp_on_port: bool = True) -> None:
         sas = list(sas)
         rc = ffi.new("pe_esp_rx_config *")
         lib.pe_esp_rx_config_init(rc)
         rc.udp_port = check_range("udp_port", udp_port, 0xFFFF, ConfigurationError)
-        rc.check_udp_checksum = bool(check_udp_checksum)
+        rc.check_udp_checksum = udp_checksum_mode(check_udp_checksum, ConfigurationError)
+        rc.udp_zero_checksum_v6 = bool(udp_zero_checksum_v6)
         rc.eesp_on_port = bool(eesp_on_port)
         rx = ffi.new("pe_esp_rx **")
         st = lib.pe_esp_rx_new(rc, rx)
@@ -188,7 +204,10 @@ class SA:
     - Sending: ``first_seq`` (the first sequence number, to resume an SA; a receiver made from the same SA
       takes ``first_seq - 1`` as its top unless ``replay_top`` is given, as a key file's ``first-seq``
       says), ``udp_encap`` with ``udp_sport``/``udp_dport`` (RFC 3948), ``outer_header`` (tunnel: an IPv4
-      header of 20 octets or an IPv6 header; default a copy of the inner packet's).
+      header of 20 octets or an IPv6 header; default a copy of the inner packet's), ``tfc_pad`` (tunnel
+      mode: octets of Traffic Flow Confidentiality padding, zeros, after each inner packet, RFC 4303 §2.7;
+      0..1024).  A receiver takes a tunnelled packet by its own length whatever padding follows it
+      (``Decrypted.tfc_pad_len``).
 
     The IV: every explicit-IV suite sends the 64-bit sequence number as its IV (RFC 4106 §3.1 asks only that
     it never repeat under a key), implicit-IV suites use it without sending it (RFC 8750), so
@@ -216,6 +235,7 @@ class SA:
         udp_dport: int = 4500,
         outer_header: Optional[bytes] = None,
         dst: Optional[str] = None,
+        tfc_pad: int = 0,
     ) -> None:
         settings = dict(locals())
         del settings["self"]
@@ -231,7 +251,8 @@ class SA:
                 raise config_error(st, ConfigurationError, f"first_seq {first_seq}: ")
         self._settings = settings
         self.spi, self.mode, self.suite, self.esn = spi, mode, suite, bool(esn)
-        self._receiver = Receiver([self], udp_port=udp_dport)
+        # an SA alone reads captures (decrypt_capture) as often as it receives: it decrypts and notes (D17)
+        self._receiver = Receiver([self], udp_port=udp_dport, check_udp_checksum="note")
         self._out = ffi.new("uint8_t[]", _OUT_LEN)
         self._out_len = ffi.new("size_t *")
         self._lock = threading.Lock()
@@ -328,6 +349,8 @@ def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
         icv_valid=bool(info.icv_valid),
         mode=_MODE_NAMES.get(info.mode, str(info.mode)),
         esn=bool(info.esn),
+        udp_checksum=udp_checksum_note(info),
+        tfc_pad_len=info.tfc_pad_len,
     )
 
 

@@ -69,6 +69,8 @@ def to_scapy(sa: SA, *, tunnel_header=None) -> SecurityAssociation:  # type: ign
 
     scapy's tunnel mode needs an outer header: the SA's ``outer_header``, or ``tunnel_header`` (an ``IP`` /
     ``IPv6`` instance) here; the core's default (a copy of each inner packet's header) has no scapy equivalent.
+    Nor has TFC padding (``tfc_pad``): such an SA is refused.  scapy's UDP encapsulation writes checksum 0 over
+    IPv6 too, which an endpoint refuses unless in RFC 6936 mode (docs/spec/eesp.md D17).
     """
     if not isinstance(sa, SA):
         raise TypeError(f"sa must be a pyesp.SA, not {type(sa).__name__}")
@@ -77,6 +79,9 @@ def to_scapy(sa: SA, *, tunnel_header=None) -> SecurityAssociation:  # type: ign
     if name not in SCAPY_SUITES:
         raise ConfigurationError(f"scapy has no {name} (implicit IV, RFC 8750)", "esp-bad-suite")
     algo, icv = SCAPY_SUITES[name]
+    if s["tfc_pad"]:
+        raise ConfigurationError("scapy's SecurityAssociation has no TFC padding (RFC 4303 §2.7): an SA with "
+                                 "tfc_pad would send other packets there", "esp-bad-config")
     th = None
     if s["mode"] == "tunnel":
         if tunnel_header is not None:

@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from model_common import ModelError, inet_checksum
+from model_common import ModelError, inet_checksum, udp_checksum_verdict, udp_encap_header
 
 __all__ = [
     "EespModelError", "Suite", "SUITES", "suite", "SSKDF_NONE", "SSKDF_HKDF_SHA2_256", "SSKDF_HKDF_SHA2_384",
@@ -889,7 +889,8 @@ def encap(
     carries the protocol it displaced. Tunnel mode: `outer` is the new outer header chain (an IPv4 header with
     any options, or an IPv6 header with any extension headers), whose last protocol field, lengths and IPv4
     checksum are filled in; the payload is the whole inner packet (NH 4 / 41). With sa.udp_encap a UDP header
-    (sport `udp_sport`, dport 4500, checksum 0) sits between the outer IP header and EESP.
+    (sport `udp_sport`, dport 4500, checksum 0 over IPv4, computed over IPv6) sits between the outer IP header
+    and EESP.
     """
     pkt = ip_packet[: _ip_length(ip_packet)]
     if sa.mode == "transport":
@@ -923,7 +924,7 @@ def encap(
     if sa.udp_encap:
         if len(eesp) + UDP_LEN > 0xFFFF:
             raise EespModelError("too-long")
-        eesp = struct.pack(">HHHH", udp_sport, UDP_ENCAP_PORT, UDP_LEN + len(eesp), 0) + eesp
+        eesp = udp_encap_header(head, udp_sport, UDP_ENCAP_PORT, eesp) + eesp
         head[nh_field] = IPPROTO_UDP
     else:
         head[nh_field] = sa.ip_proto
@@ -944,8 +945,10 @@ def classify_udp_payload(payload: bytes, esp_spis=()) -> str:  # type: ignore[no
     return "esp"
 
 
-def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | None = None) -> tuple[Opened, bytes]:
-    """§14 demultiplexing + §16 on one outer IP packet; returns (Opened, recovered IP packet).
+def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | None = None,
+          check_udp_checksum: bool = True, zero_ok_v6: bool = False) -> tuple[Opened, bytes]:
+    """§14 demultiplexing + §16 on one outer IP packet; returns (Opened, recovered IP packet).  UDP checksums are
+    verified as an endpoint does (D17) unless `check_udp_checksum` is off.
 
     The SA's mode decides: tunnel returns the inner packet; transport puts the payload back behind the outer
     header chain with the PIH's Next Header. `ip_proto` defaults to the (first) SA's protocol number.
@@ -969,6 +972,9 @@ def decap(sas, packet: bytes, *, windows: dict | None = None, ip_proto: int | No
     elif proto == IPPROTO_UDP and len(rest) >= UDP_LEN and struct.unpack(">H", rest[2:4])[0] == UDP_ENCAP_PORT:
         if struct.unpack(">H", rest[4:6])[0] != len(rest):
             raise EespModelError("udp-length-mismatch")
+        why = udp_checksum_verdict(pkt, at, zero_ok_v6) if check_udp_checksum else None
+        if why:
+            raise EespModelError(why)
         eesp = rest[UDP_LEN:]
         kind = classify_udp_payload(eesp)
         if kind != "eesp":

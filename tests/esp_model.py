@@ -38,7 +38,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 
-from model_common import ModelError, inet_checksum
+from model_common import ModelError, inet_checksum, udp_checksum_verdict, udp_encap_header
 
 UDP_ENCAP_PORT = 4500
 IPPROTO_ESP = 50
@@ -204,6 +204,7 @@ class Opened:
     payload: bytes
     next_header: int
     pad_len: int
+    tfc_pad_len: int = 0
 
 
 def open(sas, esp: bytes, *, replay: bool = True) -> Opened:  # noqa: A001 - the RFC's word
@@ -249,13 +250,32 @@ def open(sas, esp: bytes, *, replay: bool = True) -> Opened:  # noqa: A001 - the
     if sa.mode == "tunnel":
         if nh not in (IPPROTO_IPV4, IPPROTO_IPV6):
             raise EspModelError("esp-bad-next-header", f"{nh}", icv_valid=True)
-        if not _whole_ip(payload, 4 if nh == IPPROTO_IPV4 else 6):
+        # RFC 4303 §2.7: TFC padding may follow the tunnelled packet; its own length says where it ends
+        own = _own_length(payload, 4 if nh == IPPROTO_IPV4 else 6)
+        if own is None:
             raise EspModelError("esp-bad-inner-packet", icv_valid=True)
+        return Opened(spi, seq, payload[:own], nh, pad_len, len(payload) - own)
     return Opened(spi, seq, payload, nh, pad_len)
 
 
 # ----------------------------------------------------------------------------------------------- IP framing
 
+
+
+def _own_length(pkt: bytes, version: int) -> int | None:
+    """The length an IP packet's header gives it (RFC 791 Total Length, RFC 8200 40 + Payload Length), if the
+    header is whole and that length fits in pkt; else None."""
+    if not pkt or pkt[0] >> 4 != version:
+        return None
+    if version == 4:
+        if len(pkt) < 20 or (pkt[0] & 0xF) * 4 < 20:
+            return None
+        own = struct.unpack(">H", pkt[2:4])[0]
+        return own if (pkt[0] & 0xF) * 4 <= own <= len(pkt) else None
+    if len(pkt) < 40:
+        return None
+    own = 40 + struct.unpack(">H", pkt[4:6])[0]
+    return own if own <= len(pkt) else None
 
 
 def _whole_ip(pkt: bytes, version: int) -> bool:
@@ -310,17 +330,19 @@ def transport_split(pkt: bytes) -> tuple[int, int]:
 
 
 def encap(sa: SA, pkt: bytes, seq: int, *, iv: bytes | None = None, outer: bytes | None = None,
-          udp_sport: int = UDP_ENCAP_PORT, udp_dport: int = UDP_ENCAP_PORT, padding: bytes | None = None) -> bytes:
-    """One whole IP packet -> the wire.  Tunnel mode needs the outer header (IPv4 of 20 octets or IPv6 of 40)."""
+          udp_sport: int = UDP_ENCAP_PORT, udp_dport: int = UDP_ENCAP_PORT, padding: bytes | None = None,
+          tfc: bytes = b"") -> bytes:
+    """One whole IP packet -> the wire.  Tunnel mode needs the outer header (IPv4 of 20 octets or IPv6 of 40);
+    `tfc`: TFC padding after the inner packet (RFC 4303 §2.7, tunnel mode)."""
     if sa.mode == "tunnel":
         head, field_at = bytearray(outer), 9 if outer[0] >> 4 == 4 else 6
-        payload, nh = pkt, IPPROTO_IPV4 if pkt[0] >> 4 == 4 else IPPROTO_IPV6
+        payload, nh = pkt + tfc, IPPROTO_IPV4 if pkt[0] >> 4 == 4 else IPPROTO_IPV6
     else:
         keep, field_at = transport_split(pkt)
         head, payload, nh = bytearray(pkt[:keep]), pkt[keep:], pkt[field_at]
     esp = seal(sa, payload, nh, seq, iv=iv, padding=padding)
-    if sa.udp_encap:  # RFC 3948 §2.1: checksum 0
-        esp = struct.pack(">HHHH", udp_sport, udp_dport, 8 + len(esp), 0) + esp
+    if sa.udp_encap:  # RFC 3948 §2.1: checksum 0 over IPv4; RFC 8200 §8.1: computed over IPv6
+        esp = udp_encap_header(head, udp_sport, udp_dport, esp) + esp
         head[field_at] = IPPROTO_UDP
     else:
         head[field_at] = IPPROTO_ESP
@@ -383,8 +405,10 @@ def _outer(wire: bytes) -> tuple[bytes, int, int, bool]:
     return pkt, at, field_at, False
 
 
-def decap(sas, wire: bytes, *, replay: bool = True, udp_port: int = UDP_ENCAP_PORT) -> tuple[Opened, bytes]:
-    """One IP packet from the wire -> (Opened, the delivered packet)."""
+def decap(sas, wire: bytes, *, replay: bool = True, udp_port: int = UDP_ENCAP_PORT, check_udp_checksum: bool = True,
+          zero_ok_v6: bool = False) -> tuple[Opened, bytes]:
+    """One IP packet from the wire -> (Opened, the delivered packet).  `check_udp_checksum` as an endpoint
+    (eesp.md D17); off for a reader of captures."""
     wire, at, field_at, fragment = _outer(wire)
     proto, rest = wire[field_at], wire[at:]
     if proto == IPPROTO_ESP:
@@ -398,6 +422,9 @@ def decap(sas, wire: bytes, *, replay: bool = True, udp_port: int = UDP_ENCAP_PO
             raise EspModelError("ip-fragment" if first else "not-esp")
         if struct.unpack(">H", rest[4:6])[0] != len(rest):
             raise EspModelError("udp-bad-length")
+        why = udp_checksum_verdict(wire, at, zero_ok_v6) if check_udp_checksum else None
+        if why:
+            raise EspModelError(why)
         esp = rest[8:]
         why = classify_udp(esp, held_spis=sas)
         if why:

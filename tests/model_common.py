@@ -19,6 +19,30 @@ class ModelError(Exception):
         self.icv_valid = icv_valid
 
 
+def udp_encap_header(ip_head: bytes, sport: int, dport: int, payload: bytes) -> bytes:
+    """The UDP header of UDP-encapsulated ESP/EESP: RFC 3948 §2.1's checksum 0 is IPv4's; over IPv6
+    RFC 8200 §8.1 has the sender compute it (pseudo header: the fixed header's addresses), 0 sent as 0xFFFF."""
+    n = 8 + len(payload)
+    if ip_head[0] >> 4 == 4:
+        return struct.pack(">HHHH", sport, dport, n, 0)
+    pseudo = bytes(ip_head[8:40]) + struct.pack(">I3xB", n, 17)
+    c = inet_checksum(pseudo + struct.pack(">HHHH", sport, dport, n, 0) + payload)
+    return struct.pack(">HHHH", sport, dport, n, c or 0xFFFF)
+
+
+def udp_checksum_verdict(datagram: bytes, udp_at: int, zero_ok_v6: bool = False) -> str | None:
+    """What a receiving endpoint's UDP makes of the checksum: RFC 1122 §4.1.3.4 discards a wrong non-zero one,
+    RFC 8200 §8.1 a zero one over IPv6 (unless RFC 6936's zero-checksum mode is on); 0 over IPv4 means none."""
+    udp = datagram[udp_at:]
+    field = struct.unpack(">H", udp[6:8])[0]
+    v6 = datagram[0] >> 4 == 6
+    if field == 0:
+        return "udp-zero-checksum" if v6 and not zero_ok_v6 else None
+    addrs = datagram[8:40] if v6 else datagram[12:20]
+    pseudo = addrs + (struct.pack(">I3xB", len(udp), 17) if v6 else struct.pack(">xBH", 17, len(udp)))
+    return None if inet_checksum(pseudo + udp) == 0 else "udp-bad-checksum"
+
+
 def inet_checksum(data: bytes) -> int:
     """RFC 1071 one's-complement sum, folded and complemented."""
     if len(data) % 2:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 import threading
 
+import psp_model
 import pytest
 
 import pyeesp
@@ -756,7 +757,10 @@ def test_udp_encapsulation():
             ih = ip_header_len(pkt)
             assert (out[6] if pkt[0] >> 4 == 6 else out[9]) == 17
             sport, dport, ulen, csum = struct.unpack("!HHHH", out[ih : ih + 8])
-            assert (sport, dport, ulen, csum) == (4500, 4500, len(out) - ih, 0)
+            # RFC 3948 §2.1's 0 over IPv4; over IPv6 computed (RFC 8200 §8.1, D17), here by the PSP model
+            v6 = pkt[0] >> 4 == 6
+            want = psp_model.udp_checksum(out[8:24], out[24:40], out[ih:]) if v6 else 0
+            assert (sport, dport, ulen, csum) == (4500, 4500, len(out) - ih, want) and (csum != 0) == v6
             assert out[ih + 8] == 0x80  # MSB set: EESP, not ESP (§14)
             r = sa.decrypt(out)
             assert r.packet == pkt and r.udp_encap and r.header.spi == 0x2000
@@ -1242,8 +1246,12 @@ def test_receiver_udp_checksum_option():
     sa = SA(0x2000, key=bytes(20), udp_encap=True)
     out = bytearray(sa.encrypt(udp4(33)))
     out[26:28] = b"\x12\x34"  # a wrong, non-zero checksum
-    assert Receiver([SA(0x2000, key=bytes(20))]).decrypt(bytes(out)).packet == udp4(33)
-    strict = Receiver([SA(0x2000, key=bytes(20))], check_udp_checksum=True)
+    assert Receiver([SA(0x2000, key=bytes(20))], check_udp_checksum=False).decrypt(bytes(out)).packet == udp4(33)
+    noted = Receiver([SA(0x2000, key=bytes(20))], check_udp_checksum="note").decrypt(bytes(out))
+    assert noted.packet == udp4(33) and noted.udp_checksum == "udp-bad-checksum"
+    with pytest.raises(ConfigurationError):
+        Receiver([], check_udp_checksum="yes")
+    strict = Receiver([SA(0x2000, key=bytes(20))])  # an endpoint verifies by default (RFC 1122 §4.1.3.4, D17)
     with pytest.raises(MalformedPacketError) as ei:
         strict.decrypt(bytes(out))
     assert ei.value.code == "udp-bad-checksum"
@@ -1251,6 +1259,30 @@ def test_receiver_udp_checksum_option():
     c = 0xFFFF ^ _csum(V4_SRC + V4_DST + struct.pack("!HH", 17, len(out) - 20) + bytes(out[20:]))
     out[26:28] = struct.pack("!H", c or 0xFFFF)
     assert strict.decrypt(bytes(out)).packet == udp4(33)
+
+
+@pytest.mark.parametrize("mode", ["tunnel", "transport"])
+def test_ipv6_udp_checksum(mode):
+    """D17: over IPv6 the sender computes the UDP checksum (RFC 8200 §8.1); an endpoint refuses 0 unless in
+    RFC 6936 zero-checksum mode, and a wrong one always; "note" decrypts both and names them."""
+    sa = SA(0x2000, key=bytes(20), udp_encap=True, mode=mode)
+    out = bytearray(sa.encrypt(udp6(33)))
+    assert out[6] == 17 and struct.unpack("!H", out[46:48])[0] == psp_model.udp_checksum(out[8:24], out[24:40],
+                                                                                          bytes(out[40:]))
+    assert Receiver([SA(0x2000, key=bytes(20), mode=mode)]).decrypt(bytes(out)).packet == udp6(33)
+    for csum, code in ((b"\0\0", "udp-zero-checksum"), (bytes([out[46] ^ 1, out[47]]), "udp-bad-checksum")):
+        bad = bytes(out[:46] + csum + out[48:])
+        with pytest.raises(MalformedPacketError) as ei:
+            Receiver([SA(0x2000, key=bytes(20), mode=mode)]).decrypt(bad)
+        assert ei.value.code == code
+        rfc6936 = Receiver([SA(0x2000, key=bytes(20), mode=mode)], udp_zero_checksum_v6=True)
+        if code == "udp-zero-checksum":
+            assert rfc6936.decrypt(bad).packet == udp6(33)
+        else:
+            with pytest.raises(MalformedPacketError):
+                rfc6936.decrypt(bad)
+        noted = Receiver([SA(0x2000, key=bytes(20), mode=mode)], check_udp_checksum="note").decrypt(bad)
+        assert noted.packet == udp6(33) and noted.udp_checksum == code
 
 
 # --------------------------------------------------------------------------- errors

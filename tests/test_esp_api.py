@@ -565,3 +565,25 @@ def test_random_spis_on_udp_4500_are_esp():
         assert ei.value.code == ("eesp-in-udp" if spi >> 24 == 0x80 else "esp-no-sa"), hex(spi)
         high += spi >> 31
     assert high > 400  # the top bit set on about half of them, as in the issue
+
+
+@pytest.mark.parametrize("tfc", [1, 4, 7, 1024])
+def test_tunnel_mode_tfc_padding(tfc):
+    """RFC 4303 §2.7: a sender may put TFC padding after the tunnelled packet; the receiver takes the inner
+    packet by its own length (Linux trims to it too) and drops the rest.  Transport mode has no such length
+    for every next header, so the setting is refused there (docs/guide-esp.md)."""
+    from pecore.keys import parse_key_file
+    key = bytes(range(20))
+    inner = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + 5, 1, 0, 64, 17, 0, bytes(4), bytes(4)) + bytes(13)
+    plain = pyesp.SA(0x77, "aes-gcm-16", key).encrypt(inner)
+    sa = pyesp.SA(0x77, "aes-gcm-16", key, tfc_pad=tfc)
+    wire = sa.encrypt(inner)
+    assert len(wire) >= len(plain) + tfc - 3
+    got = pyesp.Receiver([pyesp.SA(0x77, "aes-gcm-16", key)]).decrypt(wire)
+    assert got.packet == inner and got.tfc_pad_len == tfc
+    (e,) = parse_key_file(f"esp-sa spi=0x77 suite=aes-gcm-16 key={key.hex()} tfc-pad={tfc}\n").esp_sas
+    assert e.settings["tfc_pad"] == tfc and pyesp.SA(**e.settings).encrypt(inner) != plain
+    with pytest.raises(ConfigurationError):
+        pyesp.SA(0x77, "aes-gcm-16", key, mode="transport", tfc_pad=4)
+    with pytest.raises(ConfigurationError):
+        pyesp.SA(0x77, "aes-gcm-16", key, tfc_pad=1025)

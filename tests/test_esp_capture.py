@@ -120,3 +120,46 @@ def test_key_file_receiver_and_options(tmp_path):
     with pytest.raises(CaptureError) as ei:
         pyesp.encrypt_capture(sa, tmp_path / "missing.pcap", tmp_path / "x.pcap")
     assert isinstance(ei.value, pyesp.EspError) and ei.value.code == "capture-io"
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_capture_decrypts_udp_checksum_problems_and_notes_them(tmp_path, jobs):
+    """D17: a capture someone else made is decrypted whatever its UDP checksums, even with an endpoint's
+    Receiver (which refuses these packets), and the summary counts what an endpoint would have refused."""
+    sa = SA(0x77, "aes-gcm-16", KEY, mode="tunnel", udp_encap=True)
+    pkts = [ipv6(17, udp(5353, 53, bytes(40 + i))) for i in range(6)]
+    wire = [bytearray(sa.encrypt(p)) for p in pkts]
+    assert all(w[6] == 17 and w[46:48] != b"\0\0" for w in wire)  # IPv6: the sender computes it
+    wire[1][46:48] = b"\0\0"
+    wire[2][46:48] = b"\0\0"
+    wire[4][46] ^= 0x10
+    src, out = tmp_path / "in.pcap", tmp_path / "out.pcap"
+    write(src, [bytes(w) for w in wire])
+    endpoint = Receiver([SA(0x77, "aes-gcm-16", KEY, mode="tunnel")])
+    for i, code in ((1, "udp-zero-checksum"), (4, "udp-bad-checksum")):
+        with pytest.raises(pyesp.MalformedPacketError) as ei:
+            Receiver([SA(0x77, "aes-gcm-16", KEY, mode="tunnel")]).decrypt(bytes(wire[i]))
+        assert ei.value.code == code
+    s = pyesp.decrypt_capture(endpoint, src, out, jobs=jobs)
+    assert (s.packets, s.transformed, s.failed) == (6, 6, 0)
+    assert s.noted_by_reason == {"udp-zero-checksum": 2, "udp-bad-checksum": 1}
+    assert "udp-zero-checksum: 2" in s.format("decrypted")
+    assert [r.data for r in read_capture(out)] == pkts
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_tfc_padding_through_captures(tmp_path, jobs):
+    """TFC padding (RFC 4303 §2.7) from a key file's tfc-pad= through encrypt and decrypt, on one thread and
+    several: every packet grows by it, and decrypts back to what went in."""
+    kf = parse_key_file(f"esp-sa spi=0x77 suite=aes-gcm-16 key={KEY.hex()} tfc-pad=1024\n")
+    (e,) = kf.esp_sas
+    pkts = [ip_packet(i) for i in range(12)]
+    src, enc, dec = tmp_path / "in.pcap", tmp_path / "enc.pcap", tmp_path / "dec.pcap"
+    write(src, pkts)
+    s = pyesp.encrypt_capture(SA(**e.settings), src, enc, jobs=jobs)
+    assert (s.packets, s.transformed, s.failed) == (12, 12, 0), s.failed_by_reason
+    plain = [SA(0x77, "aes-gcm-16", KEY).encrypt(p) for p in pkts]
+    assert [len(r.data) for r in read_capture(enc)] == [len(p) + 1024 for p in plain]
+    s = pyesp.decrypt_capture(kf, enc, dec, jobs=jobs)
+    assert (s.packets, s.transformed, s.failed) == (12, 12, 0)
+    assert [r.data for r in read_capture(dec)] == pkts

@@ -98,6 +98,24 @@ def test_inline_sa_and_output_format(capsys, tmp_path):
     assert all(i["seq_low"] == i["seq"] & 0xFFFFFFFF and i["udp_encap"] for i in infos)
 
 
+def test_inline_tfc_padding(capsys, tmp_path):
+    """--tfc-pad: every tunnelled packet grows by it (RFC 4303 §2.7); decrypting needs no setting; transport mode
+    and a count past 1024 are refused with a configuration error, not a traceback."""
+    pkts = packets(6)
+    clear, enc, plain, dec = (tmp_path / n for n in ("c.pcap", "e.pcap", "p.pcap", "d.pcap"))
+    write_frames(clear, pkts)
+    sa = ["--spi", "0x77", "--key", KEY_GCM]
+    assert run(capsys, "encrypt", clear, plain, *sa, "-q")[0] == 0
+    assert run(capsys, "encrypt", clear, enc, *sa, "--tfc-pad", "16", "-q")[0] == 0
+    assert [len(r.data) for r in read_capture(enc)] == [len(r.data) + 16 for r in read_capture(plain)]
+    rc, out, _ = run(capsys, "decrypt", enc, dec, *sa)
+    assert rc == 0 and "decrypted:       6" in out
+    assert [r.data for r in read_capture(dec)] == [r.data for r in read_capture(clear)]
+    for bad in (["--tfc-pad", "4", "--mode", "transport"], ["--tfc-pad", "1025"]):
+        rc, _out, err = run(capsys, "encrypt", clear, tmp_path / "x.pcap", *sa, *bad, "-q")
+        assert rc != 0 and "tfc_pad" in err and "Traceback" not in err, bad
+
+
 def test_stdio(tmp_path, keyfile):
     """`-` reads standard input and writes standard output; the summary then goes to standard error."""
     clear = tmp_path / "c.pcap"

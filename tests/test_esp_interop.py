@@ -91,6 +91,7 @@ class CoreSA:
         self.tx = ffi.gc(tx[0], lib.pe_esp_tx_free)
         rc = ffi.new("pe_esp_rx_config *")
         lib.pe_esp_rx_config_init(rc)
+        rc.udp_zero_checksum_v6 = 1  # scapy's NAT-T header carries 0 over IPv6 too: RFC 6936 mode takes it
         rx = ffi.new("pe_esp_rx **")
         check(lib.pe_esp_rx_new(rc, rx))
         self.rx = ffi.gc(rx[0], lib.pe_esp_rx_free)

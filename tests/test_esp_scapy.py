@@ -144,3 +144,17 @@ def test_esp_security_association_is_scapys_shape_over_the_core():
     iiv = ESPSecurityAssociation(5, crypt_algo="chacha20-poly1305-iiv", key=bytes(36), esn_en=True, esn=3)
     assert iiv.next_seq() == (3 << 32) + 1 and raw(iiv.decrypt(iiv.encrypt(p))) == raw(p)
     assert "0x00000099" in repr(mine) and key.hex() not in repr(mine)
+
+
+def test_tfc_padding_crosses_to_scapy_on_receive_only():
+    """scapy's SecurityAssociation has no TFC padding (RFC 4303 §2.7): to_scapy refuses an SA that sends it
+    rather than drop the setting, and scapy decrypts the core's TFC-padded packets to the inner packet (its
+    Total Length says where it ends; scapy keeps the rest as Padding)."""
+    sa = pyesp.SA(0x2000, "aes-gcm-16", keymat("aes-gcm-16"), outer_header=outer(False), tfc_pad=7)
+    with pytest.raises(pyesp.ConfigurationError):
+        to_scapy(sa)
+    wire = sa.encrypt(inner(False))
+    plain = to_scapy(pyesp.SA(0x2000, "aes-gcm-16", keymat("aes-gcm-16"), outer_header=outer(False)))
+    got = plain.decrypt(IP(wire))
+    assert raw(got)[: len(inner(False))] == inner(False) and raw(got)[len(inner(False)):] == bytes(7)
+    assert got[IP].len == len(inner(False))

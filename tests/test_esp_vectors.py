@@ -50,7 +50,7 @@ ESP_DECODER_CODES = {
     "authentication-failed", "esp-truncated", "esp-no-sa", "esp-sequence-zero", "replay-duplicate",
     "replay-too-old", "esp-bad-pad-length", "esp-bad-padding", "esp-bad-next-header", "esp-bad-inner-packet",
     "esp-dummy-packet", "not-esp", "nat-keepalive", "ike-non-esp-marker", "eesp-in-udp", "udp-bad-length",
-    "udp-bad-checksum", "ip-fragment", "ip-bad-length",
+    "udp-bad-checksum", "udp-zero-checksum", "ip-fragment", "ip-bad-length",
 }
 
 
@@ -130,7 +130,7 @@ def model_verdicts(doc: dict):
                         at = pv.secured_offset(wire) - 8
                         kw["udp_sport"], kw["udp_dport"] = struct.unpack(">HH", wire[at : at + 4])
                     sent = m.encap(model_sa(g, inp, receiver=False), bytes.fromhex(out["plaintextPacket"]),
-                                   int(inp["seq"], 16), **kw)
+                                   int(inp["seq"], 16), tfc=bytes(inp.get("tfcPad", 0)), **kw)
                     ok = sent == wire
             elif res == "invalid":
                 ok = got == out["error"] and ("icvValid" not in out or bool(icv_valid) == out["icvValid"])
@@ -304,7 +304,7 @@ def test_scapy_on_every_vector(path):
     doc = load(path)
     suite = doc["testGroups"][0]["suite"]
     full_tag = suite in SCAPY_FULL_GCM_TAG
-    counts = dict(decrypted=0, same_octets=0, refused=0, placement=0, full_tag=0, low_zero=0, spi_zero=0, empty_icmp=0)
+    counts = dict(tfc=0, decrypted=0, same_octets=0, refused=0, placement=0, full_tag=0, low_zero=0, spi_zero=0, empty_icmp=0)
     for g, t in group_tests(doc):
         inp, out = t["inputs"], t["outputs"]
         wire = bytes.fromhex(inp["ciphertextPacket"])
@@ -323,14 +323,18 @@ def test_scapy_on_every_vector(path):
                 counts["full_tag"] += 1
             else:
                 got = raw(sa.decrypt(_ip(wire)))
-                if got != plain and len(plain) == 20 and plain[9] == 1:
+                if "TfcPadding" in flags:
+                    # RFC 4303 §2.7: scapy keeps the TFC padding as Padding after the packet its own length ends
+                    assert got[: len(plain)] == plain and len(got) > len(plain), t["tcId"]
+                    counts["tfc"] += 1
+                elif got != plain and len(plain) == 20 and plain[9] == 1:
                     # an empty payload under protocol 1: scapy re-serialises a default ICMP header into it
                     assert got[:20] == plain and got[20:] == raw(ICMP()), t["tcId"]  # (its Total Length still 20)
                     counts["empty_icmp"] += 1
                 else:
                     assert got == plain, t["tcId"]
                 counts["decrypted"] += 1
-            if "DecryptOnly" in flags:
+            if "DecryptOnly" in flags or "TfcPadding" in flags:  # scapy's sender has no TFC padding setting
                 continue
             seq = int(inp["seq"], 16)
             if seq & 0xFFFFFFFF == 0:  # scapy's encrypt takes `seq_num or self.seq_num`: 0 means "the SA's own"
@@ -365,6 +369,7 @@ def test_scapy_on_every_vector(path):
         assert counts["full_tag"] > 30 and counts["decrypted"] == 0
     else:
         assert counts["decrypted"] > 30 and counts["same_octets"] > 20 and counts["refused"] >= 20, counts
+        assert counts["tfc"] == 4, counts
     assert counts["low_zero"] == 3 and counts["placement"] == 1, counts
     if suite == "aes-gcm-16":
         assert (counts["spi_zero"], counts["empty_icmp"]) == (1, 1), counts
@@ -415,14 +420,19 @@ def test_tshark_on_the_gcm_vectors(path):
     decrypts (the keystream does not depend on the AAD) and marks the ICV bad (its AAD lacks the high half)."""
     doc = load(path)
     stem = path.name.removesuffix("_test.json")
-    seen = dict(good=0, esn_bad=0, mutation_bad=0)
+    seen = dict(good=0, esn_bad=0, mutation_bad=0, tfc=0)
     for gi, g in enumerate(doc["testGroups"], 1):
         rows = _tshark_rows(f"{stem}_g{gi:02d}")
         for t in g["tests"]:
             good, data = rows[t["tcId"]]
             flags = set(t["flags"])
             if t["result"] == "valid":
-                assert data == _esp_payload(g, bytes.fromhex(t["outputs"]["plaintextPacket"])), t["tcId"]
+                want = _esp_payload(g, bytes.fromhex(t["outputs"]["plaintextPacket"]))
+                if "TfcPadding" in flags:  # tshark's ESP data runs to the ESP padding: TFC padding included
+                    assert data[: len(want)] == want and len(data) > len(want), t["tcId"]
+                    seen["tfc"] += 1
+                else:
+                    assert data == want, t["tcId"]
                 if g["esn"]:
                     assert good == "0", t["tcId"]
                     seen["esn_bad"] += 1
@@ -432,4 +442,4 @@ def test_tshark_on_the_gcm_vectors(path):
             elif t["result"] == "invalid" and flags & AUTH_MUTATIONS and not g["esn"]:
                 assert good in ("0", ""), t["tcId"]
                 seen["mutation_bad"] += 1
-    assert seen["good"] > 40 and seen["esn_bad"] > 10 and seen["mutation_bad"] >= 15, seen
+    assert seen["good"] > 40 and seen["esn_bad"] > 10 and seen["mutation_bad"] >= 15 and seen["tfc"] == 4, seen

@@ -78,7 +78,9 @@ def corpus() -> list:
                   " mode=transport", " mode=beet", " replay-window=63", " anti-replay=0 replay-window=1048576",
                   " suite=aes-ccm-8", " key-bits=256", " root-key=" + "33" * 32, " src=192.0.2.1 dst=2001:db8::1",
                   " dst=2001:DB8::1\n" + esp_sa + " dst=2001:db8:0::1", "\n" + esp_sa.replace("0x3000", "3000"),
-                  " dst=192.0.2.1\n" + esp_sa + " dst=192.0.2.2\n" + esp_sa.replace("esp-sa", "eesp-sa")):
+                  " dst=192.0.2.1\n" + esp_sa + " dst=192.0.2.2\n" + esp_sa.replace("esp-sa", "eesp-sa"),
+                  " tfc-pad=4", " tfc-pad=1024", " tfc-pad=1025", " tfc-pad=-1", " tfc-pad=0x10",
+                  " mode=transport tfc-pad=0", " mode=transport tfc-pad=7"):
         out.append((f"esp-sa{extra.splitlines()[0] if extra.strip() else ' plain'}", f"{esp_sa}{extra}\n".encode()))
     # google/psp reference configs (what psp_decrypt -c reads): the dissectors take their master keys; a key-file
     # reader refuses them

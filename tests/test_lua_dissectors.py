@@ -208,7 +208,8 @@ CATEGORY_LOOK = {
 LUA_EXPERTS = {
     p: {f"{p}.expert.{c.replace('-', '_')}" for c in CATEGORIES if c != "ok"} | extra | {f"{p}.expert.no_module"}
     for p, extra in (("psp", {"psp.expert.gmac_unverified", "psp.expert.udp_zero_checksum"}),
-                     ("eesp", {"eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum"}))
+                     ("eesp", {"eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum",
+                               "eesp.expert.udp_bad_checksum"}))
 }
 # A decrypted packet whose own dissector fails: Wireshark's Lua API hands the script an error where the plugin's
 # packet gets Wireshark's own [Malformed Packet] item, so the scripts note it in their layer (not a status).
@@ -641,7 +642,8 @@ def bad_input_capture(work: Path) -> Path:
 @pytest.fixture(scope="module")
 def zero_checksum_capture(work: Path) -> Path:
     """IPv6 UDP with checksum 0 (the PSP reference sends it; UDP flags it), a real checksum, IPv4, EESP in UDP
-    over IPv6, EESP on IP: only UDP's own zero checksum over IPv6 gets the note."""
+    over IPv6 (its checksum computed, then 0, then wrong: eesp.md D17), EESP on IP: PSP notes UDP's own zero
+    checksum over IPv6; EESP warns of a zero or a wrong one whatever UDP says."""
     enc = pypsp.Encryptor(master_keys=(MK0, MK1), spi=0x1A345678, version=0)
     v6 = [p for p in clear_packets(8, seed=8) if p[0] >> 4 == 6]
     v4 = [p for p in clear_packets(8, seed=8) if p[0] >> 4 == 4]
@@ -650,7 +652,10 @@ def zero_checksum_capture(work: Path) -> Path:
     on_ip = pyeesp.SA(0x5000, "aes-gcm-16", key=bytes(range(2, 22)), mode="transport")
     psp6 = enc.encrypt(v6[0])
     assert psp6[46:48] == b"\0\0"
-    pkts = [psp6, enc.encrypt(v4[0]), udp6.encrypt(v6[1]), on_ip.encrypt(v6[2])]
+    e6 = udp6.encrypt(v6[1])
+    assert e6[46:48] != b"\0\0"
+    pkts = [psp6, enc.encrypt(v4[0]), e6, on_ip.encrypt(v6[2]), e6[:46] + b"\0\0" + e6[48:],
+            e6[:46] + bytes([e6[46] ^ 0x10, e6[47]]) + e6[48:]]
     return write_frames(work / "zero_checksum.pcap", pkts)
 
 
@@ -744,7 +749,7 @@ def compare_with_plugin(runs, engine: str, no_pelua_dir: Path) -> Tuple[set, set
                     assert not got and want and not set(want) & BEFORE_LOOKUP, (where, got, want)
                     notes = [i for i in layer_items(q, "psp") + layer_items(q, "eesp") if i[0].endswith(".no_module")]
                     assert notes and all(NO_ENGINE in i[1] for i in notes), where
-                    zero = [i for i in want_items if i[0].endswith(".udp_zero_checksum")]
+                    zero = [i for i in want_items if i[0].endswith((".udp_zero_checksum", ".udp_bad_checksum"))]
                     assert [i for i in got_items if not i[0].endswith(".no_module")] == zero, where
     return seen, names
 
@@ -766,7 +771,7 @@ def test_statuses_and_experts_are_the_plugins(pelua_built: Path, beside_runs, en
                 "eesp.expert.seq_wrong", "psp.expert.gmac_unverified"} <= names
     else:
         assert HEADER_STATUSES <= seen, HEADER_STATUSES - seen
-    assert {"psp.expert.udp_zero_checksum", "eesp.expert.udp_zero_checksum"} <= names
+    assert {"psp.expert.udp_zero_checksum", "eesp.expert.udp_zero_checksum", "eesp.expert.udp_bad_checksum"} <= names
 
 
 @pytest.mark.parametrize("engine", ["pelua", "no-pelua"])

@@ -1826,7 +1826,7 @@ def test_tshark_fields_registered(tshark54: Tshark) -> None:
     registered = {c[2] for c in (line.split("\t") for line in proc.stdout.splitlines())
                   if len(c) > 2 and c[0] == "F" and ".expert." in c[2]}
     for proto, extra in (("psp", {"gmac_unverified", "udp_zero_checksum", "no_module"}),
-                         ("eesp", {"seq_wrong", "udp_zero_checksum", "no_module"})):
+                         ("eesp", {"seq_wrong", "udp_zero_checksum", "udp_bad_checksum", "no_module"})):
         want = {c.replace("-", "_") for c in CATEGORIES if c != "ok"} | extra
         assert {n for n in registered if n.startswith(f"{proto}.expert.")} == {f"{proto}.expert.{w}" for w in want}
 

@@ -482,7 +482,7 @@ EESP_DECODER_CODES = {
     "eesp-crypt-offset-past-payload", "eesp-crypt-offset-not-allowed", "eesp-unknown-option", "eesp-no-sa",
     "eesp-sub-sa-out-of-range", "eesp-sequence-zero", "replay-duplicate", "replay-too-old", "eesp-bad-pad-length",
     "eesp-bad-inner-packet", "eesp-dummy-packet", "not-eesp", "nat-keepalive", "ike-non-esp-marker", "esp-in-udp",
-    "udp-bad-length", "udp-bad-checksum", "ip-fragment", "ip-bad-extension-header",
+    "udp-bad-length", "udp-bad-checksum", "udp-zero-checksum", "ip-fragment", "ip-bad-extension-header",
 }
 
 

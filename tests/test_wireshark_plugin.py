@@ -82,7 +82,8 @@ CATEGORY_LOOK = {
 CATEGORY_EXPERTS = {p: tuple(f"{p}.expert.{c.replace('-', '_')}" for c in CATEGORIES if c != "ok")
                     for p in ("psp", "eesp")}
 PSP_EXPERTS = CATEGORY_EXPERTS["psp"] + ("psp.expert.gmac_unverified", "psp.expert.udp_zero_checksum")
-EESP_EXPERTS = CATEGORY_EXPERTS["eesp"] + ("eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum")
+EESP_EXPERTS = CATEGORY_EXPERTS["eesp"] + ("eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum",
+                                           "eesp.expert.udp_bad_checksum")
 # Other dissectors' opinions we do not want to depend on.
 QUIET = ("-o", "tcp.analyze_sequence_numbers:FALSE", "-o", "tcp.check_checksum:FALSE",
          "-o", "udp.check_checksum:FALSE", "-o", "udp.ignore_ipv6_zero_checksum:TRUE")
@@ -1765,7 +1766,7 @@ def test_every_category_has_its_expert_item_per_protocol(empty_profile):
         # the items not about a status
         assert ours - set(CATEGORY_EXPERTS[proto]) == {
             "psp": {"psp.expert.gmac_unverified", "psp.expert.udp_zero_checksum"},
-            "eesp": {"eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum"}}[proto]
+            "eesp": {"eesp.expert.seq_wrong", "eesp.expert.udp_zero_checksum", "eesp.expert.udp_bad_checksum"}}[proto]
 
 
 # --------------------------------------------------------------------------- 10. google/psp reference configs
@@ -1953,25 +1954,33 @@ def test_sd_bits_are_shown_once(psp_files, psp_cases, empty_profile):
 
 def test_ipv6_zero_udp_checksum_is_explained(work, empty_profile):
     """Wireshark calls checksum 0 over IPv6 illegal (udp.checksum.zero, an error on every packet the PSP reference
-    sends).  RFC 6936 allows it for tunnels: PSP and EESP add a note saying so and naming UDP's preference; with
-    the preference set Wireshark flags nothing, and neither do we.  A real checksum, or IPv4, gets no note."""
+    sends).  RFC 6936 allows it for tunnels, and PSP's reference sends it: PSP adds a note saying so and naming
+    UDP's preference; with the preference set Wireshark flags nothing, and neither does PSP.  EESP over IPv6
+    computes the checksum (eesp.md D17): a zero one, or a wrong one, gets EESP's warning whatever UDP's
+    preferences say, on a packet decrypted all the same.  A real checksum, or IPv4, gets nothing."""
     enc = pypsp.Encryptor(spi=0x00007101, master_keys=(MK0, MK1))
     sa = EespSpec("zero", 0x80007102, "aes-gcm-16", key=_key(20, 81), mode="transport", options={"udp-encap": "1"},
                   sa_kw={"udp_encap": True}).sa()
     v6 = enc.encrypt(flow_packet(1400, 6, 17))
     o = parse_ip(v6)
     v6_summed = v6[:40] + l4(17, V6[0], o.dst, *struct.unpack("!HH", v6[40:44]), v6[48:])
-    packets = [v6, v6_summed, enc.encrypt(flow_packet(1401, 4, 17)), sa.encrypt(flow_packet(1402, 6, 17))]
+    e6 = sa.encrypt(flow_packet(1402, 6, 17))
+    assert e6[46:48] != b"\0\0"
+    e6_zero, e6_wrong = e6[:46] + b"\0\0" + e6[48:], e6[:46] + bytes([e6[46] ^ 1, e6[47]]) + e6[48:]
+    packets = [v6, v6_summed, enc.encrypt(flow_packet(1401, 4, 17)), e6, e6_zero, e6_wrong]
     assert v6[46:48] == b"\0\0" and v6_summed[46:48] != b"\0\0"
     path = write_capture(work / "zero-checksum.pcap", packets)
-    want = [["udp.checksum.zero", "psp.expert.udp_zero_checksum"], [], [],
-            ["udp.checksum.zero", "eesp.expert.udp_zero_checksum"]]
-    for ignore, expect in (("FALSE", want), ("TRUE", [[]] * 4)):
+    ours = ("udp.checksum.zero", "psp.expert.udp_zero_checksum", "eesp.expert.udp_zero_checksum",
+            "eesp.expert.udp_bad_checksum")
+    want = [["udp.checksum.zero", "psp.expert.udp_zero_checksum"], [], [], [],
+            ["udp.checksum.zero", "eesp.expert.udp_zero_checksum"], ["eesp.expert.udp_bad_checksum"]]
+    quiet = [[], [], [], [], ["eesp.expert.udp_zero_checksum"], ["eesp.expert.udp_bad_checksum"]]
+    for ignore, expect in (("FALSE", want), ("TRUE", quiet)):
         proc = ws.run(["-n", "-r", str(path), "-T", "json", "--no-duplicate-keys", "-o",
                        f"udp.ignore_ipv6_zero_checksum:{ignore}"], profile=empty_profile)
         pkts = json.loads(proc.stdout)
-        got = [[n for n in experts(p) if n in ("udp.checksum.zero", "psp.expert.udp_zero_checksum",
-                                               "eesp.expert.udp_zero_checksum")] for p in pkts]
+        got = [[n for n in experts(p) if n in ours] for p in pkts]
         assert got == expect, ignore
-        notes = [(g, sv) for p in pkts for n, _, g, sv in expert_items(p) if n.endswith(".udp_zero_checksum")]
-        assert all(x == (PI_CHECKSUM, PI_NOTE) for x in notes)
+        items = {n: (g, sv) for p in pkts for n, _, g, sv in expert_items(p) if n in ours[1:]}
+        assert items.pop("psp.expert.udp_zero_checksum", (PI_CHECKSUM, PI_NOTE)) == (PI_CHECKSUM, PI_NOTE)
+        assert set(items.values()) == {(PI_CHECKSUM, PI_WARN)} and len(items) == 2, items

@@ -112,6 +112,20 @@ static void ipv4_fix_csum(uint8_t *h)
     put16(h + 10, (uint16_t)~fold(sum16(0, h, (size_t)(h[0] & 15) * 4)));
 }
 
+/* RFC 768 / RFC 8200 §8.1: the UDP checksum of the datagram at ip + at (addresses from the fixed header). */
+static uint16_t udp_csum(const uint8_t *ip, size_t at, size_t udp_len)
+{
+    int v6 = ip[0] >> 4 == 6;
+    uint32_t s = sum16(0, ip + (v6 ? 8 : 12), v6 ? 32 : 8) + 17 + (uint32_t)(udp_len & 0xffff) +
+                 (uint32_t)(udp_len >> 16);
+    static uint8_t tmp[70000];
+    memcpy(tmp, ip + at, udp_len);
+    tmp[6] = tmp[7] = 0;
+    s = sum16(s, tmp, udp_len);
+    uint16_t c = (uint16_t)~fold(s);
+    return c ? c : 0xffff;
+}
+
 static uint8_t *dup_exact(const uint8_t *p, size_t n)
 {
     uint8_t *q = calloc(1, n ? n : 1);
@@ -1017,8 +1031,10 @@ static void rt_one(const pe_eesp_sa_config *c, pe_eesp_tx *tx, pe_eesp_rx *rx, c
         CHECKF(get16(out + 2) == n && ipv4_csum_ok(out), "%s: total length / checksum", ctx);
     size_t eo = keep;
     if (c->udp_encap) {
+        /* RFC 3948 §2.1: 0 over IPv4; RFC 8200 §8.1: computed over IPv6 (D17) */
         CHECKF(get16(out + keep) == c->udp_sport && get16(out + keep + 2) == c->udp_dport &&
-                   get16(out + keep + 4) == n - keep && get16(out + keep + 6) == 0,
+                   get16(out + keep + 4) == n - keep &&
+                   get16(out + keep + 6) == (carrier_v6 ? udp_csum(out, keep, n - keep) : 0),
                "%s: UDP header", ctx);
         eo += 8;
     }
@@ -1570,6 +1586,8 @@ static void trunc_sweep(const pe_eesp_sa_config *c, const uint8_t *pkt, size_t l
         }
         if (udp)
             put16(w + ih + 4, (unsigned)(total - ih));
+        if (udp && ih == 40) /* over IPv6 the UDP checksum covers the cut datagram too (D17) */
+            put16(w + ih + 6, udp_csum(w, ih, total - ih));
         pe_status want;
         if (udp && L == 0)
             want = PE_ERR_ESP_IN_UDP; /* §14: an empty UDP payload is neither keepalive, IKE nor EESP */
@@ -2124,15 +2142,64 @@ static void test_replay(void)
 }
 
 /* §14: UDP 4500 demultiplexing and the IP protocol setting (D7). */
-static uint16_t udp4_csum(const uint8_t *ip, size_t udp_len)
+static uint16_t udp4_csum(const uint8_t *ip, size_t udp_len) { return udp_csum(ip, 20, udp_len); }
+
+/*
+ * D17: over IPv6 the sender computes the UDP checksum; an endpoint (VERIFY)
+ * refuses a wrong one and 0 unless in RFC 6936 mode; NOTE decrypts either and
+ * says what VERIFY would have refused.
+ */
+static void test_udp_checksum_v6(void)
 {
-    uint32_t s = sum16(0, ip + 12, 8) + 17 + (uint32_t)udp_len;
-    uint8_t tmp[4096];
-    memcpy(tmp, ip + 20, udp_len);
-    tmp[6] = tmp[7] = 0;
-    s = sum16(s, tmp, udp_len);
-    uint16_t c = (uint16_t)~fold(s);
-    return c ? c : 0xffff;
+    static uint8_t b[4096], out[OUT_CAP], dec_out[OUT_CAP];
+    pe_eesp_sa_config c;
+    cfg_plain(&c, 0x8000, PE_ENCR_AES_GCM_16, 128, PE_EESP_TUNNEL);
+    c.udp_encap = 1;
+    pe_eesp_tx *tx = mk_tx(&c);
+    size_t len = inner_packet(b, 1, 0, 40, 9);
+    size_t n = encap_ok(tx, b, len, 0, out);
+    CHECK(out[0] >> 4 == 6 && out[6] == 17 && get16(out + 46) == udp_csum(out, 40, n - 40));
+    pe_eesp_rx_config rc;
+    pe_eesp_rx_config_init(&rc);
+    static const struct {
+        int mode, zero_ok;
+        pe_status good, wrong, zero, note_wrong, note_zero;
+    } m[] = {
+        {PE_UDP_CHECKSUM_VERIFY, 0, PE_OK, PE_ERR_UDP_CHECKSUM, PE_ERR_UDP_ZERO_CHECKSUM, PE_OK, PE_OK},
+        {PE_UDP_CHECKSUM_VERIFY, 1, PE_OK, PE_ERR_UDP_CHECKSUM, PE_OK, PE_OK, PE_OK},
+        {PE_UDP_CHECKSUM_NOTE, 0, PE_OK, PE_OK, PE_OK, PE_ERR_UDP_CHECKSUM, PE_ERR_UDP_ZERO_CHECKSUM},
+        {PE_UDP_CHECKSUM_NOTE, 1, PE_OK, PE_OK, PE_OK, PE_ERR_UDP_CHECKSUM, PE_OK},
+        {PE_UDP_CHECKSUM_IGNORE, 0, PE_OK, PE_OK, PE_OK, PE_OK, PE_OK},
+    };
+    uint16_t good = get16(out + 46);
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        rc.check_udp_checksum = m[i].mode;
+        rc.udp_zero_checksum_v6 = m[i].zero_ok;
+        pe_eesp_rx *rx = NULL;
+        CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_OK);
+        c.anti_replay = 0;
+        CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_OK);
+        pe_eesp_info info;
+        size_t ol;
+        put16(out + 46, good);
+        CHECK_STN(pe_eesp_decap(rx, out, n, dec_out, sizeof dec_out, &ol, &info), m[i].good, i);
+        CHECK(info.udp_checksum == PE_OK && ol == len && memcmp(dec_out, b, len) == 0);
+        put16(out + 46, good ^ 0x0400);
+        CHECK_STN(pe_eesp_decap(rx, out, n, dec_out, sizeof dec_out, &ol, &info), m[i].wrong, i);
+        CHECK(info.udp_checksum == m[i].note_wrong);
+        put16(out + 46, 0);
+        CHECK_STN(pe_eesp_decap(rx, out, n, dec_out, sizeof dec_out, &ol, &info), m[i].zero, i);
+        CHECK(info.udp_checksum == m[i].note_zero);
+        /* the capture tools decrypt anyway, whatever the receiver's setting, and name the note as why */
+        pe_status why;
+        CHECK(pe_eesp_capture_decap(rx, out, n, dec_out, sizeof dec_out, &ol, &why) == PE_VERDICT_TRANSFORMED);
+        CHECK(why == (m[i].zero_ok ? PE_OK : PE_ERR_UDP_ZERO_CHECKSUM));
+        put16(out + 46, good ^ 0x0400);
+        CHECK(pe_eesp_capture_decap(rx, out, n, dec_out, sizeof dec_out, &ol, &why) == PE_VERDICT_TRANSFORMED);
+        CHECK(why == PE_ERR_UDP_CHECKSUM && ol == len && memcmp(dec_out, b, len) == 0);
+        pe_eesp_rx_free(rx);
+    }
+    pe_eesp_tx_free(tx);
 }
 
 static int spi_is_80001234(const void *ctx, uint32_t spi)
@@ -2147,7 +2214,9 @@ static void test_udp_demux(void)
     pe_eesp_rx_config rc;
     pe_eesp_rx *rx = NULL;
     pe_eesp_rx_config_init(&rc);
-    CHECK(rc.ip_protocol == 49 && rc.udp_port == 4500 && !rc.check_udp_checksum);
+    CHECK(rc.ip_protocol == 49 && rc.udp_port == 4500 && rc.check_udp_checksum == PE_UDP_CHECKSUM_VERIFY &&
+          !rc.udp_zero_checksum_v6);
+    rc.udp_zero_checksum_v6 = 1; /* the crafted IPv6 datagrams below carry 0: RFC 6936 mode takes them */
     CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_OK);
     static const struct {
         const char *payload;
@@ -2261,12 +2330,12 @@ static void test_udp_demux(void)
     CHECK_ST(dec(rx, junk, 3, NULL, NULL, NULL), PE_ERR_IP_VERSION);
     pe_eesp_rx_free(rx);
 
-    /* UDP checksums (optional check): zero is "none"; a wrong one is refused. */
+    /* UDP checksums over IPv4: zero is "none"; a wrong one is refused (RFC 1122 §4.1.3.4, D17). */
     pe_eesp_sa_config c;
     cfg_plain(&c, 0x8000, PE_ENCR_AES_GCM_16, 128, PE_EESP_TRANSPORT);
     c.udp_encap = 1;
     pe_eesp_tx *tx = mk_tx(&c);
-    rc.check_udp_checksum = 1;
+    pe_eesp_rx_config_init(&rc);
     CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_OK);
     CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_OK);
     size_t len = inner_packet(b, 0, 0, 33, 4);
@@ -2772,6 +2841,7 @@ int main(void)
     test_rejections();
     test_replay();
     test_udp_demux();
+    test_udp_checksum_v6();
     test_tx_config();
     test_robustness();
     printf("test_eesp: %ld checks, %ld round-trip packets checked against the reference, %d failures so far\n", checks,

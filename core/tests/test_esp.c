@@ -946,6 +946,84 @@ static void test_capture_callbacks(void)
     pe_esp_rx_free(rx);
 }
 
+/* RFC 768 / RFC 8200 §8.1, independent of the core: the UDP checksum of the datagram at ip + 40 of an IPv6 packet. */
+static uint16_t udp6_csum(const uint8_t *ip, size_t udp_len)
+{
+    uint64_t s = 17 + (uint64_t)udp_len;
+    for (size_t i = 8; i < 40; i += 2)
+        s += (uint32_t)ip[i] << 8 | ip[i + 1];
+    for (size_t i = 0; i < udp_len; i += 2)
+        if (i != 6)
+            s += (uint32_t)ip[40 + i] << 8 | (i + 1 < udp_len ? ip[40 + i + 1] : 0);
+    while (s >> 16)
+        s = (s & 0xffff) + (s >> 16);
+    uint16_t c = (uint16_t)~s;
+    return c ? c : 0xffff;
+}
+
+/*
+ * eesp.md D17 for ESP: the sender computes the UDP checksum over IPv6; the
+ * endpoint (the default) refuses 0 unless in RFC 6936 mode, and a wrong one;
+ * the capture transform decrypts both and says so.  RFC 4303 §2.7: TFC
+ * padding after a tunnelled packet, sent as an SA setting (tunnel only) and
+ * trimmed by the receiver to the inner packet's own length.
+ */
+static void test_udp_checksum_and_tfc(void)
+{
+    static uint8_t pkt[256], wire[256 + PE_ESP_MAX_OVERHEAD], plain[256 + PE_ESP_MAX_OVERHEAD], res[512];
+    pe_esp_sa_config c;
+    cfg_for(&c, 0x4343, PE_ENCR_AES_GCM_16, 128, PE_ESP_TUNNEL, 0);
+    c.udp_encap = 1;
+    size_t len = mk_ipv6_tcp(pkt, 30, 7, 0), n, pn, rn;
+    pe_esp_tx *tx0 = mk_tx(&c);
+    CHECK_ST(pe_esp_encap(tx0, pkt, len, plain, sizeof plain, &pn), PE_OK);
+    c.tfc_pad_len = 9;
+    pe_esp_tx *tx = mk_tx(&c);
+    CHECK_ST(pe_esp_encap(tx, pkt, len, wire, sizeof wire, &n), PE_OK);
+    CHECK(wire[6] == 17 && n == pn + 12 && pe_get16(wire + 46) == udp6_csum(wire, n - 40)); /* 9 + 3 of padding */
+    CHECK(pe_get16(plain + 46) == udp6_csum(plain, pn - 40));
+    c.tfc_pad_len = 0;
+    pe_esp_rx *rx = mk_rx(&c);
+    pe_esp_info info;
+    CHECK_ST(dec(rx, wire, n, res, &rn, &info), PE_OK);
+    CHECK(rn == len && memcmp(res, pkt, len) == 0 && info.tfc_pad_len == 9 && info.udp_checksum == PE_OK);
+    /* the endpoint's checks, and the capture reader's notes */
+    pe_esp_rx_config rc;
+    pe_esp_rx_config_init(&rc);
+    CHECK(rc.check_udp_checksum == PE_UDP_CHECKSUM_VERIFY && !rc.udp_zero_checksum_v6);
+    uint16_t good = pe_get16(wire + 46);
+    for (int zero = 0; zero < 2; zero++) {
+        pe_put16(wire + 46, zero ? 0 : good ^ 0x0100);
+        pe_status want = zero ? PE_ERR_UDP_ZERO_CHECKSUM : PE_ERR_UDP_CHECKSUM;
+        pe_esp_rx *fresh = mk_rx(&c);
+        CHECK_ST(dec(fresh, wire, n, NULL, NULL, NULL), want);
+        pe_status why;
+        uint8_t *in = dup_exact(wire, n);
+        CHECK(pe_esp_capture_decap(fresh, in, n, res, sizeof res, &rn, &why) == PE_VERDICT_TRANSFORMED);
+        CHECK(why == want && rn == len && memcmp(res, pkt, len) == 0);
+        free(in);
+        pe_esp_rx_free(fresh);
+        rc.udp_zero_checksum_v6 = 1; /* RFC 6936 mode takes 0, never a wrong one */
+        pe_esp_rx *z = NULL;
+        CHECK_ST(pe_esp_rx_new(&rc, &z), PE_OK);
+        CHECK_ST(pe_esp_rx_add_sa(z, &c), PE_OK);
+        CHECK_ST(dec(z, wire, n, NULL, NULL, NULL), zero ? PE_OK : PE_ERR_UDP_CHECKSUM);
+        pe_esp_rx_free(z);
+        rc.udp_zero_checksum_v6 = 0;
+    }
+    /* TFC padding only where the payload says its own length; at most PE_ESP_MAX_TFC_PAD */
+    pe_esp_tx *bad = NULL;
+    c.mode = PE_ESP_TRANSPORT;
+    c.tfc_pad_len = 4;
+    CHECK_ST(pe_esp_tx_new(&c, &bad), PE_ERR_ESP_CONFIG);
+    c.mode = PE_ESP_TUNNEL;
+    c.tfc_pad_len = PE_ESP_MAX_TFC_PAD + 1;
+    CHECK_ST(pe_esp_tx_new(&c, &bad), PE_ERR_ESP_CONFIG);
+    pe_esp_rx_free(rx);
+    pe_esp_tx_free(tx);
+    pe_esp_tx_free(tx0);
+}
+
 int main(void)
 {
     init_keys();
@@ -962,6 +1040,7 @@ int main(void)
     test_framing();
     test_config();
     test_capture_callbacks();
+    test_udp_checksum_and_tfc();
     printf("test_esp: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -87,6 +87,7 @@ local STATUS_LIST = {
     { "udp-truncated", "malformed", "UDP header truncated" },
     { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
     { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "udp-zero-checksum", "malformed", "UDP checksum 0 over IPv6, outside RFC 6936 zero-checksum mode" },
     { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
     { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
     { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
@@ -240,6 +241,7 @@ local STATUS_LIST = {
     { "udp-truncated", "malformed", "UDP header truncated" },
     { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
     { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "udp-zero-checksum", "malformed", "UDP checksum 0 over IPv6, outside RFC 6936 zero-checksum mode" },
     { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
     { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
     { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
@@ -1200,7 +1202,7 @@ end
 -- does, with an esp_sa table exported from the file), so a valid line is kept and otherwise unused.
 local function parse_esp_sa(kf, l)
     l:check_fields({ "spi", "suite", "key-bits", "key", "mode", "esn", "anti-replay", "replay-window", "first-seq",
-        "udp-encap", "udp-sport", "udp-dport", "src", "dst" })
+        "udp-encap", "udp-sport", "udp-dport", "src", "dst", "tfc-pad" })
     local e = { line = l.line }
     e.spi = l:spi_field()
     suite_fields(l, e)
@@ -1242,6 +1244,11 @@ local function parse_esp_sa(kf, l)
     e.dst_family, e.dst = addr_field(l, "dst")
     if e.src_family ~= 0 and e.dst_family ~= 0 and e.src_family ~= e.dst_family then
         l:bad_value("dst", "is not of the same address family as 'src'")
+    end
+    -- RFC 4303 §2.7: TFC padding only where the payload always says its own length
+    e.tfc_pad = l:range_field("tfc-pad", 0, 1024) or 0
+    if e.tfc_pad ~= 0 and e.mode ~= "tunnel" then
+        l:bad_value("tfc-pad", "needs mode=tunnel")
     end
     local same = kf.esp_by_spi[e.spi] or {}
     for i = #same, 1, -1 do
@@ -2189,12 +2196,15 @@ local e = {
     seq_wrong = ProtoExpert.new("eesp.expert.seq_wrong", "Wrong sequence number", expert.group.SEQUENCE,
         expert.severity.WARN),
     udp_zero_checksum = ProtoExpert.new("eesp.expert.udp_zero_checksum",
-        "UDP checksum 0 over IPv6 is allowed for EESP in UDP (RFC 6936); Wireshark's UDP preference "
-            .. "udp.ignore_ipv6_zero_checksum stops flagging it", expert.group.CHECKSUM, expert.severity.NOTE),
+        "UDP checksum 0 over IPv6: endpoints drop it (RFC 8200 section 8.1) unless both ends run RFC 6936 "
+            .. "zero-checksum mode; decrypted here all the same", expert.group.CHECKSUM, expert.severity.WARN),
+    udp_bad_checksum = ProtoExpert.new("eesp.expert.udp_bad_checksum",
+        "UDP checksum is wrong: endpoints drop it (RFC 1122 section 4.1.3.4); decrypted here all the same",
+        expert.group.CHECKSUM, expert.severity.WARN),
     -- Lua only: the C plugin always has the core.
     no_module = ProtoExpert.new("eesp.expert.no_module", NO_ENGINE, expert.group.UNDECODED, expert.severity.NOTE),
 }
-for _, name in ipairs({ "seq_wrong", "udp_zero_checksum", "no_module" }) do
+for _, name in ipairs({ "seq_wrong", "udp_zero_checksum", "udp_bad_checksum", "no_module" }) do
     experts[#experts + 1] = e[name]
 end
 eesp.experts = experts
@@ -2497,23 +2507,68 @@ local function header_status(len, octet0)
     end
 end
 
--- UDP flags checksum 0 over IPv6 as illegal (checksum status 4, PROTO_CHECKSUM_E_ILLEGAL) unless its preference
--- udp.ignore_ipv6_zero_checksum is set; Lua cannot read that preference, but it can see what UDP concluded.  The
--- status item sits on the checksum, the last 2 octets before this payload in the same data source (so EESP
--- directly on IP never matches).
-local udp_checksum_status_field = Field.new("udp.checksum.status")
-local CHECKSUM_ILLEGAL = 4
+-- eesp.md D17: what an endpoint makes of the UDP checksum, whatever UDP's preferences (the plugin's
+-- pe_ws_udp_checksum_verdict): the checksum field 2 octets before this payload (so EESP directly on IP never
+-- matches), the addresses of the nearest IP header before it, the datagram from UDP's header on.
+local udp_checksum_field = Field.new("udp.checksum")
+local udp_length_field = Field.new("udp.length")
+local addr_fields = { { Field.new("ip.src"), Field.new("ip.dst") }, { Field.new("ipv6.src"), Field.new("ipv6.dst") } }
 
-local function udp_zero_checksum_flagged(tvb)
-    local at = tvb:offset() - 2
-    local list = { udp_checksum_status_field() }
+local function field_at(f, at)
+    local list = { f() }
     for i = #list, 1, -1 do
-        local fi = list[i]
-        if fi.offset == at then
-            return fi.value == CHECKSUM_ILLEGAL
+        if list[i].offset == at then
+            return list[i]
         end
     end
-    return false
+end
+
+local function sum16(sum, s)
+    for i = 1, #s - 1, 2 do
+        sum = sum + s:byte(i) * 256 + s:byte(i + 1)
+    end
+    if #s % 2 == 1 then
+        sum = sum + s:byte(#s) * 256
+    end
+    return sum
+end
+
+-- nil (nothing to say), "udp-zero-checksum" or "udp-bad-checksum"
+local function udp_checksum_verdict(tvb, pinfo)
+    local at = tvb:offset() - 2
+    local csum = field_at(udp_checksum_field, at)
+    if not csum then
+        return nil
+    end
+    local src, dst, best = nil, nil, -1
+    for _, f in ipairs(addr_fields) do
+        local s, d = { f[1]() }, { f[2]() }
+        for i = 1, math.min(#s, #d) do
+            if s[i].offset < at and s[i].offset > best then
+                src, dst, best = s[i], d[i], s[i].offset
+            end
+        end
+    end
+    if not src then
+        return nil
+    end
+    if csum.value == 0 then
+        return src.len == 16 and "udp-zero-checksum" or nil
+    end
+    local ulen = field_at(udp_length_field, at - 2)
+    if not ulen or tvb:len() ~= tvb:reported_len() or tvb:len() + 8 ~= ulen.value then
+        return nil -- cut by the capture, or not the datagram UDP says
+    end
+    -- RFC 768 / RFC 8200 section 8.1: addresses, protocol 17 and the UDP length, then the datagram
+    local n = ulen.value
+    local head = string.char(math.floor(pinfo.src_port / 256), pinfo.src_port % 256, math.floor(pinfo.dst_port / 256),
+        pinfo.dst_port % 256, math.floor(n / 256), n % 256, math.floor(csum.value / 256), csum.value % 256)
+    local sum = sum16(sum16(sum16(17 + n, src.range:bytes():raw()), dst.range:bytes():raw()), head)
+    sum = sum16(sum, tvb:bytes():raw())
+    while sum > 0xffff do
+        sum = sum % 0x10000 + math.floor(sum / 0x10000)
+    end
+    return sum ~= 0xffff and "udp-bad-checksum" or nil
 end
 
 local function dissect_inner(inner, nh, pinfo, tree, etree)
@@ -2591,8 +2646,10 @@ local function dissect_eesp(tvb, pinfo, tree)
     local reported = tvb:reported_len()
     pinfo.cols.protocol:set("EESP")
     local t = len > 0 and tree:add(eesp, tvb()) or tree:add(eesp)
-    if udp_zero_checksum_flagged(tvb) then
-        t:add_proto_expert_info(e.udp_zero_checksum)
+    -- what an endpoint would drop, decrypted here all the same (a capture someone else made)
+    local udp_checksum = udp_checksum_verdict(tvb, pinfo)
+    if udp_checksum then
+        t:add_proto_expert_info(udp_checksum == "udp-zero-checksum" and e.udp_zero_checksum or e.udp_bad_checksum)
     end
 
     -- Base Header (§3), as far as it was captured.

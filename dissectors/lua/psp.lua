@@ -81,6 +81,7 @@ local STATUS_LIST = {
     { "udp-truncated", "malformed", "UDP header truncated" },
     { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
     { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "udp-zero-checksum", "malformed", "UDP checksum 0 over IPv6, outside RFC 6936 zero-checksum mode" },
     { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
     { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
     { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
@@ -234,6 +235,7 @@ local STATUS_LIST = {
     { "udp-truncated", "malformed", "UDP header truncated" },
     { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
     { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
+    { "udp-zero-checksum", "malformed", "UDP checksum 0 over IPv6, outside RFC 6936 zero-checksum mode" },
     { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
     { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
     { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
@@ -1194,7 +1196,7 @@ end
 -- does, with an esp_sa table exported from the file), so a valid line is kept and otherwise unused.
 local function parse_esp_sa(kf, l)
     l:check_fields({ "spi", "suite", "key-bits", "key", "mode", "esn", "anti-replay", "replay-window", "first-seq",
-        "udp-encap", "udp-sport", "udp-dport", "src", "dst" })
+        "udp-encap", "udp-sport", "udp-dport", "src", "dst", "tfc-pad" })
     local e = { line = l.line }
     e.spi = l:spi_field()
     suite_fields(l, e)
@@ -1236,6 +1238,11 @@ local function parse_esp_sa(kf, l)
     e.dst_family, e.dst = addr_field(l, "dst")
     if e.src_family ~= 0 and e.dst_family ~= 0 and e.src_family ~= e.dst_family then
         l:bad_value("dst", "is not of the same address family as 'src'")
+    end
+    -- RFC 4303 §2.7: TFC padding only where the payload always says its own length
+    e.tfc_pad = l:range_field("tfc-pad", 0, 1024) or 0
+    if e.tfc_pad ~= 0 and e.mode ~= "tunnel" then
+        l:bad_value("tfc-pad", "needs mode=tunnel")
     end
     local same = kf.esp_by_spi[e.spi] or {}
     for i = #same, 1, -1 do

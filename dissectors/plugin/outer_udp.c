@@ -7,6 +7,7 @@
 #include <epan/prefs.h>
 
 #include "outer_udp.h"
+#include "pe/ip.h"
 
 typedef struct precedence {
     dissector_handle_t registered, promoted;
@@ -121,6 +122,32 @@ static gboolean udp_flags_ipv6_zero_checksum(void)
     module_t *udp = prefs_find_module("udp");
     pref_t *pref = udp ? prefs_find_preference(udp, "ignore_ipv6_zero_checksum") : NULL;
     return !pref || !prefs_get_bool_value(pref, pref_current);
+}
+
+pe_status pe_ws_udp_checksum_verdict(tvbuff_t *tvb, packet_info *pinfo)
+{
+    int v6 = pinfo->src.type == AT_IPv6 && pinfo->dst.type == AT_IPv6;
+    if (!v6 && !(pinfo->src.type == AT_IPv4 && pinfo->dst.type == AT_IPv4))
+        return PE_OK;
+    tvbuff_t *ds = tvb_get_ds_tvb(tvb);
+    gint off = tvb_raw_offset(tvb);
+    if (!ds || off < 8 || (guint)off > tvb_captured_length(ds))
+        return PE_OK;
+    if (tvb_get_ntohs(ds, off - 8) != pinfo->srcport || tvb_get_ntohs(ds, off - 6) != pinfo->destport)
+        return PE_OK;
+    guint udp_len = tvb_get_ntohs(ds, off - 4);
+    if (tvb_get_ntohs(ds, off - 2) == 0)
+        return v6 ? PE_ERR_UDP_ZERO_CHECKSUM : PE_OK;
+    if (udp_len < 8 || (guint)off - 8 + udp_len > tvb_captured_length(ds))
+        return PE_OK;
+    /* RFC 768 / RFC 8200 §8.1: addresses, protocol and UDP length, then the datagram (its checksum included) */
+    size_t alen = v6 ? 16 : 4;
+    guint8 pseudo[4] = {0, 17, (guint8)(udp_len >> 8), (guint8)udp_len};
+    uint32_t sum = pe_csum_add(0, pinfo->src.data, alen);
+    sum = pe_csum_add(sum, pinfo->dst.data, alen);
+    sum = pe_csum_add(sum, pseudo, sizeof pseudo);
+    sum = pe_csum_add(sum, tvb_get_ptr(ds, off - 8, (gint)udp_len), udp_len);
+    return pe_csum_fold(sum) == 0xffff ? PE_OK : PE_ERR_UDP_CHECKSUM;
 }
 
 void pe_ws_udp_zero_checksum_note(tvbuff_t *tvb, packet_info *pinfo, proto_item *item, expert_field *ei)

@@ -28,6 +28,8 @@
 #include <epan/expert.h>
 #include <epan/packet.h>
 
+#include "pe/status.h"
+
 /* Whether a packet to one of the protocol's ports is the protocol's. */
 typedef gboolean (*pe_ws_udp_claim_fn)(tvbuff_t *tvb, packet_info *pinfo);
 
@@ -51,5 +53,14 @@ void pe_ws_udp_promote(dissector_handle_t registered);
  * preference.
  */
 void pe_ws_udp_zero_checksum_note(tvbuff_t *tvb, packet_info *pinfo, proto_item *item, expert_field *ei);
+
+/*
+ * What a receiving endpoint makes of the UDP checksum of the datagram whose
+ * payload is tvb (eesp.md D17), whatever Wireshark's UDP preferences: PE_OK,
+ * PE_ERR_UDP_ZERO_CHECKSUM (0 over IPv6) or PE_ERR_UDP_CHECKSUM (wrong and
+ * non-zero).  PE_OK too where it cannot be told: the UDP header is not the
+ * 8 octets before tvb in the frame, or the capture cut the datagram.
+ */
+pe_status pe_ws_udp_checksum_verdict(tvbuff_t *tvb, packet_info *pinfo);
 
 #endif

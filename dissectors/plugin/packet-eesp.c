@@ -69,6 +69,7 @@ static gint ett_eesp_option = -1;
 static pe_ws_status_experts eesp_experts;
 static expert_field ei_eesp_seq_wrong = EI_INIT;
 static expert_field ei_eesp_zero_checksum = EI_INIT;
+static expert_field ei_eesp_bad_checksum = EI_INIT;
 
 /* eesp_udp_handle: the port's registration; eesp_udp_first_handle: the entry UDP tries first (outer_udp.h). */
 static dissector_handle_t eesp_handle, eesp_udp_handle, eesp_udp_first_handle, udp4500_fallback;
@@ -284,8 +285,11 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
     col_clear(pinfo->cinfo, COL_INFO);
     proto_item *ti = proto_tree_add_item(tree, proto_eesp, tvb, 0, -1, ENC_NA);
     proto_tree *et = proto_item_add_subtree(ti, ett_eesp);
-    if (in_udp)
-        pe_ws_udp_zero_checksum_note(tvb, pinfo, ti, &ei_eesp_zero_checksum);
+    /* D17: what an endpoint would drop, decrypted here all the same (a capture someone else made) */
+    pe_status udp_checksum = in_udp ? pe_ws_udp_checksum_verdict(tvb, pinfo) : PE_OK;
+    if (udp_checksum != PE_OK)
+        expert_add_info(pinfo, ti, udp_checksum == PE_ERR_UDP_ZERO_CHECKSUM ? &ei_eesp_zero_checksum
+                                                                              : &ei_eesp_bad_checksum);
 
     /* The SA is found by SPI and the (outer) destination: the address of the IP layer below. */
     int ip_version = pinfo->dst.type == AT_IPv4 ? 4 : pinfo->dst.type == AT_IPv6 ? 6 : 0;
@@ -537,9 +541,12 @@ void proto_register_eesp(void)
     /* Not about a status: the status items come from experts.c. */
     static ei_register_info ei[] = {
         {&ei_eesp_seq_wrong, {"eesp.expert.seq_wrong", PI_SEQUENCE, PI_WARN, "Wrong sequence number", EXPFILL}},
-        {&ei_eesp_zero_checksum, {"eesp.expert.udp_zero_checksum", PI_CHECKSUM, PI_NOTE,
-                                  "UDP checksum 0 over IPv6 is allowed for EESP in UDP (RFC 6936); Wireshark's "
-                                  "UDP preference udp.ignore_ipv6_zero_checksum stops flagging it", EXPFILL}},
+        {&ei_eesp_zero_checksum, {"eesp.expert.udp_zero_checksum", PI_CHECKSUM, PI_WARN,
+                                  "UDP checksum 0 over IPv6: endpoints drop it (RFC 8200 section 8.1) unless both "
+                                  "ends run RFC 6936 zero-checksum mode; decrypted here all the same", EXPFILL}},
+        {&ei_eesp_bad_checksum, {"eesp.expert.udp_bad_checksum", PI_CHECKSUM, PI_WARN,
+                                 "UDP checksum is wrong: endpoints drop it (RFC 1122 section 4.1.3.4); decrypted "
+                                 "here all the same", EXPFILL}},
     };
 
     proto_eesp = proto_register_protocol("Enhanced Encapsulating Security Payload", "EESP", "eesp");

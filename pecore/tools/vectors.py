@@ -192,7 +192,7 @@ def l4_offset(pkt: bytes, stop: Iterable[int] = ()) -> Tuple[int, int, int]:
 
 def fix_ip(pkt: bytes, udp_at: Optional[int] = None) -> bytes:
     """Recompute the IP length (and IPv4 header checksum) from the packet length, and the UDP length of a UDP
-    header at ``udp_at``."""
+    header at ``udp_at`` (and over IPv6 its checksum, unless it is 0)."""
     b = bytearray(pkt)
     if ip_version(b) == 4:
         ihl = (b[0] & 0xF) * 4
@@ -203,6 +203,8 @@ def fix_ip(pkt: bytes, udp_at: Optional[int] = None) -> bytes:
         b[4:6] = struct.pack(">H", len(b) - 40)
     if udp_at is not None:
         b[udp_at + 4 : udp_at + 6] = struct.pack(">H", len(b) - udp_at)
+        if ip_version(b) == 6 and b[udp_at + 6 : udp_at + 8] != b"\0\0":  # a computed IPv6 checksum stays right
+            return bytes(b[:udp_at]) + l4_checksum(bytes(b[8:24]), bytes(b[24:40]), IPPROTO_UDP, bytes(b[udp_at:]), 6)
     return bytes(b)
 
 
@@ -383,6 +385,17 @@ def udp_encap_mutations(gb: Any, base: SealedPacket, not_ours: str, not_ours_err
                base.with_secured(bytes(4) + base.secured[:24]), "ike-non-esp-marker")
 
 
+def udp_checksum_v6_vectors(gb: Any, s6: SealedPacket) -> None:
+    """The receiver's checksum rules on a packet in UDP 4500 over IPv6 (eesp.md D17), for both ESP-framed
+    families: checksum 0 (RFC 8200 §8.1, outside RFC 6936's zero-checksum mode) and a wrong one."""
+    w, at = s6.wire, s6.at - 8
+    gb.invalid("IPv6: UDP checksum 0 (RFC 8200 §8.1: discarded outside RFC 6936's zero-checksum mode)",
+               ["UdpEncap", "UdpChecksum"], s6, put(w, at + 6, b"\0\0"), "udp-zero-checksum")
+    gb.invalid("IPv6: a wrong non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], s6,
+               put(w, at + 6, struct.pack(">H", struct.unpack(">H", w[at + 6 : at + 8])[0] ^ 0x0101)),
+               "udp-bad-checksum")
+
+
 def delivered(pkt: bytes, icv: bytes, next_header: int, pad_length: int) -> Dict[str, Any]:
     """The outputs of a valid ESP/EESP test: what the receiver delivers, and the trailer it read."""
     return {"plaintextPacket": pkt.hex(), "icv": icv.hex(), "nextHeader": next_header, "padLength": pad_length}
@@ -478,7 +491,7 @@ KEY_ORDER = [
     "alignOptions", "maxSubSaId", "maxCryptOffset", "strict", "ipProtocol", "udpEncap", "stateful",
     "replayWindow", "tcId", "comment", "tests", "flags", "inputs", "outputs", "result",
     "masterKey", "masterKey0", "masterKey1", "derivedKey", "rootKey", "key", "salt", "label", "spi", "sessionId",
-    "length", "seq", "iv", "replayTop", "cryptOffset", "vcValue", "sample", "drop", "options", "acceptedVersions",
+    "length", "seq", "iv", "replayTop", "tfcPad", "cryptOffset", "vcValue", "sample", "drop", "options", "acceptedVersions",
     "ciphertextPacket", "plaintextPacket", "keymat", "icv", "nextHeader", "padLength", "icvValid", "error",
 ]
 _RANK = {k: i for i, k in enumerate(KEY_ORDER)}

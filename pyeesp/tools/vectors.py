@@ -33,12 +33,12 @@ from pecore.tools.vectors import (
     assemble, check_kat_doc, delivered, dropped, flip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck,
     ipv6_header, kept_flags, key_file_head, l4_checksum, l4_offset, mark_self_computed, outer_template, put,
     register as _register, register_family, secured_offset, shared_notes, test_object, top_schema,
-    udp_encap_mutations, udp_segment,
+    udp_checksum_v6_vectors, udp_encap_mutations, udp_segment,
 )
 
 PACKET_SCHEMA = "eesp_packet_test_schema_v1.json"
 SSKDF_SCHEMA = "eesp_sskdf_test_schema_v1.json"
-SOURCE_SELF = {"name": "self", "version": "pyeesp 0.1.0, draft-ietf-ipsecme-eesp-04 with decisions D1-D16"}
+SOURCE_SELF = {"name": "self", "version": "pyeesp 0.1.0, draft-ietf-ipsecme-eesp-04 with decisions D1-D17"}
 SOURCE_SPEC = {"name": "self", "version": "eesp.md §19 vectors E1-E5 (self-computed regression anchors)"}
 
 
@@ -57,7 +57,7 @@ NOTES: Dict[str, Dict[str, str]] = {
                      "§19), wrapped in an outer IP header: self-computed regression anchors, not authoritative (the "
                      "drafts publish none)."},
     "SelfComputed": {"bugType": "BASIC", "description": "Computed by this project from draft-ietf-ipsecme-eesp-04 and "
-                     "decisions D1-D16 (eesp.md §18); checked by two implementations that share no code. No published "
+                     "decisions D1-D17 (eesp.md §18); checked by two implementations that share no code. No published "
                      "EESP vectors exist."},
     "SubSa": {"bugType": "BASIC", "description": "Sub SA keys: key ‖ salt = HKDF-Expand(root key, Session ID as 2 octets "
               "big-endian, L) with the group's SSKDF (eesp.md §12, D4)."},
@@ -135,7 +135,11 @@ NOTES: Dict[str, Dict[str, str]] = {
                        "the PIH names."},
     "NotEesp": {"bugType": "FUNCTIONALITY", "description": "Not EESP for this receiver: another IP protocol or UDP port, "
                 "or on UDP 4500 an ESP packet, an IKE message (non-ESP marker) or a NAT keepalive."},
-    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "A non-zero UDP checksum: a receiver may verify it or not."},
+    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "The UDP checksum of EESP in UDP: 0 over IPv4 "
+                    "(RFC 3948 §2.1), computed over IPv6 (RFC 8200 §8.1). A correct one is accepted; a wrong non-zero one is "
+                    "discarded (RFC 1122 §4.1.3.4); 0 over IPv6 is discarded unless both ends run RFC 6936's "
+                    "zero-checksum mode for the port (off by default). Tools that read captures may still decrypt "
+                    "these packets, saying so (eesp.md D17)."},
 }
 
 # --------------------------------------------------------------------------------------------------------
@@ -221,7 +225,7 @@ SSKDF_TEST = test_object(
 SCHEMAS = {
     PACKET_SCHEMA: top_schema(
         PACKET_SCHEMA, "EESP packet test vectors",
-        "Wycheproof-style EESP (draft-ietf-ipsecme-eesp-04, decisions D1-D16 of the project's notes) packet vectors: "
+        "Wycheproof-style EESP (draft-ietf-ipsecme-eesp-04, decisions D1-D17 of the project's notes) packet vectors: "
         "full wire octets and what a receiver delivers, or why it drops the packet. See vectors/README.md.",
         ["EESP"], PACKET_GROUP, {"test": PACKET_TEST}),
     SSKDF_SCHEMA: top_schema(
@@ -759,17 +763,18 @@ def _udp_group(fb: EespFileBuilder) -> None:
     gb.valid("IPv6/TCP, Sub SA 1, source port 4500", ["UdpEncap"], inner.tcp(6, 8), sid=1)
     gb.valid("IPv4/TCP, Sub SA 65535 on an ephemeral source port", ["UdpEncap"], inner.tcp(4, 8), sid=0xFFFF,
              udp_sport=inner.port())
-    gb.valid("IPv6/UDP, Sub SA 256 (Session ID 0x0100)", ["UdpEncap"], inner.udp(6, 11), sid=0x100)
+    s6 = gb.valid("IPv6/UDP, Sub SA 256 (Session ID 0x0100)", ["UdpEncap"], inner.udp(6, 11), sid=0x100)
     w = base.wire
     u = base.at - 8
     src, dst = w[12:16], w[16:20]
     good = w[:u] + l4_checksum(src, dst, 17, w[u:], 6)
-    t, _ = gb.crafted("a correct non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], base)
+    t, _ = gb.crafted("IPv4: a correct non-zero UDP checksum", ["UdpEncap", "UdpChecksum"], base)
     t.inputs["ciphertextPacket"] = good.hex()
     t.wire = good
     bad = put(good, u + 6, struct.pack(">H", struct.unpack(">H", good[u + 6 : u + 8])[0] ^ 0x0101))
-    gb.invalid("a wrong non-zero UDP checksum (a receiver may verify it)", ["UdpEncap", "UdpChecksum"], base, bad,
-               "udp-bad-checksum", result="acceptable")
+    gb.invalid("IPv4: a wrong non-zero UDP checksum (RFC 1122 §4.1.3.4: discarded)", ["UdpEncap", "UdpChecksum"], base,
+               bad, "udp-bad-checksum")
+    udp_checksum_v6_vectors(gb, s6)
     udp_encap_mutations(gb, base, "NotEesp", "not-eesp")
     _common_mutations(gb, base, "IPv4/UDP in UDP", parsing=False)
     gb.invalid("ESP-compat bit cleared (Session ID 0, no options: the first word is zero, an IKE non-ESP marker)",
@@ -916,7 +921,7 @@ def packet_file(seed: int, suite: str) -> VectorFile:
     _stateful_group(fb)
     _strict_group(fb)
     header = [
-        f"EESP (draft-ietf-ipsecme-eesp-04, decisions D1-D16 of eesp.md §18) packet vectors, suite {suite} "
+        f"EESP (draft-ietf-ipsecme-eesp-04, decisions D1-D17 of eesp.md §18) packet vectors, suite {suite} "
         f"(IKEv2 ENCR {su.encr_id}), {8 * su.icv}-bit ICV.",
         f"Generated by `pyeesp vectors generate --seed {seed}`; see vectors/README.md.",
         "Self-computed: no published EESP vectors exist. IP protocol 49 is provisional and test-only (D7).",

@@ -37,6 +37,9 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--first-seq", type=iv_arg, default=1,
                    help="the sender's first sequence number; a receiver has seen everything below it")
     g.add_argument("--udp-encap", action="store_true", help="UDP 4500 encapsulation (RFC 3948)")
+    g.add_argument("--tfc-pad", type=int, default=0, metavar="N",
+                   help="send, tunnel mode: N zero octets of TFC padding after each inner packet (RFC 4303 §2.7; "
+                        "0..1024; a receiver needs no setting)")
     g.add_argument("--no-eesp", dest="eesp_on_port", action="store_false",
                    help="receive: a host without EESP, so every SPI on UDP 4500 is ESP (default: an SPI of no SA "
                         "given whose first octet is 0x80 is EESP and passed over, eesp.md §14)")
@@ -48,7 +51,8 @@ def _inline_sa(args: argparse.Namespace) -> Optional[EspSaEntry]:
     if args.spi is None:
         raise UsageError("an SA given on the command line needs --spi")
     settings = dict(spi=args.spi, suite=args.suite or "aes-gcm-16", key=args.key, key_bits=args.key_bits,
-                    mode=args.mode, esn=args.esn, first_seq=args.first_seq, udp_encap=args.udp_encap)
+                    mode=args.mode, esn=args.esn, first_seq=args.first_seq, udp_encap=args.udp_encap,
+                    tfc_pad=args.tfc_pad)
     return EspSaEntry(spi=args.spi, settings=settings, src=None, dst=None, line=0)
 
 

@@ -30,7 +30,7 @@ from pecore.tools.vectors import (
     SUITE_GROUP_FIELDS, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, SUITES, Test, VectorFile, assemble,
     delivered, dropped, fix_ip, hex_of, hopopts, ip_packet, ipv4_header, ipv4_recheck, ipv6_header, kept_flags,
     key_file_head, l4_checksum, mark_self_computed, put, register as _register, register_family, secured_offset,
-    shared_notes, test_object, top_schema, udp_encap_mutations, udp_segment,
+    shared_notes, test_object, top_schema, udp_checksum_v6_vectors, udp_encap_mutations, udp_segment,
 )
 
 PACKET_SCHEMA = "esp_packet_test_schema_v1.json"
@@ -73,7 +73,8 @@ NOTES: Dict[str, Dict[str, str]] = {
                         "resynchronisation is not triggered by one packet)."},
     "EsnAadMistake": {"bugType": "WRONG_PRIMITIVE", "description": "Sealed with an ESN AAD of a known mistake (the "
                       "high half left out, or after the low half): authentication must fail."},
-    "UdpEncap": {"bugType": "BASIC", "description": "ESP in UDP port 4500 (RFC 3948), checksum 0."},
+    "UdpEncap": {"bugType": "BASIC", "description": "ESP in UDP port 4500 (RFC 3948): UDP checksum 0 over IPv4 "
+                 "(RFC 3948 §2.1), computed over IPv6 (RFC 8200 §8.1; eesp.md D17)."},
     "Padding": {"bugType": "EDGE_CASE", "description": "Payload lengths 0-3 mod 4: 0-3 octets of default padding "
                 "1, 2, 3 (RFC 4303 §2.4)."},
     "ExtraPadding": {"bugType": "EDGE_CASE", "description": "More padding than the 4-octet alignment needs, up to "
@@ -123,8 +124,14 @@ NOTES: Dict[str, Dict[str, str]] = {
                "is 0x80, for a host that runs EESP beside ESP; eesp.md §14)."},
     "TrailingOctets": {"bugType": "EDGE_CASE", "description": "Octets after the end the IP length field gives "
                        "(link-layer padding): not part of the datagram, so not part of ESP."},
-    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "A non-zero UDP checksum: RFC 3948 §3.1.1 lets the "
-                    "receiver ignore it; a receiver may verify it."},
+    "UdpChecksum": {"bugType": "EDGE_CASE", "description": "The UDP checksum of ESP in UDP: a correct one is "
+                    "accepted; a wrong non-zero one is discarded (RFC 1122 §4.1.3.4; RFC 3948 gives no leave to skip "
+                    "it); 0 over IPv6 is discarded (RFC 8200 §8.1) unless both ends run RFC 6936's zero-checksum mode "
+                    "for the port (off by default). Tools that read captures may still decrypt these packets, saying "
+                    "so (eesp.md D17)."},
+    "TfcPadding": {"bugType": "FUNCTIONALITY", "description": "Tunnel mode: Traffic Flow Confidentiality padding "
+                   "after the inner packet (RFC 4303 §2.7), of any value; the receiver takes the inner packet by its "
+                   "own length and drops the rest. tfcPad: zero octets a sender adds (the SA setting)."},
 }
 
 # --------------------------------------------------------------------------------------------------------
@@ -167,6 +174,8 @@ PACKET_TEST = test_object(
             "replayTop": {**_U64, "description": "the receiver's highest sequence number accepted before this packet "
                           "(absent: 0, a fresh SA): it and every number below it count as received; with ESN it "
                           "places the inference of RFC 4303 Appendix A2.2"},
+            "tfcPad": {"type": "integer", "minimum": 1, "maximum": 1024, "description": "the sender's TFC padding "
+                       "(RFC 4303 §2.7, tunnel mode): zero octets after the inner packet; a receiver needs no setting"},
             "ciphertextPacket": HEX,
         },
     },
@@ -277,10 +286,14 @@ class EspGroupBuilder(SuiteGroupBuilder):
         else:
             keep, at = transport_split(pkt)
             head = bytearray(pkt[:keep])
-        if self.udp:  # RFC 3948 §2.1, checksum 0
+        if self.udp:  # RFC 3948 §2.1: checksum 0 over IPv4
             esp = struct.pack(">HHHH", udp_sport, udp_dport, 8 + len(esp), 0) + esp
         head[at] = IPPROTO_UDP if self.udp else IPPROTO_ESP
-        return fix_ip(bytes(head) + esp)
+        w = fix_ip(bytes(head) + esp)
+        if self.udp and w[0] >> 4 == 6:  # RFC 8200 §8.1: computed over IPv6 (eesp.md D17)
+            u = len(head)
+            w = w[:u] + l4_checksum(w[8:24], w[24:40], IPPROTO_UDP, w[u:], 6)
+        return w
 
     def split(self, pkt: bytes) -> Tuple[bytes, int]:
         if self.mode == "tunnel":
@@ -300,26 +313,31 @@ class EspGroupBuilder(SuiteGroupBuilder):
 
     def valid(self, comment: str, flags: Sequence[str], pkt: bytes, *, seq: Optional[int] = None,
               replay_top: int = 0, outer: Optional[int] = None, udp_sport: int = 4500, iv: Optional[bytes] = None,
-              padding: Optional[bytes] = None, add: bool = True) -> Sealed:
-        """A packet as the core's sender makes it (IV = sequence number, default padding), unless ``iv`` or
-        ``padding`` say otherwise (then DecryptOnly)."""
+              padding: Optional[bytes] = None, tfc: bytes = b"", add: bool = True) -> Sealed:
+        """A packet as the core's sender makes it (IV = sequence number, default padding, TFC padding of zeros),
+        unless ``iv``, ``padding`` or ``tfc`` say otherwise (then DecryptOnly)."""
         if seq is None:
             seq = self.next_seq()
         payload, nh = self.split(pkt)
-        body = trailer_body(payload, nh, padding)
+        body = trailer_body(payload + tfc, nh, padding)
         esp = seal_esp(self.suite, self.key, self.salt, self.spi, seq, self.esn, body, iv=iv)
         tmpl = self.outer(outer or (pkt[0] >> 4)) if self.mode == "tunnel" else None
         wire = self.frame(pkt, esp, outer=tmpl, udp_sport=udp_sport)
         flags = list(flags)
-        if iv is not None or padding is not None:
+        if iv is not None or padding is not None or tfc.strip(b"\0"):
             flags.append("DecryptOnly")
+        if tfc:
+            flags.append("TfcPadding")
         if seq == (MAX_SEQ if self.esn else M32):
             flags.append("MaxSeq")
         if self.mode == "tunnel" and tmpl is not None and tmpl[0] >> 4 != pkt[0] >> 4:
             flags.append("MixedTunnel")
         iv_field = b"" if self.suite.iiv else (struct.pack(">Q", seq) if iv is None else iv)
         out = delivered(pkt, esp[-self.suite.icv :], nh, body[-2])
-        t = Test(comment, list(dict.fromkeys(flags)), self.inputs(seq, iv_field, replay_top, wire), out, "valid", wire)
+        inp = self.inputs(seq, iv_field, replay_top, wire)
+        if tfc:
+            inp = {**inp, "tfcPad": len(tfc)}
+        t = Test(comment, list(dict.fromkeys(flags)), inp, out, "valid", wire)
         s = Sealed(self, t, wire, pkt, seq=seq, iv=iv_field, payload=payload, nh=nh, body=body, outer=tmpl,
                    udp_sport=udp_sport)
         if add:
@@ -535,6 +553,12 @@ def _tunnel_group(fb: EspFileBuilder) -> None:
                body=trailer_body(ipv4_recheck(longer), 4), error="esp-bad-inner-packet", icv_valid=True)
     gb.crafted("inner packet with version nibble 5", ["BadInnerPacket"], base, body=trailer_body(b"\x50" + p[1:], 4),
                error="esp-bad-inner-packet", icv_valid=True)
+    # RFC 4303 §2.7: TFC padding after the tunnelled packet (Linux adds zeros; any value is allowed)
+    gb.valid("IPv4/UDP in IPv4 with 4 octets of TFC padding", [], inner.udp(4, 12), tfc=bytes(4))
+    gb.valid("IPv4/UDP in IPv4 with 7 octets of TFC padding", [], inner.udp(4, 9), tfc=bytes(7))
+    gb.valid("IPv6/TCP in IPv6 with 40 octets of TFC padding", [], inner.tcp(6, 4), tfc=bytes(40))
+    gb.valid("IPv4/UDP in IPv4 with 13 octets of TFC padding that are not zeros", [], inner.udp(4, 8),
+             tfc=bytes(range(0xF0, 0xFD)))
     _framing(gb, base, "IPv4 in IPv4")
     _framing(gb, b6, "IPv6 in IPv6")
     gb.finish()
@@ -646,16 +670,16 @@ def _udp_group(fb: EspFileBuilder) -> None:
     inner = fb.inner
     base = gb.valid("IPv4/UDP in IPv4/UDP 4500", ["UdpEncap"], inner.udp(4, 12))
     gb.valid("IPv6/TCP in IPv6/UDP 4500", ["UdpEncap"], inner.tcp(6, 8))
-    gb.valid("IPv4/UDP in IPv6/UDP 4500", ["UdpEncap"], inner.udp(4, 8), outer=6)
+    s6 = gb.valid("IPv4/UDP in IPv6/UDP 4500", ["UdpEncap"], inner.udp(4, 8), outer=6)
     gb.valid("source port 61000 (behind a NAT)", ["UdpEncap"], inner.udp(4, 8), udp_sport=61000)
     w, at = base.wire, base.at - 8
     seg = l4_checksum(w[12:16], w[16:20], IPPROTO_UDP, w[at:], 6)
-    t = gb.invalid("a correct non-zero UDP checksum", ["UdpEncap", "UdpChecksum", "DecryptOnly"], base, w[:at] + seg,
-                   "")
+    t = gb.invalid("IPv4: a correct non-zero UDP checksum", ["UdpEncap", "UdpChecksum", "DecryptOnly"], base,
+                   w[:at] + seg, "")
     t.result, t.outputs = "valid", dict(base.test.outputs)
-    gb.invalid("a wrong non-zero UDP checksum (a receiver may verify it)", ["UdpEncap", "UdpChecksum"], base,
-               w[:at] + put(seg, 6, struct.pack(">H", struct.unpack(">H", seg[6:8])[0] ^ 0x0101)), "udp-bad-checksum",
-               result="acceptable", plaintext=base.pkt)
+    gb.invalid("IPv4: a wrong non-zero UDP checksum (RFC 1122 §4.1.3.4: discarded)", ["UdpEncap", "UdpChecksum"], base,
+               w[:at] + put(seg, 6, struct.pack(">H", struct.unpack(">H", seg[6:8])[0] ^ 0x0101)), "udp-bad-checksum")
+    udp_checksum_v6_vectors(gb, s6)
     udp_encap_mutations(gb, base, "NotEsp", "not-esp")
     gb.invalid("SPI of no SA with octet 0 0x80 (an EESP version-0 Base Header's): EESP on the port (eesp.md §14)",
                ["NotEsp"], base, base.eput(0, b"\x80"), "eesp-in-udp")
@@ -878,7 +902,7 @@ class EspPacketChecker(PacketDocChecker):
         seq = int(inp["seq"], 16)
         if "iv" in inp and int(inp["iv"], 16) != seq:
             return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
-        tx = pyesp.SA(**skw)
+        tx = pyesp.SA(**skw, tfc_pad=inp.get("tfcPad", 0))
         tx.set_next_seq(seq)
         return tx.encrypt(bytes.fromhex(out["plaintextPacket"]))
 

@@ -114,6 +114,9 @@ typedef struct pe_capture_summary {
     uint64_t failed;      /* transform refused: written unchanged (or dropped) */
     uint64_t failed_by_status[PE_STATUS_COUNT];
     uint64_t passed_by_status[PE_STATUS_COUNT]; /* why passed, e.g. not-ip, not-udp */
+    /* transformed with a note (why set with PE_VERDICT_TRANSFORMED): e.g. udp-zero-checksum, udp-bad-checksum
+     * from a receiver in PE_UDP_CHECKSUM_NOTE mode, which a capture reader decrypts anyway */
+    uint64_t noted_by_status[PE_STATUS_COUNT];
     uint64_t offset; /* input octets of the whole records read: where a cut (or bad) record starts */
 } pe_capture_summary;
 

@@ -294,10 +294,25 @@ pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out);
 
 /* ---- receiving ---- */
 
+/*
+ * What a receiver does with the UDP checksum of UDP-encapsulated packets
+ * (ESP and EESP alike; docs/spec/eesp.md D17).  VERIFY, the default, is an
+ * endpoint's: a wrong non-zero checksum is refused (udp-bad-checksum,
+ * RFC 1122 §4.1.3.4) and so is 0 over IPv6 (udp-zero-checksum, RFC 8200 §8.1)
+ * unless udp_zero_checksum_v6 opts into RFC 6936's zero-checksum mode.  NOTE
+ * is for tools that read captures others made: they decrypt such packets
+ * anyway and find what VERIFY would have refused in info->udp_checksum.
+ * IGNORE does not look.
+ */
+#define PE_UDP_CHECKSUM_IGNORE 0
+#define PE_UDP_CHECKSUM_VERIFY 1
+#define PE_UDP_CHECKSUM_NOTE 2
+
 typedef struct pe_eesp_rx_config {
     uint8_t ip_protocol;   /* default 49 */
     uint16_t udp_port;     /* default 4500 */
-    int check_udp_checksum;
+    int check_udp_checksum;   /* PE_UDP_CHECKSUM_*; default VERIFY */
+    int udp_zero_checksum_v6; /* RFC 6936: accept 0 over IPv6 (default off) */
 } pe_eesp_rx_config;
 
 typedef struct pe_eesp_rx pe_eesp_rx;
@@ -306,6 +321,7 @@ typedef struct pe_eesp_rx pe_eesp_rx;
 typedef struct pe_eesp_info {
     pe_eesp_hdr hdr;
     int udp_encap;
+    pe_status udp_checksum; /* PE_UDP_CHECKSUM_NOTE: what VERIFY would have refused the packet for, or PE_OK */
     uint64_t seq;          /* 0 when the SA has no Sequence Number */
     const uint8_t *iv;     /* explicit IV (points into the packet), or NULL */
     size_t iv_len;
@@ -354,6 +370,8 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
  * info->hdr holds the Base Header and, when they parse, the options.
  */
 #define PE_EESP_OPEN_NO_REPLAY 1u
+/* pe_eesp_decap_flags: the UDP checksum read as PE_UDP_CHECKSUM_NOTE (as PE_ESP_DECAP_UDP_NOTE). */
+#define PE_EESP_DECAP_UDP_NOTE 2u
 pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_version, const uint8_t *dst,
                        unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_eesp_info *info);
 

@@ -28,6 +28,7 @@ extern "C" {
 #define PE_ESP_TRAILER_LEN 2u /* Pad Length and Next Header */
 #define PE_ESP_UDP_PORT 4500u
 #define PE_ESP_NH_NO_NEXT 59u /* dummy packet (RFC 4303 §2.6) */
+#define PE_ESP_MAX_TFC_PAD 1024u /* the sender's TFC padding (pe_esp_sa_config.tfc_pad_len), at most */
 
 /*
  * Suites are the IKEv2 ENCR transform IDs of pe_eesp_encr (14-16 CCM,
@@ -55,6 +56,9 @@ typedef struct pe_esp_sa_config {
     size_t outer_header_len;
     int dst_family;              /* receiver: 0 any destination, or 4 / 6 with dst (network order) */
     uint8_t dst[16];
+    /* sender, tunnel mode only: octets of TFC padding (RFC 4303 §2.7, zeros) after each inner packet,
+     * at most PE_ESP_MAX_TFC_PAD; receivers take the inner packet by its own length whatever follows it */
+    size_t tfc_pad_len;
 } pe_esp_sa_config;
 
 void pe_esp_sa_config_init(pe_esp_sa_config *cfg);
@@ -69,8 +73,8 @@ uint64_t pe_esp_tx_next_seq(const pe_esp_tx *tx);
 /* Let the sequence numbers continue at `next` (forward only, and within 32 bits without ESN). */
 pe_status pe_esp_tx_set_next_seq(pe_esp_tx *tx, uint64_t next);
 
-/* Largest growth of a packet: outer IPv6 + UDP + header + IV + padding + trailer + ICV. */
-#define PE_ESP_MAX_OVERHEAD (40u + 8u + 8u + 8u + 3u + 2u + 16u)
+/* Largest growth of a packet: outer IPv6 + UDP + header + IV + TFC padding + padding + trailer + ICV. */
+#define PE_ESP_MAX_OVERHEAD (40u + 8u + 8u + 8u + PE_ESP_MAX_TFC_PAD + 3u + 2u + 16u)
 
 /* Encapsulate one whole IPv4/IPv6 packet (tunnel: all of it; transport: what follows the kept headers). */
 pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);
@@ -99,7 +103,8 @@ pe_status pe_esp_tx_clone(const pe_esp_tx *tx, pe_esp_tx **out);
 
 typedef struct pe_esp_rx_config {
     uint16_t udp_port;      /* default 4500 */
-    int check_udp_checksum;
+    int check_udp_checksum;   /* PE_UDP_CHECKSUM_* (pe/eesp.h); default VERIFY */
+    int udp_zero_checksum_v6; /* RFC 6936: accept 0 over IPv6 (default off) */
     /*
      * Default on: on the UDP port a payload that eesp.md §14 takes for EESP
      * (first octet 0x80, SPI of no SA of this receiver) is passed over
@@ -117,6 +122,7 @@ typedef struct pe_esp_info {
     uint32_t seq_low;      /* the Sequence Number field */
     uint64_t seq;          /* with ESN the inferred 64-bit number, else seq_low */
     int udp_encap;
+    pe_status udp_checksum; /* PE_UDP_CHECKSUM_NOTE: what VERIFY would have refused the packet for, or PE_OK */
     const uint8_t *iv;     /* explicit IV (points into the packet), or NULL */
     size_t iv_len;
     uint8_t next_header;
@@ -129,6 +135,7 @@ typedef struct pe_esp_info {
     int esn;
     size_t payload_offset; /* from the SPI */
     size_t icv_len;
+    size_t tfc_pad_len;    /* tunnel mode: octets after the inner packet (TFC padding, RFC 4303 §2.7) */
 } pe_esp_info;
 
 void pe_esp_rx_config_init(pe_esp_rx_config *cfg);
@@ -159,6 +166,9 @@ pe_status pe_esp_decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
  * checked nor moved (ESN inference still reads it).
  */
 #define PE_ESP_OPEN_NO_REPLAY 1u
+/* pe_esp_decap_flags: read the UDP checksum as PE_UDP_CHECKSUM_NOTE whatever the receiver's setting (the
+ * capture tools: they decrypt what others captured, and say what an endpoint would have refused). */
+#define PE_ESP_DECAP_UDP_NOTE 2u
 pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,
                       unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_esp_info *info);
 

@@ -59,6 +59,12 @@ pe_status pe_ip_wire_length(const uint8_t *pkt, size_t avail, size_t *len);
  * For tunnelled packets, whose length the tunnel already fixed.
  */
 int pe_ip_is_whole_packet(const uint8_t *pkt, size_t len, unsigned version);
+/*
+ * The length a packet of `version` at pkt says it has (IPv4 Total Length
+ * >= IHL*4 >= 20; IPv6 40 + Payload Length), when it fits in `len`; else 0.
+ * For ESP tunnel mode, where TFC padding may follow the packet (RFC 4303 §2.7).
+ */
+size_t pe_ip_own_length(const uint8_t *pkt, size_t len, unsigned version);
 
 /* A fragment at offset 0 (which still has its L4 header); only meaningful when info->is_fragment. */
 int pe_ip_first_fragment(const uint8_t *pkt, const pe_ip_info *info);
@@ -111,6 +117,20 @@ void pe_ipv4_set_checksum(uint8_t *hdr);
 void pe_ip_set_length(uint8_t *pkt, size_t len);
 /* UDP checksum check (for the optional receive-side verification); udp points at the UDP header. */
 int pe_udp_checksum_ok(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len);
+/*
+ * What a received UDP checksum says (udp at the UDP header of udp_len octets):
+ * PE_OK, PE_ERR_UDP_CHECKSUM for a wrong non-zero one (RFC 1122 §4.1.3.4), or
+ * PE_ERR_UDP_ZERO_CHECKSUM for 0 over IPv6 unless zero_ok_v6 (RFC 8200 §8.1,
+ * RFC 6936's zero-checksum mode).  0 over IPv4 means "none" (RFC 768).
+ */
+pe_status pe_udp_checksum_verdict(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len,
+                                  int zero_ok_v6);
+/*
+ * Fill in the checksum of the UDP header at `udp` (udp_len octets to the end
+ * of the datagram) that a sender puts in IPv6 packet `ip` (RFC 8200 §8.1):
+ * the IPv6 addresses must be in place already.
+ */
+void pe_udp_set_checksum_v6(const uint8_t *ip, uint8_t *udp, size_t udp_len);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
  *               [mode=transport|tunnel] [esn=0|1] [anti-replay=1|0] [replay-window=64..1048576]
  *               [first-seq=<decimal or 0x hex>] [udp-encap=0|1] [udp-sport=1..65535]
  *               [udp-dport=1..65535] [src=<IPv4|IPv6|*>] [dst=<IPv4|IPv6|*>]
+ *               [tfc-pad=0..1024 (mode=tunnel)]
  *
  * Parsing is strict: unknown names on a known kind, bad hex, out-of-range
  * numbers and duplicates are errors that name the line.  Lines of kinds this
@@ -158,6 +159,7 @@ typedef struct pe_esp_sa_entry {
     int has_src, has_dst;     /* as in pe_eesp_sa_entry */
     int src_family, dst_family;
     uint8_t src[16], dst[16];
+    size_t tfc_pad_len;       /* sender's TFC padding (RFC 4303 §2.7), tunnel mode; default 0 */
 } pe_esp_sa_entry;
 
 typedef struct pe_keyfile {

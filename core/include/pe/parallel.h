@@ -35,7 +35,7 @@ typedef struct pe_parallel_item {
     pe_status why;
     int settled;       /* set by `before`: verdict and why are final, `work` and `after` skip it */
     uint64_t value;    /* what `before`, `work` and `after` pass on: an IV, a sequence number, an ICV verdict */
-    uint16_t sub;      /* and a Sub SA (EESP), or whether the ICV held (ESP decap) */
+    uint16_t sub;      /* and a Sub SA (EESP), whether the ICV held (ESP decap), a UDP checksum note (decap) */
 } pe_parallel_item;
 
 typedef struct pe_parallel_ops {

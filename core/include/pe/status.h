@@ -65,6 +65,7 @@ typedef enum pe_category {
     X(PE_ERR_UDP_TRUNCATED, "udp-truncated", PE_CAT_MALFORMED, "UDP header truncated") \
     X(PE_ERR_UDP_LENGTH, "udp-bad-length", PE_CAT_MALFORMED, "UDP length disagrees with the IP length") \
     X(PE_ERR_UDP_CHECKSUM, "udp-bad-checksum", PE_CAT_MALFORMED, "UDP checksum is wrong") \
+    X(PE_ERR_UDP_ZERO_CHECKSUM, "udp-zero-checksum", PE_CAT_MALFORMED, "UDP checksum 0 over IPv6, outside RFC 6936 zero-checksum mode") \
     /* PSP */ \
     X(PE_ERR_PSP_TRUNCATED, "psp-truncated", PE_CAT_MALFORMED, "PSP packet shorter than its header and ICV") \
     X(PE_ERR_PSP_ALWAYS_ONE, "psp-always-one-bit-clear", PE_CAT_MALFORMED, "PSP always-1 bit is clear") \

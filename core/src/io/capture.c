@@ -1775,8 +1775,8 @@ static pe_status finish_packet(transform_run *t, chunk_rec *c)
         count_passed(t, c->why);
     else if (v == PE_VERDICT_FAILED)
         count_failed(t, c->why);
-    else
-        t->sum->transformed++;
+    else if (t->sum->transformed++, c->why != PE_OK)
+        t->sum->noted_by_status[clamp_status(c->why)]++;
     if (v == PE_VERDICT_FAILED && (t->flags & PE_TRANSFORM_DROP_FAILED))
         return PE_OK;
     const new_frame *f = v == PE_VERDICT_TRANSFORMED ? &nf : NULL;

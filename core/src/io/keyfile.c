@@ -1125,6 +1125,13 @@ static pe_status esp_sa_fields(parser *p, const pe_keyfile_line *l, pe_esp_sa_en
         return st;
     if (e->has_src && e->has_dst && e->src_family != e->dst_family)
         return bad_value(p, l, "dst", "is not of the same address family as 'src'");
+    x = 0;
+    if ((st = range_field(p, l, "tfc-pad", 0, PE_ESP_MAX_TFC_PAD, &x, NULL)) != PE_OK)
+        return st;
+    e->tfc_pad_len = (size_t)x;
+    /* RFC 4303 §2.7: only tunnel mode's payload always says its own length */
+    if (e->tfc_pad_len && e->mode != PE_ESP_TUNNEL)
+        return bad_value(p, l, "tfc-pad", "needs mode=tunnel");
     return PE_OK;
 }
 
@@ -1139,7 +1146,8 @@ static pe_status parse_esp_sa(parser *p, const pe_keyfile_line *l)
 {
     static const char *const allowed[] = {"spi",       "suite",     "key-bits",      "key",         "mode",
                                           "esn",       "anti-replay", "replay-window", "first-seq", "udp-encap",
-                                          "udp-sport", "udp-dport", "src",           "dst",         NULL};
+                                          "udp-sport", "udp-dport", "src",           "dst",         "tfc-pad",
+                                          NULL};
     pe_esp_sa_entry *sas, *e;
     size_t it = 0;
     pe_status st;
@@ -1477,6 +1485,7 @@ void pe_keyfile_esp_sa_config(const pe_esp_sa_entry *e, int for_receiver, pe_esp
     cfg->udp_encap = e->udp_encap;
     cfg->udp_sport = e->udp_sport;
     cfg->udp_dport = e->udp_dport;
+    cfg->tfc_pad_len = for_receiver ? 0 : e->tfc_pad_len;
     cfg->dst_family = e->has_dst ? e->dst_family : 0;
     memcpy(cfg->dst, e->dst, sizeof cfg->dst);
 }

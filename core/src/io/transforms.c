@@ -105,8 +105,13 @@ static pe_verdict eesp_decap_verdict(pe_status st)
 pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                  size_t *out_len, pe_status *why)
 {
-    *why = pe_eesp_decap(rx, ip, len, out, cap, out_len, NULL);
-    return eesp_decap_verdict(*why);
+    pe_eesp_info info;
+    /* Captures others made: decrypted whatever their UDP checksums, with a note (D17). */
+    *why = pe_eesp_decap_flags(rx, ip, len, PE_EESP_DECAP_UDP_NOTE, out, cap, out_len, &info);
+    pe_verdict v = eesp_decap_verdict(*why);
+    if (v == PE_VERDICT_TRANSFORMED)
+        *why = info.udp_checksum;
+    return v;
 }
 
 /* ------------------------------------------------------------------ ESP */
@@ -138,8 +143,12 @@ static pe_verdict esp_decap_verdict(pe_status st)
 pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why)
 {
-    *why = pe_esp_decap(rx, ip, len, out, cap, out_len, NULL);
-    return esp_decap_verdict(*why);
+    pe_esp_info info;
+    *why = pe_esp_decap_flags(rx, ip, len, PE_ESP_DECAP_UDP_NOTE, out, cap, out_len, &info);
+    pe_verdict v = esp_decap_verdict(*why);
+    if (v == PE_VERDICT_TRANSFORMED)
+        *why = info.udp_checksum; /* as pe_eesp_capture_decap */
+    return v;
 }
 
 /* ------------------------------------------------ on several threads (pe/parallel.h) */
@@ -260,9 +269,11 @@ static void eesp_rx_free(void *worker)
 static void eesp_decap_work(void *worker, pe_parallel_item *it)
 {
     eesp_rx_worker *w = worker;
-    it->why = pe_eesp_decap_flags(w->rx, it->in, it->in_len, PE_EESP_OPEN_NO_REPLAY, it->out, it->out_cap,
+    it->why = pe_eesp_decap_flags(w->rx, it->in, it->in_len, PE_EESP_OPEN_NO_REPLAY | PE_EESP_DECAP_UDP_NOTE,
+                                  it->out, it->out_cap,
                                   &it->out_len, &w->info);
     it->value = (uint64_t)w->info.icv_valid;
+    it->sub = (uint16_t)w->info.udp_checksum;
 }
 
 /*
@@ -284,6 +295,8 @@ static void eesp_decap_after(void *rx, pe_parallel_item *it)
     it->why = pe_eesp_decap_replay(rx, it->in, it->in_len, it->why, (int)it->value);
     wipe_refused(it, (int)it->value);
     it->verdict = eesp_decap_verdict(it->why);
+    if (it->verdict == PE_VERDICT_TRANSFORMED)
+        it->why = (pe_status)it->sub; /* the worker's UDP checksum note */
 }
 
 const pe_parallel_ops pe_eesp_parallel_decap = {
@@ -351,19 +364,23 @@ static void esp_rx_free(void *worker)
 static void esp_decap_work(void *worker, pe_parallel_item *it)
 {
     esp_rx_worker *w = worker;
-    it->why = pe_esp_decap_flags(w->rx, it->in, it->in_len, PE_ESP_OPEN_NO_REPLAY, it->out, it->out_cap,
+    it->why = pe_esp_decap_flags(w->rx, it->in, it->in_len, PE_ESP_OPEN_NO_REPLAY | PE_ESP_DECAP_UDP_NOTE,
+                                 it->out, it->out_cap,
                                  &it->out_len, &w->info);
     it->value = w->info.seq;
-    it->sub = (uint16_t)w->info.icv_valid;
+    /* bit 0: whether the ICV held; above it the UDP checksum note (a status, far below 2^15) */
+    it->sub = (uint16_t)(w->info.icv_valid | (unsigned)w->info.udp_checksum << 1);
 }
 
 /* The replay windows live in the caller's receiver, moved in input order. */
 static void esp_decap_after(void *rx, pe_parallel_item *it)
 {
-    it->why = pe_esp_decap_replay(rx, it->in, it->in_len, it->why, it->sub, it->value, it->out, it->out_cap,
+    it->why = pe_esp_decap_replay(rx, it->in, it->in_len, it->why, it->sub & 1, it->value, it->out, it->out_cap,
                                   &it->out_len);
     wipe_refused(it, it->sub);
     it->verdict = esp_decap_verdict(it->why);
+    if (it->verdict == PE_VERDICT_TRANSFORMED)
+        it->why = (pe_status)(it->sub >> 1);
 }
 
 const pe_parallel_ops pe_esp_parallel_decap = {

@@ -641,7 +641,7 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
     pe_ip_set_length(out, total);
     if (!p.carrier_v6)
         pe_ipv4_set_checksum(out);
-    uint8_t *e = out + outer_len;
+    uint8_t *e = out + outer_len, *udp = e;
     if (sa->udp_encap) {
         pe_put16(e, sa->udp_sport);
         pe_put16(e + 2, sa->udp_dport);
@@ -651,6 +651,9 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
     }
     if ((st = write_eesp(sa, slot, seq, sid, &p, &l, o, e)) != PE_OK)
         return st;
+    /* Over IPv6 the UDP checksum is computed (RFC 8200 §8.1); IPv4's 0 follows RFC 3948 §2.1 (D17). */
+    if (sa->udp_encap && p.carrier_v6)
+        pe_udp_set_checksum_v6(out, udp, udp_len + l.eesp_len);
     *out_len = total;
     return PE_OK;
 }
@@ -743,6 +746,7 @@ struct pe_eesp_rx {
     int check_udp_checksum;
     uint32_t *esp_spis; /* sorted: the ESP SAs of the port (§14 step 3) */
     size_t n_esp_spis;
+    int udp_zero_checksum_v6;
     size_t n_sas, cap_sas;
     eesp_sa **sas;
     /* SPI index (open addressing): 1 + index in sas of the first SA with an SPI, 0 empty; the others with
@@ -757,6 +761,7 @@ void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->ip_protocol = PE_EESP_DEFAULT_IPPROTO;
     cfg->udp_port = PE_EESP_UDP_PORT;
+    cfg->check_udp_checksum = PE_UDP_CHECKSUM_VERIFY;
 }
 
 pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out)
@@ -767,6 +772,7 @@ pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out)
     (*out)->ip_protocol = cfg->ip_protocol;
     (*out)->udp_port = cfg->udp_port;
     (*out)->check_udp_checksum = cfg->check_udp_checksum;
+    (*out)->udp_zero_checksum_v6 = cfg->udp_zero_checksum_v6;
     return PE_OK;
 }
 
@@ -787,7 +793,8 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
 {
     pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->udp_port,
-                             .check_udp_checksum = rx->check_udp_checksum};
+                             .check_udp_checksum = rx->check_udp_checksum,
+                             .udp_zero_checksum_v6 = rx->udp_zero_checksum_v6};
     pe_status st = pe_eesp_rx_new(&cfg, out);
     if (st == PE_OK)
         (*out)->clone = 1;
@@ -967,7 +974,8 @@ pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len, pe_esp_
 
 /* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
 static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_protocol, uint16_t udp_port,
-                        unsigned flags, pe_esp_spi_held_fn esp_spi_held, const void *esp_ctx, pe_eesp_location *loc)
+                        unsigned flags, int csum_mode, int zero_ok_v6, pe_status *udp_checksum,
+                        pe_esp_spi_held_fn esp_spi_held, const void *esp_ctx, pe_eesp_location *loc)
 {
     loc->ip_version = ip->version;
     loc->udp_encap = 0;
@@ -991,8 +999,12 @@ static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_pro
     size_t udp_len = pe_get16(u + 4);
     if (udp_len != ip->len - ip->l4_offset)
         return PE_ERR_UDP_LENGTH;
-    if ((flags & PE_EESP_LOCATE_UDP_CHECKSUM) && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
-        return PE_ERR_UDP_CHECKSUM;
+    if (csum_mode != PE_UDP_CHECKSUM_IGNORE) {
+        pe_status cs = pe_udp_checksum_verdict(pkt, ip, u, udp_len, zero_ok_v6);
+        if (cs != PE_OK && csum_mode != PE_UDP_CHECKSUM_NOTE)
+            return cs;
+        *udp_checksum = cs;
+    }
     switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, esp_spi_held, esp_ctx)) {
     case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
     case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
@@ -1011,7 +1023,10 @@ pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, ui
     memset(loc, 0, sizeof *loc);
     pe_ip_info ip;
     pe_status st = pe_ip_parse(pkt, len, &ip);
-    return st != PE_OK ? st : locate(pkt, &ip, ip_protocol, udp_port, flags, NULL, NULL, loc);
+    pe_status udp_checksum;
+    /* The flag verifies a non-zero checksum only: locating says nothing of a receiver's RFC 6936 mode. */
+    int csum = flags & PE_EESP_LOCATE_UDP_CHECKSUM ? PE_UDP_CHECKSUM_VERIFY : PE_UDP_CHECKSUM_IGNORE;
+    return st != PE_OK ? st : locate(pkt, &ip, ip_protocol, udp_port, flags, csum, 1, &udp_checksum, NULL, NULL, loc);
 }
 
 /* §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet. */
@@ -1282,8 +1297,10 @@ static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned 
     if (st != PE_OK)
         return st;
     pe_eesp_location loc;
-    st = locate(pkt, &ip, rx->ip_protocol, rx->udp_port, rx->check_udp_checksum ? PE_EESP_LOCATE_UDP_CHECKSUM : 0,
-                rx->n_esp_spis ? holds_esp_spi : NULL, rx, &loc);
+    /* the replay step (done) runs past a checksum the worker read already: as a note, if anything */
+    int csum_mode = flags & PE_EESP_DECAP_UDP_NOTE || done ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
+    st = locate(pkt, &ip, rx->ip_protocol, rx->udp_port, 0, csum_mode, rx->udp_zero_checksum_v6,
+                &info->udp_checksum, rx->n_esp_spis ? holds_esp_spi : NULL, rx, &loc);
     info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;
@@ -1323,5 +1340,7 @@ pe_status pe_eesp_decap_replay(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, p
 {
     opened done = {status, icv_valid};
     pe_eesp_info info;
+    if (status == PE_ERR_UDP_CHECKSUM || status == PE_ERR_UDP_ZERO_CHECKSUM)
+        return status; /* refused before the SA, on the worker's reading of the checksum */
     return decap(rx, pkt, len, 0, NULL, 0, NULL, &info, &done);
 }

@@ -38,6 +38,7 @@ typedef struct esp_sa {
     size_t outer_len;
     int dst_family;
     uint8_t dst[16];
+    size_t tfc_pad_len; /* sender */
 } esp_sa;
 
 void pe_esp_sa_config_init(pe_esp_sa_config *cfg)
@@ -62,6 +63,9 @@ static pe_status check_config(const pe_esp_sa_config *c, const pe_eesp_suite *su
         return PE_ERR_INVALID_ARGUMENT;
     /* Without ESN a number above 2^32 - 1 cannot have been received. */
     if (!c->esn && c->replay_top > SEQ32_MAX)
+        return PE_ERR_ESP_CONFIG;
+    /* RFC 4303 §2.7: only where the payload says its own length -- tunnel mode, for every next header */
+    if (c->tfc_pad_len && (c->mode != PE_ESP_TUNNEL || c->tfc_pad_len > PE_ESP_MAX_TFC_PAD))
         return PE_ERR_ESP_CONFIG;
     if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
                              (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
@@ -96,6 +100,7 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
     }
     sa->dst_family = c->dst_family;
     memcpy(sa->dst, c->dst, sizeof sa->dst);
+    sa->tfc_pad_len = c->tfc_pad_len;
     if (dir == PE_AEAD_OPEN) {
         sa->top = c->replay_top;
         if (sa->anti_replay) {
@@ -256,6 +261,7 @@ static size_t pad_len_for(size_t payload_len)
     return (4 - (payload_len + PE_ESP_TRAILER_LEN) % 4) % 4;
 }
 
+/* payload_len counts any TFC padding */
 static size_t esp_len_for(const esp_sa *sa, size_t payload_len)
 {
     return PE_ESP_HDR_LEN + sa->suite.iv_len + payload_len + pad_len_for(payload_len) + PE_ESP_TRAILER_LEN +
@@ -271,21 +277,24 @@ static pe_status spend_seq(esp_sa *sa, uint64_t *seq)
     return PE_OK;
 }
 
-/* Write the ESP octets for a payload with sequence number seq at e (cap checked by the caller). */
+/* Write the ESP octets for a payload and tfc octets of TFC padding with sequence number seq at e (cap checked
+ * by the caller). */
 static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const uint8_t *payload, size_t len,
-                           uint8_t *e)
+                           size_t tfc, uint8_t *e)
 {
     const pe_eesp_suite *s = &sa->suite;
     size_t iv_off = PE_ESP_HDR_LEN, payload_off = iv_off + s->iv_len;
-    size_t pad_len = pad_len_for(len);
-    size_t data_end = payload_off + len + pad_len + PE_ESP_TRAILER_LEN;
+    size_t pad_len = pad_len_for(len + tfc);
+    size_t data_end = payload_off + len + tfc + pad_len + PE_ESP_TRAILER_LEN;
 
     pe_put32(e, sa->spi);
     pe_put32(e + 4, (uint32_t)seq); /* the low half only: ESN's high half is implicit (RFC 4303 §2.2.1) */
     if (s->iv_len)
         pe_put64(e + iv_off, seq);  /* a counter never repeats under one key (RFC 4106 §3.1) */
+    if (tfc)
+        memset(e + payload_off + len, 0, tfc); /* RFC 4303 §2.7 leaves its value open: zeros, as Linux sends */
     for (size_t i = 0; i < pad_len; i++)
-        e[payload_off + len + i] = (uint8_t)(i + 1); /* RFC 4303 §2.4 default padding: 1, 2, 3, ... */
+        e[payload_off + len + tfc + i] = (uint8_t)(i + 1); /* RFC 4303 §2.4 default padding: 1, 2, 3, ... */
     e[data_end - 2] = (uint8_t)pad_len;
     e[data_end - 1] = next_header;
 
@@ -306,7 +315,7 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
         return pe_aead_seal(&sa->aead, nonce, aad, n_aad, e + enc_off, data_end - enc_off, e + enc_off,
                             e + data_end);
     }
-    pe_iov pt[2] = {{payload, len}, {e + payload_off + len, pad_len + PE_ESP_TRAILER_LEN}};
+    pe_iov pt[2] = {{payload, len}, {e + payload_off + len, tfc + pad_len + PE_ESP_TRAILER_LEN}};
     return pe_aead_seal_v(&sa->aead, nonce, aad, n_aad, pt, 2, e + payload_off, e + data_end);
 }
 
@@ -321,7 +330,7 @@ pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload
     uint64_t seq;
     pe_status st = spend_seq(&tx->sa, &seq);
     if (st == PE_OK)
-        st = seal_into(&tx->sa, seq, next_header, payload, len, out);
+        st = seal_into(&tx->sa, seq, next_header, payload, len, 0, out);
     if (st == PE_OK)
         *out_len = n;
     return st;
@@ -362,7 +371,7 @@ static pe_status plan_encap(const esp_sa *sa, const uint8_t *pkt, size_t len, si
         p->carrier_v6 = p->ip.version == 6;
     }
     p->udp_len = sa->udp_encap ? PE_UDP_HDR_LEN : 0;
-    p->esp_len = esp_len_for(sa, p->payload_len);
+    p->esp_len = esp_len_for(sa, p->payload_len + sa->tfc_pad_len);
     p->total = p->outer_len + p->udp_len + p->esp_len;
     if (p->total - (p->carrier_v6 ? PE_IPV6_HDR_LEN : 0) > PE_IP_MAX_LEN)
         return PE_ERR_IP_TOO_LONG;
@@ -382,19 +391,23 @@ static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, cons
         out[p->split.proto_field] = proto;
     }
     uint8_t *e = out + p->outer_len;
-    if (sa->udp_encap) { /* RFC 3948 §2.1, which also asks for checksum 0 */
+    uint8_t *udp = e;
+    if (sa->udp_encap) { /* RFC 3948 §2.1 */
         pe_put16(e, sa->udp_sport);
         pe_put16(e + 2, sa->udp_dport);
         pe_put16(e + 4, (uint16_t)(p->udp_len + p->esp_len));
         pe_put16(e + 6, 0);
         e += p->udp_len;
     }
-    pe_status st = seal_into(sa, seq, p->nh, p->payload, p->payload_len, e);
+    pe_status st = seal_into(sa, seq, p->nh, p->payload, p->payload_len, sa->tfc_pad_len, e);
     if (st != PE_OK)
         return st;
     pe_ip_set_length(out, p->total);
     if (!p->carrier_v6)
         pe_ipv4_set_checksum(out);
+    /* RFC 3948 §2.1's zero checksum is IPv4's; over IPv6 it is computed (RFC 8200 §8.1, eesp.md D17). */
+    else if (sa->udp_encap)
+        pe_udp_set_checksum_v6(out, udp, p->udp_len + p->esp_len);
     *out_len = p->total;
     return PE_OK;
 }
@@ -429,6 +442,7 @@ pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt,
 struct pe_esp_rx {
     uint16_t udp_port;
     int check_udp_checksum;
+    int udp_zero_checksum_v6;
     int eesp_on_port;
     size_t n_sas, cap_sas;
     esp_sa **sas;
@@ -439,6 +453,7 @@ void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->udp_port = PE_ESP_UDP_PORT;
+    cfg->check_udp_checksum = PE_UDP_CHECKSUM_VERIFY;
     cfg->eesp_on_port = 1;
 }
 
@@ -449,6 +464,7 @@ pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out)
         return PE_ERR_NOMEM;
     (*out)->udp_port = cfg->udp_port;
     (*out)->check_udp_checksum = cfg->check_udp_checksum;
+    (*out)->udp_zero_checksum_v6 = cfg->udp_zero_checksum_v6;
     (*out)->eesp_on_port = cfg->eesp_on_port;
     return PE_OK;
 }
@@ -523,7 +539,8 @@ pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg)
 }
 
 /* Where the ESP packet is: after the IP (extension) headers, or in UDP (RFC 3948 §2, eesp.md §14). */
-static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, size_t *esp_off, int *udp)
+static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, int csum_mode,
+                        size_t *esp_off, int *udp, pe_status *udp_checksum)
 {
     *udp = 0;
     if (ip->protocol == PE_ESP_IPPROTO) {
@@ -542,8 +559,12 @@ static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_inf
     size_t udp_len = pe_get16(u + 4);
     if (udp_len != ip->len - ip->l4_offset)
         return PE_ERR_UDP_LENGTH;
-    if (rx->check_udp_checksum && pe_get16(u + 6) != 0 && !pe_udp_checksum_ok(pkt, ip, u, udp_len))
-        return PE_ERR_UDP_CHECKSUM;
+    if (csum_mode != PE_UDP_CHECKSUM_IGNORE) {
+        pe_status cs = pe_udp_checksum_verdict(pkt, ip, u, udp_len, rx->udp_zero_checksum_v6);
+        if (cs != PE_OK && csum_mode != PE_UDP_CHECKSUM_NOTE)
+            return cs;
+        *udp_checksum = cs;
+    }
     /* One classifier for both protocols, so that each passes over exactly what the other takes. */
     switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, pe_esp_rx_holds_spi, rx)) {
     case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
@@ -569,7 +590,7 @@ static uint64_t sa_top(const esp_sa *sa)
  * padding, trailer): Pad Length, the padding octets, dummy packets, and in
  * tunnel mode one whole IP packet of the announced version.
  */
-static pe_status after_icv(const esp_sa *sa, const uint8_t *dst, size_t region_len, pe_esp_info *info,
+static pe_status after_icv(const esp_sa *sa, uint8_t *dst, size_t region_len, pe_esp_info *info,
                            size_t *inner_len)
 {
     info->pad_len = dst[region_len - 2];
@@ -585,8 +606,14 @@ static pe_status after_icv(const esp_sa *sa, const uint8_t *dst, size_t region_l
     if (sa->mode == PE_ESP_TUNNEL) {
         if (info->next_header != PE_IPPROTO_IPV4 && info->next_header != PE_IPPROTO_IPV6)
             return PE_ERR_ESP_NEXT_HEADER;
-        if (!pe_ip_is_whole_packet(dst, *inner_len, info->next_header == PE_IPPROTO_IPV4 ? 4 : 6))
+        /* RFC 4303 §2.7: TFC padding may follow the inner packet, whose own length says where it ends */
+        size_t own = pe_ip_own_length(dst, *inner_len, info->next_header == PE_IPPROTO_IPV4 ? 4 : 6);
+        if (!own)
             return PE_ERR_ESP_INNER;
+        info->tfc_pad_len = *inner_len - own;
+        if (info->tfc_pad_len)
+            pe_wipe(dst + own, info->tfc_pad_len); /* not delivered: nothing of it stays behind */
+        *inner_len = own;
     }
     return PE_OK;
 }
@@ -696,7 +723,7 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
 {
     pe_esp_rx_config cfg = {.udp_port = rx->udp_port, .check_udp_checksum = rx->check_udp_checksum,
-                            .eesp_on_port = rx->eesp_on_port};
+                            .udp_zero_checksum_v6 = rx->udp_zero_checksum_v6, .eesp_on_port = rx->eesp_on_port};
     pe_status st = pe_esp_rx_new(&cfg, out);
     if (st != PE_OK)
         return st;
@@ -742,7 +769,12 @@ pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_
     pe_ip_info ip;
     size_t esp_off;
     int udp;
-    if (pe_ip_parse(pkt, len, &ip) != PE_OK || locate(rx, pkt, &ip, &esp_off, &udp) != PE_OK)
+    pe_status udp_checksum = PE_OK;
+    if (status == PE_ERR_UDP_CHECKSUM || status == PE_ERR_UDP_ZERO_CHECKSUM)
+        return status; /* refused before the SA, on the worker's reading of the checksum */
+    /* Past the checksum on the worker: as a note, if anything, from here on. */
+    if (pe_ip_parse(pkt, len, &ip) != PE_OK ||
+        locate(rx, pkt, &ip, PE_UDP_CHECKSUM_IGNORE, &esp_off, &udp, &udp_checksum) != PE_OK)
         return status; /* not ESP here: nothing depends on the windows */
     const uint8_t *e = pkt + esp_off;
     size_t elen = ip.len - esp_off;
@@ -755,7 +787,7 @@ pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_
     uint32_t seq_low = pe_get32(e + 4);
     uint64_t seq = sa->esn ? pe_esp_infer_seq(sa_top(sa), sa->window_size, seq_low) : seq_low;
     if (seq != seq_used) /* the worker's receiver inferred another high half: open it here instead */
-        return decap(rx, pkt, len, 0, out, cap, out_len, NULL);
+        return decap(rx, pkt, len, PE_ESP_DECAP_UDP_NOTE, out, cap, out_len, NULL);
     if (seq == 0)
         return PE_ERR_ESP_SEQ_ZERO;
     pe_status st;
@@ -786,7 +818,8 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
     if (st != PE_OK)
         return st;
     size_t esp_off;
-    if ((st = locate(rx, pkt, &ip, &esp_off, &info->udp_encap)) != PE_OK)
+    int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
+    if ((st = locate(rx, pkt, &ip, csum_mode, &esp_off, &info->udp_encap, &info->udp_checksum)) != PE_OK)
         return st;
     /* Tunnel mode hands out the inner packet alone; transport mode puts the IP header back in front. */
     size_t keep = ip.l4_offset, inner_len;

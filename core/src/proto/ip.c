@@ -137,10 +137,31 @@ int pe_ip_is_whole_packet(const uint8_t *pkt, size_t len, unsigned version)
     return version == 6 && len >= PE_IPV6_HDR_LEN && PE_IPV6_HDR_LEN + (size_t)pe_get16(pkt + 4) == len;
 }
 
+size_t pe_ip_own_length(const uint8_t *pkt, size_t len, unsigned version)
+{
+    if (len < 1 || (unsigned)(pkt[0] >> 4) != version)
+        return 0;
+    size_t own;
+    if (version == 4) {
+        size_t ihl_len = (size_t)(pkt[0] & 0x0f) * 4;
+        if (len < PE_IPV4_HDR_LEN || ihl_len < PE_IPV4_HDR_LEN || (own = pe_get16(pkt + 2)) < ihl_len)
+            return 0;
+    } else if (version == 6 && len >= PE_IPV6_HDR_LEN) {
+        own = PE_IPV6_HDR_LEN + (size_t)pe_get16(pkt + 4);
+    } else {
+        return 0;
+    }
+    return own <= len ? own : 0;
+}
+
 uint32_t pe_csum_add(uint32_t sum, const uint8_t *p, size_t n)
 {
     uint64_t s = sum;
     size_t i = 0;
+    /* 32-bit big-endian words fold to the same one's complement sum as 16-bit ones (RFC 1071 §2 (C)): the
+     * UDP checksum over IPv6 covers every octet of ESP and EESP in UDP, so this loop is on the send path. */
+    for (; i + 4 <= n; i += 4)
+        s += pe_get32(p + i);
     for (; i + 1 < n; i += 2)
         s += (uint32_t)((p[i] << 8) | p[i + 1]);
     if (i < n)
@@ -225,6 +246,22 @@ int pe_udp_checksum_ok(const uint8_t *ip, const pe_ip_info *info, const uint8_t 
     uint32_t sum = udp_pseudo_sum(ip, info->version, udp_len);
     sum = pe_csum_add(sum, udp, udp_len);
     return pe_csum_fold(sum) == 0xffff;
+}
+
+pe_status pe_udp_checksum_verdict(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len,
+                                  int zero_ok_v6)
+{
+    if (pe_get16(udp + 6) == 0)
+        return info->version == 6 && !zero_ok_v6 ? PE_ERR_UDP_ZERO_CHECKSUM : PE_OK;
+    return pe_udp_checksum_ok(ip, info, udp, udp_len) ? PE_OK : PE_ERR_UDP_CHECKSUM;
+}
+
+void pe_udp_set_checksum_v6(const uint8_t *ip, uint8_t *udp, size_t udp_len)
+{
+    uint32_t sum = udp_pseudo_sum(ip, 6, udp_len);
+    pe_put16(udp + 6, 0);
+    uint16_t c = (uint16_t)~pe_csum_fold(pe_csum_add(sum, udp, udp_len));
+    pe_put16(udp + 6, c ? c : 0xffff); /* RFC 8200 §8.1: a computed 0 is sent as all ones */
 }
 
 pe_status pe_ip_udp(const uint8_t *pkt, size_t avail, pe_udp_view *udp)
