@@ -428,6 +428,8 @@ ALLOWED_COMPARISONS = {
     ("core/src/io/keyfile.c", "memcmp", "lx->tok, word"): "reference-config keywords",
     ("dissectors/plugin/keys.c", "strcmp", 's, "*"'): "UAT wildcard",
     ("dissectors/plugin/packet-eesp.c", "memcmp", "x->dst, y->dst"): "destination address lookup",
+    ("dissectors/plugin/packet-eesp.c", "strcmp", 'esp_sa->fields[c].name, "spi"'): "Wireshark's esp_sa column names",
+    ("dissectors/plugin/packet-eesp.c", "strcmp", 'row, "*"'): "an esp_sa SPI wildcard (a public header field)",
     ("core/src/crypto/aead.c", "CRYPTO_memcmp", "a->fixed, nonce"):
         "an AES-GCM nonce's fixed field (salt or SPI) against the context's; constant time: a salt is key material",
 }
