@@ -2826,11 +2826,35 @@ static void test_extra_options_overflow(void)
     }
 }
 
+/* UDP's number as the EESP protocol would take every UDP datagram, the UDP 4500 encapsulation included, for EESP
+   (fuzz/corpus/keyfile/regress-6573640b63b9d461: an SA with ip-protocol=17 and udp-encap=1 refused its own packet). */
+static void test_udp_is_not_an_eesp_protocol(void)
+{
+    pe_eesp_sa_config c;
+    pe_eesp_tx *tx = NULL;
+    pe_eesp_rx *rx = NULL;
+    cfg_plain(&c, 0x5002, PE_ENCR_AES_GCM_16, 128, PE_EESP_TUNNEL);
+    c.ip_protocol = PE_IPPROTO_UDP;
+    c.udp_encap = 1;
+    CHECK_ST(pe_eesp_tx_new(&c, &tx), PE_ERR_EESP_CONFIG);
+    CHECK(tx == NULL);
+    pe_eesp_rx_config rc;
+    pe_eesp_rx_config_init(&rc);
+    rc.ip_protocol = PE_IPPROTO_UDP;
+    CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_ERR_EESP_CONFIG);
+    CHECK(rx == NULL);
+    rc.ip_protocol = PE_EESP_DEFAULT_IPPROTO;
+    CHECK_ST(pe_eesp_rx_new(&rc, &rx), PE_OK);
+    CHECK_ST(pe_eesp_rx_add_sa(rx, &c), PE_ERR_EESP_CONFIG);
+    pe_eesp_rx_free(rx);
+}
+
 int main(void)
 {
     init_keys();
     init_templates();
     test_sskdf();
+    test_udp_is_not_an_eesp_protocol();
     test_vectors();
     test_round_trips();
     test_crypt_offset_rt();

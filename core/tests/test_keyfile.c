@@ -410,6 +410,7 @@ static const error_case error_cases[] = {
     {EESP " align=2", PE_ERR_KEYFILE_VALUE, 1, "field 'align' must be a decimal number 0..1"},
     {EESP " strict=yes", PE_ERR_KEYFILE_VALUE, 1, "field 'strict' must be a decimal number 0..1"},
     {EESP " ip-protocol=256", PE_ERR_KEYFILE_VALUE, 1, "field 'ip-protocol' must be a decimal number 0..255"},
+    {EESP " ip-protocol=17", PE_ERR_KEYFILE_VALUE, 1, "is UDP's number (17)"},
     {EESP " ip-protocol=esp", PE_ERR_KEYFILE_VALUE, 1, "'ip-protocol'"},
     {EESP " udp-encap=4500", PE_ERR_KEYFILE_VALUE, 1, "field 'udp-encap' must be a decimal number 0..1"},
     {EESP " sub-sas=0", PE_ERR_KEYFILE_VALUE, 1, "field 'sub-sas' must be a decimal number 1..65536"},

@@ -1165,6 +1165,9 @@ local function parse_eesp_sa(kf, l)
     e.strict = (l:dec_field("strict", 1) or 0) == 1
     e.udp_encap = l:dec_field("udp-encap", 1) or 0
     e.ip_protocol = l:range_field("ip-protocol", 0, 0xff) or 49
+    if e.ip_protocol == 17 then
+        l:bad_value("ip-protocol", "is UDP's number (17), which carries EESP's UDP encapsulation")
+    end
     e.src_family, e.src = addr_field(l, "src")
     e.dst_family, e.dst = addr_field(l, "dst")
     if e.src_family ~= 0 and e.dst_family ~= 0 and e.src_family ~= e.dst_family then

@@ -21,6 +21,7 @@
 
 #include <openssl/crypto.h>
 
+#include "pe/ip.h"
 #include "pe/replay.h"
 
 /* Far above any real key file; stops a wrong path (a capture, /dev/zero) from eating memory. */
@@ -971,6 +972,8 @@ static pe_status eesp_sa_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_
     x = PE_EESP_DEFAULT_IPPROTO;
     if ((st = range_field(p, l, "ip-protocol", 0, 0xff, &x, NULL)) != PE_OK)
         return st;
+    if (x == PE_IPPROTO_UDP)
+        return bad_value(p, l, "ip-protocol", "is UDP's number (17), which carries EESP's UDP encapsulation");
     e->ip_protocol = (uint8_t)x;
     if ((st = addr_field(p, l, "src", &e->has_src, &e->src_family, e->src)) != PE_OK ||
         (st = addr_field(p, l, "dst", &e->has_dst, &e->dst_family, e->dst)) != PE_OK)

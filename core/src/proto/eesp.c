@@ -94,6 +94,9 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_eesp_suite *s
         return PE_ERR_EESP_IIV_NEEDS_SEQ;
     if (c->dst_family != 0 && c->dst_family != 4 && c->dst_family != 6)
         return PE_ERR_INVALID_ARGUMENT;
+    /* UDP's number would make every UDP datagram EESP, its own UDP encapsulation included (§14, D7) */
+    if (c->ip_protocol == PE_IPPROTO_UDP)
+        return PE_ERR_EESP_CONFIG;
     if (c->sskdf == PE_SSKDF_AES256_CMAC)
         return PE_ERR_EESP_SSKDF_UNDEFINED; /* D8 */
     if (c->sskdf != PE_SSKDF_NONE && !pe_eesp_sskdf_root_len(c->sskdf))
@@ -766,6 +769,9 @@ void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
 
 pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out)
 {
+    *out = NULL;
+    if (cfg->ip_protocol == PE_IPPROTO_UDP) /* as check_config: UDP is the encapsulation, not EESP */
+        return PE_ERR_EESP_CONFIG;
     *out = calloc(1, sizeof **out);
     if (!*out)
         return PE_ERR_NOMEM;
