@@ -44,7 +44,7 @@ static int locate(const uint8_t *pkt, size_t len, size_t *off, size_t *keep, siz
     }
     if (ip.protocol == PE_IPPROTO_UDP && ip.l4_offset + 8 < ip.len && pe_get16(pkt + ip.l4_offset + 2) == 4500 &&
         pe_get16(pkt + ip.l4_offset + 4) == ip.len - ip.l4_offset &&
-        pe_eesp_udp_classify(pkt + ip.l4_offset + 8, ip.len - ip.l4_offset - 8, NULL, NULL) == PE_UDP4500_EESP) {
+        pe_ipsec_udp_classify(pkt + ip.l4_offset + 8, ip.len - ip.l4_offset - 8, NULL, NULL) == PE_UDP4500_EESP) {
         *off = ip.l4_offset + 8;
         return 0;
     }

@@ -56,8 +56,8 @@ static void fz_esp_config(const fz_esp_sa *s, pe_esp_sa_config *c)
     c->spi = s->spi;
     c->encr = s->encr;
     c->key_bits = s->bits;
-    pe_eesp_suite suite;
-    FUZZ_CHECK(pe_eesp_suite_get(s->encr, s->bits, &suite) == PE_OK, "suite");
+    pe_ipsec_suite suite;
+    FUZZ_CHECK(pe_ipsec_suite_get(s->encr, s->bits, &suite) == PE_OK, "suite");
     c->key = ESP_KEYMAT;
     c->key_len = suite.key_len + suite.salt_len;
     c->mode = s->mode;

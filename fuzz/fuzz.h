@@ -160,7 +160,7 @@ int fz_hkdf_expand(pe_eesp_sskdf sskdf, const uint8_t *prk, size_t prk_len, cons
  */
 int fz_psp_seal(const uint8_t *key, size_t key_len, uint8_t *psp, size_t len);
 
-/* EESP suites as the model knows them (eesp.md §10), independent of pe_eesp_suite_get. */
+/* EESP suites as the model knows them (eesp.md §10), independent of pe_ipsec_suite_get. */
 typedef struct fz_suite {
     unsigned encr;
     fz_alg alg;

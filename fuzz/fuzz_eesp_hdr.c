@@ -5,7 +5,7 @@
  *  - the option list against an independent TLV walk;
  *  - build(parse(x)) == x over Base Header + Options when x parses;
  *  - parse(build(h)) == h for a header whose options come from the input;
- *  - pe_eesp_udp_classify against §14.
+ *  - pe_ipsec_udp_classify against §14.
  */
 #include <string.h>
 
@@ -183,11 +183,11 @@ static void classify_side(const uint8_t *d, size_t n)
                            : n >= 4 && pe_get32(d) == 0 ? PE_UDP4500_IKE
                            : eesp_octet0                ? PE_UDP4500_EESP
                                                         : PE_UDP4500_ESP;
-    pe_udp4500_kind k = pe_eesp_udp_classify(d, n, NULL, NULL);
+    pe_udp4500_kind k = pe_ipsec_udp_classify(d, n, NULL, NULL);
     FUZZ_CHECK(k == bare, "udp 4500 classify %d, §14 says %d", k, bare);
     held_spis h = {.low_bit = n ? d[n - 1] & 1u : 0};
     pe_udp4500_kind want = bare == PE_UDP4500_EESP && n >= 4 && (pe_get32(d) & 1) == h.low_bit ? PE_UDP4500_ESP : bare;
-    k = pe_eesp_udp_classify(d, n, spi_held, &h);
+    k = pe_ipsec_udp_classify(d, n, spi_held, &h);
     FUZZ_CHECK(k == want, "udp 4500 classify with ESP SAs %d, §14 says %d", k, want);
     FUZZ_CHECK(h.asked == (bare == PE_UDP4500_EESP && n >= 4), "ESP SA table asked %u times", h.asked);
 }

@@ -49,7 +49,7 @@ static void check_locate(const uint8_t *pkt, size_t avail)
                        "EESP location %zu+%zu in %zu", el.offset, el.len, ip.len);
             if (el.udp_encap) {
                 FUZZ_CHECK(ust == PE_OK && el.offset == u.payload_offset && el.len == u.payload_len, "EESP in UDP");
-                FUZZ_CHECK(pe_eesp_udp_classify(pkt + el.offset, el.len, NULL, NULL) == PE_UDP4500_EESP, "EESP demux");
+                FUZZ_CHECK(pe_ipsec_udp_classify(pkt + el.offset, el.len, NULL, NULL) == PE_UDP4500_EESP, "EESP demux");
                 FUZZ_CHECK(u.dport == ports[i] || ((flags & PE_EESP_LOCATE_EITHER_PORT) && u.sport == ports[i]),
                            "EESP port");
             } else {

@@ -394,20 +394,20 @@ typedef enum {
     PE_ENCR_AES_CCM_8_IIV = 29,
     PE_ENCR_AES_GCM_16_IIV = 30,
     PE_ENCR_CHACHA20_POLY1305_IIV = 31,
-} pe_eesp_encr;
+} pe_ipsec_encr;
 typedef struct {
-    pe_eesp_encr encr;
+    pe_ipsec_encr encr;
     pe_aead_alg alg;
     size_t key_len;
     size_t salt_len;
     size_t iv_len;
     size_t icv_len;
     int integrity_only;
-} pe_eesp_suite;
-pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
-const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
+} pe_ipsec_suite;
+pe_status pe_ipsec_suite_get(unsigned encr, unsigned key_bits, pe_ipsec_suite *suite);
+const char *pe_ipsec_suite_name(const pe_ipsec_suite *suite);
 typedef struct {
-    pe_eesp_encr encr;
+    pe_ipsec_encr encr;
     const char *name;
     const char *ikev2_name;
     pe_aead_alg alg;
@@ -418,11 +418,11 @@ typedef struct {
     int integrity_only;
     size_t n_key_lens;
     size_t key_lens[3];
-} pe_eesp_suite_info;
-size_t pe_eesp_suite_count(void);
-const pe_eesp_suite_info *pe_eesp_suite_at(size_t i);
-const pe_eesp_suite_info *pe_eesp_suite_by_id(unsigned encr);
-const pe_eesp_suite_info *pe_eesp_suite_by_name(const char *name);
+} pe_ipsec_suite_info;
+size_t pe_ipsec_suite_count(void);
+const pe_ipsec_suite_info *pe_ipsec_suite_at(size_t i);
+const pe_ipsec_suite_info *pe_ipsec_suite_by_id(unsigned encr);
+const pe_ipsec_suite_info *pe_ipsec_suite_by_name(const char *name);
 typedef struct {
     uint8_t payload_offset;
     uint8_t crypt_offset;
@@ -535,7 +535,7 @@ typedef struct {
     uint8_t pad_len;
     int icv_valid;
     int sa_found;
-    pe_eesp_suite suite;
+    pe_ipsec_suite suite;
     pe_eesp_mode mode;
     int seq_present;
     size_t payload_offset;
@@ -552,7 +552,7 @@ pe_status pe_eesp_rx_add_esp_spi(pe_eesp_rx *rx, uint32_t spi);
 pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap,
                         size_t *out_len, pe_eesp_info *info);
 typedef enum { PE_UDP4500_KEEPALIVE, PE_UDP4500_IKE, PE_UDP4500_EESP, PE_UDP4500_ESP } pe_udp4500_kind;
-pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
+pe_udp4500_kind pe_ipsec_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
                                      const void *ctx);
 typedef struct {
     unsigned ip_version;
@@ -625,7 +625,7 @@ typedef struct {
     uint8_t pad_len;
     int icv_valid;
     int sa_found;
-    pe_eesp_suite suite;
+    pe_ipsec_suite suite;
     pe_esp_mode mode;
     int esn;
     size_t payload_offset;
@@ -715,7 +715,7 @@ ffibuilder.set_source(
     "pecore._native",
     "\n".join(
         ["#include <openssl/crypto.h>"]
-        + [f'#include "pe/{h}.h"' for h in ("status", "wipe", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "eesp",
+        + [f'#include "pe/{h}.h"' for h in ("status", "wipe", "kdf", "aead", "ip", "capture", "batch", "keyfile", "psp", "ipsec", "esp", "eesp",
                                              "transforms", "parallel")]
         + [  # cffi cannot take the address of a const object: the six transforms by protocol and direction
             "static const pe_parallel_ops *pe_py_parallel_ops(int protocol, int decrypt)",

@@ -67,7 +67,7 @@ def _suite(row) -> EespSuite:
 
 
 #: Every suite, in ENCR ID order.
-EESP_SUITES: Tuple[EespSuite, ...] = tuple(_suite(lib.pe_eesp_suite_at(i)) for i in range(lib.pe_eesp_suite_count()))
+EESP_SUITES: Tuple[EespSuite, ...] = tuple(_suite(lib.pe_ipsec_suite_at(i)) for i in range(lib.pe_ipsec_suite_count()))
 
 
 def eesp_suite(suite: Union[str, int]) -> Optional[EespSuite]:
@@ -75,9 +75,9 @@ def eesp_suite(suite: Union[str, int]) -> Optional[EespSuite]:
     if isinstance(suite, bool):
         return None
     if isinstance(suite, int):
-        row = lib.pe_eesp_suite_by_id(suite) if 0 <= suite <= 0xFFFFFFFF else ffi.NULL
+        row = lib.pe_ipsec_suite_by_id(suite) if 0 <= suite <= 0xFFFFFFFF else ffi.NULL
     elif isinstance(suite, str):
-        row = lib.pe_eesp_suite_by_name(suite.encode())
+        row = lib.pe_ipsec_suite_by_name(suite.encode())
     else:
         return None
     return None if row == ffi.NULL else _suite(row)
@@ -300,7 +300,7 @@ def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool
     RFC 3948 and eesp.md §14 demultiplex it), and the core's status name ("ok", "not-esp", "nat-keepalive",
     "ike-non-esp-marker", "eesp-in-udp", "ip-fragment", ...).
 
-    The core's own steps, as pe_esp_decap takes them: pe_ip_parse, pe_ip_udp and pe_eesp_udp_classify.
+    The core's own steps, as pe_esp_decap takes them: pe_ip_parse, pe_ip_udp and pe_ipsec_udp_classify.
     ``either_port`` matches UDP by source port too (tools looking at both directions); ``receiver`` (a
     ``pe_esp_rx *``) makes its SAs' SPIs ESP whatever their first octet (§14 step 3); ``eesp_on_port=False``
     takes what §14 calls EESP as ESP too (a host without EESP).
@@ -319,7 +319,7 @@ def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool
             not (udp.dport == port or (either_port and udp.sport == port)):
         return None, "not-esp"
     held = (ffi.addressof(lib, "pe_esp_rx_holds_spi"), receiver) if receiver is not None else (ffi.NULL, ffi.NULL)
-    kind = lib.pe_eesp_udp_classify(buf + udp.payload_offset, udp.payload_len, *held)
+    kind = lib.pe_ipsec_udp_classify(buf + udp.payload_offset, udp.payload_len, *held)
     if kind == lib.PE_UDP4500_EESP and not eesp_on_port:
         kind = lib.PE_UDP4500_ESP
     if kind != lib.PE_UDP4500_ESP:

@@ -290,7 +290,7 @@ class IPsecUDPEncap(Packet):
     def dispatch_hook(cls, _pkt=None, *args, **kargs):  # type: ignore[no-untyped-def]
         if not _pkt:
             return cls
-        kind = lib.pe_eesp_udp_classify(_pkt, len(_pkt), ffi.NULL, ffi.NULL)  # it holds no ESP SAs
+        kind = lib.pe_ipsec_udp_classify(_pkt, len(_pkt), ffi.NULL, ffi.NULL)  # it holds no ESP SAs
         return {
             lib.PE_UDP4500_KEEPALIVE: NAT_KEEPALIVE,
             lib.PE_UDP4500_IKE: NON_ESP,
@@ -387,8 +387,8 @@ def suite_info(suite: Union[str, int], key_bits: int = 128):  # type: ignore[no-
     """The core's description of a suite: (name, salt_len, iv_len, icv_len, integrity_only, key_len)."""
     row = eesp_suite(suite_id(suite))
     assert row is not None  # suite_id() accepted it
-    s = ffi.new("pe_eesp_suite *")
-    st = lib.pe_eesp_suite_get(row.id, 0 if len(row.key_lens) == 1 else key_bits, s)
+    s = ffi.new("pe_ipsec_suite *")
+    st = lib.pe_ipsec_suite_get(row.id, 0 if len(row.key_lens) == 1 else key_bits, s)
     if st != lib.PE_OK:
         raise_eesp(st, f"suite {suite!r} with {key_bits}-bit keys")
     return row.name, s.salt_len, s.iv_len, s.icv_len, bool(s.integrity_only), s.key_len

@@ -1,7 +1,7 @@
 """The core's folders are its layers (README "Layout"): each may include only the layers below it.
 
     io/      captures, batches, key files, transforms (the protocols as capture callbacks)
-    proto/   PSP, EESP, IP, replay windows, key tables
+    proto/   PSP; ESP and EESP over what they share (ipsec); IP, replay windows, key tables
     crypto/  AEAD, KDFs, wiping
     status   the status list every layer reports with
 
@@ -19,7 +19,7 @@ CORE = ROOT / "core"
 HEADER_LAYER = {
     "status.h": 0, "bytes.h": 0,
     "wipe.h": 1, "aead.h": 1, "kdf.h": 1,
-    "ip.h": 2, "replay.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
+    "ip.h": 2, "replay.h": 2, "ipsec.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
     "capture.h": 3, "batch.h": 3, "keyfile.h": 3, "transforms.h": 3, "parallel.h": 3,
 }
 FOLDER_LAYER = {"crypto": 1, "proto": 2, "io": 3}
@@ -52,3 +52,31 @@ def test_includes_point_down(path):
             assert HEADER_LAYER[name] <= own, f"{path.relative_to(ROOT)} (layer {own}) includes {name} (layer {HEADER_LAYER[name]})"
         else:  # a private header: must sit beside the file (same folder, same layer)
             assert (path.parent / name).is_file(), f"{path.relative_to(ROOT)} includes {name} from another folder"
+
+
+def _includes(path: Path) -> set:
+    """Every header `path` reaches, through the headers it includes (public and private)."""
+    seen, todo = set(), [path]
+    while todo:
+        p = todo.pop()
+        for name in INCLUDE.findall(p.read_text()):
+            q = CORE / "include" / "pe" / name if name in HEADER_LAYER else p.parent / name
+            if q.is_file() and q not in seen:
+                seen.add(q)
+                todo.append(q)
+    return {q.name for q in seen}
+
+
+# ESP and EESP are siblings over proto/ipsec: neither leans on the other, and what they share knows neither.
+@pytest.mark.parametrize("path,forbidden", [
+    ("include/pe/esp.h", {"eesp.h", "eesp_internal.h"}),
+    ("src/proto/esp.c", {"eesp.h", "eesp_internal.h"}),
+    ("include/pe/ipsec.h", {"eesp.h", "eesp_internal.h", "esp.h"}),
+    ("src/proto/ipsec.c", {"eesp.h", "eesp_internal.h", "esp.h"}),
+    ("include/pe/eesp.h", {"esp.h"}),
+])
+def test_esp_and_eesp_share_only_ipsec(path, forbidden):
+    reached = _includes(CORE / path)
+    assert not reached & forbidden, f"core/{path} reaches {sorted(reached & forbidden)}"
+    if path.startswith("src/proto/e"):
+        assert "ipsec.h" in reached

@@ -60,8 +60,8 @@ def test_one_file_per_suite_of_the_core():
 
     for s in ev.SUITES.values():  # every suite the core has, and no other (the core's own table says so)
         for bits in ((256,) if s.kind == "chacha" else (128, 192, 256)):
-            suite = pytest.importorskip("pecore.binding").ffi.new("pe_eesp_suite *")
-            assert lib.pe_eesp_suite_get(s.encr_id, 0 if s.kind == "chacha" else bits, suite) == lib.PE_OK
+            suite = pytest.importorskip("pecore.binding").ffi.new("pe_ipsec_suite *")
+            assert lib.pe_ipsec_suite_get(s.encr_id, 0 if s.kind == "chacha" else bits, suite) == lib.PE_OK
             assert (suite.icv_len, suite.salt_len, suite.iv_len) == (s.icv, s.salt, s.iv)
 
 

@@ -164,7 +164,7 @@ class CoreKeys:
                  next_header=info.next_header, pad_len=info.pad_len, sa_found=bool(info.sa_found),
                  icv_valid=bool(info.icv_valid), status=status_name(st), category=CATEGORY_BY_CODE[status_name(st)])
         if info.sa_found:
-            d["suite"] = ffi.string(lib.pe_eesp_suite_name(ffi.addressof(info, "suite"))).decode()
+            d["suite"] = ffi.string(lib.pe_ipsec_suite_name(ffi.addressof(info, "suite"))).decode()
             d["key_bits"] = info.suite.key_len * 8
             d["mode"] = "tunnel" if info.mode == 1 else "transport"
         inner = bytes(ffi.buffer(out, out_len[0])) if st == lib.PE_OK else None

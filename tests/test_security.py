@@ -417,7 +417,7 @@ ALLOWED_COMPARISONS = {
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], allowed[k]"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", 'mode, "transport"'): "keyword",
     ("core/src/io/keyfile.c", "strcmp", 'mode, "tunnel"'): "keyword",
-    ("core/src/proto/eesp_hdr.c", "strcmp", "name, suite_rows[i].name"): "suite names",
+    ("core/src/proto/ipsec.c", "strcmp", "name, suite_rows[i].name"): "suite names",
     ("core/src/io/keyfile.c", "strcmp", "v, words[k]"): "keywords",
     ("core/src/io/keyfile.c", "strcmp", 'v, "*"'): "address wildcard",
     ("core/src/io/keyfile.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",

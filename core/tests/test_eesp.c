@@ -233,8 +233,8 @@ static void init_keys(void)
 
 static size_t keymat_len(unsigned encr, unsigned bits)
 {
-    pe_eesp_suite s;
-    if (pe_eesp_suite_get(encr, bits, &s) != PE_OK)
+    pe_ipsec_suite s;
+    if (pe_ipsec_suite_get(encr, bits, &s) != PE_OK)
         return 0;
     return s.key_len + s.salt_len;
 }
@@ -426,7 +426,7 @@ done:
 }
 
 /* key || salt of a Sub SA under a config (the SSKDF itself is pinned by the KATs). */
-static void ref_keymat(const pe_eesp_sa_config *c, const pe_eesp_suite *s, uint16_t sid, uint8_t *km)
+static void ref_keymat(const pe_eesp_sa_config *c, const pe_ipsec_suite *s, uint16_t sid, uint8_t *km)
 {
     size_t L = s->key_len + s->salt_len;
     if (c->sskdf == PE_SSKDF_NONE)
@@ -451,8 +451,8 @@ static int cfg_full(const pe_eesp_sa_config *c)
 static void ref_check(const pe_eesp_sa_config *c, const uint8_t *e, size_t elen, uint16_t sid, uint64_t counter,
                       int carrier_v6, uint8_t nh, const uint8_t *payload, size_t plen, const char *ctx)
 {
-    pe_eesp_suite s;
-    if (pe_eesp_suite_get(c->encr, c->key_bits, &s) != PE_OK) {
+    pe_ipsec_suite s;
+    if (pe_ipsec_suite_get(c->encr, c->key_bits, &s) != PE_OK) {
         CHECKF(0, "%s: suite", ctx);
         return;
     }
@@ -560,8 +560,8 @@ typedef struct craft {
 
 static size_t craft_eesp(const craft *k, uint8_t *e)
 {
-    pe_eesp_suite s;
-    CHECK_ST(pe_eesp_suite_get(k->c->encr, k->c->key_bits, &s), PE_OK);
+    pe_ipsec_suite s;
+    CHECK_ST(pe_ipsec_suite_get(k->c->encr, k->c->key_bits, &s), PE_OK);
     size_t seq_len = k->c->seq_present ? 8 : 0;
     e[0] = k->b0 ? k->b0 : 0x80;
     e[1] = (uint8_t)k->opt_len;
@@ -690,22 +690,22 @@ static void test_sskdf(void)
     pe_eesp_rx_free(rx);
 
     /* The suite table (§10). */
-    pe_eesp_suite s;
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_AES_CCM_12, 192, &s), PE_OK);
+    pe_ipsec_suite s;
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_AES_CCM_12, 192, &s), PE_OK);
     CHECK(s.key_len == 24 && s.salt_len == 3 && s.iv_len == 8 && s.icv_len == 12 && !s.integrity_only);
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_NULL_AUTH_AES_GMAC, 256, &s), PE_OK);
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_NULL_AUTH_AES_GMAC, 256, &s), PE_OK);
     CHECK(s.key_len + s.salt_len == 36 && s.icv_len == 16 && s.integrity_only); /* D15 */
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_CHACHA20_POLY1305_IIV, 0, &s), PE_OK);
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_CHACHA20_POLY1305_IIV, 0, &s), PE_OK);
     CHECK(s.key_len == 32 && s.salt_len == 4 && s.iv_len == 0 && s.icv_len == 16);
-    CHECK(strcmp(pe_eesp_suite_name(&s), "ENCR_CHACHA20_POLY1305_IIV") == 0);
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_AES_CCM_8_IIV, 128, &s), PE_OK);
+    CHECK(strcmp(pe_ipsec_suite_name(&s), "ENCR_CHACHA20_POLY1305_IIV") == 0);
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_AES_CCM_8_IIV, 128, &s), PE_OK);
     CHECK(s.salt_len == 3 && s.iv_len == 0 && s.icv_len == 8);
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_CHACHA20_POLY1305, 256, &s), PE_OK);
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_CHACHA20_POLY1305, 128, &s), PE_ERR_EESP_SUITE);
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_AES_GCM_16, 0, &s), PE_ERR_EESP_SUITE);
-    CHECK_ST(pe_eesp_suite_get(PE_ENCR_AES_GCM_16, 512, &s), PE_ERR_EESP_SUITE);
-    CHECK_ST(pe_eesp_suite_get(12 /* ENCR_AES_CBC */, 128, &s), PE_ERR_EESP_SUITE);
-    CHECK_ST(pe_eesp_suite_get(17, 128, &s), PE_ERR_EESP_SUITE);
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_CHACHA20_POLY1305, 256, &s), PE_OK);
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_CHACHA20_POLY1305, 128, &s), PE_ERR_EESP_SUITE);
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_AES_GCM_16, 0, &s), PE_ERR_EESP_SUITE);
+    CHECK_ST(pe_ipsec_suite_get(PE_ENCR_AES_GCM_16, 512, &s), PE_ERR_EESP_SUITE);
+    CHECK_ST(pe_ipsec_suite_get(12 /* ENCR_AES_CBC */, 128, &s), PE_ERR_EESP_SUITE);
+    CHECK_ST(pe_ipsec_suite_get(17, 128, &s), PE_ERR_EESP_SUITE);
 }
 
 /* §19 common: AES-128-GCM-16, SSKDF_HKDF_SHA2_256 with root 00..1f, SPI 0x1000, Session ID 1. */
@@ -1561,8 +1561,8 @@ static void trunc_sweep(const pe_eesp_sa_config *c, const uint8_t *pkt, size_t l
     cc.udp_encap = udp;
     pe_eesp_tx *tx = mk_tx(&cc);
     pe_eesp_rx *rx = mk_rx(&cc);
-    pe_eesp_suite s;
-    CHECK_ST(pe_eesp_suite_get(c->encr, c->key_bits, &s), PE_OK);
+    pe_ipsec_suite s;
+    CHECK_ST(pe_ipsec_suite_get(c->encr, c->key_bits, &s), PE_OK);
     size_t n = encap_ok(tx, pkt, len, 0, out);
     int is_udp;
     size_t eo = eesp_offset(out, n, &is_udp), elen = n - eo, ih = (out[0] >> 4) == 6 ? 40 : 20;
@@ -2246,8 +2246,8 @@ static void test_udp_demux(void)
     for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
         uint8_t pl[256];
         size_t plen = unhex(u[i].payload, pl);
-        CHECK(pe_eesp_udp_classify(pl, plen, NULL, NULL) == u[i].kind);
-        CHECK(pe_eesp_udp_classify(pl, plen, spi_is_80001234, NULL) ==
+        CHECK(pe_ipsec_udp_classify(pl, plen, NULL, NULL) == u[i].kind);
+        CHECK(pe_ipsec_udp_classify(pl, plen, spi_is_80001234, NULL) ==
               (plen >= 4 && get32(pl) == 0x80001234 ? PE_UDP4500_ESP : u[i].kind));
         put16(l4, 4500);
         put16(l4 + 2, 4500);
@@ -2792,7 +2792,7 @@ static void test_robustness(void)
         if (hl > 1 && (rnd() & 1))
             hb[1] = (uint8_t)rnd_below(hl);
         hdr_fuzz_one(hb, hl);
-        (void)pe_eesp_udp_classify(hb, hl, NULL, NULL);
+        (void)pe_ipsec_udp_classify(hb, hl, NULL, NULL);
     }
     printf("test_eesp: robustness: %ld iterations, %ld accepted, %ld rejected\n", iterations, accepted, rejected);
     for (int i = 0; i < 8; i++)

@@ -124,8 +124,8 @@ static void init_keys(void)
 
 static size_t keymat_len(unsigned encr, unsigned bits)
 {
-    pe_eesp_suite s;
-    if (pe_eesp_suite_get(encr, bits, &s) != PE_OK)
+    pe_ipsec_suite s;
+    if (pe_ipsec_suite_get(encr, bits, &s) != PE_OK)
         return 0;
     return s.key_len + s.salt_len;
 }
@@ -480,8 +480,8 @@ static void test_round_trips(void)
                         c.udp_encap = udp;
                         pe_esp_tx *tx = mk_tx(&c);
                         pe_esp_rx *rx = mk_rx(&c);
-                        pe_eesp_suite s;
-                        pe_eesp_suite_get(c.encr, c.key_bits, &s);
+                        pe_ipsec_suite s;
+                        pe_ipsec_suite_get(c.encr, c.key_bits, &s);
                         for (size_t n = 0; n < 40; n += 1 + n / 3) {
                             size_t len = v6 ? mk_ipv6_tcp(pkt, n, (uint8_t)n, n & 1) : mk_ipv4_udp(pkt, n, (uint8_t)n);
                             size_t wl = 0, rl = 0;

@@ -69,42 +69,42 @@ static size_t mk_udp(uint8_t *b, int v6, size_t ext, uint16_t sport, uint16_t dp
 
 static void test_eesp_suites(void)
 {
-    CHECK(pe_eesp_suite_count() == 11);
-    CHECK(pe_eesp_suite_at(pe_eesp_suite_count()) == NULL);
+    CHECK(pe_ipsec_suite_count() == 11);
+    CHECK(pe_ipsec_suite_at(pe_ipsec_suite_count()) == NULL);
     unsigned last = 0;
-    for (size_t i = 0; i < pe_eesp_suite_count(); i++) {
-        const pe_eesp_suite_info *r = pe_eesp_suite_at(i);
+    for (size_t i = 0; i < pe_ipsec_suite_count(); i++) {
+        const pe_ipsec_suite_info *r = pe_ipsec_suite_at(i);
         CHECK(r && (unsigned)r->encr > last); /* ENCR ID order */
         last = r->encr;
-        CHECK(pe_eesp_suite_by_id(r->encr) == r);
-        CHECK(pe_eesp_suite_by_name(r->name) == r);
-        CHECK(pe_eesp_suite_by_name(r->ikev2_name) == r);
+        CHECK(pe_ipsec_suite_by_id(r->encr) == r);
+        CHECK(pe_ipsec_suite_by_name(r->name) == r);
+        CHECK(pe_ipsec_suite_by_name(r->ikev2_name) == r);
         CHECK(r->implicit_iv == (r->iv_len == 0));
-        /* The table agrees with pe_eesp_suite_get for every key length it lists. */
+        /* The table agrees with pe_ipsec_suite_get for every key length it lists. */
         for (size_t k = 0; k < r->n_key_lens; k++) {
-            pe_eesp_suite s;
-            CHECK_ST(pe_eesp_suite_get(r->encr, (unsigned)r->key_lens[k] * 8, &s), PE_OK);
+            pe_ipsec_suite s;
+            CHECK_ST(pe_ipsec_suite_get(r->encr, (unsigned)r->key_lens[k] * 8, &s), PE_OK);
             CHECK(s.key_len == r->key_lens[k] && s.salt_len == r->salt_len && s.iv_len == r->iv_len &&
                   s.icv_len == r->icv_len && s.integrity_only == r->integrity_only && s.alg == r->alg);
-            CHECK(strcmp(pe_eesp_suite_name(&s), r->ikev2_name) == 0);
+            CHECK(strcmp(pe_ipsec_suite_name(&s), r->ikev2_name) == 0);
         }
     }
-    const pe_eesp_suite_info *g = pe_eesp_suite_by_name("aes-gcm-16");
+    const pe_ipsec_suite_info *g = pe_ipsec_suite_by_name("aes-gcm-16");
     CHECK(g && g->encr == PE_ENCR_AES_GCM_16 && g->salt_len == 4 && g->iv_len == 8 && g->icv_len == 16);
-    const pe_eesp_suite_info *c = pe_eesp_suite_by_name("aes-ccm-8-iiv");
+    const pe_ipsec_suite_info *c = pe_ipsec_suite_by_name("aes-ccm-8-iiv");
     CHECK(c && c->encr == 29 && c->salt_len == 3 && c->iv_len == 0 && c->implicit_iv && c->icv_len == 8);
-    const pe_eesp_suite_info *ch = pe_eesp_suite_by_id(PE_ENCR_CHACHA20_POLY1305);
+    const pe_ipsec_suite_info *ch = pe_ipsec_suite_by_id(PE_ENCR_CHACHA20_POLY1305);
     CHECK(ch && ch->n_key_lens == 1 && ch->key_lens[0] == 32);
-    CHECK(pe_eesp_suite_by_id(PE_ENCR_NULL_AUTH_AES_GMAC)->integrity_only);
+    CHECK(pe_ipsec_suite_by_id(PE_ENCR_NULL_AUTH_AES_GMAC)->integrity_only);
     /* IKEv2 names in any case; the project's names exactly. */
-    CHECK(pe_eesp_suite_by_name("encr_aes_gcm_16") == g);
-    CHECK(pe_eesp_suite_by_name("AES-GCM-16") == NULL);
-    CHECK(pe_eesp_suite_by_name("aes-gcm-16 ") == NULL);
-    CHECK(pe_eesp_suite_by_name("") == NULL);
-    CHECK(pe_eesp_suite_by_name(NULL) == NULL);
-    CHECK(pe_eesp_suite_by_id(0) == NULL);
-    CHECK(pe_eesp_suite_by_id(17) == NULL);
-    CHECK(pe_eesp_suite_by_id(20 + 65536u) == NULL);
+    CHECK(pe_ipsec_suite_by_name("encr_aes_gcm_16") == g);
+    CHECK(pe_ipsec_suite_by_name("AES-GCM-16") == NULL);
+    CHECK(pe_ipsec_suite_by_name("aes-gcm-16 ") == NULL);
+    CHECK(pe_ipsec_suite_by_name("") == NULL);
+    CHECK(pe_ipsec_suite_by_name(NULL) == NULL);
+    CHECK(pe_ipsec_suite_by_id(0) == NULL);
+    CHECK(pe_ipsec_suite_by_id(17) == NULL);
+    CHECK(pe_ipsec_suite_by_id(20 + 65536u) == NULL);
 }
 
 static void test_psp_versions(void)
@@ -359,7 +359,7 @@ static void test_psp_seal(void)
 
 static uint8_t KEYMAT[36];
 
-static void eesp_cfg(pe_eesp_sa_config *c, const pe_eesp_suite_info *s, pe_eesp_mode mode, int udp)
+static void eesp_cfg(pe_eesp_sa_config *c, const pe_ipsec_suite_info *s, pe_eesp_mode mode, int udp)
 {
     pe_eesp_sa_config_init(c);
     c->spi = 0x1000;
@@ -389,8 +389,8 @@ static void test_eesp_seal(void)
     uint8_t inner[100], pkt[300];
     for (size_t i = 0; i < sizeof inner; i++)
         inner[i] = (uint8_t)(i * 7);
-    for (size_t si = 0; si < pe_eesp_suite_count(); si++) {
-        const pe_eesp_suite_info *s = pe_eesp_suite_at(si);
+    for (size_t si = 0; si < pe_ipsec_suite_count(); si++) {
+        const pe_ipsec_suite_info *s = pe_ipsec_suite_at(si);
         for (int mode = 0; mode <= 1; mode++)
             for (int udp = 0; udp <= 1; udp++) {
                 pe_eesp_sa_config c;
@@ -468,7 +468,7 @@ static void test_eesp_seal(void)
     }
     /* Optimized format (tunnel, AUTO): only an IP packet can travel without a PIH. */
     pe_eesp_sa_config c;
-    eesp_cfg(&c, pe_eesp_suite_by_id(PE_ENCR_AES_GCM_16), PE_EESP_TUNNEL, 0);
+    eesp_cfg(&c, pe_ipsec_suite_by_id(PE_ENCR_AES_GCM_16), PE_EESP_TUNNEL, 0);
     pe_eesp_tx *t = NULL;
     CHECK_ST(pe_eesp_tx_new(&c, &t), PE_OK);
     size_t ol;
@@ -483,7 +483,7 @@ static void test_many_sas(void)
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < 36; i++)
             keys[k][i] = (uint8_t)(k * 50 + i);
-    const pe_eesp_suite_info *gcm = pe_eesp_suite_by_id(PE_ENCR_AES_GCM_16);
+    const pe_ipsec_suite_info *gcm = pe_ipsec_suite_by_id(PE_ENCR_AES_GCM_16);
     pe_eesp_rx_config rc;
     pe_eesp_rx_config_init(&rc);
     pe_eesp_rx *rx = NULL;
@@ -592,7 +592,7 @@ static void test_lenient_parse(void)
 static void test_no_sa_options(void)
 {
     pe_eesp_sa_config c;
-    eesp_cfg(&c, pe_eesp_suite_by_id(PE_ENCR_AES_GCM_16), PE_EESP_TUNNEL, 0);
+    eesp_cfg(&c, pe_ipsec_suite_by_id(PE_ENCR_AES_GCM_16), PE_EESP_TUNNEL, 0);
     pe_eesp_rx *rx = eesp_rx(&c);
     pe_eesp_info *info = malloc(sizeof *info);
     size_t ol;

@@ -830,7 +830,7 @@ static void test_eesp_suites(void)
 {
     static const struct {
         const char *suite;
-        pe_eesp_encr encr;
+        pe_ipsec_encr encr;
         size_t salt;
         int chacha;
     } cases[] = {

@@ -506,8 +506,8 @@ static void esp_cfg(pe_esp_sa_config *c, const esp_case *s, uint32_t spi, uint32
     c->encr = s->encr;
     c->key_bits = s->bits;
     c->key = ROOT; /* key || salt: the first octets of ROOT */
-    pe_eesp_suite suite;
-    CHECK_ST(pe_eesp_suite_get(s->encr, s->bits, &suite), PE_OK);
+    pe_ipsec_suite suite;
+    CHECK_ST(pe_ipsec_suite_get(s->encr, s->bits, &suite), PE_OK);
     c->key_len = suite.key_len + suite.salt_len;
     c->mode = s->mode;
     c->udp_encap = s->udp;

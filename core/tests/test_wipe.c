@@ -478,7 +478,7 @@ static void test_psp_freed(void)
     scenario_end("PSP senders and receivers");
 }
 
-static void eesp_watch_sub_sas(const uint8_t *root, size_t root_len, pe_eesp_sskdf sskdf, const pe_eesp_suite *s,
+static void eesp_watch_sub_sas(const uint8_t *root, size_t root_len, pe_eesp_sskdf sskdf, const pe_ipsec_suite *s,
                                unsigned n)
 {
     for (unsigned sid = 0; sid < n; sid++) {
@@ -513,8 +513,8 @@ static void test_eesp_freed(void)
         {PE_ENCR_AES_GCM_16_IIV, 256, PE_SSKDF_NONE},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        pe_eesp_suite s;
-        CHECK_ST(pe_eesp_suite_get(cases[c].encr, cases[c].key_bits, &s), PE_OK);
+        pe_ipsec_suite s;
+        CHECK_ST(pe_ipsec_suite_get(cases[c].encr, cases[c].key_bits, &s), PE_OK);
         size_t root_len = cases[c].sskdf ? pe_eesp_sskdf_root_len(cases[c].sskdf) : 0;
         unsigned subs = cases[c].sskdf ? 40 : 1; /* 40 Sub SAs: the Sub SA tables grow 16 -> 32 -> 64 -> 128 */
 
@@ -567,7 +567,7 @@ static void test_eesp_freed(void)
         pe_eesp_rx_free(rx);
 
         char name[64];
-        snprintf(name, sizeof name, "EESP %s", pe_eesp_suite_name(&s));
+        snprintf(name, sizeof name, "EESP %s", pe_ipsec_suite_name(&s));
         scenario_end(name);
     }
 }

@@ -47,7 +47,7 @@
  *   iv_len, icv_len, payload_offset (0 until the SA and options are known),
  *   full_format, format ("full" / "optimized"; "" until the layout is known), next_header,
  *   pad_len, sa_found, icv_valid, status, category, message; with sa_found also suite
- *   (pe_eesp_suite_name, e.g. "ENCR_AES_GCM_16"), key_bits and mode
+ *   (pe_ipsec_suite_name, e.g. "ENCR_AES_GCM_16"), key_bits and mode
  *   ("tunnel" / "transport").  eesp_open uses PE_EESP_OPEN_NO_REPLAY: a
  *   dissector revisits packets.  ip_version is 4 or 6; dst is the outer
  *   destination as 4 / 16 raw octets (network order), or nil to match only
@@ -400,7 +400,7 @@ static int l_eesp_open(lua_State *L)
     set_int(L, "next_header", info->next_header);
     set_int(L, "pad_len", info->pad_len);
     if (info->sa_found) {
-        set_str(L, "suite", pe_eesp_suite_name(&info->suite));
+        set_str(L, "suite", pe_ipsec_suite_name(&info->suite));
         set_int(L, "key_bits", info->suite.key_len * 8);
         set_str(L, "mode", info->mode == PE_EESP_TUNNEL ? "tunnel" : "transport");
     }

@@ -418,9 +418,9 @@ static value_string eesp_suites[MAX_EESP_SUITES + 1];
 
 static void eesp_suites_fill(void)
 {
-    size_t n = pe_eesp_suite_count();
+    size_t n = pe_ipsec_suite_count();
     for (size_t i = 0; i < n && i < MAX_EESP_SUITES; i++) {
-        const pe_eesp_suite_info *s = pe_eesp_suite_at(i);
+        const pe_ipsec_suite_info *s = pe_ipsec_suite_at(i);
         eesp_suites[i].value = (guint32)s->encr;
         eesp_suites[i].strptr = s->name;
     }
@@ -474,7 +474,7 @@ static gboolean eesp_row_text(const eesp_sa_rec *r, GString *t, char **err)
         return FALSE;
     }
     g_string_append_printf(t, "eesp-sa spi=%s suite=%s", r->spi, val_to_str_const(r->suite, eesp_suites, "?"));
-    const pe_eesp_suite_info *suite = pe_eesp_suite_by_id(r->suite);
+    const pe_ipsec_suite_info *suite = pe_ipsec_suite_by_id(r->suite);
     if (!suite || suite->n_key_lens > 1) /* one key size (ChaCha20-Poly1305): no choice to write */
         g_string_append_printf(t, " key-bits=%u", r->key_bits);
     if (r->sskdf == PE_SSKDF_NONE)

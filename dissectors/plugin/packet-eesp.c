@@ -343,7 +343,7 @@ static int dissect_eesp_common(tvbuff_t *tvb, packet_info *pinfo, proto_tree *tr
                                 icv_off - (guint)info.payload_offset, ENC_NA);
         if (info.icv_len)
             icv_item = proto_tree_add_item(et, hf_eesp_icv, tvb, icv_off, (gint)info.icv_len, ENC_NA);
-        proto_item *si = proto_tree_add_string(et, hf_eesp_suite, tvb, 0, 0, pe_eesp_suite_name(&info.suite));
+        proto_item *si = proto_tree_add_string(et, hf_eesp_suite, tvb, 0, 0, pe_ipsec_suite_name(&info.suite));
         proto_item_set_generated(si);
         si = proto_tree_add_string(et, hf_eesp_format, tvb, 0, 0, info.full_format ? "full" : "optimized");
         proto_item_set_generated(si);
@@ -442,10 +442,10 @@ static gboolean is_eesp_in_udp(tvbuff_t *tvb, packet_info *pinfo _U_)
     guint len = tvb_captured_length(tvb);
     const guint8 *p = tvb_get_ptr(tvb, 0, len);
     if (pref_udp_classify == UDP_CLASSIFY_EESP) {
-        pe_udp4500_kind k = pe_eesp_udp_classify(p, len, NULL, NULL);
+        pe_udp4500_kind k = pe_ipsec_udp_classify(p, len, NULL, NULL);
         return k != PE_UDP4500_KEEPALIVE && k != PE_UDP4500_IKE;
     }
-    return pe_eesp_udp_classify(p, len, ws_esp_sa_holds, NULL) == PE_UDP4500_EESP;
+    return pe_ipsec_udp_classify(p, len, ws_esp_sa_holds, NULL) == PE_UDP4500_EESP;
 }
 
 /* UDP 4500 (RFC 3948 + eesp.md §14): EESP as is_eesp_in_udp says, else what the port had before. */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "pe/aead.h"
+#include "pe/ipsec.h"
 #include "pe/kdf.h"
 #include "pe/status.h"
 
@@ -23,7 +24,7 @@ extern "C" {
 #define PE_EESP_SEQ_LEN 8u
 #define PE_EESP_PIH_LEN 4u
 #define PE_EESP_DEFAULT_IPPROTO 49u /* provisional, test-only (D7) */
-#define PE_EESP_UDP_PORT 4500u
+#define PE_EESP_UDP_PORT PE_IPSEC_UDP_PORT
 #define PE_EESP_VERSION_0 0u
 
 /* Base Header octet 0 */
@@ -44,61 +45,6 @@ extern "C" {
 #define PE_EESP_CO_R_MASK 0x0fu
 
 #define PE_EESP_MAX_OPTIONS 255u /* Opt Len <= 255 octets: every option fits in pe_eesp_hdr.option[] */
-
-/* IKEv2 ENCR transform IDs of the AEAD suites EESPv0 can use (§10). */
-typedef enum pe_eesp_encr {
-    PE_ENCR_AES_CCM_8 = 14,
-    PE_ENCR_AES_CCM_12 = 15,
-    PE_ENCR_AES_CCM_16 = 16,
-    PE_ENCR_AES_GCM_8 = 18,
-    PE_ENCR_AES_GCM_12 = 19,
-    PE_ENCR_AES_GCM_16 = 20,
-    PE_ENCR_NULL_AUTH_AES_GMAC = 21,
-    PE_ENCR_CHACHA20_POLY1305 = 28,
-    PE_ENCR_AES_CCM_8_IIV = 29,
-    PE_ENCR_AES_GCM_16_IIV = 30,
-    PE_ENCR_CHACHA20_POLY1305_IIV = 31,
-} pe_eesp_encr;
-
-/* What a suite means on the wire. */
-typedef struct pe_eesp_suite {
-    pe_eesp_encr encr;
-    pe_aead_alg alg;
-    size_t key_len;  /* octets, without salt */
-    size_t salt_len; /* 4, or 3 for CCM */
-    size_t iv_len;   /* explicit IV on the wire: 8, or 0 for implicit-IV suites */
-    size_t icv_len;
-    int integrity_only; /* AES-GMAC: payload in clear */
-} pe_eesp_suite;
-
-/* Suite for an ENCR ID and AES key size in bits (ignored for ChaCha20-Poly1305: 256). */
-pe_status pe_eesp_suite_get(unsigned encr, unsigned key_bits, pe_eesp_suite *suite);
-const char *pe_eesp_suite_name(const pe_eesp_suite *suite);
-
-/*
- * The suite table (§10) for front ends: key files, CLIs, the plugin's
- * tables and the Python faces read names and lengths from here only.
- */
-typedef struct pe_eesp_suite_info {
-    pe_eesp_encr encr;       /* IKEv2 ENCR transform ID */
-    const char *name;        /* the project's name: "aes-gcm-16" (key files, CLIs, plugin) */
-    const char *ikev2_name;  /* "ENCR_AES_GCM_16" */
-    pe_aead_alg alg;
-    size_t salt_len;         /* 4, or 3 for CCM */
-    size_t iv_len;           /* explicit IV on the wire: 8, or 0 with an implicit IV */
-    size_t icv_len;
-    int implicit_iv;         /* RFC 8750: the Sequence Number is the IV */
-    int integrity_only;      /* AES-GMAC: payload in clear */
-    size_t n_key_lens;
-    size_t key_lens[3];      /* octets, without salt: 16/24/32 for AES, 32 for ChaCha20-Poly1305 */
-} pe_eesp_suite_info;
-
-/* Rows in ENCR ID order; pe_eesp_suite_at returns NULL past the end. */
-size_t pe_eesp_suite_count(void);
-const pe_eesp_suite_info *pe_eesp_suite_at(size_t i);
-const pe_eesp_suite_info *pe_eesp_suite_by_id(unsigned encr);
-/* The project's name exactly ("aes-gcm-16"), or the IKEv2 name in any case ("encr_aes_gcm_16"); NULL if neither. */
-const pe_eesp_suite_info *pe_eesp_suite_by_name(const char *name);
 
 typedef enum pe_eesp_sskdf {
     PE_SSKDF_NONE = 0,
@@ -200,7 +146,7 @@ typedef enum pe_eesp_aad { PE_EESP_AAD_DRAFT = 0, PE_EESP_AAD_LINUX_XFRM } pe_ee
 
 typedef struct pe_eesp_sa_config {
     uint32_t spi;
-    unsigned encr;               /* IKEv2 ENCR transform ID (pe_eesp_encr) */
+    unsigned encr;               /* IKEv2 ENCR transform ID (pe_ipsec_encr) */
     unsigned key_bits;           /* AES key size; 0 for ChaCha20-Poly1305 */
     pe_eesp_sskdf sskdf;         /* NONE: `key` is the KEYMAT block key || salt, Session ID 0 only */
     const uint8_t *key;          /* key || salt (no SSKDF) */
@@ -294,19 +240,6 @@ pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out);
 
 /* ---- receiving ---- */
 
-/*
- * What a receiver does with the UDP checksum of UDP-encapsulated packets
- * (ESP and EESP alike; docs/spec/eesp.md D17).  VERIFY, the default, is an
- * endpoint's: a wrong non-zero checksum is refused (udp-bad-checksum,
- * RFC 1122 §4.1.3.4) and so is 0 over IPv6 (udp-zero-checksum, RFC 8200 §8.1)
- * unless udp_zero_checksum_v6 opts into RFC 6936's zero-checksum mode.  NOTE
- * is for tools that read captures others made: they decrypt such packets
- * anyway and find what VERIFY would have refused in info->udp_checksum.
- * IGNORE does not look.
- */
-#define PE_UDP_CHECKSUM_IGNORE 0
-#define PE_UDP_CHECKSUM_VERIFY 1
-#define PE_UDP_CHECKSUM_NOTE 2
 
 typedef struct pe_eesp_rx_config {
     uint8_t ip_protocol;   /* default 49 */
@@ -331,7 +264,7 @@ typedef struct pe_eesp_info {
     int icv_valid;         /* also set when the packet is dropped for policy after the ICV check */
     /* Known once an SA matched (sa_found), for tools that show the packet's layout: */
     int sa_found;
-    pe_eesp_suite suite;
+    pe_ipsec_suite suite;
     pe_eesp_mode mode;
     int seq_present;
     size_t payload_offset; /* from the Base Header start: the PIH (full format) or the inner packet */
@@ -393,22 +326,6 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out);
 pe_status pe_eesp_decap_flags(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
                               size_t cap, size_t *out_len, pe_eesp_info *info);
 pe_status pe_eesp_decap_replay(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid);
-
-/* UDP 4500 demultiplexing (§14): which of the four a UDP payload is. */
-typedef enum pe_udp4500_kind {
-    PE_UDP4500_KEEPALIVE = 0,
-    PE_UDP4500_IKE,
-    PE_UDP4500_EESP,
-    PE_UDP4500_ESP,
-} pe_udp4500_kind;
-/* Whether a receiver holds an ESP SA with this SPI (§14 step 3); ctx is that receiver. */
-typedef int (*pe_esp_spi_held_fn)(const void *ctx, uint32_t spi);
-/*
- * §14 in its order.  esp_spi_held (NULL: no ESP SAs on the port) is asked
- * only about a payload whose first octet is an EESP Base Header's.
- */
-pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
-                                     const void *ctx);
 
 /* Where the EESP octets of an IP packet are (§14): after the IP (extension) headers, or in UDP. */
 typedef struct pe_eesp_location {

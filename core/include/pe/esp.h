@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "pe/aead.h"
-#include "pe/eesp.h"
+#include "pe/ipsec.h"
 #include "pe/status.h"
 
 #ifdef __cplusplus
@@ -26,20 +26,20 @@ extern "C" {
 #define PE_ESP_IPPROTO 50u
 #define PE_ESP_HDR_LEN 8u     /* SPI and Sequence Number */
 #define PE_ESP_TRAILER_LEN 2u /* Pad Length and Next Header */
-#define PE_ESP_UDP_PORT 4500u
+#define PE_ESP_UDP_PORT PE_IPSEC_UDP_PORT
 #define PE_ESP_NH_NO_NEXT 59u /* dummy packet (RFC 4303 §2.6) */
 #define PE_ESP_MAX_TFC_PAD 1024u /* the sender's TFC padding (pe_esp_sa_config.tfc_pad_len), at most */
 
 /*
- * Suites are the IKEv2 ENCR transform IDs of pe_eesp_encr (14-16 CCM,
+ * Suites are the IKEv2 ENCR transform IDs of pe_ipsec_encr (14-16 CCM,
  * 18-20 GCM, 21 GMAC, 28 ChaCha20-Poly1305, 29-31 implicit IV), described by
- * the same pe_eesp_suite: one table for both protocols.
+ * the same pe_ipsec_suite: one table for both protocols.
  */
 typedef enum pe_esp_mode { PE_ESP_TRANSPORT = 0, PE_ESP_TUNNEL = 1 } pe_esp_mode;
 
 typedef struct pe_esp_sa_config {
     uint32_t spi;
-    unsigned encr;               /* IKEv2 ENCR transform ID (pe_eesp_encr) */
+    unsigned encr;               /* IKEv2 ENCR transform ID (pe_ipsec_encr) */
     unsigned key_bits;           /* AES key size; 0 for ChaCha20-Poly1305 */
     const uint8_t *key;          /* KEYMAT: key || salt (4 octets, 3 for CCM: the salt ends the key material) */
     size_t key_len;
@@ -103,12 +103,12 @@ pe_status pe_esp_tx_clone(const pe_esp_tx *tx, pe_esp_tx **out);
 
 typedef struct pe_esp_rx_config {
     uint16_t udp_port;      /* default 4500 */
-    int check_udp_checksum;   /* PE_UDP_CHECKSUM_* (pe/eesp.h); default VERIFY */
+    int check_udp_checksum;   /* PE_UDP_CHECKSUM_* (pe/ipsec.h); default VERIFY */
     int udp_zero_checksum_v6; /* RFC 6936: accept 0 over IPv6 (default off) */
     /*
      * Default on: on the UDP port a payload that eesp.md §14 takes for EESP
      * (first octet 0x80, SPI of no SA of this receiver) is passed over
-     * (eesp-in-udp), as pe_eesp_udp_classify says.  Off for a host without
+     * (eesp-in-udp), as pe_ipsec_udp_classify says.  Off for a host without
      * EESP: every such payload is ESP.
      */
     int eesp_on_port;
@@ -130,7 +130,7 @@ typedef struct pe_esp_info {
     int icv_valid;         /* also set when the packet is dropped after the ICV check */
     /* Known once an SA matched (sa_found): */
     int sa_found;
-    pe_eesp_suite suite;
+    pe_ipsec_suite suite;
     pe_esp_mode mode;
     int esn;
     size_t payload_offset; /* from the SPI */

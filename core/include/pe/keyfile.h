@@ -110,7 +110,7 @@ typedef struct pe_psp_sa_entry {
 typedef struct pe_eesp_sa_entry {
     size_t line;
     uint32_t spi;
-    unsigned encr;            /* IKEv2 ENCR transform ID (pe_eesp_encr) */
+    unsigned encr;            /* IKEv2 ENCR transform ID (pe_ipsec_encr) */
     unsigned key_bits;        /* 128, 192 or 256; 256 for ChaCha20-Poly1305 */
     pe_eesp_sskdf sskdf;      /* NONE: key/key_len hold key || salt; else root_key/root_key_len */
     size_t key_len;           /* key_bits / 8 + salt (4, or 3 for CCM); 0 with an SSKDF */

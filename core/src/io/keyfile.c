@@ -1,7 +1,7 @@
 /*
  * Key files (docs/keys.md) and the google/psp reference configs (psp.md §10.2).
  * eesp-sa and esp-sa lines are checked against the EESP code's suite table
- * (pe_eesp_suite_get), so the two never disagree on key and salt lengths.
+ * (pe_ipsec_suite_get), so the two never disagree on key and salt lengths.
  *
  * The key-file parser works on a private NUL-terminated copy and cuts it in
  * place, so that the generic line view can point into it without a second
@@ -664,15 +664,15 @@ static pe_status parse_psp_sa(parser *p, const pe_keyfile_line *l)
 /*
  * A suite name (lowercase, exactly as listed), an IKEv2 name (any case) or a
  * decimal transform ID, into the ENCR ID; 0 on success.  The names and IDs
- * are the EESP code's suite table (pe_eesp_suite_by_name / _by_id).
+ * are the EESP code's suite table (pe_ipsec_suite_by_name / _by_id).
  */
 static int parse_suite(const char *v, unsigned *encr)
 {
-    const pe_eesp_suite_info *s = pe_eesp_suite_by_name(v);
+    const pe_ipsec_suite_info *s = pe_ipsec_suite_by_name(v);
     uint64_t id;
 
     if (!s && parse_dec(v, 0xffff, &id) == 0)
-        s = pe_eesp_suite_by_id((unsigned)id);
+        s = pe_ipsec_suite_by_id((unsigned)id);
     if (!s)
         return -1;
     *encr = s->encr;
@@ -836,7 +836,7 @@ static pe_status addr_field(parser *p, const pe_keyfile_line *l, const char *nam
 }
 
 /* Exactly one of key= (key || salt, no Sub SAs) and root-key= with sskdf= (eesp.md §12). */
-static pe_status eesp_key_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, const pe_eesp_suite *s)
+static pe_status eesp_key_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, const pe_ipsec_suite *s)
 {
     static const char *const sskdfs[] = {"hkdf-sha256", "hkdf-sha384", "hkdf-sha512", NULL};
     const char *kv = line_get(l, "key"), *rv = line_get(l, "root-key"), *sv = line_get(l, "sskdf");
@@ -887,9 +887,9 @@ static pe_status eesp_key_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa
     return PE_OK;
 }
 
-/* Suite and key size, for eesp-sa and esp-sa alike: one suite table (pe_eesp_suite_get) for both. */
+/* Suite and key size, for eesp-sa and esp-sa alike: one suite table (pe_ipsec_suite_get) for both. */
 static pe_status suite_fields(parser *p, const pe_keyfile_line *l, unsigned *encr, unsigned *key_bits,
-                              pe_eesp_suite *s)
+                              pe_ipsec_suite *s)
 {
     const char *v, *kb;
     uint64_t bits = 128;
@@ -902,7 +902,7 @@ static pe_status suite_fields(parser *p, const pe_keyfile_line *l, unsigned *enc
     /* Decimal like every number; anything else ends up as 0, which no suite takes. */
     if ((kb = line_get(l, "key-bits")) != NULL && parse_dec(kb, 0xffff, &bits) != 0)
         bits = 0;
-    if (pe_eesp_suite_get(*encr, 256, s) == PE_OK && s->alg == PE_AEAD_CHACHA20_POLY1305) {
+    if (pe_ipsec_suite_get(*encr, 256, s) == PE_OK && s->alg == PE_AEAD_CHACHA20_POLY1305) {
         if (kb && bits != 256)
             return bad_value(p, l, "key-bits", "must be 256 (or absent) for ChaCha20-Poly1305");
         bits = 256;
@@ -910,13 +910,13 @@ static pe_status suite_fields(parser *p, const pe_keyfile_line *l, unsigned *enc
         return bad_value(p, l, "key-bits", "must be 128, 192 or 256");
     }
     *key_bits = (unsigned)bits;
-    if (pe_eesp_suite_get(*encr, *key_bits, s) != PE_OK)
+    if (pe_ipsec_suite_get(*encr, *key_bits, s) != PE_OK)
         return bad_value(p, l, "suite", "is not supported by the EESP code");
     return PE_OK;
 }
 
 /* Suite, key size and keys. */
-static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, pe_eesp_suite *s)
+static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, pe_ipsec_suite *s)
 {
     pe_status st = suite_fields(p, l, &e->encr, &e->key_bits, s);
 
@@ -928,7 +928,7 @@ static pe_status eesp_sa_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_
     static const char *const modes[] = {"transport", "tunnel", NULL};
     static const char *const formats[] = {"auto", "full", "optimized", NULL};
     static const char *const aads[] = {"draft", "linux-xfrm", NULL};
-    pe_eesp_suite s;
+    pe_ipsec_suite s;
     uint64_t x;
     int mode = PE_EESP_TUNNEL, format = PE_EESP_FORMAT_AUTO, aad = PE_EESP_AAD_DRAFT, given;
     pe_status st;
@@ -1075,7 +1075,7 @@ static pe_status counter_field(parser *p, const pe_keyfile_line *l, const char *
 static pe_status esp_sa_fields(parser *p, const pe_keyfile_line *l, pe_esp_sa_entry *e)
 {
     static const char *const modes[] = {"transport", "tunnel", NULL}; /* pe_esp_mode order */
-    pe_eesp_suite s;
+    pe_ipsec_suite s;
     const char *kv;
     uint64_t x;
     size_t n = 0, want;

@@ -10,13 +10,16 @@
 #include "pe/replay.h"
 #include "pe/wipe.h"
 
+_Static_assert(PE_UDP4500_EESP_V0_OCTET0 == (PE_EESP_ESP_COMPAT | PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT),
+               "the UDP 4500 rule (pe/ipsec.h) lets exactly a version-0 Base Header be EESP");
+
 #define KEYMAT_MAX (32u + 4u)
 #define ROOT_MAX 64u
 #define NH_NO_NEXT 59u /* dummy packet */
 
 typedef struct eesp_sa {
     uint32_t spi;
-    pe_eesp_suite suite;
+    pe_ipsec_suite suite;
     pe_eesp_sskdf sskdf;
     uint8_t key[ROOT_MAX]; /* key || salt without SSKDF, else the root key */
     size_t key_len;
@@ -80,7 +83,7 @@ static pe_status check_extra_options(const uint8_t *o, size_t len)
     return PE_OK;
 }
 
-static pe_status check_config(const pe_eesp_sa_config *c, const pe_eesp_suite *suite)
+static pe_status check_config(const pe_eesp_sa_config *c, const pe_ipsec_suite *suite)
 {
     if (c->mode != PE_EESP_TRANSPORT && c->mode != PE_EESP_TUNNEL)
         return PE_ERR_INVALID_ARGUMENT;
@@ -127,7 +130,7 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_eesp_suite *s
 static pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir dir)
 {
     memset(sa, 0, sizeof *sa);
-    pe_status st = pe_eesp_suite_get(c->encr, c->key_bits, &sa->suite);
+    pe_status st = pe_ipsec_suite_get(c->encr, c->key_bits, &sa->suite);
     if (st != PE_OK)
         return st;
     if ((st = check_config(c, &sa->suite)) != PE_OK)
@@ -225,7 +228,7 @@ static pe_status keep_sub_sa(eesp_sa *sa, pe_key_slot **slot)
 /* Stage the Sub SA's key (§12) in the table's spare context; the caller commits it. */
 static pe_status stage_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
 {
-    const pe_eesp_suite *s = &sa->suite;
+    const pe_ipsec_suite *s = &sa->suite;
     uint8_t keymat[KEYMAT_MAX];
     pe_status st = sub_sa_keymat(sa, sid, keymat);
     if (st == PE_OK)
@@ -483,7 +486,7 @@ static pe_status check_packet_opts(const eesp_sa *sa, const pe_eesp_packet_opts 
 
 static pe_status plan_layout(const eesp_sa *sa, const send_plan *p, const pe_eesp_packet_opts *o, eesp_layout *l)
 {
-    const pe_eesp_suite *s = &sa->suite;
+    const pe_ipsec_suite *s = &sa->suite;
     l->full = full_format(sa, sa->crypt_offset >= 0);
     /* Without a PIH the receiver learns Next Header from an IP version nibble (§8). */
     if (!l->full && p->next_header != PE_IPPROTO_IPV4 && p->next_header != PE_IPPROTO_IPV6)
@@ -528,7 +531,7 @@ static pe_status next_seq(eesp_sa *sa, uint16_t sid, pe_key_slot **slot, uint64_
 static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, uint16_t sid,
                             const send_plan *p, const eesp_layout *l, const pe_eesp_packet_opts *o, uint8_t *e)
 {
-    const pe_eesp_suite *s = &sa->suite;
+    const pe_ipsec_suite *s = &sa->suite;
     e[0] = PE_EESP_ESP_COMPAT | (PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT);
     e[1] = (uint8_t)l->opt_len;
     pe_put16(e + 2, sid);
@@ -963,21 +966,6 @@ static int holds_esp_spi(const void *ctx, uint32_t spi)
     return lo < rx->n_esp_spis && rx->esp_spis[lo] == spi;
 }
 
-pe_udp4500_kind pe_eesp_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
-                                     const void *ctx)
-{
-    if (len == 1 && payload[0] == 0xff)
-        return PE_UDP4500_KEEPALIVE;
-    if (len >= 4 && pe_get32(payload) == 0)
-        return PE_UDP4500_IKE;
-    /* Only version 0 is supported, and its octet 0 is exactly 0x80 (§3): ESP SPIs of any other top octet stay ESP. */
-    if (len < 1 || payload[0] != (PE_EESP_ESP_COMPAT | PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT))
-        return PE_UDP4500_ESP;
-    if (esp_spi_held && len >= 4 && esp_spi_held(ctx, pe_get32(payload)))
-        return PE_UDP4500_ESP;
-    return PE_UDP4500_EESP;
-}
-
 /* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
 static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_protocol, uint16_t udp_port,
                         unsigned flags, int csum_mode, int zero_ok_v6, pe_status *udp_checksum,
@@ -1011,7 +999,7 @@ static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_pro
             return cs;
         *udp_checksum = cs;
     }
-    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, esp_spi_held, esp_ctx)) {
+    switch (pe_ipsec_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, esp_spi_held, esp_ctx)) {
     case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
     case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
     case PE_UDP4500_ESP: return PE_ERR_ESP_IN_UDP;
@@ -1185,7 +1173,7 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if (sa->strict && h->n_unknown)
         return PE_ERR_EESP_UNKNOWN_OPTION;
 
-    const pe_eesp_suite *s = &sa->suite;
+    const pe_ipsec_suite *s = &sa->suite;
     size_t seq_len = sa->seq_present ? PE_EESP_SEQ_LEN : 0;
     size_t iv_off = PE_EESP_BASE_LEN + h->opt_len + seq_len;
     size_t payload_off = iv_off + s->iv_len;

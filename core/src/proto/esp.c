@@ -22,7 +22,7 @@
 
 typedef struct esp_sa {
     uint32_t spi;
-    pe_eesp_suite suite;
+    pe_ipsec_suite suite;
     uint8_t salt[4];
     pe_aead aead; /* keyed once, when the SA is made */
     pe_esp_mode mode;
@@ -51,7 +51,7 @@ void pe_esp_sa_config_init(pe_esp_sa_config *cfg)
     cfg->udp_dport = PE_ESP_UDP_PORT;
 }
 
-static pe_status check_config(const pe_esp_sa_config *c, const pe_eesp_suite *suite)
+static pe_status check_config(const pe_esp_sa_config *c, const pe_ipsec_suite *suite)
 {
     if (c->mode != PE_ESP_TRANSPORT && c->mode != PE_ESP_TUNNEL)
         return PE_ERR_INVALID_ARGUMENT;
@@ -77,12 +77,12 @@ static pe_status check_config(const pe_esp_sa_config *c, const pe_eesp_suite *su
 static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
 {
     memset(sa, 0, sizeof *sa);
-    if (pe_eesp_suite_get(c->encr, c->key_bits, &sa->suite) != PE_OK)
+    if (pe_ipsec_suite_get(c->encr, c->key_bits, &sa->suite) != PE_OK)
         return PE_ERR_ESP_SUITE;
     pe_status st = check_config(c, &sa->suite);
     if (st != PE_OK)
         return st;
-    const pe_eesp_suite *s = &sa->suite;
+    const pe_ipsec_suite *s = &sa->suite;
     if ((st = pe_aead_init(&sa->aead, s->alg, dir, c->key, s->key_len, s->icv_len)) != PE_OK)
         return st;
     memcpy(sa->salt, c->key + s->key_len, s->salt_len); /* RFC 4106 §8.1: the salt ends the KEYMAT */
@@ -282,7 +282,7 @@ static pe_status spend_seq(esp_sa *sa, uint64_t *seq)
 static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const uint8_t *payload, size_t len,
                            size_t tfc, uint8_t *e)
 {
-    const pe_eesp_suite *s = &sa->suite;
+    const pe_ipsec_suite *s = &sa->suite;
     size_t iv_off = PE_ESP_HDR_LEN, payload_off = iv_off + s->iv_len;
     size_t pad_len = pad_len_for(len + tfc);
     size_t data_end = payload_off + len + tfc + pad_len + PE_ESP_TRAILER_LEN;
@@ -566,7 +566,7 @@ static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_inf
         *udp_checksum = cs;
     }
     /* One classifier for both protocols, so that each passes over exactly what the other takes. */
-    switch (pe_eesp_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, pe_esp_rx_holds_spi, rx)) {
+    switch (pe_ipsec_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, pe_esp_rx_holds_spi, rx)) {
     case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
     case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
     case PE_UDP4500_EESP:
@@ -637,7 +637,7 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     esp_sa *sa = find_sa(rx, info->spi, family, daddr);
     if (!sa)
         return PE_ERR_ESP_NO_SA;
-    const pe_eesp_suite *s = &sa->suite;
+    const pe_ipsec_suite *s = &sa->suite;
     info->sa_found = 1;
     info->suite = *s;
     info->mode = sa->mode;
