@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from pecore import primitives
 from pecore.protocol import checksum
+from pecore.tools._tables import ICV_LENS, KEY_SIZES, SALT_LENS, SUITES, SuiteInfo
 
 DEFAULT_SEED = 1
 
@@ -280,51 +280,6 @@ def hopopts(next_header: int, pad_octets: int = 6) -> bytes:
 # --------------------------------------------------------------------------------------------------------
 # ESP-framed families (ESP and EESP): suites, outer headers, sealed packets, file builders
 # --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SuiteInfo:
-    """An AEAD suite as ESP and EESP negotiate it (IKEv2 ENCR transform ID): its KEYMAT split and wire sizes."""
-
-    name: str
-    encr_id: int
-    kind: str  # gcm, ccm, gmac, chacha
-    salt: int
-    iv: int  # explicit IV octets on the wire (0: RFC 8750 implicit IV)
-    icv: int
-
-    @property
-    def alg(self) -> str:
-        return {"gcm": primitives.AES_GCM, "gmac": primitives.AES_GCM, "ccm": primitives.AES_CCM,
-                "chacha": primitives.CHACHA20_POLY1305}[self.kind]
-
-    @property
-    def iiv(self) -> bool:
-        return self.iv == 0
-
-    @property
-    def key_sizes(self) -> Tuple[int, ...]:
-        return (256,) if self.kind == "chacha" else (128, 192, 256)
-
-    @property
-    def file_flags(self) -> List[str]:
-        """The flags every test of this suite's file carries."""
-        return (["ImplicitIv"] if self.iiv else []) + (["IntegrityOnly"] if self.kind == "gmac" else [])
-
-
-SUITES = {s.name: s for s in (
-    SuiteInfo("aes-gcm-8", 18, "gcm", 4, 8, 8),
-    SuiteInfo("aes-gcm-12", 19, "gcm", 4, 8, 12),
-    SuiteInfo("aes-gcm-16", 20, "gcm", 4, 8, 16),
-    SuiteInfo("aes-ccm-8", 14, "ccm", 3, 8, 8),
-    SuiteInfo("aes-ccm-12", 15, "ccm", 3, 8, 12),
-    SuiteInfo("aes-ccm-16", 16, "ccm", 3, 8, 16),
-    SuiteInfo("aes-gmac", 21, "gmac", 4, 8, 16),
-    SuiteInfo("chacha20-poly1305", 28, "chacha", 4, 8, 16),
-    SuiteInfo("aes-ccm-8-iiv", 29, "ccm", 3, 0, 8),
-    SuiteInfo("aes-gcm-16-iiv", 30, "gcm", 4, 0, 16),
-    SuiteInfo("chacha20-poly1305-iiv", 31, "chacha", 4, 0, 16),
-)}
 
 
 def outer_header(rng: Rng, ipv: int, proto: int) -> bytes:
@@ -820,12 +775,12 @@ ERROR = {"type": "string", "minLength": 1,
 SUITE_GROUP_FIELDS = {
     "suite": {"enum": list(SUITES)},
     "encrId": {"type": "integer", "description": "IKEv2 ENCR transform ID"},
-    "keySize": {"enum": [128, 192, 256], "description": "bits"},
+    "keySize": {"enum": list(KEY_SIZES), "description": "bits"},
 }
 #: The KEYMAT inputs of an ESP-framed packet test: key and salt.
 KEYMAT_INPUTS = {
-    "key": hex_of_any(16, 24, 32),
-    "salt": hex_of_any(3, 4),
+    "key": hex_of_any(*(b // 8 for b in KEY_SIZES)),
+    "salt": hex_of_any(*SALT_LENS),
 }
 
 #: The outputs of an ESP-framed packet test (ESP, EESP), and which of them each result requires.
@@ -834,7 +789,7 @@ DELIVERY_OUTPUTS = {
     "additionalProperties": False,
     "properties": {
         "plaintextPacket": HEX,
-        "icv": hex_of_any(8, 12, 16),
+        "icv": hex_of_any(*ICV_LENS),
         "nextHeader": {"type": "integer", "minimum": 0, "maximum": 255},
         "padLength": {"type": "integer", "minimum": 0, "maximum": 255},
         "error": ERROR,

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from pecore import primitives as prim
+from pecore.tools._tables import SUITES
 from pecore.tools.cli import addresses
 from pecore.tools.diagnose import (
     DIAGNOSED,
@@ -76,18 +77,6 @@ SPEC = "eesp.md"
 BASE_LEN, SEQ_LEN, IV_LEN, PIH_LEN = 8, 8, 8, 4
 UDP_PORT = 4500
 
-
-
-def _suite_info(encr: int) -> Tuple[str, int, int, bool]:
-    """Kind ("gcm", "gmac", "ccm", "chacha"), ICV length, salt length and implicit IV, from the core's table."""
-    s = eesp_suite(encr)
-    assert s is not None  # suite_id() accepted it
-    kind = "gmac" if s.integrity_only else {"aes-gcm": "gcm", "aes-ccm": "ccm", "chacha20-poly1305": "chacha"}[s.aead]
-    return kind, s.icv_len, s.salt_len, s.implicit_iv
-
-
-_ALG = {"gcm": prim.AES_GCM, "gmac": prim.AES_GCM, "ccm": prim.AES_CCM, "chacha": prim.CHACHA20_POLY1305}
-_NONCE_LEN = {"gcm": 12, "gmac": 12, "ccm": 11, "chacha": 12}
 _HASHES = {"hkdf-sha256": "sha256", "hkdf-sha384": "sha384", "hkdf-sha512": "sha512"}
 
 #: Core statuses raised before the payload is looked at, which no crypto mistake explains.
@@ -120,7 +109,9 @@ class _Sa:
         self.spi = int(s["spi"])  # type: ignore[arg-type]
         self.encr = suite_id(s.get("suite", "aes-gcm-16"))  # type: ignore[arg-type]
         self.suite = eesp_suite(self.encr).name  # type: ignore[union-attr]
-        self.kind, self.icv_len, self.salt_len, self.iiv = _suite_info(self.encr)
+        self.info = SUITES[self.suite]  # the core's row
+        self.kind, self.icv_len, self.salt_len = self.info.kind, self.info.icv, self.info.salt
+        self.iiv = self.info.iiv
         self.keymat: Optional[bytes] = None
         self.root: Optional[bytes] = None
         self.hash = None
@@ -507,7 +498,7 @@ class EespDiagnoser:
         seq_end = opt_end + (SEQ_LEN if st.seq else 0)
         hdr_len = seq_end + (IV_LEN if st.iv else 0)
         data_end = len(eesp) - st.icv_len
-        if data_end < hdr_len or (sa.kind == "chacha" and len(key) != 32) or len(key) not in (16, 24, 32):
+        if data_end < hdr_len or 8 * len(key) not in sa.info.key_sizes:
             return None
         seq = eesp[opt_end:seq_end] if st.seq else None
         iv = eesp[seq_end:hdr_len] if st.iv else None
@@ -517,7 +508,7 @@ class EespDiagnoser:
         if noncev == "iv-le":
             src = src[::-1]
         nonce = src + salt if noncev == "salt-after" else salt + src
-        if len(nonce) != _NONCE_LEN[sa.kind]:
+        if len(nonce) != sa.info.nonce_len:
             return None
         clear = 4 * opts.co[1] if opts.co else 0
         if aadv == "co-octets":
@@ -547,7 +538,7 @@ class EespDiagnoser:
             if aadv == "no-opts":
                 head = head[:BASE_LEN] + head[opt_end:]
             aad = head + (b"" if aadv == "clear-out" else eesp[hdr_len:enc])
-        return (_ALG[sa.kind], key, nonce, aad, eesp[enc:data_end], tag, eesp[hdr_len:enc])
+        return (sa.info.alg, key, nonce, aad, eesp[enc:data_end], tag, eesp[hdr_len:enc])
 
     @staticmethod
     def _open(desc) -> Optional[bytes]:
