@@ -29,6 +29,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -375,6 +376,7 @@ local commands = {
     end,
     statuses = function() return pecrypto.STATUS_LIST end,
     categories = function() return pecrypto.CATEGORY_LIST end,
+    suites = function() return pecrypto.SUITE_LIST end,
     category = function(name) return pecrypto.status_category(name) end,
     detect = function(text) return pecrypto.looks_like_refcfg(h2s(text)) end,
     state = function()
@@ -631,6 +633,21 @@ def test_status_table_matches_core(lua: Harness) -> None:
     for name, category, _ in core:
         assert lua.call("category", name) == category, name
     assert lua.call("category", "no-such-status") == "internal"  # as pe_status_category out of range
+
+
+def test_suite_table_matches_core(lua: Harness) -> None:
+    """The source's copy of the core's suite table (pe_ipsec_suite_at), row for row: build_scripts.py reads it from
+    core/src/proto/ipsec.c, and the key-file parser and the EESP open take every suite name and length from it."""
+    alg = {lib.PE_AEAD_AES_GCM: "aes-gcm", lib.PE_AEAD_AES_CCM: "aes-ccm",
+           lib.PE_AEAD_CHACHA20_POLY1305: "chacha20-poly1305"}
+    core = []
+    for i in range(lib.pe_ipsec_suite_count()):
+        r = lib.pe_ipsec_suite_at(i)
+        core.append([r.encr, ffi.string(r.name).decode(), ffi.string(r.ikev2_name).decode(), alg[r.alg], r.salt_len,
+                     r.iv_len, r.icv_len, bool(r.implicit_iv), bool(r.integrity_only),
+                     [r.key_lens[k] for k in range(r.n_key_lens)]])
+    assert len(core) >= 11
+    assert lua.call("suites") == core
 
 
 # ---------------------------------------------------------------------------------------------- 1. key files
@@ -1919,10 +1936,19 @@ def test_scripts_are_generated_from_the_source() -> None:
     proc = subprocess.run([os.environ.get("PYTHON", "python3"), str(LUA_DIR / "build_scripts.py"), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    source = SOURCE.read_text()
+    sys.path.insert(0, str(LUA_DIR))
+    try:
+        import build_scripts
+    finally:
+        sys.path.remove(str(LUA_DIR))
+    source = build_scripts.inlined(SOURCE.read_text())
+    assert "local CATEGORY_LIST, STATUS_LIST = ...\n" in source
     for script in (PSP_LUA, EESP_LUA):
         text = script.read_text()
         assert text.count("-- BEGIN GENERATED pecrypto") == 1 and source in text, script.name
+        # each table once: the status tables as plain code (handed to the inlined source), the suites in the source
+        for table in ("local CATEGORY_LIST = {", "local STATUS_LIST = {", "local SUITE_LIST = {"):
+            assert text.count(table) == 1, (script.name, table)
 
 
 @pytest.mark.parametrize("luac", ["luac5.2", "luac5.4"])

@@ -32,7 +32,8 @@ local concat = table.concat
 -- The core's categories (pe_category_name, pe_category_description) and statuses (pe_status_name, its category,
 -- pe_status_message), in core/include/pe/status.h's order; tests/test_lua_pure.py checks this copy.  The block is
 -- Lua 5.2 on purpose: build_scripts.py also copies it into psp.lua and eesp.lua as plain code, so that every path
--- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category.
+-- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category; their
+-- inlined copy of this module has, between the markers, a line that takes those two tables as its arguments.
 -- BEGIN STATUS TABLE
 local CATEGORY_LIST = {
     { "ok", "success" },
@@ -416,25 +417,34 @@ function M.psp_derive_key(encrypt_block, spi, version, label)
     return concat(out)
 end
 
--- EESP suites (core/src/proto/eesp_hdr.c) -----------------------------------------------------------------------------
+-- ESP and EESP suites (core/src/proto/ipsec.c) ---------------------------------------------------------------------
 
+-- The core's suite table (pe_ipsec_suite_*), in its order; build_scripts.py writes it, tests/test_lua_pure.py checks it.
+-- BEGIN SUITE TABLE
+local SUITE_LIST = {
+    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, integrity only, key octets
+    { 14, "aes-ccm-8", "ENCR_AES_CCM_8", "aes-ccm", 3, 8, 8, false, false, { 16, 24, 32 } },
+    { 15, "aes-ccm-12", "ENCR_AES_CCM_12", "aes-ccm", 3, 8, 12, false, false, { 16, 24, 32 } },
+    { 16, "aes-ccm-16", "ENCR_AES_CCM_16", "aes-ccm", 3, 8, 16, false, false, { 16, 24, 32 } },
+    { 18, "aes-gcm-8", "ENCR_AES_GCM_8", "aes-gcm", 4, 8, 8, false, false, { 16, 24, 32 } },
+    { 19, "aes-gcm-12", "ENCR_AES_GCM_12", "aes-gcm", 4, 8, 12, false, false, { 16, 24, 32 } },
+    { 20, "aes-gcm-16", "ENCR_AES_GCM_16", "aes-gcm", 4, 8, 16, false, false, { 16, 24, 32 } },
+    { 21, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", "aes-gcm", 4, 8, 16, false, true, { 16, 24, 32 } },
+    { 28, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", "chacha20-poly1305", 4, 8, 16, false, false, { 32 } },
+    { 29, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", "aes-ccm", 3, 0, 8, true, false, { 16, 24, 32 } },
+    { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, true, false, { 16, 24, 32 } },
+    { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, true, false, { 32 } },
+}
+-- END SUITE TABLE
+M.SUITE_LIST = SUITE_LIST
 local SUITES = {}
-for _, r in ipairs({
-    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, integrity only
-    { 14, "aes-ccm-8", "ENCR_AES_CCM_8", "aes-ccm", 3, 8, 8, false },
-    { 15, "aes-ccm-12", "ENCR_AES_CCM_12", "aes-ccm", 3, 8, 12, false },
-    { 16, "aes-ccm-16", "ENCR_AES_CCM_16", "aes-ccm", 3, 8, 16, false },
-    { 18, "aes-gcm-8", "ENCR_AES_GCM_8", "aes-gcm", 4, 8, 8, false },
-    { 19, "aes-gcm-12", "ENCR_AES_GCM_12", "aes-gcm", 4, 8, 12, false },
-    { 20, "aes-gcm-16", "ENCR_AES_GCM_16", "aes-gcm", 4, 8, 16, false },
-    { 21, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", "aes-gcm", 4, 8, 16, true },
-    { 28, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", "chacha20-poly1305", 4, 8, 16, false },
-    { 29, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", "aes-ccm", 3, 0, 8, false },
-    { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, false },
-    { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, false },
-}) do
+for _, r in ipairs(SUITE_LIST) do
+    local key_bits = {}
+    for i, n in ipairs(r[10]) do
+        key_bits[i] = 8 * n
+    end
     SUITES[#SUITES + 1] = { encr = r[1], project = r[2], name = r[3], alg = r[4], salt_len = r[5], iv_len = r[6],
-        icv_len = r[7], integrity_only = r[8] }
+        icv_len = r[7], implicit_iv = r[8], integrity_only = r[9], key_bits = key_bits }
 end
 local SUITE_BY_ENCR = {}
 for _, s in ipairs(SUITES) do
@@ -951,13 +961,20 @@ local function suite_fields(l, e)
     if kb then
         bits = parse_dec(kb, 0xffff) or 0
     end
-    if s.alg == "chacha20-poly1305" then
-        if kb and bits ~= 256 then
-            l:bad_value("key-bits", "must be 256 (or absent) for ChaCha20-Poly1305")
+    local sizes = s.key_bits
+    if #sizes == 1 then  -- ChaCha20-Poly1305: its one key size, which key-bits may repeat
+        if kb and bits ~= sizes[1] then
+            l:bad_value("key-bits", fmt("must be %d (or absent) for ChaCha20-Poly1305", sizes[1]))
         end
-        bits = 256
-    elseif bits ~= 128 and bits ~= 192 and bits ~= 256 then
-        l:bad_value("key-bits", "must be 128, 192 or 256")
+        bits = sizes[1]
+    else
+        local ok = false
+        for _, b in ipairs(sizes) do
+            ok = ok or b == bits
+        end
+        if not ok then
+            l:bad_value("key-bits", "must be " .. concat(sizes, ", ", 1, #sizes - 1) .. " or " .. sizes[#sizes])
+        end
     end
     e.key_bits = bits
 end
