@@ -26,6 +26,7 @@ from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional,
 
 from pecore.capture import CaptureError, looks_like_capture, read_capture, read_capture_bytes
 from pecore.errors import CoreError
+from pecore.tools.cli import addresses
 
 VERIFIES = "verifies"
 DIAGNOSED = "diagnosed"
@@ -433,6 +434,28 @@ def _classify(data: bytes, locate, is_part, protocol: str) -> InputPacket:
     raise DiagnoseInputError(
         f"the {len(data)} hex octets are neither an IP packet (or Ethernet frame) carrying {protocol} nor a {protocol} packet"
     )
+
+
+def new_report(protocol: str, frame: Optional[int], ip: Optional[bytes]) -> PacketReport:
+    """An undiagnosed report on one packet, with the addresses of the IP packet around it when there is one."""
+    rep = PacketReport(protocol, UNDIAGNOSED, frame=frame)
+    if ip is not None:
+        try:
+            rep.src, rep.dst = addresses(ip)
+        except (ValueError, IndexError):
+            pass
+    return rep
+
+
+def diagnose_all(diagnoser, source: "str | bytes", protocol: str, limit: int = 0) -> Report:
+    """Every packet of a source (capture path, hex, '-' or bytes) through ``diagnoser``'s ``locate``, ``is_part``
+    and ``diagnose_part``."""
+    desc, packets, skipped = load_input(source, diagnoser.locate, diagnoser.is_part, protocol, limit)
+    report = Report(protocol, desc)
+    for p in packets:
+        report.packets.append(diagnoser.diagnose_part(p.part, frame=p.frame, ip=p.ip))
+    report.skipped = skipped[0]
+    return report
 
 
 # ---------------------------------------------------------------------- CLI glue

@@ -124,9 +124,11 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
 
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export
+        from pyesp.tools.diagnose import register as register_diagnose
         from pyesp.tools.vectors import register as register_vectors  # vectors generate|check
 
         register_keys(sub)
+        register_diagnose(sub, _sa_options, _entries)
         register_vectors(sub)
     return p
 
