@@ -16,6 +16,7 @@ reading the input (capture file or hex) and the text / JSON output.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import itertools
 import json
 import os
@@ -445,6 +446,14 @@ def new_report(protocol: str, frame: Optional[int], ip: Optional[bytes]) -> Pack
         except (ValueError, IndexError):
             pass
     return rep
+
+
+def same_addr(a: str, b: str) -> bool:
+    """Whether two address strings name one address (2001:db8::1 and 2001:DB8:0::1 do)."""
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return a == b
 
 
 def diagnose_all(diagnoser, source: "str | bytes", protocol: str, limit: int = 0) -> Report:

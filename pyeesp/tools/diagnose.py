@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import ipaddress
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
@@ -64,6 +63,7 @@ from pecore.tools.diagnose import (
     ip_lengths,
     load_input,
     parse_hex,
+    same_addr,
     search,
 )
 from pecore.keys import EespSaEntry
@@ -300,7 +300,7 @@ class EespDiagnoser:
         return bool(data) and data[0] & 0x80 != 0
 
     def _sas_for(self, spi: int, dst: Optional[str]) -> List[_Sa]:
-        out = [sa for sa in self.sas if sa.spi == spi and (sa.dst is None or dst is None or _same_addr(sa.dst, dst))]
+        out = [sa for sa in self.sas if sa.spi == spi and (sa.dst is None or dst is None or same_addr(sa.dst, dst))]
         return sorted(out, key=lambda sa: sa.dst is None)  # an SA bound to the destination first
 
     # ---------------------------------------------------------------- choices
@@ -850,13 +850,6 @@ def _format_reason(sa: _Sa, opts: _Options) -> str:
     return f"{sa.mode} mode"
 
 
-def _same_addr(a: str, b: str) -> bool:
-    try:
-        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
-    except ValueError:
-        return a == b
-
-
 def _hex_only(text: object) -> bytes:
     if not isinstance(text, str):
         raise DiagnoseInputError(f"a packet is bytes or a hex string, not {type(text).__name__}")
@@ -889,7 +882,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     entries = args.sa_entries(args)
     if not (args.key or args.root_key):  # --spi / --dst narrow the key file's SAs
         entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
-                   and (args.dst is None or _same_addr(e.dst or "", args.dst))]
+                   and (args.dst is None or same_addr(e.dst or "", args.dst))]
         if not entries:
             raise UsageError("no eesp-sa line matches --spi/--dst")
     d = EespDiagnoser(entries, max_mistakes=args.max_mistakes)

@@ -27,7 +27,7 @@ from pecore.protocol import ESP_UDP_PORT, eesp_suite, locate_esp
 from pecore.tools._tables import SUITES, SuiteInfo
 from pecore.tools.diagnose import (DIAGNOSED, MALFORMED, NO_KEY, UNDIAGNOSED, VERIFIES, Choice, DiagnoseInputError,
                                    Mistake, PacketReport, Report, add_common_arguments, diagnose_all, emit, new_report,
-                                   parse_hex, search)
+                                   parse_hex, same_addr, search)
 from pyesp.errors import EspError
 from pyesp.sa import SA, Receiver
 
@@ -200,7 +200,7 @@ class EspDiagnoser:
             return rep
         spi, low = struct.unpack(">II", esp[:HEAD_LEN])
         rep.fields = {"spi": f"{spi:#010x}", "seq": low, "len": len(esp)}
-        sas = [s for s in self.sas if s.spi == spi and (s.dst is None or dst is None or s.dst == dst)]
+        sas = [s for s in self.sas if s.spi == spi and (s.dst is None or dst is None or same_addr(s.dst, dst))]
         if not sas:
             rep.verdict, rep.reason = NO_KEY, "esp-no-sa"
             rep.message = f"no SA with SPI {spi:#010x}"
@@ -254,10 +254,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from pecore.tools.cli import UsageError
 
     entries = args.sa_entries(args)
-    if not args.key:  # --spi narrows the key file's SAs
-        entries = [e for e in entries if args.spi is None or e.spi == args.spi]
+    if not args.key:  # --spi / --dst narrow the key file's SAs
+        entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
+                   and (args.dst is None or same_addr(e.dst or "", args.dst))]
         if not entries:
-            raise UsageError("no esp-sa line matches --spi")
+            raise UsageError("no esp-sa line matches --spi/--dst")
     d = EspDiagnoser(entries, max_mistakes=args.max_mistakes)
     return emit(d.diagnose_source(args.input, limit=args.limit), args)
 
