@@ -14,12 +14,12 @@ from pecore import primitives
 from pecore.protocol import EESP_SUITES, EespSuite
 
 #: The construction behind a suite, as the tools branch on it: "gcm", "ccm", "gmac" (AES-GCM with the payload
-#: in clear, RFC 4543) or "chacha".
+#: in clear, RFC 4543) or "chacha"; an AEAD not named here is its own kind (its pecore.primitives name).
 KINDS = {primitives.AES_GCM: "gcm", primitives.AES_CCM: "ccm", primitives.CHACHA20_POLY1305: "chacha"}
 
 
 def kind_of(s: EespSuite) -> str:
-    return "gmac" if s.integrity_only else KINDS[s.aead]
+    return "gmac" if s.integrity_only else KINDS.get(s.aead, s.aead)
 
 
 @dataclass(frozen=True)
@@ -29,16 +29,12 @@ class SuiteInfo:
 
     name: str
     encr_id: int
+    alg: str  # the AEAD, as pecore.primitives names it
     kind: str  # gcm, ccm, gmac, chacha
     salt: int
     iv: int  # explicit IV octets on the wire (0: RFC 8750 implicit IV)
     icv: int
     key_sizes: Tuple[int, ...]  # bits, without salt
-
-    @property
-    def alg(self) -> str:
-        return {"gcm": primitives.AES_GCM, "gmac": primitives.AES_GCM, "ccm": primitives.AES_CCM,
-                "chacha": primitives.CHACHA20_POLY1305}[self.kind]
 
     @property
     def iiv(self) -> bool:
@@ -56,7 +52,7 @@ class SuiteInfo:
 
 
 def _info(s: EespSuite) -> SuiteInfo:
-    return SuiteInfo(s.name, s.id, kind_of(s), s.salt_len, s.iv_len, s.icv_len, s.key_bits)
+    return SuiteInfo(s.name, s.id, s.aead, kind_of(s), s.salt_len, s.iv_len, s.icv_len, s.key_bits)
 
 
 # The vector files, their schemas' suite enum and `vectors generate`'s output list the suites in the order they

@@ -112,17 +112,13 @@ def _key_bits(suite: str, key: bytes, fail) -> int:
 
 # ---------------------------------------------------------------------------------------------- ip xfrm state
 
-#: Linux crypto API AEAD names (include/uapi/linux/pfkeyv2.h users, net/xfrm/xfrm_algo.c) and ICV bits -> suite.
-XFRM_AEADS: Dict[Tuple[str, int], str] = {
-    ("rfc4106(gcm(aes))", 64): "aes-gcm-8",
-    ("rfc4106(gcm(aes))", 96): "aes-gcm-12",
-    ("rfc4106(gcm(aes))", 128): "aes-gcm-16",
-    ("rfc4309(ccm(aes))", 64): "aes-ccm-8",
-    ("rfc4309(ccm(aes))", 96): "aes-ccm-12",
-    ("rfc4309(ccm(aes))", 128): "aes-ccm-16",
-    ("rfc7539esp(chacha20,poly1305)", 128): "chacha20-poly1305",
-    ("rfc4543(gcm(aes))", 128): "aes-gmac",
-}
+#: Linux crypto API AEAD templates (net/xfrm/xfrm_algo.c) of each construction with an explicit IV; Linux has no
+#: RFC 8750 implicit-IV suites.
+_XFRM_TEMPLATES = {"gcm": "rfc4106(gcm(aes))", "ccm": "rfc4309(ccm(aes))", "chacha": "rfc7539esp(chacha20,poly1305)",
+                   "gmac": "rfc4543(gcm(aes))"}
+#: ``ip xfrm``'s AEAD name and ICV bits -> suite, for every suite of the core's table that Linux has.
+XFRM_AEADS: Dict[Tuple[str, int], str] = {(_XFRM_TEMPLATES[s.kind], 8 * s.icv): s.name for s in SUITES.values()
+                                          if not s.iiv and s.kind in _XFRM_TEMPLATES}
 
 #: The headers under which iproute2 prints more deeply indented lines of their own (ip/ipxfrm.c): only the ESN
 #: replay state says something the key file holds.  Read by indentation, as ``stats:`` holds a line that starts
