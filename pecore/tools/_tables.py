@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from pecore import primitives
-from pecore.protocol import EESP_SUITES, EespSuite
+from pecore.protocol import EESP_SUITES, PSP_VERSIONS, EespSuite, psp_version
 
 #: The construction behind a suite, as the tools branch on it: "gcm", "ccm", "gmac" (AES-GCM with the payload
 #: in clear, RFC 4543) or "chacha"; an AEAD not named here is its own kind (its pecore.primitives name).
@@ -86,3 +86,15 @@ def _union(values) -> Tuple[int, ...]:
 KEY_SIZES = _union(b for s in SUITES.values() for b in s.key_sizes)
 SALT_LENS = _union(s.salt for s in SUITES.values())
 ICV_LENS = _union(s.icv for s in SUITES.values())
+
+
+#: PSP's versions (psp.md §3), as the core's version table has them: their numbers, in order.
+PSP_VERSION_NUMBERS: Tuple[int, ...] = tuple(v.version for v in PSP_VERSIONS)
+
+
+def psp_gmac(version: int) -> bool:
+    """Whether a PSP version is AES-GMAC (payload in clear, crypt offset 0), by the core's table."""
+    row = psp_version(version)
+    if row is None:
+        raise ValueError(f"PSP version {version} is reserved")
+    return row.gmac

@@ -188,7 +188,7 @@ class PspDiagnoser:
             return b"".join(prim.cmac_aes256(mk, struct.pack(fmt, *f)) for f in fields)
 
         out = [("kdf", (), kdf(label))]
-        for w in range(4):
+        for w in (x.version for x in PSP_VERSIONS):
             if w == v:
                 continue
             if w == 0:
