@@ -111,6 +111,22 @@ def test_esn_aad_mistakes(aad_of, mistake: str) -> None:
     assert rep.fields["seq"] == seq
 
 
+def test_esn_high_half_from_a_key_files_first_seq(tmp_path) -> None:
+    """A key file's first-seq places the receiver (first-seq - 1 is its top), so the ESN's high half is found."""
+    from pecore.keys import load_key_file
+
+    seq = 0x2_0000_0009
+    km = KEY + SALT4
+    keys = tmp_path / "k.txt"
+    keys.write_text(f"esp-sa spi=0x{SPI:08x} suite=aes-gcm-16-iiv key-bits=128 key={km.hex()} mode=transport esn=1 "
+                    f"first-seq=0x{seq - 4:x}\n")
+    head = struct.pack(">II", SPI, seq & M32)
+    esp = seal(AESGCM, KEY, SALT4 + struct.pack(">II", 0, seq & M32), struct.pack(">III", SPI, seq >> 32, seq & M32),
+               head)
+    rep = EspDiagnoser(load_key_file(str(keys)).esp_sas).diagnose(ipv4(esp))
+    assert rep.verdict == "diagnosed" and rep.mistake_ids == ["nonce-esn-high-missing"], rep.format()
+
+
 def test_gmac_with_the_iv_left_out_of_the_aad() -> None:
     seq, iv = 5, b"\x99" * 8
     head = struct.pack(">II", SPI, seq) + iv

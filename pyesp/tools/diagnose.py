@@ -11,8 +11,8 @@ and the shared search of :mod:`pecore.tools.diagnose` names the fewest that repr
 - the AAD (RFC 4106 §5): SPI ‖ Seq low, or with ESN SPI ‖ Seq high ‖ Seq low; the mistakes are the high half
   left out and the halves swapped, and for AES-GMAC (RFC 4543 §3.3) the IV left out of the AAD.
 
-With ESN the high half of the Sequence Number is inferred from the SA's ``replay_top`` as a receiver does
-(RFC 4303 Appendix A2.1).  The recomputations go through ``pecore.primitives`` (the core's AEAD); the suite's
+With ESN the high half of the Sequence Number is inferred from the SA's ``replay_top`` (else ``first_seq`` - 1)
+as a receiver does (RFC 4303 Appendix A2.1).  The recomputations go through ``pecore.primitives`` (the core's AEAD); the suite's
 lengths come from the core's table (:mod:`pecore.tools._tables`).
 """
 from __future__ import annotations
@@ -69,7 +69,8 @@ class _Sa:
         self.info: SuiteInfo = SUITES[row.name]
         self.keymat = bytes(s["key"])  # type: ignore[arg-type]
         self.esn = bool(s.get("esn", False))
-        self.top = int(s.get("replay_top", 0) or 0)  # type: ignore[arg-type]
+        # the receiver's top, as pyesp.SA places it: replay_top, else first_seq - 1 (a key file's first-seq)
+        self.top = int(s.get("replay_top", 0) or 0) or max(int(s.get("first_seq", 1) or 1) - 1, 0)  # type: ignore
         self.window = int(s.get("replay_window") or DEFAULT_REPLAY_WINDOW)  # type: ignore[arg-type]
         self.dst = dst
 
