@@ -172,3 +172,30 @@ def test_cli(tmp_path) -> None:
     assert p.returncode == 1, p.stderr
     out = json.loads(p.stdout)
     assert [m["id"] for m in out["packets"][0]["mistakes"]] == ["key-salt-split"]
+
+
+def test_every_mistake_the_esp_vectors_catalogue_is_named() -> None:
+    """vectors/esp_*: each crafted mistake (KeySplitMistake, NonceMistake, EsnAadMistake, AadMistake) is
+    diagnosed as its mistake, and every valid test of a stateless group verifies."""
+    from pathlib import Path
+
+    from pyesp.tools.vectors import sa_settings
+
+    flag_ids = {"KeySplitMistake": "key-salt-split", "NonceMistake": "nonce-", "EsnAadMistake": "esn-aad-",
+                "AadMistake": "gmac-aad-"}
+    named = {f: 0 for f in flag_ids}
+    for path in sorted((Path(__file__).resolve().parents[1] / "vectors").glob("esp_*_test.json")):
+        for g in json.loads(path.read_text())["testGroups"]:
+            for t in g["tests"]:
+                flags = [f for f in t["flags"] if f in flag_ids]
+                if not flags and (t["result"] != "valid" or g["stateful"]):
+                    continue
+                wire = bytes.fromhex(t["inputs"]["ciphertextPacket"])
+                rep = EspDiagnoser([sa_settings(g, t["inputs"])]).diagnose(wire)
+                if not flags:
+                    assert rep.verdict == "verifies", (path.name, t["tcId"], rep.format())
+                    continue
+                assert rep.verdict == "diagnosed", (path.name, t["tcId"], rep.format())
+                assert any(m.id.startswith(flag_ids[flags[0]]) for m in rep.mistakes), (path.name, t["tcId"])
+                named[flags[0]] += 1
+    assert all(named.values()), named

@@ -1,14 +1,16 @@
-"""The core's suite table as the tools read it: the one place in the tooling that knows where the rows come from.
+"""The core's suite tables as the tools read them: the one place in the tooling that knows where their rows come
+from.
 
 ESP and EESP share one table of AEAD suites (core/include/pe/ipsec.h, ``pe_ipsec_suite_*``), which the runtime
-exposes as :data:`pecore.protocol.EESP_SUITES`.  The vector generators, key import, the key-file line writer
-and diagnose take every name, ID and length from here; nothing in the tools lists a suite by hand, so a suite
-added to the core reaches them without an edit.
+exposes as :data:`pecore.protocol.EESP_SUITES`; PSP's versions are the core's version table
+(:data:`pecore.protocol.PSP_VERSIONS`).  The vector generators, key import, the key-file line writer, the CLIs'
+choices and diagnose take every name, ID and length from here; nothing in the tools lists a suite by hand, so a
+suite added to the core reaches them without an edit.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from pecore import primitives
 from pecore.protocol import EESP_SUITES, PSP_VERSIONS, EespSuite, psp_version
@@ -71,11 +73,6 @@ def _published_order(s: SuiteInfo) -> Tuple[int, int, int]:
 
 #: Every suite by the project's name, in the published order above.
 SUITES: Dict[str, SuiteInfo] = {s.name: s for s in sorted((_info(r) for r in EESP_SUITES), key=_published_order)}
-
-
-def suite(name: str) -> Optional[SuiteInfo]:
-    """A suite by the project's name ("aes-gcm-16"); None if the core has none of that name."""
-    return SUITES.get(name)
 
 
 def _union(values) -> Tuple[int, ...]:

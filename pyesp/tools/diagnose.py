@@ -12,14 +12,14 @@ and the shared search of :mod:`pecore.tools.diagnose` names the fewest that repr
   left out and the halves swapped, and for AES-GMAC (RFC 4543 §3.3) the IV left out of the AAD.
 
 With ESN the high half of the Sequence Number is inferred from the SA's ``replay_top`` (else ``first_seq`` - 1)
-as a receiver does (RFC 4303 Appendix A2.1).  The recomputations go through ``pecore.primitives`` (the core's AEAD); the suite's
-lengths come from the core's table (:mod:`pecore.tools._tables`).
+as a receiver does (RFC 4303 Appendix A2.1).  The recomputations go through ``pecore.primitives`` (the core's
+AEAD); the suite's lengths come from the core's table (:mod:`pecore.tools._tables`).
 """
 from __future__ import annotations
 
 import argparse
 import struct
-from typing import Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from pecore import primitives as prim
 from pecore.keys import EspSaEntry
@@ -28,7 +28,8 @@ from pecore.tools._tables import SUITES, SuiteInfo
 from pecore.tools.diagnose import (DIAGNOSED, MALFORMED, NO_KEY, UNDIAGNOSED, VERIFIES, Choice, DiagnoseInputError,
                                    Mistake, PacketReport, Report, add_common_arguments, diagnose_all, emit, new_report,
                                    parse_hex, same_addr, search)
-from pyesp.errors import EspError
+from pecore.util import key_bytes
+from pyesp.errors import ConfigurationError, EspError
 from pyesp.sa import SA, Receiver
 
 SPEC = "RFC 4303"
@@ -60,18 +61,18 @@ class _Sa:
     """What the diagnosis needs to know about one SA, from its settings (keyword arguments of :class:`pyesp.SA`)."""
 
     def __init__(self, settings: Mapping[str, object], dst: Optional[str] = None) -> None:
-        s = dict(settings)
+        s: Dict[str, Any] = dict(settings)
         self.settings = s
-        self.spi = int(s["spi"])  # type: ignore[arg-type]
-        self.sa = SA(**s)  # type: ignore[arg-type]  # the core checks the settings
-        row = eesp_suite(s.get("suite", "aes-gcm-16"))  # type: ignore[arg-type]  # SA() accepted it
-        assert row is not None
+        SA(**s)  # the core checks the settings: a bad one is the caller's ConfigurationError, here
+        self.spi = int(s["spi"])
+        row = eesp_suite(s.get("suite", "aes-gcm-16"))
+        assert row is not None  # SA() accepted it
         self.info: SuiteInfo = SUITES[row.name]
-        self.keymat = bytes(s["key"])  # type: ignore[arg-type]
+        self.keymat = key_bytes(s["key"], "key", ConfigurationError)
         self.esn = bool(s.get("esn", False))
         # the receiver's top, as pyesp.SA places it: replay_top, else first_seq - 1 (a key file's first-seq)
-        self.top = int(s.get("replay_top", 0) or 0) or max(int(s.get("first_seq", 1) or 1) - 1, 0)  # type: ignore
-        self.window = int(s.get("replay_window") or DEFAULT_REPLAY_WINDOW)  # type: ignore[arg-type]
+        self.top = int(s.get("replay_top") or 0) or max(int(s.get("first_seq") or 1) - 1, 0)
+        self.window = int(s.get("replay_window") or DEFAULT_REPLAY_WINDOW)
         self.dst = dst
 
 
@@ -179,7 +180,8 @@ class EspDiagnoser:
         except prim.PrimitiveError:
             return None
 
-    def _core_status(self, sa: _Sa, ip: Optional[bytes]) -> Optional[EspError]:
+    def _core_status(self, sa: _Sa, ip: Optional[bytes]) -> Optional[Any]:
+        """The core receiver's error on the IP packet (an EspError), or None."""
         if ip is None:
             return None
         try:
