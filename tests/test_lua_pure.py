@@ -377,6 +377,7 @@ local commands = {
     statuses = function() return pecrypto.STATUS_LIST end,
     categories = function() return pecrypto.CATEGORY_LIST end,
     suites = function() return pecrypto.SUITE_LIST end,
+    psp_versions = function() return pecrypto.PSP_VERSION_LIST end,
     category = function(name) return pecrypto.status_category(name) end,
     detect = function(text) return pecrypto.looks_like_refcfg(h2s(text)) end,
     state = function()
@@ -648,6 +649,18 @@ def test_suite_table_matches_core(lua: Harness) -> None:
                      [r.key_lens[k] for k in range(r.n_key_lens)]])
     assert len(core) >= 11
     assert lua.call("suites") == core
+
+
+def test_psp_version_table_matches_core(lua: Harness) -> None:
+    """The source's copy of the core's PSP crypto versions (pe_psp_version_info_get), row for row: the key lengths,
+    names and GMAC rule of the pure path come from it (build_scripts.py reads core/src/proto/psp_hdr.c)."""
+    core = []
+    for v in range(16):
+        r = lib.pe_psp_version_info_get(v)
+        if r != ffi.NULL:
+            core.append([r.version, ffi.string(r.name).decode(), r.key_len, r.icv_len, bool(r.gmac)])
+    assert len(core) == 4
+    assert lua.call("psp_versions") == core
 
 
 # ---------------------------------------------------------------------------------------------- 1. key files
@@ -1947,7 +1960,8 @@ def test_scripts_are_generated_from_the_source() -> None:
         text = script.read_text()
         assert text.count("-- BEGIN GENERATED pecrypto") == 1 and source in text, script.name
         # each table once: the status tables as plain code (handed to the inlined source), the suites in the source
-        for table in ("local CATEGORY_LIST = {", "local STATUS_LIST = {", "local SUITE_LIST = {"):
+        for table in ("local CATEGORY_LIST = {", "local STATUS_LIST = {", "local SUITE_LIST = {",
+                      "local PSP_VERSION_LIST = {"):
             assert text.count(table) == 1, (script.name, table)
 
 

@@ -13,7 +13,9 @@ a line that takes those tables as the chunk's arguments, so each script holds th
 
 The core's AEAD suites (core/src/proto/ipsec.c's suite_rows, with core/include/pe/ipsec.h's ENCR IDs: name,
 IKEv2 name, AEAD, salt, IV, ICV, implicit IV, integrity only, key lengths) are written into src/pecrypto.lua
-between "-- BEGIN SUITE TABLE" / "-- END SUITE TABLE": only the decryption code reads them.  A status or a suite
+between "-- BEGIN SUITE TABLE" / "-- END SUITE TABLE", and PSP's crypto versions (core/src/proto/psp_hdr.c's
+versions, with core/include/pe/psp.h's numbers) between "-- BEGIN PSP VERSION TABLE" / "-- END PSP VERSION
+TABLE": only the decryption code reads them.  A status or a suite
 added to the core reaches the Lua side by running this script.
 
     python3 dissectors/lua/build_scripts.py          # rewrite src/pecrypto.lua's table, psp.lua and eesp.lua
@@ -33,6 +35,8 @@ CORE = LUA_DIR.parent.parent / "core"
 STATUS_H = CORE / "include" / "pe" / "status.h"
 IPSEC_H = CORE / "include" / "pe" / "ipsec.h"
 IPSEC_C = CORE / "src" / "proto" / "ipsec.c"
+PSP_H = CORE / "include" / "pe" / "psp.h"
+PSP_HDR_C = CORE / "src" / "proto" / "psp_hdr.c"
 SCRIPTS = [LUA_DIR / "psp.lua", LUA_DIR / "eesp.lua"]
 BEGIN = "-- BEGIN GENERATED pecrypto"
 END = "-- END GENERATED pecrypto"
@@ -40,6 +44,8 @@ TABLE_BEGIN = "-- BEGIN STATUS TABLE"
 TABLE_END = "-- END STATUS TABLE"
 SUITE_BEGIN = "-- BEGIN SUITE TABLE"
 SUITE_END = "-- END SUITE TABLE"
+VERSION_BEGIN = "-- BEGIN PSP VERSION TABLE"
+VERSION_END = "-- END PSP VERSION TABLE"
 #: What the inlined copy has between the status-table markers: the tables the script defines once, as arguments.
 TABLE_ARGS = "local CATEGORY_LIST, STATUS_LIST = ...\n"
 LINE_MAX = 118
@@ -100,23 +106,56 @@ def core_suites(header: str, source: str) -> List[Tuple[int, str, str, str, int,
              only == "1", key_lens[lens]) for encr, name, ikev2, alg, salt, iv, icv, iiv, only, lens in rows]
 
 
-def suite_block(header: str, source: str) -> str:
-    def cell(c) -> str:
-        if isinstance(c, bool):
-            return "true" if c else "false"
-        if isinstance(c, list):
-            return "{ " + ", ".join(map(str, c)) + " }"
-        return f'"{c}"' if isinstance(c, str) else str(c)
+# psp.h's "PE_PSP_AES_GCM_128 = 0," and "#define PE_PSP_ICV_LEN 16u"; psp_hdr.c's versions[] rows:
+# {PE_PSP_..., "name", key_len, icv_len, gmac}.
+PSP_VERSION_VALUE = re.compile(r"\b(PE_PSP_AES_\w+) = (\d+),")
+PSP_DEFINE = re.compile(r"#define (PE_PSP_\w+) (\d+)u?\b")
+PSP_ROWS = re.compile(r"pe_psp_version_info versions\[\] = \{(.*?)\n\};", re.S)
+PSP_ROW = re.compile(r",\s*".join([r"\{(PE_PSP_\w+)", C_STRING, r"(\w+)", r"(\w+)", r"([01])\}"]))
 
-    out = ["local SUITE_LIST = {",
-           "    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, integrity only, key octets"]
-    for row in core_suites(header, source):
-        cells = [cell(c) for c in row]
+
+def core_psp_versions(header: str, source: str) -> List[Tuple[int, str, int, int, bool]]:
+    """(version, name, derived key octets, ICV octets, AES-GMAC) of every PSP crypto version, in the table's order."""
+    values = {name: int(v) for name, v in PSP_VERSION_VALUE.findall(header)}
+    values.update({name: int(v) for name, v in PSP_DEFINE.findall(header)})
+    table = PSP_ROWS.search(source)
+    rows = PSP_ROW.findall(table.group(1)) if table else []
+    if not rows or table is None or table.group(1).count("{PE_PSP_") != len(rows):
+        raise SystemExit(f"{PSP_HDR_C}: cannot read every row of versions")
+
+    def number(token: str) -> int:
+        return int(token) if token.isdigit() else values[token]
+
+    return [(values[v], name, number(key), number(icv), gmac == "1") for v, name, key, icv, gmac in rows]
+
+
+def lua_cell(c) -> str:
+    if isinstance(c, bool):
+        return "true" if c else "false"
+    if isinstance(c, list):
+        return "{ " + ", ".join(map(str, c)) + " }"
+    return f'"{c}"' if isinstance(c, str) else str(c)
+
+
+def lua_table(variable: str, comment: str, rows, split_at: int) -> str:
+    out = [f"local {variable} = {{", f"    -- {comment}"]
+    for row in rows:
+        cells = [lua_cell(c) for c in row]
         line = f"    {{ {', '.join(cells)} }},"
         if len(line) > LINE_MAX:
-            line = f"    {{ {', '.join(cells[:5])},\n        {', '.join(cells[5:])} }},"
+            line = f"    {{ {', '.join(cells[:split_at])},\n        {', '.join(cells[split_at:])} }},"
         out.append(line)
     return "\n".join(out) + "\n}\n"
+
+
+def suite_block(header: str, source: str) -> str:
+    return lua_table("SUITE_LIST", "encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, "
+                     "integrity only, key octets", core_suites(header, source), 5)
+
+
+def psp_version_block(header: str, source: str) -> str:
+    return lua_table("PSP_VERSION_LIST", "version, name, derived key octets, ICV octets, AES-GMAC",
+                     core_psp_versions(header, source), 2)
 
 
 def lua_rows(variable: str, rows) -> str:
@@ -180,7 +219,9 @@ def main(argv=None) -> int:
     table = table_block(STATUS_H.read_text(encoding="utf-8"))
     suites = suite_block(IPSEC_H.read_text(encoding="utf-8"), IPSEC_C.read_text(encoding="utf-8"))
     old_source = SOURCE.read_text(encoding="utf-8")
+    versions = psp_version_block(PSP_H.read_text(encoding="utf-8"), PSP_HDR_C.read_text(encoding="utf-8"))
     source = with_block(with_block(old_source, TABLE_BEGIN, TABLE_END, table), SUITE_BEGIN, SUITE_END, suites)
+    source = with_block(source, VERSION_BEGIN, VERSION_END, versions)
     outputs = [(SOURCE, old_source, source)]
     for path in SCRIPTS:
         old = path.read_text(encoding="utf-8")
@@ -189,8 +230,8 @@ def main(argv=None) -> int:
     if args.check:
         if stale:
             names = ", ".join(str(p.relative_to(LUA_DIR)) for p in stale)
-            print(f"out of date with core/include/pe/status.h, ipsec.h, src/proto/ipsec.c or src/pecrypto.lua: {names}; "
-                  f"run {Path(__file__).name}", file=sys.stderr)
+            print(f"out of date with core/include/pe/status.h, ipsec.h, psp.h, src/proto/ipsec.c, psp_hdr.c or "
+                  f"src/pecrypto.lua: {names}; run {Path(__file__).name}", file=sys.stderr)
             return 1
         return 0
     for path, old, new in outputs:

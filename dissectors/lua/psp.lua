@@ -437,8 +437,21 @@ end
 -- PSP ----------------------------------------------------------------------------------------------------------
 
 local PSP_HDR_LEN, PSP_ICV_LEN, PSP_VC_LEN = 16, 16, 8
-local PSP_KEY_LEN = { [0] = 16, [1] = 32, [2] = 16, [3] = 32 }
-local PSP_VERSION_NAME = { [0] = "AES-GCM-128", [1] = "AES-GCM-256", [2] = "AES-GMAC-128", [3] = "AES-GMAC-256" }
+-- The core's PSP crypto versions (pe_psp_version_info_get): build_scripts.py writes them, test_lua_pure.py checks.
+-- BEGIN PSP VERSION TABLE
+local PSP_VERSION_LIST = {
+    -- version, name, derived key octets, ICV octets, AES-GMAC
+    { 0, "AES-GCM-128", 16, 16, false },
+    { 1, "AES-GCM-256", 32, 16, false },
+    { 2, "AES-GMAC-128", 16, 16, true },
+    { 3, "AES-GMAC-256", 32, 16, true },
+}
+-- END PSP VERSION TABLE
+M.PSP_VERSION_LIST = PSP_VERSION_LIST
+local PSP_KEY_LEN, PSP_VERSION_NAME, PSP_GMAC = {}, {}, {}
+for _, r in ipairs(PSP_VERSION_LIST) do
+    PSP_VERSION_NAME[r[1]], PSP_KEY_LEN[r[1]], PSP_GMAC[r[1]] = r[2], r[3], r[5]
+end
 -- The largest UDP payload (PE_IP_MAX_LEN - UDP header): the core refuses anything longer before any work.
 local PSP_MAX_LEN = 65535 - 8
 -- Keys derived from the master keys are cached like the core's (psp.c RX_CACHE_LIMIT): bounded, since SPIs
@@ -465,7 +478,7 @@ end
 
 -- ESP and EESP suites (core/src/proto/ipsec.c) ---------------------------------------------------------------------
 
--- The core's suite table (pe_ipsec_suite_*), in its order; build_scripts.py writes it, tests/test_lua_pure.py checks it.
+-- The core's suite table (pe_ipsec_suite_*), in its order: build_scripts.py writes it, test_lua_pure.py checks it.
 -- BEGIN SUITE TABLE
 local SUITE_LIST = {
     -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, integrity only, key octets
@@ -1449,7 +1462,7 @@ local function psp_open(self, p)
     local hdr_st
     if b3 & 0x01 == 0 then
         hdr_st = "psp-always-one-bit-clear"
-    elseif version > 3 then
+    elseif not PSP_KEY_LEN[version] then -- not a version of the table
         hdr_st = "psp-unsupported-version"
     elseif hel < 1 then
         hdr_st = "psp-bad-hdr-ext-len"
@@ -1483,7 +1496,7 @@ local function psp_open(self, p)
     local nonce = sub(p, 5, 16) -- SPI || IV as on the wire
     local tag = sub(p, len - PSP_ICV_LEN + 1)
     local body -- P: extension area and payload, decrypted
-    if version >= 2 then
+    if PSP_GMAC[version] then
         -- GMAC (§4.2): everything before the ICV is authenticated and nothing is encrypted.
         if not open(nonce, sub(p, 1, len - PSP_ICV_LEN), "", tag) then
             return finish(info, "authentication-failed")
