@@ -85,8 +85,10 @@ SALT_LENS = _union(s.salt for s in SUITES.values())
 ICV_LENS = _union(s.icv for s in SUITES.values())
 
 
-#: PSP's versions (psp.md §3), as the core's version table has them: their numbers, in order.
+#: PSP's versions (psp.md §3), as the core's version table has them: their numbers, in order, and the derived
+#: key octets of each.
 PSP_VERSION_NUMBERS: Tuple[int, ...] = tuple(v.version for v in PSP_VERSIONS)
+PSP_KEY_LEN: Dict[int, int] = {v.version: v.key_len for v in PSP_VERSIONS}
 
 
 def psp_gmac(version: int) -> bool:

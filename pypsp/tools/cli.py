@@ -14,7 +14,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pecore.protocol import locate_psp
-from pecore.tools._tables import PSP_VERSION_NUMBERS
+from pecore.tools._tables import PSP_KEY_LEN, PSP_VERSION_NUMBERS
 from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, addresses, decrypt_info,
                               int_arg, iv_arg, port_arg, record_head, record_info, run_main, show_capture, spi_arg,
                               tooling_wanted, transform_capture, words_arg)
@@ -87,7 +87,7 @@ class Keys:
         key = self.derived.get((spi, version))
         if key is None:
             key = self.derived.get((spi, None))
-            if key is not None and len(key) != (16 if version in (0, 2) else 32):
+            if key is not None and len(key) != PSP_KEY_LEN.get(version):
                 key = None
         return key
 

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
 from pecore.protocol import PSP_VERSIONS
-from pecore.tools._tables import PSP_VERSION_NUMBERS, psp_gmac
+from pecore.tools._tables import PSP_KEY_LEN, PSP_VERSION_NUMBERS, psp_gmac
 from pecore.tools.vectors import (
     Checker, ERROR, Family, Group, HEX, Inner, Outcome, Rng, SealedPacket, Test, VectorFile, assemble,
     check_kat_doc, dropped, first_diff, hex_of, hex_of_any, hopopts, ip_packet, ipv4_header, ipv4_recheck,
@@ -46,7 +46,7 @@ SOURCE_SCAPY = {"name": "scapy", "version": "2.7.0 scapy/contrib/psp.py docstrin
 REF_MK0 = bytes.fromhex("34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca")
 REF_MK1 = bytes.fromhex("563952565d3a78ae773ec1b779f2f2d99f4a7f53a6fbb9b07d5b71f39364d739")
 
-KEY_LEN = {v.version: v.key_len for v in PSP_VERSIONS}  # derived key octets, from the core
+KEY_LEN = PSP_KEY_LEN  # derived key octets, from the core
 #: A derived test keeps these flags of the packet it was made from (they describe its keys and header).
 KEEP_FLAGS = ("MasterKey1", "DerivedKey", "Vc")
 ALG = {v.version: v.name for v in PSP_VERSIONS}
