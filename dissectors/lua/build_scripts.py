@@ -15,8 +15,8 @@ The core's AEAD suites (core/src/proto/ipsec.c's suite_rows, with core/include/p
 IKEv2 name, AEAD, salt, IV, ICV, implicit IV, integrity only, key lengths) are written into src/pecrypto.lua
 between "-- BEGIN SUITE TABLE" / "-- END SUITE TABLE", and PSP's crypto versions (core/src/proto/psp_hdr.c's
 versions, with core/include/pe/psp.h's numbers) between "-- BEGIN PSP VERSION TABLE" / "-- END PSP VERSION
-TABLE": only the decryption code reads them.  A status or a suite
-added to the core reaches the Lua side by running this script.
+TABLE": only the decryption code reads them.  A status, a suite or a PSP version added to the core reaches the
+Lua side by running this script; tests/test_lua_pure.py compares every table with the core's own functions.
 
     python3 dissectors/lua/build_scripts.py          # rewrite src/pecrypto.lua's table, psp.lua and eesp.lua
     python3 dissectors/lua/build_scripts.py --check  # exit 1 if a file is not what this would write
@@ -84,8 +84,18 @@ def core_tables(header: str) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str
 # {PE_ENCR_..., "name", "IKEv2 name", PE_AEAD_..., salt, iv, icv, implicit_iv, integrity_only, KEY_LENGTHS}.
 ENCR_VALUE = re.compile(r"\b(PE_ENCR_\w+) = (\d+),")
 KEY_LENS_MACRO = re.compile(r"#define (\w+) (\d+), \{([\d, ]+)\}")
-SUITE_ROWS = re.compile(r"suite_rows\[\] = \{(.*?)\n\};", re.S)
-SUITE_ROW = re.compile(r",\s*".join([r"\{(PE_ENCR_\w+)", C_STRING, C_STRING, r"PE_AEAD_(\w+)", *[r"(\d+)"] * 5, r"(\w+)\}"]))
+SUITE_ROW = re.compile(r",\s*".join([r"\{(PE_ENCR_\w+)", C_STRING, C_STRING, r"PE_AEAD_(\w+)", *[r"(\d+)"] * 5,
+                                     r"(\w+)\}"]))
+
+
+def c_rows(path: Path, source: str, array: str, row: "re.Pattern[str]", opener: str) -> List[Tuple[str, ...]]:
+    """The rows of the C array `array` in `source`, every one of them: a row the pattern misses would silently
+    lack a suite or version, so it stops the script."""
+    table = re.search(rf"\b{array}\[\] = \{{(.*?)\n\}};", source, re.S)
+    rows = row.findall(table.group(1)) if table else []
+    if not rows or table is None or table.group(1).count(opener) != len(rows):
+        raise SystemExit(f"{path}: cannot read every row of {array}")
+    return rows
 
 
 def core_suites(header: str, source: str) -> List[Tuple[int, str, str, str, int, int, int, bool, bool, List[int]]]:
@@ -97,11 +107,7 @@ def core_suites(header: str, source: str) -> List[Tuple[int, str, str, str, int,
         key_lens[macro] = [int(x) for x in lens.split(",")]
         if len(key_lens[macro]) != int(n):
             raise SystemExit(f"{IPSEC_C}: {macro} counts {n} key lengths, lists {len(key_lens[macro])}")
-    table = SUITE_ROWS.search(source)
-    rows = SUITE_ROW.findall(table.group(1)) if table else []
-    # every row of the table must have been read: a row this pattern misses would silently lack a suite
-    if not rows or table is None or table.group(1).count("{PE_ENCR_") != len(rows):
-        raise SystemExit(f"{IPSEC_C}: cannot read every row of suite_rows")
+    rows = c_rows(IPSEC_C, source, "suite_rows", SUITE_ROW, "{PE_ENCR_")
     return [(ids[encr], name, ikev2, alg.lower().replace("_", "-"), int(salt), int(iv), int(icv), iiv == "1",
              only == "1", key_lens[lens]) for encr, name, ikev2, alg, salt, iv, icv, iiv, only, lens in rows]
 
@@ -110,7 +116,6 @@ def core_suites(header: str, source: str) -> List[Tuple[int, str, str, str, int,
 # {PE_PSP_..., "name", key_len, icv_len, gmac}.
 PSP_VERSION_VALUE = re.compile(r"\b(PE_PSP_AES_\w+) = (\d+),")
 PSP_DEFINE = re.compile(r"#define (PE_PSP_\w+) (\d+)u?\b")
-PSP_ROWS = re.compile(r"pe_psp_version_info versions\[\] = \{(.*?)\n\};", re.S)
 PSP_ROW = re.compile(r",\s*".join([r"\{(PE_PSP_\w+)", C_STRING, r"(\w+)", r"(\w+)", r"([01])\}"]))
 
 
@@ -118,10 +123,7 @@ def core_psp_versions(header: str, source: str) -> List[Tuple[int, str, int, int
     """(version, name, derived key octets, ICV octets, AES-GMAC) of every PSP crypto version, in the table's order."""
     values = {name: int(v) for name, v in PSP_VERSION_VALUE.findall(header)}
     values.update({name: int(v) for name, v in PSP_DEFINE.findall(header)})
-    table = PSP_ROWS.search(source)
-    rows = PSP_ROW.findall(table.group(1)) if table else []
-    if not rows or table is None or table.group(1).count("{PE_PSP_") != len(rows):
-        raise SystemExit(f"{PSP_HDR_C}: cannot read every row of versions")
+    rows = c_rows(PSP_HDR_C, source, "versions", PSP_ROW, "{PE_PSP_")
 
     def number(token: str) -> int:
         return int(token) if token.isdigit() else values[token]
