@@ -166,14 +166,14 @@ typedef struct cap_block {
  * callers can write a whole record and check once.  Records are written in
  * small pieces; the buffer turns them into large write calls.  A regular file
  * (not opened for appending) is seekable: fields written early, such as a
- * snap length, can be patched once the run knows better (out_patch32).
+ * snap length, can be patched once the run knows better (pe_cap_out_patch32).
  */
 typedef struct out_file {
     int fd;
     int own_fd;
     uint8_t *buf;
     size_t used, cap;
-    uint64_t written;  /* octets handed to out_write: the output offset of the next one */
+    uint64_t written;  /* octets handed to pe_cap_out_write: the output offset of the next one */
     uint64_t start;    /* the descriptor's offset when the output began */
     int seekable;
     int failed;
@@ -224,31 +224,31 @@ struct transform_run {
 
 
 /* capture_read.c: the reader's steps the transform takes records with. */
-pe_status next_block(pe_capture_reader *r, cap_block *b, int *eof, int pinned);
-pe_status reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *cap);
-pe_status reader_resize(pe_capture_reader *r, size_t window);
+pe_status pe_cap_next_block(pe_capture_reader *r, cap_block *b, int *eof, int pinned);
+pe_status pe_cap_reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *cap);
+pe_status pe_cap_reader_resize(pe_capture_reader *r, size_t window);
 
 /* capture_write.c: the buffered output and the records and headers written through it. */
-pe_status out_open_fd(out_file *o, int fd, int own_fd);
-pe_status out_open(out_file *o, const char *path);
-void out_flush(out_file *o);
-void out_write(out_file *o, const void *p, size_t n);
-void out_zeros(out_file *o, size_t n);
-void out_patch32(out_file *o, uint64_t off, uint32_t v, int be);
-pe_status out_close(out_file *o);
-void put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t linktype);
-void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t tsresol, uint8_t fcslen,
-                       uint64_t *snaplen_off);
-void write_epb(out_file *o, int be, uint64_t ts, const uint8_t *a, size_t a_len, const uint8_t *b, size_t b_len,
-               const uint8_t *c, size_t c_len, uint32_t origlen);
+pe_status pe_cap_out_open_fd(out_file *o, int fd, int own_fd);
+pe_status pe_cap_out_open(out_file *o, const char *path);
+void pe_cap_out_flush(out_file *o);
+void pe_cap_out_write(out_file *o, const void *p, size_t n);
+void pe_cap_out_zeros(out_file *o, size_t n);
+void pe_cap_out_patch32(out_file *o, uint64_t off, uint32_t v, int be);
+pe_status pe_cap_out_close(out_file *o);
+void pe_cap_put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t linktype);
+void pe_cap_put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t tsresol, uint8_t fcslen,
+                              uint64_t *snaplen_off);
+void pe_cap_write_epb(out_file *o, int be, uint64_t ts, const uint8_t *a, size_t a_len, const uint8_t *b,
+                      size_t b_len, const uint8_t *c, size_t c_len, uint32_t origlen);
 
 /* capture_loop.c: the per-chunk steps both loops take. */
-void prepare_packet(chunk_rec *c);
-pe_status write_chunk(transform_run *t, chunk_rec *recs, size_t n);
-pe_status write_file_header(transform_run *t);
-int report_progress(transform_run *t, pe_progress_fn progress, void *ctx);
+void pe_cap_prepare_packet(chunk_rec *c);
+pe_status pe_cap_write_chunk(transform_run *t, chunk_rec *recs, size_t n);
+pe_status pe_cap_write_file_header(transform_run *t);
+int pe_cap_report_progress(transform_run *t, pe_progress_fn progress, void *ctx);
 
 /* capture_parallel.c */
-pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn progress, void *progress_ctx);
+pe_status pe_cap_parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn progress, void *progress_ctx);
 
 #endif

@@ -104,7 +104,7 @@ static void patch_snaplens(transform_run *t)
     for (size_t i = 0; i < t->n_ifs; i++) {
         out_if *f = &t->ifs[i];
         if (f->snaplen != 0 && f->longest > f->snaplen)
-            out_patch32(&t->out, f->snaplen_off, f->longest, f->be);
+            pe_cap_out_patch32(&t->out, f->snaplen_off, f->longest, f->be);
     }
 }
 
@@ -118,7 +118,7 @@ static int tsresol_is_nsec(uint8_t tsresol)
 }
 
 /* What goes out before the first record: pcap's header, or a section for a pcap input written as pcapng. */
-pe_status write_file_header(transform_run *t)
+pe_status pe_cap_write_file_header(transform_run *t)
 {
     const pe_capture_reader *r = t->r;
     if (r->fmt == PE_CAPTURE_PCAPNG) {
@@ -131,8 +131,8 @@ pe_status write_file_header(transform_run *t)
     if (t->out_fmt == PE_CAPTURE_PCAPNG) {
         uint64_t off;
         snaplen = stream_snaplen(t, snaplen, 1);
-        put_pcapng_header(&t->out, r->pcap_linktype, snaplen, r->fmt == PE_CAPTURE_PCAP_NSEC ? 9 : 6, r->pcap_fcs_len,
-                          &off);
+        pe_cap_put_pcapng_header(&t->out, r->pcap_linktype, snaplen, r->fmt == PE_CAPTURE_PCAP_NSEC ? 9 : 6,
+                                 r->pcap_fcs_len, &off);
         return add_out_if(t, off, snaplen, 0);
     }
     uint8_t h[PCAP_FILE_HDR_LEN];
@@ -140,7 +140,7 @@ pe_status write_file_header(transform_run *t)
     uint32_t out_snaplen = stream_snaplen(t, snaplen, 0);
     if (out_snaplen != snaplen)
         wr32(h + PCAP_SNAPLEN_OFF, out_snaplen, r->be);
-    out_write(&t->out, h, sizeof h);
+    pe_cap_out_write(&t->out, h, sizeof h);
     return add_out_if(t, PCAP_SNAPLEN_OFF, out_snaplen, r->be);
 }
 
@@ -178,33 +178,33 @@ static pe_status write_block(transform_run *t, const cap_block *b)
         /* A stream cannot be patched when a later interface turns out to have a longer snap length. */
         if (!t->out.seekable && snaplen < TRANSFORM_SNAPLEN)
             snaplen = TRANSFORM_SNAPLEN;
-        put_pcap_header(&t->out, t->out_fmt == PE_CAPTURE_PCAP_NSEC, snaplen, linktype);
+        pe_cap_put_pcap_header(&t->out, t->out_fmt == PE_CAPTURE_PCAP_NSEC, snaplen, linktype);
         return add_out_if(t, PCAP_SNAPLEN_OFF, snaplen, 0);
     }
     if (b->type == PCAPNG_BT_SHB) {
         static const uint8_t unknown[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
         t->section_first = t->n_ifs;
-        out_write(&t->out, raw, PCAPNG_SHB_SECTION_LEN_OFF);
-        out_write(&t->out, unknown, sizeof unknown);
-        out_write(&t->out, raw + PCAPNG_SHB_SECTION_LEN_OFF + 8, len - PCAPNG_SHB_SECTION_LEN_OFF - 8);
+        pe_cap_out_write(&t->out, raw, PCAPNG_SHB_SECTION_LEN_OFF);
+        pe_cap_out_write(&t->out, unknown, sizeof unknown);
+        pe_cap_out_write(&t->out, raw + PCAPNG_SHB_SECTION_LEN_OFF + 8, len - PCAPNG_SHB_SECTION_LEN_OFF - 8);
         return PE_OK;
     }
     if (b->type != PCAPNG_BT_IDB) {
-        out_write(&t->out, raw, len);
+        pe_cap_out_write(&t->out, raw, len);
         return PE_OK;
     }
     uint32_t snaplen = rd32(raw + PCAPNG_IDB_SNAPLEN_OFF, b->be), out_snaplen = stream_snaplen(t, snaplen, 1);
     pe_status st = add_out_if(t, t->out.written + PCAPNG_IDB_SNAPLEN_OFF, out_snaplen, b->be);
     if (out_snaplen == snaplen) {
-        out_write(&t->out, raw, len);
+        pe_cap_out_write(&t->out, raw, len);
         return st;
     }
     /* SPBs cut by the old SnapLen are written as EPBs (finish_packet). */
     uint8_t v[4];
     wr32(v, out_snaplen, b->be);
-    out_write(&t->out, raw, PCAPNG_IDB_SNAPLEN_OFF);
-    out_write(&t->out, v, sizeof v);
-    out_write(&t->out, raw + PCAPNG_IDB_OPTIONS_OFF, len - PCAPNG_IDB_OPTIONS_OFF);
+    pe_cap_out_write(&t->out, raw, PCAPNG_IDB_SNAPLEN_OFF);
+    pe_cap_out_write(&t->out, v, sizeof v);
+    pe_cap_out_write(&t->out, raw + PCAPNG_IDB_OPTIONS_OFF, len - PCAPNG_IDB_OPTIONS_OFF);
     return st;
 }
 
@@ -217,10 +217,10 @@ static void write_pcap_transformed(transform_run *t, const cap_block *b, const n
     memcpy(h, b->raw, 8); /* ts_sec and the usec/nsec fraction, in the file's byte order */
     wr32(h + 8, n, b->be);
     wr32(h + 12, n, b->be);
-    out_write(&t->out, h, sizeof h);
-    out_write(&t->out, nf->l2, nf->l2_len);
-    out_write(&t->out, nf->pkt, nf->pkt_len);
-    out_write(&t->out, nf->fcs, nf->fcs_len);
+    pe_cap_out_write(&t->out, h, sizeof h);
+    pe_cap_out_write(&t->out, nf->l2, nf->l2_len);
+    pe_cap_out_write(&t->out, nf->pkt, nf->pkt_len);
+    pe_cap_out_write(&t->out, nf->fcs, nf->fcs_len);
 }
 
 /*
@@ -243,7 +243,7 @@ static size_t transformed_options(out_file *o, const uint8_t *p, size_t n, int b
         }
         if (!drop) {
             if (o)
-                out_write(o, p + off, len);
+                pe_cap_out_write(o, p + off, len);
             kept += len;
         }
         off += len;
@@ -272,14 +272,14 @@ static void write_pcapng_transformed(transform_run *t, const cap_block *b, const
         wr32(h + 24, (uint32_t)n, be);
     }
     wr32(trailer, total, be);
-    out_write(&t->out, h, hdr_len);
-    out_write(&t->out, nf->l2, nf->l2_len);
-    out_write(&t->out, nf->pkt, nf->pkt_len);
-    out_write(&t->out, nf->fcs, nf->fcs_len);
-    out_zeros(&t->out, pad4(n) - n);
+    pe_cap_out_write(&t->out, h, hdr_len);
+    pe_cap_out_write(&t->out, nf->l2, nf->l2_len);
+    pe_cap_out_write(&t->out, nf->pkt, nf->pkt_len);
+    pe_cap_out_write(&t->out, nf->fcs, nf->fcs_len);
+    pe_cap_out_zeros(&t->out, pad4(n) - n);
     if (opts_len)
         transformed_options(&t->out, opts, b->raw_len - 4 - b->opts_off, be);
-    out_write(&t->out, trailer, sizeof trailer);
+    pe_cap_out_write(&t->out, trailer, sizeof trailer);
 }
 
 /*
@@ -296,7 +296,7 @@ static pe_status write_converted(transform_run *t, const cap_block *b, const new
     if (t->out_fmt == PE_CAPTURE_PCAPNG) {
         int nsec = t->r->fmt == PE_CAPTURE_PCAP_NSEC;
         uint64_t ts = rec->ts_sec * (nsec ? NSEC_PER_SEC : 1000000u) + (nsec ? rec->ts_nsec : rec->ts_nsec / 1000u);
-        write_epb(&t->out, 0, ts, a, a_len, c, c_len, d, d_len, origlen);
+        pe_cap_write_epb(&t->out, 0, ts, a, a_len, c, c_len, d, d_len, origlen);
         return PE_OK;
     }
     if (!t->header_done)
@@ -321,10 +321,10 @@ static pe_status write_converted(transform_run *t, const cap_block *b, const new
     wr32(h + 4, t->out_fmt == PE_CAPTURE_PCAP_NSEC ? rec->ts_nsec : rec->ts_nsec / 1000u, 0);
     wr32(h + 8, (uint32_t)caplen, 0);
     wr32(h + 12, origlen, 0);
-    out_write(&t->out, h, sizeof h);
-    out_write(&t->out, a, a_len);
-    out_write(&t->out, c, c_len);
-    out_write(&t->out, d, d_len);
+    pe_cap_out_write(&t->out, h, sizeof h);
+    pe_cap_out_write(&t->out, a, a_len);
+    pe_cap_out_write(&t->out, c, c_len);
+    pe_cap_out_write(&t->out, d, d_len);
     /* Records of every interface share the one snap length (patch_snaplens). */
     if (t->n_ifs && caplen > t->ifs[0].longest)
         t->ifs[0].longest = (uint32_t)caplen;
@@ -377,7 +377,7 @@ static size_t max_frame_len(const transform_run *t, const cap_block *b)
 }
 
 /* Before the callback: where the IP packet is, or why the packet is passed or failed without it. */
-void prepare_packet(chunk_rec *c)
+void pe_cap_prepare_packet(chunk_rec *c)
 {
     const pe_capture_record *rec = &c->b.rec;
     size_t wire_len, frame_len = rec->caplen;
@@ -453,9 +453,9 @@ static pe_status finish_packet(transform_run *t, chunk_rec *c)
         return write_converted(t, b, f);
     if (!f && b->type == PCAPNG_BT_SPB && b->rec.caplen < b->rec.origlen && (t->flags & PE_TRANSFORM_GROWS))
         /* Its length comes from the SnapLen, which this run may raise: an EPB says it (timestamp 0, as read). */
-        write_epb(&t->out, b->be, 0, b->rec.data, b->rec.caplen, NULL, 0, NULL, 0, b->rec.origlen);
+        pe_cap_write_epb(&t->out, b->be, 0, b->rec.data, b->rec.caplen, NULL, 0, NULL, 0, b->rec.origlen);
     else if (!f)
-        out_write(&t->out, b->raw, b->raw_len);
+        pe_cap_out_write(&t->out, b->raw, b->raw_len);
     else if (t->out_fmt == PE_CAPTURE_PCAPNG)
         write_pcapng_transformed(t, b, f);
     else
@@ -477,7 +477,7 @@ static size_t read_chunk(transform_run *t, uint64_t packets_left, int *eof, pe_s
     *stop = PE_OK;
     while (n < CHUNK_RECORDS && packets < packets_left) {
         chunk_rec *c = &t->recs[n];
-        pe_status st = next_block(t->r, &c->b, eof, n > 0);
+        pe_status st = pe_cap_next_block(t->r, &c->b, eof, n > 0);
         if ((int)st == WINDOW_PINNED)
             break;
         if (st != PE_OK) {
@@ -488,7 +488,7 @@ static size_t read_chunk(transform_run *t, uint64_t packets_left, int *eof, pe_s
             break;
         c->out = t->out_room;
         if (c->b.is_packet) {
-            prepare_packet(c);
+            pe_cap_prepare_packet(c);
             packets++;
         }
         n++;
@@ -496,7 +496,7 @@ static size_t read_chunk(transform_run *t, uint64_t packets_left, int *eof, pe_s
     return n;
 }
 
-pe_status write_chunk(transform_run *t, chunk_rec *recs, size_t n)
+pe_status pe_cap_write_chunk(transform_run *t, chunk_rec *recs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         pe_status st = recs[i].b.is_packet ? finish_packet(t, &recs[i]) : write_block(t, &recs[i].b);
@@ -508,14 +508,14 @@ pe_status write_chunk(transform_run *t, chunk_rec *recs, size_t n)
     return PE_OK;
 }
 
-int report_progress(transform_run *t, pe_progress_fn progress, void *ctx)
+int pe_cap_report_progress(transform_run *t, pe_progress_fn progress, void *ctx)
 {
     return progress(ctx, pe_capture_reader_offset(t->r), pe_capture_reader_size(t->r), t->sum->packets) != 0;
 }
 
 static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void *progress_ctx)
 {
-    pe_status st = write_file_header(t);
+    pe_status st = pe_cap_write_file_header(t);
     if (st != PE_OK)
         return st;
     for (;;) {
@@ -523,11 +523,11 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
         pe_status stop;
         uint64_t before = t->sum->packets;
         if (t->r->live) /* what is written goes out before the reader may wait for more */
-            out_flush(&t->out);
+            pe_cap_out_flush(&t->out);
         size_t n = read_chunk(t, TRANSFORM_PROGRESS_EVERY - before % TRANSFORM_PROGRESS_EVERY, &eof, &stop);
         for (size_t i = 0; i < n && st == PE_OK; i++) { /* each output written before the next callback */
             t->transform_chunk(t, &t->recs[i], 1);
-            st = write_chunk(t, &t->recs[i], 1);
+            st = pe_cap_write_chunk(t, &t->recs[i], 1);
         }
         t->sum->offset = pe_capture_reader_offset(t->r);
         if (st != PE_OK)
@@ -537,11 +537,11 @@ static pe_status transform_loop(transform_run *t, pe_progress_fn progress, void 
         if (eof)
             break;
         if (progress && t->sum->packets != before && t->sum->packets % TRANSFORM_PROGRESS_EVERY == 0 &&
-            report_progress(t, progress, progress_ctx))
+            pe_cap_report_progress(t, progress, progress_ctx))
             return PE_ERR_CAP_ABORTED;
     }
     /* The final report may abort too: the caller asked to stop, so the run does not count as done. */
-    if (progress && report_progress(t, progress, progress_ctx))
+    if (progress && pe_cap_report_progress(t, progress, progress_ctx))
         return PE_ERR_CAP_ABORTED;
     return PE_OK;
 }
@@ -579,12 +579,12 @@ static pe_status transform_run_all(transform_run *t, pe_parallel *pool, pe_progr
 {
     pe_status st = run_open(t, t->flags);
     if (st == PE_OK)
-        st = pool ? parallel_loop(t, pool, progress, progress_ctx) : transform_loop(t, progress, progress_ctx);
+        st = pool ? pe_cap_parallel_loop(t, pool, progress, progress_ctx) : transform_loop(t, progress, progress_ctx);
     /* A pcapng input written as pcap that stopped (or ended) before any IDB still gets a file header. */
     if (t->recs && !t->header_done)
-        put_pcap_header(&t->out, 0, TRANSFORM_SNAPLEN, PE_LINKTYPE_ETHERNET);
+        pe_cap_put_pcap_header(&t->out, 0, TRANSFORM_SNAPLEN, PE_LINKTYPE_ETHERNET);
     patch_snaplens(t);
-    pe_status cst = out_close(&t->out);
+    pe_status cst = pe_cap_out_close(&t->out);
     if (st == PE_OK || (st == PE_ERR_CAP_WRITE && cst == PE_ERR_CAP_WRITE))
         st = cst;
     int werr = t->out.err;
@@ -631,7 +631,7 @@ static pe_status transform_file(const char *in_path, const char *out_path, pe_ip
     st = pe_capture_open_file(in_path, &t.r);
     if (st != PE_OK)
         return st;
-    st = out_open(&t.out, out_path);
+    st = pe_cap_out_open(&t.out, out_path);
     if (st == PE_OK)
         st = transform_run_all(&t, pool, progress, progress_ctx);
     int e = errno;
@@ -674,7 +674,7 @@ static pe_status transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void
     st = pe_capture_open_fd(in_fd, &t.r);
     if (st != PE_OK)
         return st;
-    st = out_open_fd(&t.out, out_fd, 0);
+    st = pe_cap_out_open_fd(&t.out, out_fd, 0);
     if (st == PE_OK)
         st = transform_run_all(&t, pool, progress, progress_ctx);
     int e = errno;

@@ -17,7 +17,7 @@
 /*
  * Every thread of the pool, the caller's included, takes whole chunks and
  * carries each from read() to write(): in its reading turn it takes the next
- * records from the reader and the reader's window with them (reader_hand_off:
+ * records from the reader and the reader's window with them (pe_cap_reader_hand_off:
  * the reader goes on in the chunk's previous window, so no record is copied),
  * and runs `before` on them (a sender's IVs and sequence numbers, in input
  * order); it transforms them with no lock held; in its
@@ -47,7 +47,7 @@ typedef struct own_chunk {
     pe_parallel_item items[OWN_CHUNK_RECORDS];
     size_t item_rec[OWN_CHUNK_RECORDS]; /* the record of each item */
     size_t n, n_items;
-    uint8_t *in;      /* the reader's window the records were parsed in, handed over (reader_hand_off) */
+    uint8_t *in;      /* the reader's window the records were parsed in, handed over (pe_cap_reader_hand_off) */
     size_t in_cap;
     uint8_t *arena;   /* the items' outputs, each as long as its packet can grow to */
     size_t arena_cap;
@@ -96,7 +96,7 @@ static pe_status own_reserve(uint8_t **buf, size_t *cap, size_t need)
 /*
  * The reading turn: the next chunk, its records prepared, `before` run.  0: no
  * chunk.  The records are what the reader's window holds (OWN_CHUNK_OCTETS:
- * parallel_loop sizes it), and the chunk takes the window itself with them.
+ * pe_cap_parallel_loop sizes it), and the chunk takes the window itself with them.
  */
 static int own_take(own_run *o, own_chunk *c)
 {
@@ -113,7 +113,7 @@ static int own_take(own_run *o, own_chunk *c)
     uint64_t packets = 0, left = TRANSFORM_PROGRESS_EVERY - o->read_packets % TRANSFORM_PROGRESS_EVERY;
     while (c->n < OWN_CHUNK_RECORDS && packets < left) {
         chunk_rec *r = &c->recs[c->n];
-        pe_status st = next_block(t->r, &r->b, &c->eof, c->n > 0);
+        pe_status st = pe_cap_next_block(t->r, &r->b, &c->eof, c->n > 0);
         if ((int)st == WINDOW_PINNED)
             break;
         if (st != PE_OK) {
@@ -125,7 +125,7 @@ static int own_take(own_run *o, own_chunk *c)
         packets += r->b.is_packet;
         c->n++;
     }
-    pe_status hand = reader_hand_off(t->r, &c->in, &c->in_cap);
+    pe_status hand = pe_cap_reader_hand_off(t->r, &c->in, &c->in_cap);
     if (hand != PE_OK) {
         c->n = 0; /* the records stay in the reader's window: none may be used */
         c->stop = hand;
@@ -139,7 +139,7 @@ static int own_take(own_run *o, own_chunk *c)
         chunk_rec *r = &c->recs[i];
         if (!r->b.is_packet)
             continue;
-        prepare_packet(r);
+        pe_cap_prepare_packet(r);
         if (r->to_fn) {
             size_t room = r->ip_len + o->growth < TRANSFORM_OUT_CAP ? r->ip_len + o->growth : TRANSFORM_OUT_CAP;
             c->item_rec[c->n_items] = i;
@@ -213,9 +213,9 @@ static void own_put(own_run *o, own_chunk *c, int caller)
             r->out_len = it->out_len;
         }
         uint64_t before = t->sum->packets;
-        pe_status st = write_chunk(t, c->recs, c->n);
+        pe_status st = pe_cap_write_chunk(t, c->recs, c->n);
         if (t->r->live) /* a live input's records go out as they are done (the reader hands out what it has) */
-            out_flush(&t->out);
+            pe_cap_out_flush(&t->out);
         t->sum->offset = c->end_offset;
         if (st == PE_OK)
             st = c->stop;
@@ -276,16 +276,16 @@ static void own_main(void *context, unsigned index, void *arg)
     pthread_mutex_unlock(&o->write_mu);
 }
 
-pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn progress, void *progress_ctx)
+pe_status pe_cap_parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn progress, void *progress_ctx)
 {
     unsigned jobs = pe_parallel_jobs(p);
     own_run o = {.t = t, .pool = p, .growth = pe_parallel_growth(p), .progress = progress,
                  .progress_ctx = progress_ctx};
-    pe_status st = write_file_header(t);
+    pe_status st = pe_cap_write_file_header(t);
     if (t->r->live)
-        out_flush(&t->out);
+        pe_cap_out_flush(&t->out);
     if (st == PE_OK)
-        st = reader_resize(t->r, OWN_CHUNK_OCTETS);
+        st = pe_cap_reader_resize(t->r, OWN_CHUNK_OCTETS);
     o.chunks = calloc(jobs, sizeof *o.chunks);
     if (!o.chunks)
         st = PE_ERR_NOMEM;
@@ -302,7 +302,7 @@ pe_status parallel_loop(transform_run *t, pe_parallel *p, pe_progress_fn progres
         pthread_mutex_destroy(&o.read_mu);
         st = o.st;
         /* The final report may abort too: the caller asked to stop, so the run does not count as done. */
-        if (st == PE_OK && progress && report_progress(t, progress, progress_ctx))
+        if (st == PE_OK && progress && pe_cap_report_progress(t, progress, progress_ctx))
             st = PE_ERR_CAP_ABORTED;
     }
     for (unsigned i = 0; o.chunks && i < jobs; i++) {

@@ -443,7 +443,7 @@ static pe_status pcapng_block(pe_capture_reader *r, cap_block *b)
 /*
  * Recognise the format.  A pcapng reader is left before its first SHB (read
  * and checked here), so that every block, that one included, comes out of
- * next_block for the transform to copy.
+ * pe_cap_next_block for the transform to copy.
  */
 static pe_status reader_start(pe_capture_reader *r)
 {
@@ -474,7 +474,7 @@ static pe_status reader_start(pe_capture_reader *r)
  * before are still in use: a record that would need the window moved is not
  * read (WINDOW_PINNED, nothing consumed, not sticky).
  */
-pe_status next_block(pe_capture_reader *r, cap_block *b, int *eof, int pinned)
+pe_status pe_cap_next_block(pe_capture_reader *r, cap_block *b, int *eof, int pinned)
 {
     *eof = 0;
     if (r->err != PE_OK)
@@ -501,7 +501,7 @@ pe_status next_block(pe_capture_reader *r, cap_block *b, int *eof, int pinned)
  * so a chunk of a parallel run keeps its records without copying them.  A
  * memory reader's records are in the caller's buffer already: nothing to do.
  */
-pe_status reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *cap)
+pe_status pe_cap_reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *cap)
 {
     if (r->fd < 0 || !r->owned)
         return PE_OK;
@@ -527,7 +527,7 @@ pe_status reader_hand_off(pe_capture_reader *r, uint8_t **buf, size_t *cap)
  * Make a descriptor reader's window `window` octets, or as much as it holds
  * unparsed if that is more (between records: nothing is pinned).
  */
-pe_status reader_resize(pe_capture_reader *r, size_t window)
+pe_status pe_cap_reader_resize(pe_capture_reader *r, size_t window)
 {
     if (r->fd < 0 || !r->owned)
         return PE_OK;
@@ -643,7 +643,7 @@ pe_status pe_capture_next(pe_capture_reader *r, pe_capture_record *rec, int *eof
         return PE_ERR_INVALID_ARGUMENT;
     cap_block b;
     for (;;) {
-        pe_status st = next_block(r, &b, eof, 0);
+        pe_status st = pe_cap_next_block(r, &b, eof, 0);
         if (st != PE_OK || *eof)
             return st;
         if (b.is_packet) {

@@ -29,7 +29,7 @@ static void out_fail(out_file *o, int e)
     o->failed = 1;
 }
 
-pe_status out_open_fd(out_file *o, int fd, int own_fd)
+pe_status pe_cap_out_open_fd(out_file *o, int fd, int own_fd)
 {
     memset(o, 0, sizeof *o);
     o->fd = fd;
@@ -47,7 +47,7 @@ pe_status out_open_fd(out_file *o, int fd, int own_fd)
     return PE_OK;
 }
 
-pe_status out_open(out_file *o, const char *path)
+pe_status pe_cap_out_open(out_file *o, const char *path)
 {
     /*
      * Truncated only when it has octets: ext4 takes a truncation to empty as
@@ -65,7 +65,7 @@ pe_status out_open(out_file *o, const char *path)
         errno = e;
         return PE_ERR_CAP_WRITE;
     }
-    pe_status st = out_open_fd(o, fd, 1);
+    pe_status st = pe_cap_out_open_fd(o, fd, 1);
     if (st != PE_OK)
         close(fd);
     return st;
@@ -86,7 +86,7 @@ static void out_raw(out_file *o, const uint8_t *p, size_t n)
     }
 }
 
-void out_flush(out_file *o)
+void pe_cap_out_flush(out_file *o)
 {
     out_raw(o, o->buf, o->used);
     o->used = 0;
@@ -106,7 +106,7 @@ static void out_grow(out_file *o, size_t need)
     }
 }
 
-void out_write(out_file *o, const void *p, size_t n)
+void pe_cap_out_write(out_file *o, const void *p, size_t n)
 {
     if (o->failed || n == 0)
         return;
@@ -114,7 +114,7 @@ void out_write(out_file *o, const void *p, size_t n)
     if (n > o->cap - o->used)
         out_grow(o, o->used + n);
     if (n > o->cap - o->used)
-        out_flush(o);
+        pe_cap_out_flush(o);
     if (n >= o->cap) {
         out_raw(o, p, n);
         return;
@@ -123,20 +123,20 @@ void out_write(out_file *o, const void *p, size_t n)
     o->used += n;
 }
 
-void out_zeros(out_file *o, size_t n)
+void pe_cap_out_zeros(out_file *o, size_t n)
 {
     static const uint8_t zeros[4];
-    out_write(o, zeros, n);
+    pe_cap_out_write(o, zeros, n);
 }
 
 /* Rewrite a 32-bit field written earlier (seekable outputs only). */
-void out_patch32(out_file *o, uint64_t off, uint32_t v, int be)
+void pe_cap_out_patch32(out_file *o, uint64_t off, uint32_t v, int be)
 {
     uint8_t b[4];
     wr32(b, v, be);
     if (!o->seekable || o->failed)
         return;
-    out_flush(o);
+    pe_cap_out_flush(o);
     for (size_t done = 0; done < 4 && !o->failed;) {
         ssize_t k = pwrite(o->fd, b + done, 4 - done, (off_t)(o->start + off + done));
         if (k < 0 && errno == EINTR)
@@ -149,10 +149,10 @@ void out_patch32(out_file *o, uint64_t off, uint32_t v, int be)
 }
 
 /* Flushes; closes the descriptor if it opened it.  A descriptor handed in stays open. */
-pe_status out_close(out_file *o)
+pe_status pe_cap_out_close(out_file *o)
 {
     if (o->buf)
-        out_flush(o);
+        pe_cap_out_flush(o);
     if (o->own_fd && o->fd >= 0 && close(o->fd) != 0)
         out_fail(o, errno); /* a full disk may show only now (NFS) */
     o->fd = -1;
@@ -165,7 +165,7 @@ pe_status out_close(out_file *o)
 
 /* ---- file headers ------------------------------------------------------------- */
 
-void put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t linktype)
+void pe_cap_put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t linktype)
 {
     uint8_t h[PCAP_FILE_HDR_LEN] = {0};
     wr32(h, nsec ? PCAP_MAGIC_NSEC : PCAP_MAGIC_USEC, 0);
@@ -174,7 +174,7 @@ void put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t linktype)
     /* thiszone and sigfigs stay 0 */
     wr32(h + PCAP_SNAPLEN_OFF, snaplen, 0);
     wr32(h + PCAP_LINKTYPE_OFF, linktype, 0);
-    out_write(o, h, sizeof h);
+    pe_cap_out_write(o, h, sizeof h);
 }
 
 /*
@@ -182,7 +182,7 @@ void put_pcap_header(out_file *o, int nsec, uint32_t snaplen, uint32_t linktype)
  * not the default microseconds and if_fcslen when frames end in an FCS.
  * *snaplen_off: where the IDB's SnapLen went.
  */
-void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t tsresol, uint8_t fcslen,
+void pe_cap_put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t tsresol, uint8_t fcslen,
                               uint64_t *snaplen_off)
 {
     uint8_t shb[PCAPNG_SHB_MIN] = {0};
@@ -193,7 +193,7 @@ void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t
     wr16(shb + 14, 0, 0);
     memset(shb + PCAPNG_SHB_SECTION_LEN_OFF, 0xFF, 8); /* Section Length unknown (-1) */
     wr32(shb + 24, sizeof shb, 0);
-    out_write(o, shb, sizeof shb);
+    pe_cap_out_write(o, shb, sizeof shb);
 
     /* two one-octet options of 8 octets each, then opt_endofopt */
     uint8_t idb[PCAPNG_IDB_MIN + 2 * 8 + 4] = {0};
@@ -218,7 +218,7 @@ void put_pcapng_header(out_file *o, uint32_t linktype, uint32_t snaplen, uint8_t
     wr32(idb + len - 4, (uint32_t)len, 0);
     if (snaplen_off) /* the SHB is already counted in o->written */
         *snaplen_off = o->written + PCAPNG_IDB_SNAPLEN_OFF;
-    out_write(o, idb, len);
+    pe_cap_out_write(o, idb, len);
 }
 
 /* ---- writer ------------------------------------------------------------------ */
@@ -240,10 +240,10 @@ static pe_status writer_start(pe_capture_writer *w, pe_status opened, pe_capture
         return opened;
     }
     if (fmt == PE_CAPTURE_PCAPNG)
-        put_pcapng_header(&w->out, linktype, w->snaplen, 9, 0, NULL); /* nanoseconds survive */
+        pe_cap_put_pcapng_header(&w->out, linktype, w->snaplen, 9, 0, NULL); /* nanoseconds survive */
     else /* a SnapLen of 0 would mean nothing to pcap readers */
-        put_pcap_header(&w->out, fmt == PE_CAPTURE_PCAP_NSEC, w->snaplen ? w->snaplen : TRANSFORM_SNAPLEN,
-                        linktype);
+        pe_cap_put_pcap_header(&w->out, fmt == PE_CAPTURE_PCAP_NSEC, w->snaplen ? w->snaplen : TRANSFORM_SNAPLEN,
+                               linktype);
     if (w->out.failed) {
         int e = w->out.err;
         (void)pe_capture_writer_close(w);
@@ -280,7 +280,7 @@ pe_status pe_capture_writer_open(const char *path, pe_capture_format fmt, uint32
     pe_status st = writer_new(fmt, linktype, snaplen, out, &w);
     if (st != PE_OK)
         return st;
-    return writer_start(w, out_open(&w->out, path), fmt, linktype, out);
+    return writer_start(w, pe_cap_out_open(&w->out, path), fmt, linktype, out);
 }
 
 pe_status pe_capture_writer_open_fd(int fd, pe_capture_format fmt, uint32_t linktype, uint32_t snaplen,
@@ -292,7 +292,7 @@ pe_status pe_capture_writer_open_fd(int fd, pe_capture_format fmt, uint32_t link
     pe_status st = writer_new(fmt, linktype, snaplen, out, &w);
     if (st != PE_OK)
         return st;
-    return writer_start(w, out_open_fd(&w->out, fd, 0), fmt, linktype, out);
+    return writer_start(w, pe_cap_out_open_fd(&w->out, fd, 0), fmt, linktype, out);
 }
 
 static void write_pcap_record(out_file *o, uint32_t sec, uint32_t frac, const uint8_t *data, uint32_t caplen,
@@ -303,12 +303,12 @@ static void write_pcap_record(out_file *o, uint32_t sec, uint32_t frac, const ui
     wr32(h + 4, frac, 0);
     wr32(h + 8, caplen, 0);
     wr32(h + 12, origlen, 0);
-    out_write(o, h, sizeof h);
-    out_write(o, data, caplen);
+    pe_cap_out_write(o, h, sizeof h);
+    pe_cap_out_write(o, data, caplen);
 }
 
 /* An EPB on interface 0 whose frame comes in up to three parts (an L2 prefix, the packet, an FCS). */
-void write_epb(out_file *o, int be, uint64_t ts, const uint8_t *a, size_t a_len, const uint8_t *b,
+void pe_cap_write_epb(out_file *o, int be, uint64_t ts, const uint8_t *a, size_t a_len, const uint8_t *b,
                       size_t b_len, const uint8_t *c, size_t c_len, uint32_t origlen)
 {
     uint8_t h[PCAPNG_EPB_DATA_OFF], t[4];
@@ -322,12 +322,12 @@ void write_epb(out_file *o, int be, uint64_t ts, const uint8_t *a, size_t a_len,
     wr32(h + 20, (uint32_t)caplen, be);
     wr32(h + 24, origlen, be);
     wr32(t, total, be);
-    out_write(o, h, sizeof h);
-    out_write(o, a, a_len);
-    out_write(o, b, b_len);
-    out_write(o, c, c_len);
-    out_zeros(o, pad4(caplen) - caplen);
-    out_write(o, t, sizeof t);
+    pe_cap_out_write(o, h, sizeof h);
+    pe_cap_out_write(o, a, a_len);
+    pe_cap_out_write(o, b, b_len);
+    pe_cap_out_write(o, c, c_len);
+    pe_cap_out_zeros(o, pad4(caplen) - caplen);
+    pe_cap_out_write(o, t, sizeof t);
 }
 
 pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_nsec, const uint8_t *data,
@@ -341,7 +341,7 @@ pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_ns
     if (w->fmt == PE_CAPTURE_PCAPNG) {
         if (ts_sec > (UINT64_MAX - ts_nsec) / NSEC_PER_SEC)
             return PE_ERR_INVALID_ARGUMENT;
-        write_epb(&w->out, 0, ts_sec * NSEC_PER_SEC + ts_nsec, data, caplen, NULL, 0, NULL, 0, origlen);
+        pe_cap_write_epb(&w->out, 0, ts_sec * NSEC_PER_SEC + ts_nsec, data, caplen, NULL, 0, NULL, 0, origlen);
     } else {
         if (ts_sec > UINT32_MAX) /* pcap seconds are 32 bits (good until 2106) */
             return PE_ERR_INVALID_ARGUMENT;
@@ -357,7 +357,7 @@ pe_status pe_capture_writer_close(pe_capture_writer *w)
 {
     if (!w)
         return PE_ERR_INVALID_ARGUMENT;
-    pe_status st = out_close(&w->out);
+    pe_status st = pe_cap_out_close(&w->out);
     free(w);
     return st;
 }
