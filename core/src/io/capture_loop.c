@@ -5,6 +5,13 @@
  * serial loop and what every run shares (opening, the per-packet steps, the
  * file header, the snap-length rule); capture_parallel.c runs the same steps
  * on a worker pool.
+ *
+ * The loop works in chunks: it reads up to CHUNK_RECORDS records that sit in
+ * the reader's window together (no copy), then hands each record's IP packet
+ * to the callback and counts and writes the record, in input order.  The
+ * callbacks share one output buffer of TRANSFORM_OUT_CAP octets, as each
+ * output is written before the next call (the parallel loop gives each
+ * packet room of its own).
  */
 #define _POSIX_C_SOURCE 200809L
 #define _FILE_OFFSET_BITS 64
@@ -22,15 +29,6 @@
 /* Records per chunk of the transform loop. */
 #define CHUNK_RECORDS 64u
 
-
-/*
- * The loop works in chunks: it reads up to CHUNK_RECORDS records that sit in
- * the reader's window together (no copy), then hands each record's IP packet
- * to the callback and counts and writes the record, in input order.  The
- * callbacks share one output buffer of TRANSFORM_OUT_CAP octets, as each
- * output is written before the next call (the parallel loop below gives each
- * packet room of its own).
- */
 /* A transformed frame: the original L2 prefix (Ethertype fixed up) followed by the new packet. */
 typedef struct new_frame {
     uint8_t l2[PE_FRAME_L2_MAX];

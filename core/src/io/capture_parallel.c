@@ -1,7 +1,13 @@
 /*
  * The capture transform on a worker pool (pe/parallel.h): the steps of
- * capture_loop.c, with chunks handed out to every thread of the pool.  Its
- * output is byte for byte the serial loop's for any number of jobs.
+ * capture_loop.c, with chunks handed out to every thread of the pool.
+ *
+ * Invariant: the output is byte for byte the serial loop's, for any number
+ * of jobs.  Chunks are taken (and `before` run on them) in input order, one
+ * thread at a time under read_mu, and written (after `after`) in input
+ * order, one thread at a time under write_mu, in the serial loop's own steps
+ * (pe_cap_prepare_packet, pe_cap_write_chunk); only the transforms run side
+ * by side.  Progress is reported at the serial loop's packet counts.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _FILE_OFFSET_BITS 64
@@ -11,8 +17,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-
-/* ---- the same loop on a worker pool (pe/parallel.h) ---- */
 
 /*
  * Every thread of the pool, the caller's included, takes whole chunks and
@@ -26,16 +30,14 @@
  * one thread at a time, but they overlap with each other and with the
  * transforms, and a chunk's octets stay in one core's cache all along: handing
  * packets to other threads and the results back cost more than the
- * transforms gained (two jobs were 1.3x one on two cores, a prototype of this
- * loop 2x).  Progress is reported on the caller's thread only (Python's
- * signal handlers run there), at the same packet counts as transform_loop.
+ * transforms gained (docs/performance.md).  Progress is reported on the
+ * caller's thread only (Python's signal handlers run there), at the same
+ * packet counts as transform_loop.
  */
 /*
  * A chunk is one window of the reader, 1 MiB (a longer record makes a chunk of
- * its own).  100,000 x 1500 B decrypted on two threads took 74-76 ms with
- * windows of 128 KiB to 1 MiB and 87-88 ms with 4 MiB (the chunk and its
- * results no longer fit a core's L2 cache); when records were still copied
- * out of the window, 2 MiB chunks did best (88-91 ms).  At most
+ * its own): a larger one and its results no longer fit a core's L2 cache
+ * (docs/performance.md has the measurements).  At most
  * TRANSFORM_PROGRESS_EVERY records, so small packets make chunks of the same
  * size too.
  */

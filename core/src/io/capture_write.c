@@ -52,8 +52,8 @@ pe_status pe_cap_out_open(out_file *o, const char *path)
     /*
      * Truncated only when it has octets: ext4 takes a truncation to empty as
      * a file being replaced and starts writeback of everything written at
-     * close (auto_da_alloc), which made close() of a new 153 MB output take
-     * some 70 ms on the calling thread.  O_TRUNC truncates even an empty file.
+     * close (auto_da_alloc), on the calling thread (docs/performance.md,
+     * "Truncating an empty output").  O_TRUNC truncates even an empty file.
      */
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0)
