@@ -34,7 +34,7 @@
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 
-pe_status fail(pe_keyfile_error *err, pe_status st, size_t line, const char *fmt, ...)
+pe_status pe_kf_fail(pe_keyfile_error *err, pe_status st, size_t line, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
@@ -46,7 +46,7 @@ pe_status fail(pe_keyfile_error *err, pe_status st, size_t line, const char *fmt
     return st;
 }
 
-void error_reset(pe_keyfile_error *err)
+void pe_kf_error_reset(pe_keyfile_error *err)
 {
     if (err) {
         err->line = 0;
@@ -62,7 +62,7 @@ void error_reset(pe_keyfile_error *err)
  * handed to realloc, which could leave key bytes behind in freed memory.
  * Returns the (possibly moved) array, or NULL with the old one untouched.
  */
-void *grow(void *arr, size_t *cap, size_t need, size_t elem)
+void *pe_kf_grow(void *arr, size_t *cap, size_t need, size_t elem)
 {
     size_t ncap;
     void *p;
@@ -131,7 +131,7 @@ void pe_keyfile_free(pe_keyfile *kf)
 /* ------------------------------------------------------------------------ */
 /* Value syntax                                                              */
 
-int hex_digit(int c)
+int pe_kf_hex_digit(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -142,7 +142,7 @@ int hex_digit(int c)
     return -1;
 }
 
-const char *skip_0x(const char *v)
+const char *pe_kf_skip_0x(const char *v)
 {
     return (v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) ? v + 2 : v;
 }
@@ -152,35 +152,36 @@ const char *skip_0x(const char *v)
  * separators.  *nbytes is always set on HEX_OK; the bytes are written only
  * when they fit, so callers can report a wrong length without overflowing.
  */
-int decode_hex(const char *v, uint8_t *out, size_t cap, size_t *nbytes)
+int pe_kf_decode_hex(const char *v, uint8_t *out, size_t cap, size_t *nbytes)
 {
     size_t n, i;
 
-    v = skip_0x(v);
+    v = pe_kf_skip_0x(v);
     n = strlen(v);
     if (n == 0)
         return HEX_BAD;
     for (i = 0; i < n; i++)
-        if (hex_digit((unsigned char)v[i]) < 0)
+        if (pe_kf_hex_digit((unsigned char)v[i]) < 0)
             return HEX_BAD;
     if (n % 2)
         return HEX_ODD;
     *nbytes = n / 2;
     if (*nbytes <= cap)
         for (i = 0; i < *nbytes; i++)
-            out[i] = (uint8_t)(hex_digit((unsigned char)v[2 * i]) << 4 | hex_digit((unsigned char)v[2 * i + 1]));
+            out[i] = (uint8_t)(pe_kf_hex_digit((unsigned char)v[2 * i]) << 4 |
+                               pe_kf_hex_digit((unsigned char)v[2 * i + 1]));
     return HEX_OK;
 }
 
 /* Digits in base 10 or 16 into a uint64_t, refusing overflow; 0 on success. */
-int parse_u64(const char *v, unsigned base, uint64_t *out)
+int pe_kf_parse_u64(const char *v, unsigned base, uint64_t *out)
 {
     uint64_t x = 0;
 
     if (*v == '\0')
         return -1;
     for (; *v; v++) {
-        int d = (base == 16) ? hex_digit((unsigned char)*v) : (*v >= '0' && *v <= '9' ? *v - '0' : -1);
+        int d = (base == 16) ? pe_kf_hex_digit((unsigned char)*v) : (*v >= '0' && *v <= '9' ? *v - '0' : -1);
         if (d < 0 || x > (UINT64_MAX - (uint64_t)d) / base)
             return -1;
         x = x * base + (uint64_t)d;
@@ -189,9 +190,9 @@ int parse_u64(const char *v, unsigned base, uint64_t *out)
     return 0;
 }
 
-int parse_dec(const char *v, uint64_t max, uint64_t *out)
+int pe_kf_parse_dec(const char *v, uint64_t max, uint64_t *out)
 {
-    return parse_u64(v, 10, out) == 0 && *out <= max ? 0 : -1;
+    return pe_kf_parse_u64(v, 10, out) == 0 && *out <= max ? 0 : -1;
 }
 
 /* SPI: optional 0x, 1..8 hex digits. */
@@ -199,8 +200,8 @@ static int parse_spi(const char *v, uint32_t *out)
 {
     uint64_t x;
 
-    v = skip_0x(v);
-    if (strlen(v) > 8 || parse_u64(v, 16, &x) != 0)
+    v = pe_kf_skip_0x(v);
+    if (strlen(v) > 8 || pe_kf_parse_u64(v, 16, &x) != 0)
         return -1;
     *out = (uint32_t)x;
     return 0;
@@ -239,7 +240,7 @@ static int shows_safely(const char *name)
     if (strlen(name) > 40)
         return 0;
     for (c = name; *c; c++) {
-        if (hex_digit((unsigned char)*c) >= 0) {
+        if (pe_kf_hex_digit((unsigned char)*c) >= 0) {
             if (++run >= 8)
                 return 0; /* 8 hex digits in a row may be part of a key glued to a word */
         } else {
@@ -264,7 +265,7 @@ static const char *kind_label(const char *kind)
     return shows_safely(kind) ? kind : "line of unnamed kind";
 }
 
-const char *line_get(const pe_keyfile_line *l, const char *name)
+const char *pe_kf_line_get(const pe_keyfile_line *l, const char *name)
 {
     size_t i;
 
@@ -300,15 +301,15 @@ static int spi_rehash(spi_index *ix, size_t nbuckets)
     return 0;
 }
 
-int spi_add(spi_index *ix, uint32_t spi)
+int pe_kf_spi_add(spi_index *ix, uint32_t spi)
 {
-    uint32_t *spis = grow(ix->spi, &ix->cap_spi, ix->n + 1, sizeof *spis);
+    uint32_t *spis = pe_kf_grow(ix->spi, &ix->cap_spi, ix->n + 1, sizeof *spis);
     size_t *next, b;
 
     if (!spis)
         return -1;
     ix->spi = spis;
-    if (!(next = grow(ix->next, &ix->cap_next, ix->n + 1, sizeof *next)))
+    if (!(next = pe_kf_grow(ix->next, &ix->cap_next, ix->n + 1, sizeof *next)))
         return -1;
     ix->next = next;
     if (ix->n + 1 > ix->nbuckets && spi_rehash(ix, ix->nbuckets ? ix->nbuckets * 2 : 64) != 0)
@@ -322,7 +323,7 @@ int spi_add(spi_index *ix, uint32_t spi)
 }
 
 /* Iterate entries with this SPI: start with it = 0, returns entry + 1 or 0 at the end. */
-size_t spi_next(const spi_index *ix, uint32_t spi, size_t it)
+size_t pe_kf_spi_next(const spi_index *ix, uint32_t spi, size_t it)
 {
     size_t j;
 
@@ -345,13 +346,13 @@ static void spi_index_free(spi_index *ix)
 /* ------------------------------------------------------------------------ */
 /* Parser state                                                              */
 
-pe_status nomem(parser *p, size_t line)
+pe_status pe_kf_nomem(parser *p, size_t line)
 {
-    return fail(p->err, PE_ERR_NOMEM, line, "out of memory");
+    return pe_kf_fail(p->err, PE_ERR_NOMEM, line, "out of memory");
 }
 
 /* Every field name of a known kind must be in its list (NULL-terminated). */
-pe_status check_fields(parser *p, const pe_keyfile_line *l, const char *const *allowed)
+pe_status pe_kf_check_fields(parser *p, const pe_keyfile_line *l, const char *const *allowed)
 {
     size_t i, k;
     char buf[64];
@@ -361,74 +362,74 @@ pe_status check_fields(parser *p, const pe_keyfile_line *l, const char *const *a
             if (strcmp(l->names[i], allowed[k]) == 0)
                 break;
         if (!allowed[k])
-            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: unknown field %s", l->kind,
-                        field_label(buf, sizeof buf, l->names[i], i + 1));
+            return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: unknown field %s", l->kind,
+                              field_label(buf, sizeof buf, l->names[i], i + 1));
     }
     return PE_OK;
 }
 
-pe_status need(parser *p, const pe_keyfile_line *l, const char *name, const char **v)
+pe_status pe_kf_need(parser *p, const pe_keyfile_line *l, const char *name, const char **v)
 {
-    *v = line_get(l, name);
+    *v = pe_kf_line_get(l, name);
     if (!*v)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: missing field '%s'", l->kind, name);
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: missing field '%s'", l->kind, name);
     return PE_OK;
 }
 
-pe_status bad_value(parser *p, const pe_keyfile_line *l, const char *name, const char *what)
+pe_status pe_kf_bad_value(parser *p, const pe_keyfile_line *l, const char *name, const char *what)
 {
-    return fail(p->err, PE_ERR_KEYFILE_VALUE, l->line, "%s: field '%s' %s", l->kind, name, what);
+    return pe_kf_fail(p->err, PE_ERR_KEYFILE_VALUE, l->line, "%s: field '%s' %s", l->kind, name, what);
 }
 
-pe_status hex_value_error(parser *p, const pe_keyfile_line *l, const char *name, int rc)
+pe_status pe_kf_hex_value_error(parser *p, const pe_keyfile_line *l, const char *name, int rc)
 {
-    return bad_value(p, l, name,
-                     rc == HEX_ODD ? "has an odd number of hex digits" : "is not a hex string (optional 0x, then hex digits)");
+    return pe_kf_bad_value(p, l, name,
+                           rc == HEX_ODD ? "has an odd number of hex digits" : "is not a hex string (optional 0x, then hex digits)");
 }
 
 /* A fixed-length octet string, decoded straight into its destination. */
-pe_status hex_field(parser *p, const pe_keyfile_line *l, const char *name, const char *v, uint8_t *out,
+pe_status pe_kf_hex_field(parser *p, const pe_keyfile_line *l, const char *name, const char *v, uint8_t *out,
                            size_t want)
 {
     size_t n = 0;
-    int rc = decode_hex(v, out, want, &n);
+    int rc = pe_kf_decode_hex(v, out, want, &n);
     char what[64];
 
     if (rc != HEX_OK)
-        return hex_value_error(p, l, name, rc);
+        return pe_kf_hex_value_error(p, l, name, rc);
     if (n != want) {
         snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits)", want, 2 * want);
-        return bad_value(p, l, name, what);
+        return pe_kf_bad_value(p, l, name, what);
     }
     return PE_OK;
 }
 
 /* An optional small decimal; *out keeps its default when the field is absent. */
-pe_status dec_field(parser *p, const pe_keyfile_line *l, const char *name, uint64_t max, int *out)
+pe_status pe_kf_dec_field(parser *p, const pe_keyfile_line *l, const char *name, uint64_t max, int *out)
 {
-    const char *v = line_get(l, name);
+    const char *v = pe_kf_line_get(l, name);
     uint64_t x;
     char what[64];
 
     if (!v)
         return PE_OK;
-    if (parse_dec(v, max, &x) != 0) {
+    if (pe_kf_parse_dec(v, max, &x) != 0) {
         snprintf(what, sizeof what, "must be a decimal number 0..%llu", (unsigned long long)max);
-        return bad_value(p, l, name, what);
+        return pe_kf_bad_value(p, l, name, what);
     }
     *out = (int)x;
     return PE_OK;
 }
 
-pe_status spi_field(parser *p, const pe_keyfile_line *l, uint32_t *spi)
+pe_status pe_kf_spi_field(parser *p, const pe_keyfile_line *l, uint32_t *spi)
 {
     const char *v;
-    pe_status st = need(p, l, "spi", &v);
+    pe_status st = pe_kf_need(p, l, "spi", &v);
 
     if (st != PE_OK)
         return st;
     if (parse_spi(v, spi) != 0)
-        return bad_value(p, l, "spi", "must be 1 to 8 hex digits, optionally prefixed by 0x");
+        return pe_kf_bad_value(p, l, "spi", "must be 1 to 8 hex digits, optionally prefixed by 0x");
     return PE_OK;
 }
 
@@ -441,11 +442,11 @@ static const struct {
     const char *kind;
     kind_parser parse;
 } known_kinds[] = {
-    {"psp-master", parse_psp_master},
-    {"psp-key", parse_psp_key},
-    {"psp-sa", parse_psp_sa},
-    {"eesp-sa", parse_eesp_sa},
-    {"esp-sa", parse_esp_sa},
+    {"psp-master", pe_kf_parse_psp_master},
+    {"psp-key", pe_kf_parse_psp_key},
+    {"psp-sa", pe_kf_parse_psp_sa},
+    {"eesp-sa", pe_kf_parse_eesp_sa},
+    {"esp-sa", pe_kf_parse_esp_sa},
 };
 
 /* Split on spaces and tabs, cutting the string in place. */
@@ -459,8 +460,8 @@ static pe_status split_tokens(parser *p, char *s, size_t line, char **tok, size_
         if (*s == '\0')
             break;
         if (n == 1 + PE_KEYFILE_MAX_PAIRS)
-            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, line, "more than %d name=value pairs on one line",
-                        PE_KEYFILE_MAX_PAIRS);
+            return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, line, "more than %d name=value pairs on one line",
+                              PE_KEYFILE_MAX_PAIRS);
         tok[n++] = s;
         while (*s != '\0' && *s != ' ' && *s != '\t')
             s++;
@@ -478,20 +479,20 @@ static pe_status split_pair(parser *p, pe_keyfile_line *l, char *tok, size_t ind
     size_t i;
 
     if (!eq)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: token number %zu is not name=value",
-                    kind_label(l->kind), index);
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: token number %zu is not name=value",
+                          kind_label(l->kind), index);
     *eq = '\0';
     if (!is_name(tok))
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
-                    "%s: field name number %zu must be a lowercase letter followed by lowercase letters, digits or '-'",
-                    kind_label(l->kind), index);
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                          "%s: field name number %zu must be a lowercase letter followed by lowercase letters, digits or '-'",
+                          kind_label(l->kind), index);
     if (eq[1] == '\0')
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: field %s has an empty value", kind_label(l->kind),
-                    field_label(buf, sizeof buf, tok, index));
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: field %s has an empty value",
+                          kind_label(l->kind), field_label(buf, sizeof buf, tok, index));
     for (i = 0; i < l->n_pairs; i++)
         if (strcmp(l->names[i], tok) == 0)
-            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: field %s given twice", kind_label(l->kind),
-                        field_label(buf, sizeof buf, tok, index));
+            return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: field %s given twice", kind_label(l->kind),
+                              field_label(buf, sizeof buf, tok, index));
     l->names[l->n_pairs] = tok;
     l->values[l->n_pairs] = eq + 1;
     l->n_pairs++;
@@ -511,21 +512,21 @@ static pe_status parse_generic(parser *p, char *s, pe_keyfile_line *l, int *empt
         *hash = '\0';
     for (c = (const unsigned char *)s; *c; c++)
         if (*c != ' ' && *c != '\t' && (*c < 0x21 || *c > 0x7e))
-            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
-                        "control character or non-ASCII byte outside a comment (byte 0x%02x)", *c);
+            return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                              "control character or non-ASCII byte outside a comment (byte 0x%02x)", *c);
     if ((st = split_tokens(p, s, l->line, tok, &ntok)) != PE_OK)
         return st;
     *empty = ntok == 0;
     if (ntok == 0)
         return PE_OK;
     if (!is_name(tok[0]))
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
-                    "the kind must be a lowercase letter followed by lowercase letters, digits or '-'");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                          "the kind must be a lowercase letter followed by lowercase letters, digits or '-'");
     l->kind = tok[0];
     /* Also catches a key pasted alone on a line, which would otherwise pass as an unknown kind. */
     if (ntok == 1)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: a line needs at least one name=value field",
-                    kind_label(l->kind));
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "%s: a line needs at least one name=value field",
+                          kind_label(l->kind));
     for (i = 1; i < ntok; i++)
         if ((st = split_pair(p, l, tok[i], i)) != PE_OK)
             return st;
@@ -544,8 +545,8 @@ static pe_status parse_line(parser *p, char *s, size_t lineno)
     l.line = lineno;
     if ((st = parse_generic(p, s, &l, &empty)) != PE_OK || empty)
         return st;
-    if (!(lines = grow(kf->lines, &p->cap_lines, kf->n_lines + 1, sizeof *lines)))
-        return nomem(p, lineno);
+    if (!(lines = pe_kf_grow(kf->lines, &p->cap_lines, kf->n_lines + 1, sizeof *lines)))
+        return pe_kf_nomem(p, lineno);
     kf->lines = lines;
     kf->lines[kf->n_lines++] = l;
     /* Unknown kinds stay in the generic view only: another consumer may know them. */
@@ -574,7 +575,7 @@ static pe_status parse_text(parser *p, size_t len)
     pe_status st;
 
     if (nul)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, line_of(text, nul), "NUL byte: not a text file");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, line_of(text, nul), "NUL byte: not a text file");
     /* Editors on some systems start UTF-8 files with a byte-order mark. */
     if (len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
         s += 3;
@@ -596,16 +597,16 @@ pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyf
     parser p;
     pe_status st;
 
-    error_reset(err);
+    pe_kf_error_reset(err);
     if (!kf)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file structure given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file structure given");
     memset(kf, 0, sizeof *kf);
     if (!text && len)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no text given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no text given");
     kf->text = text_copy(text ? text : "", len);
     kf->text_len = len;
     if (!kf->text)
-        return fail(err, PE_ERR_NOMEM, 0, "out of memory");
+        return pe_kf_fail(err, PE_ERR_NOMEM, 0, "out of memory");
     memset(&p, 0, sizeof p);
     p.kf = kf;
     p.err = err;
@@ -638,24 +639,24 @@ static pe_status read_all(FILE *f, char **out, size_t *out_len, pe_keyfile_error
     pe_status st = PE_OK;
 
     do {
-        char *bigger = grow(buf, &cap, len + 65536, 1);
+        char *bigger = pe_kf_grow(buf, &cap, len + 65536, 1);
         if (!bigger) {
-            st = fail(err, PE_ERR_NOMEM, 0, "out of memory");
+            st = pe_kf_fail(err, PE_ERR_NOMEM, 0, "out of memory");
             break;
         }
         buf = bigger;
         got = fread(buf + len, 1, cap - len, f);
         len += got;
         if (len > KEYFILE_MAX_SIZE)
-            st = fail(err, PE_ERR_INVALID_ARGUMENT, 0, "key file is larger than %zu MiB", KEYFILE_MAX_SIZE >> 20);
+            st = pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "key file is larger than %zu MiB", KEYFILE_MAX_SIZE >> 20);
         else if (got == 0 && ferror(f))
-            st = fail(err, PE_ERR_CAP_IO, 0, "cannot read key file: %s", strerror(errno));
+            st = pe_kf_fail(err, PE_ERR_CAP_IO, 0, "cannot read key file: %s", strerror(errno));
     } while (st == PE_OK && got != 0);
     if (st != PE_OK) {
         buf_free(buf, cap);
         return st;
     }
-    buf[len] = '\0'; /* the last grow left room: cap >= len + 65536 when fread found the end */
+    buf[len] = '\0'; /* the last pe_kf_grow left room: cap >= len + 65536 when fread found the end */
     *out = buf;
     *out_len = len;
     return PE_OK;
@@ -663,16 +664,16 @@ static pe_status read_all(FILE *f, char **out, size_t *out_len, pe_keyfile_error
 
 pe_status pe_keyfile_read_text(const char *path, char **text, size_t *len, pe_keyfile_error *err)
 {
-    error_reset(err);
+    pe_kf_error_reset(err);
     if (!text || !len)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no place for the key file's text given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no place for the key file's text given");
     *text = NULL;
     *len = 0;
     if (!path)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file path given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file path given");
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(err, PE_ERR_CAP_IO, 0, "cannot open key file: %s", strerror(errno));
+        return pe_kf_fail(err, PE_ERR_CAP_IO, 0, "cannot open key file: %s", strerror(errno));
     pe_status st = read_all(f, text, len, err);
     fclose(f);
     return st;
@@ -689,12 +690,12 @@ pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *er
     size_t len = 0;
     pe_status st;
 
-    error_reset(err);
+    pe_kf_error_reset(err);
     if (!kf)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file structure given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file structure given");
     memset(kf, 0, sizeof *kf);
     if (!path)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file path given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no key file path given");
     if ((st = pe_keyfile_read_text(path, &buf, &len, err)) != PE_OK)
         return st;
     st = pe_keyfile_parse(buf, len, kf, err);

@@ -17,49 +17,50 @@
 static pe_status eesp_key_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, const pe_ipsec_suite *s)
 {
     static const char *const sskdfs[] = {"hkdf-sha256", "hkdf-sha384", "hkdf-sha512", NULL};
-    const char *kv = line_get(l, "key"), *rv = line_get(l, "root-key"), *sv = line_get(l, "sskdf");
+    const char *kv = pe_kf_line_get(l, "key"), *rv = pe_kf_line_get(l, "root-key"), *sv = pe_kf_line_get(l, "sskdf");
     size_t n = 0, want;
     int rc, which = -1;
     char what[120];
     pe_status st;
 
     if (kv && rv)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: fields 'key' and 'root-key' exclude each other");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                          "eesp-sa: fields 'key' and 'root-key' exclude each other");
     if (!kv && !rv)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: needs field 'key' or 'root-key'");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: needs field 'key' or 'root-key'");
     /* The value first, so that the undefined SSKDF is named whatever else is on the line (D8). */
     if (sv && strcmp(sv, "aes256-cmac") == 0)
-        return fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
-                    "eesp-sa: field 'sskdf': SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02");
-    if ((st = keyword_field(p, l, "sskdf", sskdfs, &which)) != PE_OK)
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
+                          "eesp-sa: field 'sskdf': SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02");
+    if ((st = pe_kf_keyword_field(p, l, "sskdf", sskdfs, &which)) != PE_OK)
         return st;
     if (kv) {
         if (sv)
-            return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
-                        "eesp-sa: field 'sskdf' goes with 'root-key', not with 'key'");
+            return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line,
+                              "eesp-sa: field 'sskdf' goes with 'root-key', not with 'key'");
         want = s->key_len + s->salt_len;
-        rc = decode_hex(kv, e->key, sizeof e->key, &n);
+        rc = pe_kf_decode_hex(kv, e->key, sizeof e->key, &n);
         if (rc != HEX_OK)
-            return hex_value_error(p, l, "key", rc);
+            return pe_kf_hex_value_error(p, l, "key", rc);
         if (n != want) {
             snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits): a %zu-bit key and a %zu-byte salt", want,
                      2 * want, 8 * s->key_len, s->salt_len);
-            return bad_value(p, l, "key", what);
+            return pe_kf_bad_value(p, l, "key", what);
         }
         e->sskdf = PE_SSKDF_NONE;
         e->key_len = n;
         return PE_OK;
     }
     if (!sv)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: field 'root-key' needs field 'sskdf'");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "eesp-sa: field 'root-key' needs field 'sskdf'");
     e->sskdf = which == 0 ? PE_SSKDF_HKDF_SHA2_256 : which == 1 ? PE_SSKDF_HKDF_SHA2_384 : PE_SSKDF_HKDF_SHA2_512;
     want = pe_eesp_sskdf_root_len(e->sskdf);
-    rc = decode_hex(rv, e->root_key, sizeof e->root_key, &n);
+    rc = pe_kf_decode_hex(rv, e->root_key, sizeof e->root_key, &n);
     if (rc != HEX_OK)
-        return hex_value_error(p, l, "root-key", rc);
+        return pe_kf_hex_value_error(p, l, "root-key", rc);
     if (n != want) {
         snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits) for sskdf=%s", want, 2 * want, sv);
-        return bad_value(p, l, "root-key", what);
+        return pe_kf_bad_value(p, l, "root-key", what);
     }
     e->root_key_len = n;
     return PE_OK;
@@ -68,7 +69,7 @@ static pe_status eesp_key_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa
 /* Suite, key size and keys. */
 static pe_status eesp_suite_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_entry *e, pe_ipsec_suite *s)
 {
-    pe_status st = suite_fields(p, l, &e->encr, &e->key_bits, s);
+    pe_status st = pe_kf_suite_fields(p, l, &e->encr, &e->key_bits, s);
 
     return st != PE_OK ? st : eesp_key_fields(p, l, e, s);
 }
@@ -83,66 +84,67 @@ static pe_status eesp_sa_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_
     int mode = PE_EESP_TUNNEL, format = PE_EESP_FORMAT_AUTO, aad = PE_EESP_AAD_DRAFT, given;
     pe_status st;
 
-    if ((st = spi_field(p, l, &e->spi)) != PE_OK || (st = eesp_suite_fields(p, l, e, &s)) != PE_OK)
+    if ((st = pe_kf_spi_field(p, l, &e->spi)) != PE_OK || (st = eesp_suite_fields(p, l, e, &s)) != PE_OK)
         return st;
     /* The keyword lists are in enum order (eesp.h). */
-    if ((st = keyword_field(p, l, "mode", modes, &mode)) != PE_OK ||
-        (st = keyword_field(p, l, "format", formats, &format)) != PE_OK ||
-        (st = keyword_field(p, l, "aad", aads, &aad)) != PE_OK)
+    if ((st = pe_kf_keyword_field(p, l, "mode", modes, &mode)) != PE_OK ||
+        (st = pe_kf_keyword_field(p, l, "format", formats, &format)) != PE_OK ||
+        (st = pe_kf_keyword_field(p, l, "aad", aads, &aad)) != PE_OK)
         return st;
     e->mode = (pe_eesp_mode)mode;
     e->format = (pe_eesp_format)format;
     e->aad = (pe_eesp_aad)aad;
-    if ((st = dec_field(p, l, "seq", 1, &e->seq_present)) != PE_OK)
+    if ((st = pe_kf_dec_field(p, l, "seq", 1, &e->seq_present)) != PE_OK)
         return st;
     if (s.iv_len == 0 && !e->seq_present)
-        return bad_value(p, l, "seq", "must be 1 with an implicit-IV suite: its nonce is the Sequence Number");
+        return pe_kf_bad_value(p, l, "seq", "must be 1 with an implicit-IV suite: its nonce is the Sequence Number");
     if (s.integrity_only && e->aad == PE_EESP_AAD_LINUX_XFRM)
-        return fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
-                    "eesp-sa: field 'aad': linux-xfrm is not defined for aes-gmac (the Linux prototype does AES-GCM only)");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
+                          "eesp-sa: field 'aad': linux-xfrm is not defined for aes-gmac (the Linux prototype does AES-GCM only)");
     e->anti_replay = e->seq_present;
-    if ((st = range_field(p, l, "anti-replay", 0, 1, &x, &given)) != PE_OK)
+    if ((st = pe_kf_range_field(p, l, "anti-replay", 0, 1, &x, &given)) != PE_OK)
         return st;
     if (given) {
         if (x && !e->seq_present)
-            return bad_value(p, l, "anti-replay", "needs seq=1: without a Sequence Number there is no anti-replay");
+            return pe_kf_bad_value(p, l, "anti-replay",
+                                   "needs seq=1: without a Sequence Number there is no anti-replay");
         e->anti_replay = (int)x;
     }
     x = PE_REPLAY_DEFAULT_WINDOW;
-    if ((st = range_field(p, l, "replay-window", PE_REPLAY_MIN_WINDOW, PE_REPLAY_MAX_WINDOW, &x, NULL)) != PE_OK)
+    if ((st = pe_kf_range_field(p, l, "replay-window", PE_REPLAY_MIN_WINDOW, PE_REPLAY_MAX_WINDOW, &x, NULL)) != PE_OK)
         return st;
     e->replay_window = (uint32_t)x;
-    if ((st = dec_field(p, l, "max-sub-sa-id", 0xffff, &e->max_sub_sa_id)) != PE_OK ||
-        (st = dec_field(p, l, "max-crypt-offset", 0xff, &e->max_crypt_offset)) != PE_OK ||
-        (st = dec_field(p, l, "crypt-offset", PE_EESP_CO_FIELD_MASK, &e->crypt_offset)) != PE_OK ||
-        (st = dec_field(p, l, "align", 1, &e->align_options)) != PE_OK ||
-        (st = dec_field(p, l, "strict", 1, &e->strict)) != PE_OK ||
-        (st = dec_field(p, l, "udp-encap", 1, &e->udp_encap)) != PE_OK)
+    if ((st = pe_kf_dec_field(p, l, "max-sub-sa-id", 0xffff, &e->max_sub_sa_id)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "max-crypt-offset", 0xff, &e->max_crypt_offset)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "crypt-offset", PE_EESP_CO_FIELD_MASK, &e->crypt_offset)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "align", 1, &e->align_options)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "strict", 1, &e->strict)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "udp-encap", 1, &e->udp_encap)) != PE_OK)
         return st;
     x = PE_EESP_DEFAULT_IPPROTO;
-    if ((st = range_field(p, l, "ip-protocol", 0, 0xff, &x, NULL)) != PE_OK)
+    if ((st = pe_kf_range_field(p, l, "ip-protocol", 0, 0xff, &x, NULL)) != PE_OK)
         return st;
     if (x == PE_IPPROTO_UDP)
-        return bad_value(p, l, "ip-protocol", "is UDP's number (17), which carries EESP's UDP encapsulation");
+        return pe_kf_bad_value(p, l, "ip-protocol", "is UDP's number (17), which carries EESP's UDP encapsulation");
     e->ip_protocol = (uint8_t)x;
-    if ((st = addr_field(p, l, "src", &e->has_src, &e->src_family, e->src)) != PE_OK ||
-        (st = addr_field(p, l, "dst", &e->has_dst, &e->dst_family, e->dst)) != PE_OK)
+    if ((st = pe_kf_addr_field(p, l, "src", &e->has_src, &e->src_family, e->src)) != PE_OK ||
+        (st = pe_kf_addr_field(p, l, "dst", &e->has_dst, &e->dst_family, e->dst)) != PE_OK)
         return st;
     if (e->has_src && e->has_dst && e->src_family != e->dst_family)
-        return bad_value(p, l, "dst", "is not of the same address family as 'src'");
+        return pe_kf_bad_value(p, l, "dst", "is not of the same address family as 'src'");
     x = 1;
-    if ((st = range_field(p, l, "sub-sas", 1, 65536, &x, NULL)) != PE_OK)
+    if ((st = pe_kf_range_field(p, l, "sub-sas", 1, 65536, &x, NULL)) != PE_OK)
         return st;
     e->sub_sas = (unsigned)x;
     x = PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS;
-    if ((st = range_field(p, l, "max-live-sub-sas", 1, PE_EESP_MAX_LIVE_SUB_SAS, &x, NULL)) != PE_OK)
+    if ((st = pe_kf_range_field(p, l, "max-live-sub-sas", 1, PE_EESP_MAX_LIVE_SUB_SAS, &x, NULL)) != PE_OK)
         return st;
     e->max_live_sub_sas = (unsigned)x;
     /* What pe_eesp_tx_set_capture_sub_sas would refuse (D9, D6). */
     if (e->sub_sas > 1 && e->sskdf == PE_SSKDF_NONE)
-        return bad_value(p, l, "sub-sas", "above 1 needs Sub SAs: 'root-key' and 'sskdf' instead of 'key'");
+        return pe_kf_bad_value(p, l, "sub-sas", "above 1 needs Sub SAs: 'root-key' and 'sskdf' instead of 'key'");
     if (e->max_sub_sa_id != PE_EESP_NO_LIMIT && e->sub_sas > (unsigned)e->max_sub_sa_id + 1)
-        return bad_value(p, l, "sub-sas", "exceeds max-sub-sa-id + 1");
+        return pe_kf_bad_value(p, l, "sub-sas", "exceeds max-sub-sa-id + 1");
     return PE_OK;
 }
 
@@ -153,7 +155,7 @@ static int same_dst(const pe_eesp_sa_entry *a, const pe_eesp_sa_entry *b)
     return !a->has_dst || (a->dst_family == b->dst_family && memcmp(a->dst, b->dst, sizeof a->dst) == 0);
 }
 
-pe_status parse_eesp_sa(parser *p, const pe_keyfile_line *l)
+pe_status pe_kf_parse_eesp_sa(parser *p, const pe_keyfile_line *l)
 {
     static const char *const allowed[] = {"spi",           "suite",        "key-bits",    "key",
                                           "root-key",      "sskdf",        "mode",        "format",
@@ -165,10 +167,10 @@ pe_status parse_eesp_sa(parser *p, const pe_keyfile_line *l)
     size_t it = 0;
     pe_status st;
 
-    if ((st = check_fields(p, l, allowed)) != PE_OK)
+    if ((st = pe_kf_check_fields(p, l, allowed)) != PE_OK)
         return st;
-    if (!(sas = grow(p->kf->eesp_sas, &p->cap_eesp, p->kf->n_eesp_sas + 1, sizeof *sas)))
-        return nomem(p, l->line);
+    if (!(sas = pe_kf_grow(p->kf->eesp_sas, &p->cap_eesp, p->kf->n_eesp_sas + 1, sizeof *sas)))
+        return pe_kf_nomem(p, l->line);
     p->kf->eesp_sas = sas;
     /* Built in the array's free slot, like psp-key: the keys never sit in a stack copy. */
     e = &p->kf->eesp_sas[p->kf->n_eesp_sas];
@@ -184,17 +186,17 @@ pe_status parse_eesp_sa(parser *p, const pe_keyfile_line *l)
     e->align_options = 1;
     if ((st = eesp_sa_fields(p, l, e)) != PE_OK)
         goto out;
-    while ((it = spi_next(&p->eesp_ix, e->spi, it)) != 0) {
+    while ((it = pe_kf_spi_next(&p->eesp_ix, e->spi, it)) != 0) {
         const pe_eesp_sa_entry *o = &p->kf->eesp_sas[it - 1];
         if (same_dst(o, e)) {
-            st = fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line,
-                      "eesp-sa: SPI %08x already defined for %s on line %zu", (unsigned)e->spi,
-                      e->has_dst ? "this destination" : "any destination", o->line);
+            st = pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line,
+                            "eesp-sa: SPI %08x already defined for %s on line %zu", (unsigned)e->spi,
+                            e->has_dst ? "this destination" : "any destination", o->line);
             goto out;
         }
     }
-    if (spi_add(&p->eesp_ix, e->spi) != 0) {
-        st = nomem(p, l->line);
+    if (pe_kf_spi_add(&p->eesp_ix, e->spi) != 0) {
+        st = pe_kf_nomem(p, l->line);
         goto out;
     }
     p->kf->n_eesp_sas++;

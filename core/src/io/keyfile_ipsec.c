@@ -22,7 +22,7 @@ static int parse_suite(const char *v, unsigned *encr)
     const pe_ipsec_suite_info *s = pe_ipsec_suite_by_name(v);
     uint64_t id;
 
-    if (!s && parse_dec(v, 0xffff, &id) == 0)
+    if (!s && pe_kf_parse_dec(v, 0xffff, &id) == 0)
         s = pe_ipsec_suite_by_id((unsigned)id);
     if (!s)
         return -1;
@@ -31,10 +31,10 @@ static int parse_suite(const char *v, unsigned *encr)
 }
 
 /* A decimal in min..max; *given says whether the field is on the line (the value is kept otherwise). */
-pe_status range_field(parser *p, const pe_keyfile_line *l, const char *name, uint64_t min, uint64_t max,
+pe_status pe_kf_range_field(parser *p, const pe_keyfile_line *l, const char *name, uint64_t min, uint64_t max,
                              uint64_t *out, int *given)
 {
-    const char *v = line_get(l, name);
+    const char *v = pe_kf_line_get(l, name);
     uint64_t x;
     char what[80];
 
@@ -42,20 +42,20 @@ pe_status range_field(parser *p, const pe_keyfile_line *l, const char *name, uin
         *given = v != NULL;
     if (!v)
         return PE_OK;
-    if (parse_dec(v, max, &x) != 0 || x < min) {
+    if (pe_kf_parse_dec(v, max, &x) != 0 || x < min) {
         snprintf(what, sizeof what, "must be a decimal number %llu..%llu", (unsigned long long)min,
                  (unsigned long long)max);
-        return bad_value(p, l, name, what);
+        return pe_kf_bad_value(p, l, name, what);
     }
     *out = x;
     return PE_OK;
 }
 
 /* One of a NULL-terminated list of lowercase keywords; *out keeps its default when absent. */
-pe_status keyword_field(parser *p, const pe_keyfile_line *l, const char *name, const char *const *words,
+pe_status pe_kf_keyword_field(parser *p, const pe_keyfile_line *l, const char *name, const char *const *words,
                                int *out)
 {
-    const char *v = line_get(l, name);
+    const char *v = pe_kf_line_get(l, name);
     char what[120];
     size_t k, n = 0, used;
 
@@ -70,7 +70,7 @@ pe_status keyword_field(parser *p, const pe_keyfile_line *l, const char *name, c
     for (n = k, k = 0; k < n && used < sizeof what; k++)
         used += (size_t)snprintf(what + used, sizeof what - used, "%s'%s'", k == 0 ? " " : k + 1 == n ? " or " : ", ",
                                  words[k]);
-    return bad_value(p, l, name, what);
+    return pe_kf_bad_value(p, l, name, what);
 }
 
 /* Dotted quad of exactly n characters: four decimals 0..255, no leading zeros (which some readers take as octal). */
@@ -125,7 +125,7 @@ static int parse_ipv6(const char *s, uint8_t out[16])
         if (tok == 0 || tok > 4 || n + 2 > sizeof w)
             return -1;
         for (i = 0; i < tok; i++) {
-            int d = hex_digit((unsigned char)s[i]);
+            int d = pe_kf_hex_digit((unsigned char)s[i]);
             if (d < 0)
                 return -1;
             v = v << 4 | (unsigned)d;
@@ -161,10 +161,10 @@ static int parse_ipv6(const char *s, uint8_t out[16])
 }
 
 /* src= / dst=: an IPv4 or IPv6 address, or '*' (any, as when absent). */
-pe_status addr_field(parser *p, const pe_keyfile_line *l, const char *name, int *has, int *family,
+pe_status pe_kf_addr_field(parser *p, const pe_keyfile_line *l, const char *name, int *has, int *family,
                             uint8_t addr[16])
 {
-    const char *v = line_get(l, name);
+    const char *v = pe_kf_line_get(l, name);
     int ok;
 
     if (!v || strcmp(v, "*") == 0)
@@ -180,36 +180,36 @@ pe_status addr_field(parser *p, const pe_keyfile_line *l, const char *name, int 
     if (!ok) {
         memset(addr, 0, 16);
         *family = PE_KEYFILE_ADDR_ANY;
-        return bad_value(p, l, name, "must be an IPv4 address, an IPv6 address or '*'");
+        return pe_kf_bad_value(p, l, name, "must be an IPv4 address, an IPv6 address or '*'");
     }
     *has = 1;
     return PE_OK;
 }
 
 /* Suite and key size, for eesp-sa and esp-sa alike: one suite table (pe_ipsec_suite_get) for both. */
-pe_status suite_fields(parser *p, const pe_keyfile_line *l, unsigned *encr, unsigned *key_bits,
+pe_status pe_kf_suite_fields(parser *p, const pe_keyfile_line *l, unsigned *encr, unsigned *key_bits,
                               pe_ipsec_suite *s)
 {
     const char *v, *kb;
     uint64_t bits = 128;
     pe_status st;
 
-    if ((st = need(p, l, "suite", &v)) != PE_OK)
+    if ((st = pe_kf_need(p, l, "suite", &v)) != PE_OK)
         return st;
     if (parse_suite(v, encr) != 0)
-        return bad_value(p, l, "suite", "is not a known AEAD suite (e.g. aes-gcm-16, ENCR_AES_GCM_16 or 20)");
+        return pe_kf_bad_value(p, l, "suite", "is not a known AEAD suite (e.g. aes-gcm-16, ENCR_AES_GCM_16 or 20)");
     /* Decimal like every number; anything else ends up as 0, which no suite takes. */
-    if ((kb = line_get(l, "key-bits")) != NULL && parse_dec(kb, 0xffff, &bits) != 0)
+    if ((kb = pe_kf_line_get(l, "key-bits")) != NULL && pe_kf_parse_dec(kb, 0xffff, &bits) != 0)
         bits = 0;
     if (pe_ipsec_suite_get(*encr, 256, s) == PE_OK && s->alg == PE_AEAD_CHACHA20_POLY1305) {
         if (kb && bits != 256)
-            return bad_value(p, l, "key-bits", "must be 256 (or absent) for ChaCha20-Poly1305");
+            return pe_kf_bad_value(p, l, "key-bits", "must be 256 (or absent) for ChaCha20-Poly1305");
         bits = 256;
     } else if (bits != 128 && bits != 192 && bits != 256) {
-        return bad_value(p, l, "key-bits", "must be 128, 192 or 256");
+        return pe_kf_bad_value(p, l, "key-bits", "must be 128, 192 or 256");
     }
     *key_bits = (unsigned)bits;
     if (pe_ipsec_suite_get(*encr, *key_bits, s) != PE_OK)
-        return bad_value(p, l, "suite", "is not supported by the EESP code");
+        return pe_kf_bad_value(p, l, "suite", "is not supported by the EESP code");
     return PE_OK;
 }

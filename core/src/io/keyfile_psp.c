@@ -14,26 +14,26 @@
 /* ------------------------------------------------------------------------ */
 /* psp-master                                                                */
 
-pe_status parse_psp_master(parser *p, const pe_keyfile_line *l)
+pe_status pe_kf_parse_psp_master(parser *p, const pe_keyfile_line *l)
 {
     static const char *const allowed[] = {"key0", "key1", NULL};
     pe_psp_master_entry *m = &p->kf->psp_master;
     const char *k0, *k1;
     pe_status st;
 
-    if ((st = check_fields(p, l, allowed)) != PE_OK)
+    if ((st = pe_kf_check_fields(p, l, allowed)) != PE_OK)
         return st;
     if (p->kf->n_psp_master)
-        return fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line, "psp-master: a second master key pair (first on line %zu)",
-                    m->line);
-    k0 = line_get(l, "key0");
-    k1 = line_get(l, "key1");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line,
+                          "psp-master: a second master key pair (first on line %zu)", m->line);
+    k0 = pe_kf_line_get(l, "key0");
+    k1 = pe_kf_line_get(l, "key1");
     if (!k0 && !k1)
-        return fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "psp-master: needs field 'key0', 'key1' or both");
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_SYNTAX, l->line, "psp-master: needs field 'key0', 'key1' or both");
     /* Decode into place: the struct is wiped on any error, so no key lingers on the stack. */
-    if (k0 && (st = hex_field(p, l, "key0", k0, m->key0, sizeof m->key0)) != PE_OK)
+    if (k0 && (st = pe_kf_hex_field(p, l, "key0", k0, m->key0, sizeof m->key0)) != PE_OK)
         return st;
-    if (k1 && (st = hex_field(p, l, "key1", k1, m->key1, sizeof m->key1)) != PE_OK)
+    if (k1 && (st = pe_kf_hex_field(p, l, "key1", k1, m->key1, sizeof m->key1)) != PE_OK)
         return st;
     m->line = l->line;
     m->has_key0 = k0 != NULL;
@@ -71,17 +71,17 @@ static pe_status psp_key_check_dup(parser *p, const pe_psp_key_entry *e)
 {
     size_t it = 0;
 
-    while ((it = spi_next(&p->key_ix, e->spi, it)) != 0) {
+    while ((it = pe_kf_spi_next(&p->key_ix, e->spi, it)) != 0) {
         const pe_psp_key_entry *o = &p->kf->psp_keys[it - 1];
         if (psp_keys_clash(o, e))
-            return fail(p->err, PE_ERR_KEYFILE_DUPLICATE, e->line,
-                        "psp-key: SPI %08x already has a key for the same version (line %zu)", (unsigned)e->spi,
-                        o->line);
+            return pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, e->line,
+                              "psp-key: SPI %08x already has a key for the same version (line %zu)", (unsigned)e->spi,
+                              o->line);
     }
     return PE_OK;
 }
 
-pe_status parse_psp_key(parser *p, const pe_keyfile_line *l)
+pe_status pe_kf_parse_psp_key(parser *p, const pe_keyfile_line *l)
 {
     static const char *const allowed[] = {"spi", "key", "version", NULL};
     pe_psp_key_entry *keys, *e;
@@ -90,38 +90,39 @@ pe_status parse_psp_key(parser *p, const pe_keyfile_line *l)
     int rc;
     pe_status st;
 
-    if ((st = check_fields(p, l, allowed)) != PE_OK)
+    if ((st = pe_kf_check_fields(p, l, allowed)) != PE_OK)
         return st;
-    if (!(keys = grow(p->kf->psp_keys, &p->cap_keys, p->kf->n_psp_keys + 1, sizeof *keys)))
-        return nomem(p, l->line);
+    if (!(keys = pe_kf_grow(p->kf->psp_keys, &p->cap_keys, p->kf->n_psp_keys + 1, sizeof *keys)))
+        return pe_kf_nomem(p, l->line);
     p->kf->psp_keys = keys;
     /* Build in the array's free slot so the key never sits in a stack copy; it counts once accepted. */
     e = &p->kf->psp_keys[p->kf->n_psp_keys];
     memset(e, 0, sizeof *e);
     e->line = l->line;
     e->version = -1;
-    if ((st = spi_field(p, l, &e->spi)) != PE_OK || (st = need(p, l, "key", &kv)) != PE_OK ||
-        (st = dec_field(p, l, "version", 3, &e->version)) != PE_OK)
+    if ((st = pe_kf_spi_field(p, l, &e->spi)) != PE_OK || (st = pe_kf_need(p, l, "key", &kv)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "version", 3, &e->version)) != PE_OK)
         goto out;
-    rc = decode_hex(kv, e->key, sizeof e->key, &n);
+    rc = pe_kf_decode_hex(kv, e->key, sizeof e->key, &n);
     if (rc != HEX_OK) {
-        st = hex_value_error(p, l, "key", rc);
+        st = pe_kf_hex_value_error(p, l, "key", rc);
         goto out;
     }
     if (n != 16 && n != 32) {
-        st = bad_value(p, l, "key", "must be 16 or 32 bytes (32 or 64 hex digits)");
+        st = pe_kf_bad_value(p, l, "key", "must be 16 or 32 bytes (32 or 64 hex digits)");
         goto out;
     }
     e->key_len = n;
     if (e->version >= 0 && n != psp_key_len(e->version)) {
-        st = fail(p->err, PE_ERR_KEYFILE_VALUE, l->line, "psp-key: field 'key' is %zu bytes but version %d needs %zu",
-                  n, e->version, psp_key_len(e->version));
+        st = pe_kf_fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
+                        "psp-key: field 'key' is %zu bytes but version %d needs %zu", n, e->version,
+                        psp_key_len(e->version));
         goto out;
     }
     if ((st = psp_key_check_dup(p, e)) != PE_OK)
         goto out;
-    if (spi_add(&p->key_ix, e->spi) != 0) {
-        st = nomem(p, l->line);
+    if (pe_kf_spi_add(&p->key_ix, e->spi) != 0) {
+        st = pe_kf_nomem(p, l->line);
         goto out;
     }
     p->kf->n_psp_keys++;
@@ -136,16 +137,16 @@ out:
 
 static pe_status parse_first_iv(parser *p, const pe_keyfile_line *l, pe_psp_sa_entry *e)
 {
-    const char *v = line_get(l, "first-iv");
+    const char *v = pe_kf_line_get(l, "first-iv");
     const char *digits;
     int ok;
 
     if (!v)
         return PE_OK;
-    digits = skip_0x(v);
-    ok = parse_u64(digits, digits != v ? 16 : 10, &e->first_iv) == 0 && e->first_iv != 0;
+    digits = pe_kf_skip_0x(v);
+    ok = pe_kf_parse_u64(digits, digits != v ? 16 : 10, &e->first_iv) == 0 && e->first_iv != 0;
     if (!ok)
-        return bad_value(p, l, "first-iv", "must be 1..2^64-1, in decimal or 0x-prefixed hex");
+        return pe_kf_bad_value(p, l, "first-iv", "must be 1..2^64-1, in decimal or 0x-prefixed hex");
     e->has_first_iv = 1;
     return PE_OK;
 }
@@ -156,11 +157,12 @@ static pe_status parse_sa_fields(parser *p, const pe_keyfile_line *l, pe_psp_sa_
     int version = 0;
     pe_status st;
 
-    if ((st = spi_field(p, l, &e->spi)) != PE_OK)
+    if ((st = pe_kf_spi_field(p, l, &e->spi)) != PE_OK)
         return st;
-    /* dec_field treats its field as optional; version is not. */
-    if ((st = need(p, l, "version", &mode)) != PE_OK || (st = dec_field(p, l, "version", 3, &version)) != PE_OK ||
-        (st = need(p, l, "mode", &mode)) != PE_OK)
+    /* pe_kf_dec_field treats its field as optional; version is not. */
+    if ((st = pe_kf_need(p, l, "version", &mode)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "version", 3, &version)) != PE_OK ||
+        (st = pe_kf_need(p, l, "mode", &mode)) != PE_OK)
         return st;
     e->version = (unsigned)version;
     if (strcmp(mode, "transport") == 0)
@@ -168,23 +170,23 @@ static pe_status parse_sa_fields(parser *p, const pe_keyfile_line *l, pe_psp_sa_
     else if (strcmp(mode, "tunnel") == 0)
         e->tunnel = 1;
     else
-        return bad_value(p, l, "mode", "must be 'transport' or 'tunnel'");
+        return pe_kf_bad_value(p, l, "mode", "must be 'transport' or 'tunnel'");
     /* Offsets are not checked against the version: encoders that test receivers need odd combinations. */
-    if ((st = dec_field(p, l, "crypt-offset", 63, &e->crypt_offset)) != PE_OK ||
-        (st = dec_field(p, l, "crypt-offset-ipv4", 63, &e->crypt_offset_ipv4)) != PE_OK ||
-        (st = dec_field(p, l, "crypt-offset-ipv6", 63, &e->crypt_offset_ipv6)) != PE_OK ||
-        (st = dec_field(p, l, "sample", 1, &e->sample)) != PE_OK ||
-        (st = dec_field(p, l, "drop", 1, &e->drop)) != PE_OK)
+    if ((st = pe_kf_dec_field(p, l, "crypt-offset", 63, &e->crypt_offset)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "crypt-offset-ipv4", 63, &e->crypt_offset_ipv4)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "crypt-offset-ipv6", 63, &e->crypt_offset_ipv6)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "sample", 1, &e->sample)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "drop", 1, &e->drop)) != PE_OK)
         return st;
-    if ((vc = line_get(l, "vc")) != NULL) {
-        if ((st = hex_field(p, l, "vc", vc, e->vc, sizeof e->vc)) != PE_OK)
+    if ((vc = pe_kf_line_get(l, "vc")) != NULL) {
+        if ((st = pe_kf_hex_field(p, l, "vc", vc, e->vc, sizeof e->vc)) != PE_OK)
             return st;
         e->has_vc = 1;
     }
     return parse_first_iv(p, l, e);
 }
 
-pe_status parse_psp_sa(parser *p, const pe_keyfile_line *l)
+pe_status pe_kf_parse_psp_sa(parser *p, const pe_keyfile_line *l)
 {
     static const char *const allowed[] = {"spi",    "version", "mode",     "crypt-offset", "crypt-offset-ipv4",
                                           "crypt-offset-ipv6", "vc", "sample", "drop", "first-iv", NULL};
@@ -192,21 +194,21 @@ pe_status parse_psp_sa(parser *p, const pe_keyfile_line *l)
     size_t it;
     pe_status st;
 
-    if ((st = check_fields(p, l, allowed)) != PE_OK)
+    if ((st = pe_kf_check_fields(p, l, allowed)) != PE_OK)
         return st;
     memset(&e, 0, sizeof e);
     e.line = l->line;
     e.crypt_offset = e.crypt_offset_ipv4 = e.crypt_offset_ipv6 = PE_PSP_CRYPT_OFFSET_UNSET;
     if ((st = parse_sa_fields(p, l, &e)) != PE_OK)
         return st;
-    if ((it = spi_next(&p->sa_ix, e.spi, 0)) != 0)
-        return fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line, "psp-sa: SPI %08x already defined on line %zu",
-                    (unsigned)e.spi, p->kf->psp_sas[it - 1].line);
-    if (!(sas = grow(p->kf->psp_sas, &p->cap_sas, p->kf->n_psp_sas + 1, sizeof *sas)))
-        return nomem(p, l->line);
+    if ((it = pe_kf_spi_next(&p->sa_ix, e.spi, 0)) != 0)
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line, "psp-sa: SPI %08x already defined on line %zu",
+                          (unsigned)e.spi, p->kf->psp_sas[it - 1].line);
+    if (!(sas = pe_kf_grow(p->kf->psp_sas, &p->cap_sas, p->kf->n_psp_sas + 1, sizeof *sas)))
+        return pe_kf_nomem(p, l->line);
     p->kf->psp_sas = sas;
-    if (spi_add(&p->sa_ix, e.spi) != 0)
-        return nomem(p, l->line);
+    if (pe_kf_spi_add(&p->sa_ix, e.spi) != 0)
+        return pe_kf_nomem(p, l->line);
     p->kf->psp_sas[p->kf->n_psp_sas++] = e;
     return PE_OK;
 }

@@ -56,7 +56,7 @@ static int cfg_hex(const cfg_lexer *lx, size_t max, uint32_t *out)
     if (lx->tok_len == 0 || lx->tok_len > max)
         return -1;
     for (i = 0; i < lx->tok_len; i++) {
-        int d = hex_digit((unsigned char)lx->tok[i]);
+        int d = pe_kf_hex_digit((unsigned char)lx->tok[i]);
         if (d < 0)
             return -1;
         x = x << 4 | (uint32_t)d;
@@ -72,11 +72,11 @@ static pe_status cfg_key(cfg_lexer *lx, int which, uint8_t *key, pe_keyfile_erro
     for (i = 0; i < 32; i++) {
         uint32_t octet;
         if (!cfg_next(lx))
-            return fail(err, PE_ERR_KEYFILE_SYNTAX, lx->tok_line,
-                        "master key %d: expected 32 hex octets, the file ends after %d", which, i);
+            return pe_kf_fail(err, PE_ERR_KEYFILE_SYNTAX, lx->tok_line,
+                              "master key %d: expected 32 hex octets, the file ends after %d", which, i);
         if (cfg_hex(lx, 2, &octet) != 0)
-            return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line,
-                        "master key %d, octet %d: expected 1 or 2 hex digits", which, i + 1);
+            return pe_kf_fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line,
+                              "master key %d, octet %d: expected 1 or 2 hex digits", which, i + 1);
         key[i] = (uint8_t)octet;
     }
     return PE_OK;
@@ -85,7 +85,7 @@ static pe_status cfg_key(cfg_lexer *lx, int which, uint8_t *key, pe_keyfile_erro
 static pe_status cfg_expect(cfg_lexer *lx, const char *what, pe_keyfile_error *err)
 {
     if (!cfg_next(lx))
-        return fail(err, PE_ERR_KEYFILE_SYNTAX, lx->tok_line, "%s: missing, the file ends early", what);
+        return pe_kf_fail(err, PE_ERR_KEYFILE_SYNTAX, lx->tok_line, "%s: missing, the file ends early", what);
     return PE_OK;
 }
 
@@ -100,10 +100,10 @@ static pe_status cfg_offset(cfg_lexer *lx, const char *what, unsigned *out, pe_k
     for (i = 0; i < lx->tok_len; i++) {
         char c = lx->tok[i];
         if (c < '0' || c > '9')
-            return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: not a decimal number", what);
+            return pe_kf_fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: not a decimal number", what);
         x = x * 10 + (unsigned)(c - '0');
         if (x > 63)
-            return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: must be 0..63 words", what);
+            return pe_kf_fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: must be 0..63 words", what);
     }
     *out = x;
     return PE_OK;
@@ -122,7 +122,7 @@ static pe_status cfg_choice(cfg_lexer *lx, const char *what, const char *a, cons
     else if (cfg_is(lx, b))
         *out = 1;
     else
-        return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: must be '%s' or '%s'", what, a, b);
+        return pe_kf_fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "%s: must be '%s' or '%s'", what, a, b);
     return PE_OK;
 }
 
@@ -134,7 +134,7 @@ static pe_status cfg_sa(cfg_lexer *lx, pe_psp_refcfg *cfg, pe_keyfile_error *err
     pe_status st;
 
     if (cfg_hex(lx, 8, &spi) != 0)
-        return fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "SPI: expected 1 to 8 hex digits without 0x");
+        return pe_kf_fail(err, PE_ERR_KEYFILE_VALUE, lx->tok_line, "SPI: expected 1 to 8 hex digits without 0x");
     cfg->spi = spi;
     if ((st = cfg_choice(lx, "mode", "transport", "tunnel", &cfg->tunnel, err)) != PE_OK ||
         (st = cfg_choice(lx, "algorithm", "aes-gcm-128", "aes-gcm-256", &alg, err)) != PE_OK ||
@@ -157,7 +157,7 @@ int pe_psp_refcfg_detect(const char *text, size_t len)
         i++;
     size_t start = i;
     while (i < len && !cfg_space(text[i])) {
-        if (hex_digit((unsigned char)text[i]) < 0)
+        if (pe_kf_hex_digit((unsigned char)text[i]) < 0)
             return 0;
         i++;
     }
@@ -169,12 +169,12 @@ pe_status pe_psp_refcfg_parse(const char *text, size_t len, pe_psp_refcfg *cfg, 
     cfg_lexer lx;
     pe_status st;
 
-    error_reset(err);
+    pe_kf_error_reset(err);
     if (!cfg)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no config structure given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no config structure given");
     memset(cfg, 0, sizeof *cfg);
     if (!text && len)
-        return fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no text given");
+        return pe_kf_fail(err, PE_ERR_INVALID_ARGUMENT, 0, "no text given");
     memset(&lx, 0, sizeof lx);
     lx.p = text;
     lx.end = text ? text + len : text;
