@@ -45,15 +45,18 @@ pe_status pe_kf_parse_psp_master(parser *p, const pe_keyfile_line *l)
 /* ------------------------------------------------------------------------ */
 /* psp-key                                                                   */
 
-/* Versions 0 and 2 use 128-bit keys, 1 and 3 use 256-bit keys. */
-static size_t psp_key_len(int version)
+/* The key length of each version is PSP's own rule (pe_psp_key_len); a key of some other length serves none. */
+static int psp_key_len_known(size_t n)
 {
-    return (version & 1) ? 32 : 16;
+    for (unsigned v = 0; v <= PE_PSP_VERSION_MAX; v++)
+        if (pe_psp_key_len(v) == n)
+            return 1;
+    return 0;
 }
 
 static int psp_key_serves(const pe_psp_key_entry *e, int version)
 {
-    return e->version == version || (e->version < 0 && e->key_len == psp_key_len(version));
+    return e->version == version || (e->version < 0 && e->key_len == pe_psp_key_len((unsigned)version));
 }
 
 /* Two keys clash when some version would find both for the same SPI. */
@@ -61,7 +64,7 @@ static int psp_keys_clash(const pe_psp_key_entry *a, const pe_psp_key_entry *b)
 {
     int v;
 
-    for (v = 0; v <= 3; v++)
+    for (v = 0; v <= (int)PE_PSP_VERSION_MAX; v++)
         if (psp_key_serves(a, v) && psp_key_serves(b, v))
             return 1;
     return 0;
@@ -101,22 +104,22 @@ pe_status pe_kf_parse_psp_key(parser *p, const pe_keyfile_line *l)
     e->line = l->line;
     e->version = -1;
     if ((st = pe_kf_spi_field(p, l, &e->spi)) != PE_OK || (st = pe_kf_need(p, l, "key", &kv)) != PE_OK ||
-        (st = pe_kf_dec_field(p, l, "version", 3, &e->version)) != PE_OK)
+        (st = pe_kf_dec_field(p, l, "version", PE_PSP_VERSION_MAX, &e->version)) != PE_OK)
         goto out;
     rc = pe_kf_decode_hex(kv, e->key, sizeof e->key, &n);
     if (rc != HEX_OK) {
         st = pe_kf_hex_value_error(p, l, "key", rc);
         goto out;
     }
-    if (n != 16 && n != 32) {
+    if (!psp_key_len_known(n)) {
         st = pe_kf_bad_value(p, l, "key", "must be 16 or 32 bytes (32 or 64 hex digits)");
         goto out;
     }
     e->key_len = n;
-    if (e->version >= 0 && n != psp_key_len(e->version)) {
+    if (e->version >= 0 && n != pe_psp_key_len((unsigned)e->version)) {
         st = pe_kf_fail(p->err, PE_ERR_KEYFILE_VALUE, l->line,
                         "psp-key: field 'key' is %zu bytes but version %d needs %zu", n, e->version,
-                        psp_key_len(e->version));
+                        pe_psp_key_len((unsigned)e->version));
         goto out;
     }
     if ((st = psp_key_check_dup(p, e)) != PE_OK)
@@ -161,7 +164,7 @@ static pe_status parse_sa_fields(parser *p, const pe_keyfile_line *l, pe_psp_sa_
         return st;
     /* pe_kf_dec_field treats its field as optional; version is not. */
     if ((st = pe_kf_need(p, l, "version", &mode)) != PE_OK ||
-        (st = pe_kf_dec_field(p, l, "version", 3, &version)) != PE_OK ||
+        (st = pe_kf_dec_field(p, l, "version", PE_PSP_VERSION_MAX, &version)) != PE_OK ||
         (st = pe_kf_need(p, l, "mode", &mode)) != PE_OK)
         return st;
     e->version = (unsigned)version;
