@@ -155,19 +155,26 @@ static int same_dst(const pe_eesp_sa_entry *a, const pe_eesp_sa_entry *b)
     return !a->has_dst || (a->dst_family == b->dst_family && memcmp(a->dst, b->dst, sizeof a->dst) == 0);
 }
 
+/* The fields of an eesp-sa line, in docs/keys.md's order: the one list, which front ends read too. */
+static const char *const eesp_sa_field_names[] = {"spi",           "suite",        "key-bits",    "key",
+                                                  "root-key",      "sskdf",        "mode",        "format",
+                                                  "seq",           "aad",          "anti-replay", "replay-window",
+                                                  "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align",
+                                                  "strict",        "ip-protocol",  "udp-encap",   "src",
+                                                  "dst",           "sub-sas",      "max-live-sub-sas", NULL};
+
+const char *pe_keyfile_eesp_sa_field_name(unsigned i)
+{
+    return i < sizeof eesp_sa_field_names / sizeof eesp_sa_field_names[0] ? eesp_sa_field_names[i] : NULL;
+}
+
 pe_status pe_kf_parse_eesp_sa(parser *p, const pe_keyfile_line *l)
 {
-    static const char *const allowed[] = {"spi",           "suite",        "key-bits",    "key",
-                                          "root-key",      "sskdf",        "mode",        "format",
-                                          "seq",           "aad",          "anti-replay", "replay-window",
-                                          "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align",
-                                          "strict",        "ip-protocol",  "udp-encap",   "src",
-                                          "dst",           "sub-sas",      "max-live-sub-sas", NULL};
     pe_eesp_sa_entry *sas, *e;
     size_t it = 0;
     pe_status st;
 
-    if ((st = pe_kf_check_fields(p, l, allowed)) != PE_OK)
+    if ((st = pe_kf_check_fields(p, l, eesp_sa_field_names)) != PE_OK)
         return st;
     if (!(sas = pe_kf_grow(p->kf->eesp_sas, &p->cap_eesp, p->kf->n_eesp_sas + 1, sizeof *sas)))
         return pe_kf_nomem(p, l->line);
