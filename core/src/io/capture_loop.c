@@ -614,6 +614,19 @@ static int same_file(const char *a, const char *b)
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* The run once the output is opened (`opened` says how that went); the reader is closed after it, errno kept. */
+static pe_status run_and_close(transform_run *t, pe_status opened, pe_parallel *pool, pe_progress_fn progress,
+                               void *progress_ctx)
+{
+    pe_status st = opened;
+    if (st == PE_OK)
+        st = transform_run_all(t, pool, progress, progress_ctx);
+    int e = errno;
+    pe_capture_close(t->r);
+    errno = e;
+    return st;
+}
+
 /* A file run: fn on this thread, or the pool. */
 static pe_status transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn, void *fn_ctx,
                                 pe_parallel *pool, unsigned flags, pe_progress_fn progress, void *progress_ctx,
@@ -629,13 +642,7 @@ static pe_status transform_file(const char *in_path, const char *out_path, pe_ip
     st = pe_capture_open_file(in_path, &t.r);
     if (st != PE_OK)
         return st;
-    st = pe_cap_out_open(&t.out, out_path);
-    if (st == PE_OK)
-        st = transform_run_all(&t, pool, progress, progress_ctx);
-    int e = errno;
-    pe_capture_close(t.r);
-    errno = e;
-    return st;
+    return run_and_close(&t, pe_cap_out_open(&t.out, out_path), pool, progress, progress_ctx);
 }
 
 pe_status pe_capture_transform_file(const char *in_path, const char *out_path, pe_ip_transform_fn fn,
@@ -672,13 +679,7 @@ static pe_status transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void
     st = pe_capture_open_fd(in_fd, &t.r);
     if (st != PE_OK)
         return st;
-    st = pe_cap_out_open_fd(&t.out, out_fd, 0);
-    if (st == PE_OK)
-        st = transform_run_all(&t, pool, progress, progress_ctx);
-    int e = errno;
-    pe_capture_close(t.r);
-    errno = e;
-    return st;
+    return run_and_close(&t, pe_cap_out_open_fd(&t.out, out_fd, 0), pool, progress, progress_ctx);
 }
 
 pe_status pe_capture_transform_fd(int in_fd, int out_fd, pe_ip_transform_fn fn, void *fn_ctx, unsigned flags,
