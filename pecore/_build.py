@@ -242,6 +242,7 @@ typedef struct {
 pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyfile_error *err);
 pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *err);
 void pe_keyfile_free(pe_keyfile *kf);
+const char *pe_keyfile_eesp_sa_field_name(unsigned i);
 typedef struct {
     int has_sa;
     uint8_t key0[32], key1[32];
