@@ -419,7 +419,7 @@ static pe_status build_options(const eesp_sa *sa, size_t after_opts, int carrier
     n += sa->extra_options_len;
     /* A Crypt Offset's PayloadOffset counts 4-octet units, so it needs 4 even unaligned. */
     size_t align = sa->align_options ? (carrier_v6 ? 8 : 4) : (co ? 4 : 1);
-    /* align is a power of two: a mask, where `% align` compiled to two divisions (~20 ns a packet). */
+    /* align is a power of two: a mask, where `% align` compiled to two divisions (docs/performance.md). */
     size_t pad = (0 - (PE_EESP_BASE_LEN + n + after_opts)) & (align - 1);
     if (n + pad > 255)
         return PE_ERR_EESP_OPTIONS;
@@ -1089,8 +1089,9 @@ static pe_status after_icv(const eesp_sa *sa, const pe_eesp_hdr *h, const uint8_
  * Scalars only: hdr.option[] is valid up to hdr.n_options (as pe_eesp_hdr_parse
  * leaves it), and clearing its 4 KiB cost most of a small packet's decap.
  * The part after hdr is cleared in two halves of at most 64 octets: one
- * memset of its 112 octets compiled (gcc 12, -O2) to a `rep stos` whose
- * start-up cost 10 ns of a 335 ns decap at 64 octets; halves are plain stores.
+ * memset of its 112 octets compiled (gcc 12, -O2) to a `rep stos`, whose
+ * start-up cost shows in a small packet's decap (docs/performance.md);
+ * halves are plain stores.
  */
 static void info_reset(pe_eesp_info *info)
 {
