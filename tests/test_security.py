@@ -411,8 +411,7 @@ _CMP_CALL = re.compile(r"\b(memcmp|CRYPTO_memcmp|bcmp|strcmp|strncmp|strcasecmp|
 
 #: Every byte/string comparison in the C sources, with why it is not a secret: (file, function, first two arguments).
 ALLOWED_COMPARISONS = {
-    ("core/src/proto/eesp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
-    ("core/src/proto/esp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
+    ("core/src/proto/ipsec.c", "memcmp", "k->dst, dst"): "destination address lookup (public header field)",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], name"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], allowed[k]"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", 'mode, "transport"'): "keyword",

@@ -106,6 +106,16 @@ typedef int (*pe_esp_spi_held_fn)(const void *ctx, uint32_t spi);
 pe_udp4500_kind pe_ipsec_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
                                      const void *ctx);
 
+/* Where the ESP or EESP octets of an IP packet are (pe_esp_locate, pe_eesp_locate): after the IP (extension) headers, or in UDP. */
+typedef struct pe_ipsec_location {
+    unsigned ip_version;
+    int udp_encap;
+    size_t offset;       /* the SPI (ESP) or Base Header (EESP) */
+    size_t len;          /* octets from there to the end of the IP payload */
+    size_t l4_offset;    /* IP protocol: = offset; UDP: the UDP header */
+    size_t proto_field;  /* the octet that names the protocol after the IP headers */
+} pe_ipsec_location;
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "eesp_internal.h"
+#include "ipsec_rx.h"
 #include "keytable.h"
 #include "pe/eesp.h"
 #include "pe/ip.h"
@@ -46,7 +47,6 @@ typedef struct eesp_sa {
     pe_aead_dir dir;
     pe_keytable subs; /* live Sub SA state by Session ID, least recently used evicted (eesp.h) */
     uint64_t *last_seq; /* by Session ID, from the first eviction on: sender counter / receiver window top */
-    size_t next_same_spi; /* receiver: 1 + index in rx->sas of the next SA with this SPI, 0 for none */
 } eesp_sa;
 
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg)
@@ -753,12 +753,7 @@ struct pe_eesp_rx {
     uint32_t *esp_spis; /* sorted: the ESP SAs of the port (§14 step 3) */
     size_t n_esp_spis;
     int udp_zero_checksum_v6;
-    size_t n_sas, cap_sas;
-    eesp_sa **sas;
-    /* SPI index (open addressing): 1 + index in sas of the first SA with an SPI, 0 empty; the others with
-     * that SPI follow its next_same_spi chain.  A lookup costs the same however many SAs there are. */
-    size_t *spi_ix;
-    size_t ix_cap; /* power of two, above twice the SPIs held */
+    pe_ipsec_sa_table sas; /* of eesp_sa */
     int clone; /* pe_eesp_rx_clone's: no Sub SA windows of the original, so it opens without them only */
 };
 
@@ -785,18 +780,31 @@ pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out)
     return PE_OK;
 }
 
+static void free_sa(void *sa)
+{
+    sa_free(sa);
+    free(sa);
+}
+
 void pe_eesp_rx_free(pe_eesp_rx *rx)
 {
     if (!rx)
         return;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        sa_free(rx->sas[i]);
-        free(rx->sas[i]);
-    }
-    free(rx->sas);
-    free(rx->spi_ix);
+    pe_ipsec_sa_table_free(&rx->sas, free_sa);
     free(rx->esp_spis);
     free(rx);
+}
+
+static pe_status clone_sa(void **out, const void *src)
+{
+    eesp_sa *sa = malloc(sizeof *sa);
+    pe_status st = sa ? sa_clone(sa, src) : PE_ERR_NOMEM;
+    if (st != PE_OK && sa) {
+        pe_wipe(sa, sizeof *sa);
+        free(sa);
+    }
+    *out = sa;
+    return st;
 }
 
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
@@ -809,31 +817,8 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
         (*out)->clone = 1;
     for (size_t i = 0; st == PE_OK && i < rx->n_esp_spis; i++)
         st = pe_eesp_rx_add_esp_spi(*out, rx->esp_spis[i]);
-    for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
-        eesp_sa *sa = malloc(sizeof *sa);
-        eesp_sa **sas = realloc((*out)->sas, (i + 1) * sizeof *sas);
-        if (sas)
-            (*out)->sas = sas;
-        if (!sa || !sas) {
-            free(sa);
-            st = PE_ERR_NOMEM;
-        } else if ((st = sa_clone(sa, rx->sas[i])) != PE_OK) {
-            pe_wipe(sa, sizeof *sa);
-            free(sa);
-        } else {
-            (*out)->sas[i] = sa;
-            (*out)->n_sas = (*out)->cap_sas = i + 1;
-        }
-    }
-    /* The SAs sit at the same indices, so the SPI index and the next_same_spi chains carry over as they are. */
-    if (st == PE_OK && rx->ix_cap) {
-        if (!((*out)->spi_ix = malloc(rx->ix_cap * sizeof *rx->spi_ix)))
-            st = PE_ERR_NOMEM;
-        else {
-            memcpy((*out)->spi_ix, rx->spi_ix, rx->ix_cap * sizeof *rx->spi_ix);
-            (*out)->ix_cap = rx->ix_cap;
-        }
-    }
+    if (st == PE_OK)
+        st = pe_ipsec_sa_table_clone(&(*out)->sas, &rx->sas, clone_sa);
     if (st != PE_OK && *out) {
         pe_eesp_rx_free(*out);
         *out = NULL;
@@ -841,97 +826,28 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
     return st;
 }
 
-static int same_dst(const eesp_sa *a, int family, const uint8_t *dst)
-{
-    return a->dst_family == family && memcmp(a->dst, dst, family == 4 ? 4 : 16) == 0;
-}
-
-static size_t *ix_slot(const pe_eesp_rx *rx, uint32_t spi)
-{
-    size_t mask = rx->ix_cap - 1;
-    for (size_t i = (size_t)(spi * 2654435761u) & mask;; i = (i + 1) & mask) {
-        size_t e = rx->spi_ix[i];
-        if (!e || rx->sas[e - 1]->spi == spi)
-            return &rx->spi_ix[i];
-    }
-}
-
-/* The first SA added with this SPI (the others follow its chain), or NULL. */
-static eesp_sa *first_with_spi(const pe_eesp_rx *rx, uint32_t spi)
-{
-    if (!rx->ix_cap)
-        return NULL;
-    size_t e = *ix_slot(rx, spi);
-    return e ? rx->sas[e - 1] : NULL;
-}
-
-/* Room in the index for one more SPI: grown (and refilled from the chain heads) only when SAs are added. */
-static pe_status ix_reserve(pe_eesp_rx *rx)
-{
-    if (rx->ix_cap && (rx->n_sas + 1) * 2 < rx->ix_cap)
-        return PE_OK;
-    size_t cap = rx->ix_cap ? rx->ix_cap * 2 : 16;
-    size_t *ix = calloc(cap, sizeof *ix);
-    if (!ix)
-        return PE_ERR_NOMEM;
-    free(rx->spi_ix);
-    rx->spi_ix = ix;
-    rx->ix_cap = cap;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        size_t *slot = ix_slot(rx, rx->sas[i]->spi);
-        if (!*slot)
-            *slot = i + 1; /* the first one added: the chain from it is unchanged */
-    }
-    return PE_OK;
-}
-
 /* §16 step 3: by SPI and destination; an SA bound to the packet's destination beats one for any. */
 static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
 {
-    eesp_sa *any = NULL;
-    for (eesp_sa *sa = first_with_spi(rx, spi); sa; sa = sa->next_same_spi ? rx->sas[sa->next_same_spi - 1] : NULL) {
-        if (sa->dst_family == 0)
-            any = sa;
-        else if (dst && same_dst(sa, family, dst))
-            return sa;
-    }
-    return any;
+    return pe_ipsec_sa_table_find(&rx->sas, spi, family, dst);
 }
 
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
 {
-    eesp_sa *last = NULL;
-    for (eesp_sa *o = first_with_spi(rx, cfg->spi); o; o = o->next_same_spi ? rx->sas[o->next_same_spi - 1] : NULL) {
-        if (o->dst_family == cfg->dst_family && (cfg->dst_family == 0 || same_dst(o, cfg->dst_family, cfg->dst)))
-            return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
-        last = o;
-    }
-    pe_status ist = ix_reserve(rx);
-    if (ist != PE_OK)
-        return ist;
-    if (rx->n_sas == rx->cap_sas) {
-        size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
-        eesp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
-        if (!sas)
-            return PE_ERR_NOMEM;
-        rx->sas = sas;
-        rx->cap_sas = cap;
-    }
+    pe_ipsec_sa_key key = {.spi = cfg->spi, .dst_family = cfg->dst_family};
+    memcpy(key.dst, cfg->dst, sizeof key.dst);
+    pe_status st = pe_ipsec_sa_table_reserve(&rx->sas, &key);
+    if (st != PE_OK)
+        return st;
     eesp_sa *sa = malloc(sizeof *sa);
     if (!sa)
         return PE_ERR_NOMEM;
-    pe_status st = sa_init(sa, cfg, PE_AEAD_OPEN);
-    if (st != PE_OK) {
+    if ((st = sa_init(sa, cfg, PE_AEAD_OPEN)) != PE_OK) {
         pe_wipe(sa, sizeof *sa);
         free(sa);
         return st;
     }
-    sa->next_same_spi = 0;
-    rx->sas[rx->n_sas++] = sa;
-    if (last)
-        last->next_same_spi = rx->n_sas; /* appended: lookups see the SAs of an SPI in the order added */
-    else
-        *ix_slot(rx, sa->spi) = rx->n_sas;
+    pe_ipsec_sa_table_insert(&rx->sas, &key, sa);
     return PE_OK;
 }
 
@@ -967,48 +883,13 @@ static int holds_esp_spi(const void *ctx, uint32_t spi)
 }
 
 /* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
-static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_protocol, uint16_t udp_port,
-                        unsigned flags, int csum_mode, int zero_ok_v6, pe_status *udp_checksum,
-                        pe_esp_spi_held_fn esp_spi_held, const void *esp_ctx, pe_eesp_location *loc)
+static void locator(uint8_t ip_protocol, uint16_t udp_port, int either_port, int csum_mode, int zero_ok_v6,
+                    const pe_eesp_rx *rx, pe_ipsec_locator *how)
 {
-    loc->ip_version = ip->version;
-    loc->udp_encap = 0;
-    loc->l4_offset = ip->l4_offset;
-    loc->proto_field = ip->proto_field;
-    if (ip->protocol == ip_protocol) {
-        if (ip->is_fragment)
-            return PE_ERR_IP_FRAGMENT;
-        loc->offset = ip->l4_offset;
-        loc->len = ip->len - ip->l4_offset;
-        return PE_OK;
-    }
-    if (ip->protocol != PE_IPPROTO_UDP || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
-        return PE_ERR_NOT_EESP;
-    const uint8_t *u = pkt + ip->l4_offset;
-    int ours = pe_get16(u + 2) == udp_port || ((flags & PE_EESP_LOCATE_EITHER_PORT) && pe_get16(u) == udp_port);
-    if (ip->is_fragment) /* a first fragment to our port is ours, and dropped (§14) */
-        return ours && pe_ip_first_fragment(pkt, ip) ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_EESP;
-    if (!ours)
-        return PE_ERR_NOT_EESP;
-    size_t udp_len = pe_get16(u + 4);
-    if (udp_len != ip->len - ip->l4_offset)
-        return PE_ERR_UDP_LENGTH;
-    if (csum_mode != PE_UDP_CHECKSUM_IGNORE) {
-        pe_status cs = pe_udp_checksum_verdict(pkt, ip, u, udp_len, zero_ok_v6);
-        if (cs != PE_OK && csum_mode != PE_UDP_CHECKSUM_NOTE)
-            return cs;
-        *udp_checksum = cs;
-    }
-    switch (pe_ipsec_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, esp_spi_held, esp_ctx)) {
-    case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
-    case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
-    case PE_UDP4500_ESP: return PE_ERR_ESP_IN_UDP;
-    case PE_UDP4500_EESP: break;
-    }
-    loc->udp_encap = 1;
-    loc->offset = ip->l4_offset + PE_UDP_HDR_LEN;
-    loc->len = udp_len - PE_UDP_HDR_LEN;
-    return PE_OK;
+    *how = (pe_ipsec_locator){.ip_protocol = ip_protocol, .udp_port = udp_port, .either_port = either_port,
+                              .csum_mode = csum_mode, .zero_ok_v6 = zero_ok_v6, .not_ours = PE_ERR_NOT_EESP,
+                              .kind = PE_UDP4500_EESP, .other_kind = PE_ERR_ESP_IN_UDP,
+                              .esp_spi_held = rx && rx->n_esp_spis ? holds_esp_spi : NULL, .esp_ctx = rx};
 }
 
 pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, uint16_t udp_port, unsigned flags,
@@ -1020,7 +901,9 @@ pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, ui
     pe_status udp_checksum;
     /* The flag verifies a non-zero checksum only: locating says nothing of a receiver's RFC 6936 mode. */
     int csum = flags & PE_EESP_LOCATE_UDP_CHECKSUM ? PE_UDP_CHECKSUM_VERIFY : PE_UDP_CHECKSUM_IGNORE;
-    return st != PE_OK ? st : locate(pkt, &ip, ip_protocol, udp_port, flags, csum, 1, &udp_checksum, NULL, NULL, loc);
+    pe_ipsec_locator how;
+    locator(ip_protocol, udp_port, !!(flags & PE_EESP_LOCATE_EITHER_PORT), csum, 1, NULL, &how);
+    return st != PE_OK ? st : pe_ipsec_locate(pkt, &ip, &how, &udp_checksum, loc);
 }
 
 /* §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet. */
@@ -1294,28 +1177,21 @@ static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned 
     pe_eesp_location loc;
     /* the replay step (done) runs past a checksum the worker read already: as a note, if anything */
     int csum_mode = flags & PE_EESP_DECAP_UDP_NOTE || done ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
-    st = locate(pkt, &ip, rx->ip_protocol, rx->udp_port, 0, csum_mode, rx->udp_zero_checksum_v6,
-                &info->udp_checksum, rx->n_esp_spis ? holds_esp_spi : NULL, rx, &loc);
+    pe_ipsec_locator how;
+    locator(rx->ip_protocol, rx->udp_port, 0, csum_mode, rx->udp_zero_checksum_v6, rx, &how);
+    st = pe_ipsec_locate(pkt, &ip, &how, &info->udp_checksum, &loc);
     info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;
-    size_t eesp_off = loc.offset, keep = ip.l4_offset;
     /* Tunnel mode hands out the inner packet alone; transport mode keeps the IP header in front. */
     size_t inner_len;
-    st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), flags,
-                   out, cap, keep, &inner_len, info, done);
+    st = open_eesp(rx, pkt + loc.offset, loc.len, (int)ip.version, pe_ipsec_ip_dst(pkt, &ip), flags, out, cap,
+                   ip.l4_offset, &inner_len, info, done);
     if (st != PE_OK || done)
         return st;
-    if (info->mode == PE_EESP_TUNNEL) {
-        *out_len = inner_len;
-        return PE_OK;
-    }
-    memcpy(out, pkt, keep); /* overwrites the PIH octets, which were read already */
-    out[ip.proto_field] = info->next_header; /* with UDP encapsulation the UDP header goes too */
-    pe_ip_set_length(out, keep + inner_len);
-    if (ip.version == 4)
-        pe_ipv4_set_checksum(out);
-    *out_len = keep + inner_len;
+    /* Transport mode: the IP header overwrites the PIH octets, which were read already. */
+    *out_len = info->mode == PE_EESP_TUNNEL ? inner_len
+                                            : pe_ipsec_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
     return PE_OK;
 }
 

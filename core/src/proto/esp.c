@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipsec_rx.h"
 #include "pe/esp.h"
 #include "pe/ip.h"
 #include "pe/replay.h"
@@ -444,8 +445,7 @@ struct pe_esp_rx {
     int check_udp_checksum;
     int udp_zero_checksum_v6;
     int eesp_on_port;
-    size_t n_sas, cap_sas;
-    esp_sa **sas;
+    pe_ipsec_sa_table sas; /* of esp_sa */
     int clone; /* pe_esp_rx_clone's: its windows are not the original's, so it opens without them only */
 };
 
@@ -469,115 +469,83 @@ pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out)
     return PE_OK;
 }
 
+static void free_sa(void *sa)
+{
+    sa_free(sa);
+    free(sa);
+}
+
 void pe_esp_rx_free(pe_esp_rx *rx)
 {
     if (!rx)
         return;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        sa_free(rx->sas[i]);
-        free(rx->sas[i]);
-    }
-    free(rx->sas);
+    pe_ipsec_sa_table_free(&rx->sas, free_sa);
     free(rx);
-}
-
-static int same_dst(const esp_sa *a, int family, const uint8_t *dst)
-{
-    return a->dst_family == family && memcmp(a->dst, dst, family == 4 ? 4 : 16) == 0;
 }
 
 /* RFC 4301 §4.1: by SPI, and destination where the SA is bound to one (which beats an SA for any). */
 static esp_sa *find_sa(const pe_esp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
 {
-    esp_sa *any = NULL;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        esp_sa *sa = rx->sas[i];
-        if (sa->spi != spi)
-            continue;
-        if (sa->dst_family == 0)
-            any = sa;
-        else if (dst && same_dst(sa, family, dst))
-            return sa;
-    }
-    return any;
+    return pe_ipsec_sa_table_find(&rx->sas, spi, family, dst);
 }
 
 int pe_esp_rx_holds_spi(const void *rx, uint32_t spi)
 {
-    const pe_esp_rx *r = rx;
-    for (size_t i = 0; i < r->n_sas; i++)
-        if (r->sas[i]->spi == spi)
-            return 1;
-    return 0;
+    return pe_ipsec_sa_table_holds_spi(&((const pe_esp_rx *)rx)->sas, spi);
 }
 
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg)
 {
-    for (size_t i = 0; i < rx->n_sas; i++)
-        if (rx->sas[i]->spi == cfg->spi && rx->sas[i]->dst_family == cfg->dst_family &&
-            (cfg->dst_family == 0 || same_dst(rx->sas[i], cfg->dst_family, cfg->dst)))
-            return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
-    if (rx->n_sas == rx->cap_sas) {
-        size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
-        esp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
-        if (!sas)
-            return PE_ERR_NOMEM;
-        rx->sas = sas;
-        rx->cap_sas = cap;
-    }
+    pe_ipsec_sa_key key = {.spi = cfg->spi, .dst_family = cfg->dst_family};
+    memcpy(key.dst, cfg->dst, sizeof key.dst);
+    pe_status st = pe_ipsec_sa_table_reserve(&rx->sas, &key);
+    if (st != PE_OK)
+        return st;
     esp_sa *sa = malloc(sizeof *sa);
     if (!sa)
         return PE_ERR_NOMEM;
-    pe_status st = sa_init(sa, cfg, PE_AEAD_OPEN);
-    if (st != PE_OK) {
+    if ((st = sa_init(sa, cfg, PE_AEAD_OPEN)) != PE_OK) {
         pe_wipe(sa, sizeof *sa);
         free(sa);
         return st;
     }
-    rx->sas[rx->n_sas++] = sa;
+    pe_ipsec_sa_table_insert(&rx->sas, &key, sa);
     return PE_OK;
+}
+
+static void locator(const pe_esp_rx *rx, int csum_mode, int either_port, int eesp_on_port, pe_ipsec_locator *how)
+{
+    *how = (pe_ipsec_locator){.ip_protocol = PE_ESP_IPPROTO, .udp_port = rx ? rx->udp_port : 0,
+                              .either_port = either_port, .csum_mode = csum_mode,
+                              .zero_ok_v6 = rx ? rx->udp_zero_checksum_v6 : 1, .not_ours = PE_ERR_NOT_ESP,
+                              .kind = PE_UDP4500_ESP, .other_kind = eesp_on_port ? PE_ERR_EESP_IN_UDP : PE_OK,
+                              .esp_spi_held = rx ? pe_esp_rx_holds_spi : NULL, .esp_ctx = rx};
 }
 
 /* Where the ESP packet is: after the IP (extension) headers, or in UDP (RFC 3948 §2, eesp.md §14). */
 static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, int csum_mode,
-                        size_t *esp_off, int *udp, pe_status *udp_checksum)
+                        pe_ipsec_location *loc, pe_status *udp_checksum)
 {
-    *udp = 0;
-    if (ip->protocol == PE_ESP_IPPROTO) {
-        if (ip->is_fragment)
-            return PE_ERR_IP_FRAGMENT; /* RFC 4303 §3.4.1: reassembly comes first */
-        *esp_off = ip->l4_offset;
-        return PE_OK;
-    }
-    if (ip->protocol != PE_IPPROTO_UDP || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
-        return PE_ERR_NOT_ESP;
-    const uint8_t *u = pkt + ip->l4_offset;
-    if (ip->is_fragment)
-        return pe_ip_first_fragment(pkt, ip) && pe_get16(u + 2) == rx->udp_port ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_ESP;
-    if (pe_get16(u + 2) != rx->udp_port)
-        return PE_ERR_NOT_ESP;
-    size_t udp_len = pe_get16(u + 4);
-    if (udp_len != ip->len - ip->l4_offset)
-        return PE_ERR_UDP_LENGTH;
-    if (csum_mode != PE_UDP_CHECKSUM_IGNORE) {
-        pe_status cs = pe_udp_checksum_verdict(pkt, ip, u, udp_len, rx->udp_zero_checksum_v6);
-        if (cs != PE_OK && csum_mode != PE_UDP_CHECKSUM_NOTE)
-            return cs;
-        *udp_checksum = cs;
-    }
-    /* One classifier for both protocols, so that each passes over exactly what the other takes. */
-    switch (pe_ipsec_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, pe_esp_rx_holds_spi, rx)) {
-    case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
-    case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
-    case PE_UDP4500_EESP:
-        if (rx->eesp_on_port)
-            return PE_ERR_EESP_IN_UDP;
-        break;
-    case PE_UDP4500_ESP: break;
-    }
-    *udp = 1;
-    *esp_off = ip->l4_offset + PE_UDP_HDR_LEN;
-    return PE_OK;
+    pe_ipsec_locator how;
+    locator(rx, csum_mode, 0, rx->eesp_on_port, &how);
+    return pe_ipsec_locate(pkt, ip, &how, udp_checksum, loc);
+}
+
+pe_status pe_esp_locate(const uint8_t *pkt, size_t len, uint16_t udp_port, unsigned flags, const pe_esp_rx *rx,
+                        pe_esp_location *loc)
+{
+    memset(loc, 0, sizeof *loc);
+    pe_ip_info ip;
+    pe_status st = pe_ip_parse(pkt, len, &ip), udp_checksum;
+    if (st != PE_OK)
+        return st;
+    /* The flag verifies a non-zero checksum only: locating says nothing of a receiver's RFC 6936 mode. */
+    pe_ipsec_locator how;
+    locator(rx, flags & PE_ESP_LOCATE_UDP_CHECKSUM ? PE_UDP_CHECKSUM_VERIFY : PE_UDP_CHECKSUM_IGNORE,
+            !!(flags & PE_ESP_LOCATE_EITHER_PORT), !(flags & PE_ESP_LOCATE_NO_EESP), &how);
+    how.udp_port = udp_port;
+    how.zero_ok_v6 = 1;
+    return pe_ipsec_locate(pkt, &ip, &how, &udp_checksum, loc);
 }
 
 static uint64_t sa_top(const esp_sa *sa)
@@ -720,6 +688,16 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
     return open_esp(rx, esp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
 }
 
+static pe_status clone_sa(void **out, const void *src)
+{
+    esp_sa *sa = malloc(sizeof *sa);
+    pe_status st = sa ? sa_clone(sa, src) : PE_ERR_NOMEM;
+    if (st != PE_OK)
+        free(sa);
+    *out = sa;
+    return st;
+}
+
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
 {
     pe_esp_rx_config cfg = {.udp_port = rx->udp_port, .check_udp_checksum = rx->check_udp_checksum,
@@ -728,20 +706,8 @@ pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
     if (st != PE_OK)
         return st;
     pe_esp_rx *c = *out;
-    if (rx->n_sas && !(c->sas = calloc(rx->n_sas, sizeof *c->sas)))
-        st = PE_ERR_NOMEM;
-    c->cap_sas = rx->n_sas;
     c->clone = 1;
-    for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
-        esp_sa *sa = malloc(sizeof *sa);
-        if (!sa || (st = sa_clone(sa, rx->sas[i])) != PE_OK) {
-            free(sa);
-            st = st == PE_OK ? PE_ERR_NOMEM : st;
-            break;
-        }
-        c->sas[c->n_sas++] = sa;
-    }
-    if (st != PE_OK) {
+    if ((st = pe_ipsec_sa_table_clone(&c->sas, &rx->sas, clone_sa)) != PE_OK) {
         pe_esp_rx_free(c);
         *out = NULL;
     }
@@ -767,20 +733,19 @@ pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_
                               uint64_t seq_used, uint8_t *out, size_t cap, size_t *out_len)
 {
     pe_ip_info ip;
-    size_t esp_off;
-    int udp;
+    pe_ipsec_location loc;
     pe_status udp_checksum = PE_OK;
     if (status == PE_ERR_UDP_CHECKSUM || status == PE_ERR_UDP_ZERO_CHECKSUM)
         return status; /* refused before the SA, on the worker's reading of the checksum */
     /* Past the checksum on the worker: as a note, if anything, from here on. */
     if (pe_ip_parse(pkt, len, &ip) != PE_OK ||
-        locate(rx, pkt, &ip, PE_UDP_CHECKSUM_IGNORE, &esp_off, &udp, &udp_checksum) != PE_OK)
+        locate(rx, pkt, &ip, PE_UDP_CHECKSUM_IGNORE, &loc, &udp_checksum) != PE_OK)
         return status; /* not ESP here: nothing depends on the windows */
-    const uint8_t *e = pkt + esp_off;
-    size_t elen = ip.len - esp_off;
+    const uint8_t *e = pkt + loc.offset;
+    size_t elen = loc.len;
     if (elen < PE_ESP_HDR_LEN)
         return status;
-    esp_sa *sa = find_sa(rx, pe_get32(e), (int)ip.version, pkt + (ip.version == 4 ? 16 : 24));
+    esp_sa *sa = find_sa(rx, pe_get32(e), (int)ip.version, pe_ipsec_ip_dst(pkt, &ip));
     if (!sa || PE_ESP_HDR_LEN + sa->suite.iv_len + PE_ESP_TRAILER_LEN + sa->suite.icv_len > elen)
         return status; /* refused before step 3 */
     /* Step 3 as one thread would run it now: the high half from this receiver's top. */
@@ -817,25 +782,19 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
     pe_status st = pe_ip_parse(pkt, len, &ip);
     if (st != PE_OK)
         return st;
-    size_t esp_off;
+    pe_ipsec_location loc;
     int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
-    if ((st = locate(rx, pkt, &ip, csum_mode, &esp_off, &info->udp_encap, &info->udp_checksum)) != PE_OK)
-        return st;
-    /* Tunnel mode hands out the inner packet alone; transport mode puts the IP header back in front. */
-    size_t keep = ip.l4_offset, inner_len;
-    st = open_esp(rx, pkt + esp_off, ip.len - esp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), flags,
-                  out, cap, keep, &inner_len, info);
+    st = locate(rx, pkt, &ip, csum_mode, &loc, &info->udp_checksum);
+    info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;
-    if (info->mode == PE_ESP_TUNNEL) {
-        *out_len = inner_len;
-        return PE_OK;
-    }
-    memcpy(out, pkt, keep);
-    out[ip.proto_field] = info->next_header; /* with UDP encapsulation the UDP header goes too */
-    pe_ip_set_length(out, keep + inner_len);
-    if (ip.version == 4)
-        pe_ipv4_set_checksum(out);
-    *out_len = keep + inner_len;
+    /* Tunnel mode hands out the inner packet alone; transport mode puts the IP header back in front. */
+    size_t inner_len;
+    st = open_esp(rx, pkt + loc.offset, loc.len, (int)ip.version, pe_ipsec_ip_dst(pkt, &ip), flags, out, cap,
+                  ip.l4_offset, &inner_len, info);
+    if (st != PE_OK)
+        return st;
+    *out_len = info->mode == PE_ESP_TUNNEL ? inner_len
+                                           : pe_ipsec_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
     return PE_OK;
 }
