@@ -23,19 +23,28 @@ typedef struct entry {
     int freed;
 } entry;
 
-static int n_freed;
 
-static void free_entry(void *e)
+static int n_released;
+
+static pe_status init_entry(void *e, const void *cfg)
 {
-    ((entry *)e)->freed = 1;
-    n_freed++;
+    memcpy(e, cfg, sizeof(entry));
+    return ((const entry *)cfg)->key.spi == 0xbad ? PE_ERR_INVALID_ARGUMENT : PE_OK;
 }
 
-static pe_status clone_entry(void **out, const void *src)
+static pe_status clone_entry(void *dst, const void *src)
 {
-    *out = (void *)src; /* the same entries: the clone's lookups must find them at the same indices */
+    memcpy(dst, src, sizeof(entry));
     return PE_OK;
 }
+
+static void release_entry(void *e)
+{
+    ((entry *)e)->freed = 1;
+    n_released++;
+}
+
+static const pe_ipsec_sa_ops entry_ops = {sizeof(entry), init_entry, clone_entry, release_entry};
 
 static pe_ipsec_sa_key key_of(uint32_t spi, int family, uint8_t last)
 {
@@ -61,6 +70,12 @@ static entry *scan(entry *all, size_t n, uint32_t spi, int family, const uint8_t
     return any;
 }
 
+/* The table holds copies: an SA found is the one scanned for when their keys are the same. */
+static int same(const entry *found, const entry *want)
+{
+    return found == want || (found && want && memcmp(&found->key, &want->key, sizeof found->key) == 0);
+}
+
 #define N_SPIS 700u
 
 static void test_table(void)
@@ -80,8 +95,7 @@ static void test_table(void)
             if ((k == 1 && i % 3) || (k == 2 && i % 5 == 0))
                 continue;
             all[n].key = ks[k];
-            CHECK_ST(pe_ipsec_sa_table_reserve(&t, &ks[k]), PE_OK);
-            pe_ipsec_sa_table_insert(&t, &ks[k], &all[n]);
+            CHECK_ST(pe_ipsec_sa_table_add(&t, &entry_ops, &ks[k], &all[n]), PE_OK);
             n++;
         }
     }
@@ -100,11 +114,11 @@ static void test_table(void)
     for (size_t i = 0; i < n; i++) {
         const pe_ipsec_sa_key *k = &all[i].key;
         int fam = k->dst_family ? k->dst_family : 4;
-        if (pe_ipsec_sa_table_find(&t, k->spi, fam, k->dst) != scan(all, n, k->spi, fam, k->dst))
+        if (!same(pe_ipsec_sa_table_find(&t, k->spi, fam, k->dst), scan(all, n, k->spi, fam, k->dst)))
             wrong++;
-        if (pe_ipsec_sa_table_find(&t, k->spi, fam, elsewhere) != scan(all, n, k->spi, fam, elsewhere))
+        if (!same(pe_ipsec_sa_table_find(&t, k->spi, fam, elsewhere), scan(all, n, k->spi, fam, elsewhere)))
             wrong++;
-        if (pe_ipsec_sa_table_find(&t, k->spi, fam, NULL) != scan(all, n, k->spi, fam, NULL))
+        if (!same(pe_ipsec_sa_table_find(&t, k->spi, fam, NULL), scan(all, n, k->spi, fam, NULL)))
             wrong++;
         if (!pe_ipsec_sa_table_holds_spi(&t, k->spi))
             wrong++;
@@ -124,22 +138,27 @@ static void test_table(void)
 
     pe_ipsec_sa_table c;
     memset(&c, 0, sizeof c);
-    CHECK_ST(pe_ipsec_sa_table_clone(&c, &t, clone_entry), PE_OK);
+    CHECK_ST(pe_ipsec_sa_table_clone(&c, &t, &entry_ops), PE_OK);
     CHECK(c.n == t.n);
     wrong = 0;
     for (size_t i = 0; i < n; i++) {
         const pe_ipsec_sa_key *k = &all[i].key;
         int fam = k->dst_family ? k->dst_family : 4;
-        if (pe_ipsec_sa_table_find(&c, k->spi, fam, k->dst) != pe_ipsec_sa_table_find(&t, k->spi, fam, k->dst))
+        const entry *e = pe_ipsec_sa_table_find(&c, k->spi, fam, k->dst);
+        if (!same(e, pe_ipsec_sa_table_find(&t, k->spi, fam, k->dst)) || e == pe_ipsec_sa_table_find(&t, k->spi, fam, k->dst))
             wrong++;
     }
     CHECK(wrong == 0);
-    n_freed = 0;
-    pe_ipsec_sa_table_free(&c, free_entry);
-    CHECK(n_freed == (int)n);
-    n_freed = 0;
-    pe_ipsec_sa_table_free(&t, free_entry);
-    CHECK(n_freed == (int)n && t.n == 0 && t.ix == NULL);
+    n_released = 0;
+    pe_ipsec_sa_table_free(&c, &entry_ops);
+    CHECK(n_released == (int)n);
+    /* What init refuses is refused, after the duplicate check and with nothing added. */
+    entry bad = {.key = key_of(0xbad, 4, 1)};
+    CHECK_ST(pe_ipsec_sa_table_add(&t, &entry_ops, &bad.key, &bad), PE_ERR_INVALID_ARGUMENT);
+    CHECK(t.n == n && !pe_ipsec_sa_table_holds_spi(&t, 0xbad));
+    n_released = 0;
+    pe_ipsec_sa_table_free(&t, &entry_ops);
+    CHECK(n_released == (int)n && t.n == 0 && t.ix == NULL);
     CHECK(pe_ipsec_sa_table_find(&t, all[0].key.spi, 4, all[0].key.dst) == NULL);
 }
 

@@ -169,8 +169,10 @@ static pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir di
     return PE_OK;
 }
 
-static void sa_free(eesp_sa *sa)
+/* (void *: also the receivers' pe_ipsec_sa_ops release) */
+static void sa_free(void *p)
 {
+    eesp_sa *sa = p;
     pe_keytable_free(&sa->subs);
     free(sa->last_seq);
     pe_wipe(sa, sizeof *sa);
@@ -722,12 +724,22 @@ pe_status pe_eesp_encap_with_seq(pe_eesp_tx *tx, uint64_t seq, const uint8_t *pk
 }
 
 /* The SA without its Sub SAs' state: each copy derives the Sub SA keys it meets, once. */
-static pe_status sa_clone(eesp_sa *dst, const eesp_sa *src)
+static pe_status sa_clone(void *d, const void *s)
 {
+    eesp_sa *dst = d;
+    const eesp_sa *src = s;
     *dst = *src;
     dst->last_seq = NULL; /* the original's: counters and window tops stay with it */
     return pe_keytable_clone(&dst->subs, &src->subs, 0);
 }
+
+/* A receiver's SAs, made, copied and released by the table (ipsec_rx.h). */
+static pe_status rx_sa_init(void *sa, const void *cfg)
+{
+    return sa_init(sa, cfg, PE_AEAD_OPEN);
+}
+
+static const pe_ipsec_sa_ops eesp_sa_ops = {sizeof(eesp_sa), rx_sa_init, sa_clone, sa_free};
 
 pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out)
 {
@@ -747,14 +759,10 @@ pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out)
 /* ---------------------------------------------------------------- receiving */
 
 struct pe_eesp_rx {
+    pe_ipsec_rx ipsec; /* first: the port, the checksum settings, the SAs (eesp_sa); a clone has no Sub SA windows */
     uint8_t ip_protocol;
-    uint16_t udp_port;
-    int check_udp_checksum;
     uint32_t *esp_spis; /* sorted: the ESP SAs of the port (§14 step 3) */
     size_t n_esp_spis;
-    int udp_zero_checksum_v6;
-    pe_ipsec_sa_table sas; /* of eesp_sa */
-    int clone; /* pe_eesp_rx_clone's: no Sub SA windows of the original, so it opens without them only */
 };
 
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
@@ -770,55 +778,31 @@ pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out)
     *out = NULL;
     if (cfg->ip_protocol == PE_IPPROTO_UDP) /* as check_config: UDP is the encapsulation, not EESP */
         return PE_ERR_EESP_CONFIG;
-    *out = calloc(1, sizeof **out);
+    *out = pe_ipsec_rx_new(sizeof **out, cfg->udp_port, cfg->check_udp_checksum, cfg->udp_zero_checksum_v6);
     if (!*out)
         return PE_ERR_NOMEM;
     (*out)->ip_protocol = cfg->ip_protocol;
-    (*out)->udp_port = cfg->udp_port;
-    (*out)->check_udp_checksum = cfg->check_udp_checksum;
-    (*out)->udp_zero_checksum_v6 = cfg->udp_zero_checksum_v6;
     return PE_OK;
-}
-
-static void free_sa(void *sa)
-{
-    sa_free(sa);
-    free(sa);
 }
 
 void pe_eesp_rx_free(pe_eesp_rx *rx)
 {
     if (!rx)
         return;
-    pe_ipsec_sa_table_free(&rx->sas, free_sa);
     free(rx->esp_spis);
-    free(rx);
-}
-
-static pe_status clone_sa(void **out, const void *src)
-{
-    eesp_sa *sa = malloc(sizeof *sa);
-    pe_status st = sa ? sa_clone(sa, src) : PE_ERR_NOMEM;
-    if (st != PE_OK && sa) {
-        pe_wipe(sa, sizeof *sa);
-        free(sa);
-    }
-    *out = sa;
-    return st;
+    pe_ipsec_rx_free(&rx->ipsec, &eesp_sa_ops);
 }
 
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
 {
-    pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->udp_port,
-                             .check_udp_checksum = rx->check_udp_checksum,
-                             .udp_zero_checksum_v6 = rx->udp_zero_checksum_v6};
+    pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->ipsec.udp_port,
+                             .check_udp_checksum = rx->ipsec.check_udp_checksum,
+                             .udp_zero_checksum_v6 = rx->ipsec.udp_zero_checksum_v6};
     pe_status st = pe_eesp_rx_new(&cfg, out);
-    if (st == PE_OK)
-        (*out)->clone = 1;
     for (size_t i = 0; st == PE_OK && i < rx->n_esp_spis; i++)
         st = pe_eesp_rx_add_esp_spi(*out, rx->esp_spis[i]);
     if (st == PE_OK)
-        st = pe_ipsec_sa_table_clone(&(*out)->sas, &rx->sas, clone_sa);
+        st = pe_ipsec_rx_clone_sas(&(*out)->ipsec, &rx->ipsec, &eesp_sa_ops);
     if (st != PE_OK && *out) {
         pe_eesp_rx_free(*out);
         *out = NULL;
@@ -829,26 +813,12 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
 /* §16 step 3: by SPI and destination; an SA bound to the packet's destination beats one for any. */
 static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
 {
-    return pe_ipsec_sa_table_find(&rx->sas, spi, family, dst);
+    return pe_ipsec_sa_table_find(&rx->ipsec.sas, spi, family, dst);
 }
 
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
 {
-    pe_ipsec_sa_key key = {.spi = cfg->spi, .dst_family = cfg->dst_family};
-    memcpy(key.dst, cfg->dst, sizeof key.dst);
-    pe_status st = pe_ipsec_sa_table_reserve(&rx->sas, &key);
-    if (st != PE_OK)
-        return st;
-    eesp_sa *sa = malloc(sizeof *sa);
-    if (!sa)
-        return PE_ERR_NOMEM;
-    if ((st = sa_init(sa, cfg, PE_AEAD_OPEN)) != PE_OK) {
-        pe_wipe(sa, sizeof *sa);
-        free(sa);
-        return st;
-    }
-    pe_ipsec_sa_table_insert(&rx->sas, &key, sa);
-    return PE_OK;
+    return pe_ipsec_rx_add_sa(&rx->ipsec, &eesp_sa_ops, cfg->spi, cfg->dst_family, cfg->dst, cfg);
 }
 
 pe_status pe_eesp_rx_add_esp_spi(pe_eesp_rx *rx, uint32_t spi)
@@ -883,11 +853,11 @@ static int holds_esp_spi(const void *ctx, uint32_t spi)
 }
 
 /* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
-static void locator(uint8_t ip_protocol, uint16_t udp_port, int either_port, int csum_mode, int zero_ok_v6,
-                    const pe_eesp_rx *rx, pe_ipsec_locator *how)
+static void locator(uint8_t ip_protocol, uint16_t udp_port, int csum_mode, int zero_ok_v6, const pe_eesp_rx *rx,
+                    pe_ipsec_locator *how)
 {
-    *how = (pe_ipsec_locator){.ip_protocol = ip_protocol, .udp_port = udp_port, .either_port = either_port,
-                              .csum_mode = csum_mode, .zero_ok_v6 = zero_ok_v6, .not_ours = PE_ERR_NOT_EESP,
+    *how = (pe_ipsec_locator){.ip_protocol = ip_protocol, .udp_port = udp_port, .csum_mode = csum_mode,
+                              .zero_ok_v6 = zero_ok_v6, .not_ours = PE_ERR_NOT_EESP,
                               .kind = PE_UDP4500_EESP, .other_kind = PE_ERR_ESP_IN_UDP,
                               .esp_spi_held = rx && rx->n_esp_spis ? holds_esp_spi : NULL, .esp_ctx = rx};
 }
@@ -895,15 +865,12 @@ static void locator(uint8_t ip_protocol, uint16_t udp_port, int either_port, int
 pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, uint16_t udp_port, unsigned flags,
                          pe_eesp_location *loc)
 {
-    memset(loc, 0, sizeof *loc);
-    pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
-    pe_status udp_checksum;
-    /* The flag verifies a non-zero checksum only: locating says nothing of a receiver's RFC 6936 mode. */
-    int csum = flags & PE_EESP_LOCATE_UDP_CHECKSUM ? PE_UDP_CHECKSUM_VERIFY : PE_UDP_CHECKSUM_IGNORE;
     pe_ipsec_locator how;
-    locator(ip_protocol, udp_port, !!(flags & PE_EESP_LOCATE_EITHER_PORT), csum, 1, NULL, &how);
-    return st != PE_OK ? st : pe_ipsec_locate(pkt, &ip, &how, &udp_checksum, loc);
+    locator(ip_protocol, udp_port, 0, 0, NULL, &how);
+    pe_ipsec_locator_flags(&how, !!(flags & PE_EESP_LOCATE_EITHER_PORT), !!(flags & PE_EESP_LOCATE_UDP_CHECKSUM));
+    pe_ip_info ip;
+    pe_status udp_checksum;
+    return pe_ipsec_locate(pkt, len, &how, &ip, &udp_checksum, loc);
 }
 
 /* §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet. */
@@ -1094,7 +1061,7 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if ((st = rx_sub_sa(sa, h->session_id, &slot, &staged)) != PE_OK)
         return st;
     int replay = sa->anti_replay && !(flags & PE_EESP_OPEN_NO_REPLAY);
-    if (replay && rx->clone)
+    if (replay && rx->ipsec.clone)
         return PE_ERR_INVALID_ARGUMENT;
     if (sa->seq_present) {
         seq = pe_get64(e + PE_EESP_BASE_LEN + h->opt_len);
@@ -1171,15 +1138,12 @@ static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned 
     info_reset(info);
 
     pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
-    if (st != PE_OK)
-        return st;
     pe_eesp_location loc;
     /* the replay step (done) runs past a checksum the worker read already: as a note, if anything */
-    int csum_mode = flags & PE_EESP_DECAP_UDP_NOTE || done ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
+    int csum_mode = flags & PE_EESP_DECAP_UDP_NOTE || done ? PE_UDP_CHECKSUM_NOTE : rx->ipsec.check_udp_checksum;
     pe_ipsec_locator how;
-    locator(rx->ip_protocol, rx->udp_port, 0, csum_mode, rx->udp_zero_checksum_v6, rx, &how);
-    st = pe_ipsec_locate(pkt, &ip, &how, &info->udp_checksum, &loc);
+    locator(rx->ip_protocol, rx->ipsec.udp_port, csum_mode, rx->ipsec.udp_zero_checksum_v6, rx, &how);
+    pe_status st = pe_ipsec_locate(pkt, len, &how, &ip, &info->udp_checksum, &loc);
     info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;

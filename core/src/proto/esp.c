@@ -117,8 +117,10 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
     return PE_OK;
 }
 
-static void sa_free(esp_sa *sa)
+/* (void *: also the receivers' pe_ipsec_sa_ops release) */
+static void sa_free(void *p)
 {
+    esp_sa *sa = p;
     pe_aead_free(&sa->aead);
     pe_replay_free(&sa->replay);
     pe_wipe(sa, sizeof *sa);
@@ -129,8 +131,10 @@ static void sa_free(esp_sa *sa)
  * own AEAD context, keyed as the original's, and a window rebuilt from the
  * original's top alone (a clone opens without the window; ESN inference reads it).
  */
-static pe_status sa_clone(esp_sa *dst, const esp_sa *src)
+static pe_status sa_clone(void *d, const void *s)
 {
+    esp_sa *dst = d;
+    const esp_sa *src = s;
     *dst = *src;
     memset(&dst->aead, 0, sizeof dst->aead);
     memset(&dst->replay, 0, sizeof dst->replay);
@@ -145,6 +149,14 @@ static pe_status sa_clone(esp_sa *dst, const esp_sa *src)
         pe_wipe(dst, sizeof *dst);
     return st;
 }
+
+/* A receiver's SAs, made, copied and released by the table (ipsec_rx.h). */
+static pe_status rx_sa_init(void *sa, const void *cfg)
+{
+    return sa_init(sa, cfg, PE_AEAD_OPEN);
+}
+
+static const pe_ipsec_sa_ops esp_sa_ops = {sizeof(esp_sa), rx_sa_init, sa_clone, sa_free};
 
 /* RFC 4106 §4, RFC 4309 §4, RFC 7634 §2: salt || IV; RFC 8750: the IV is the 64-bit sequence number. */
 static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[12])
@@ -441,12 +453,8 @@ pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt,
 /* ---------------------------------------------------------------- receiving */
 
 struct pe_esp_rx {
-    uint16_t udp_port;
-    int check_udp_checksum;
-    int udp_zero_checksum_v6;
+    pe_ipsec_rx ipsec; /* first: the port, the checksum settings, the SAs (esp_sa) */
     int eesp_on_port;
-    pe_ipsec_sa_table sas; /* of esp_sa */
-    int clone; /* pe_esp_rx_clone's: its windows are not the original's, so it opens without them only */
 };
 
 void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
@@ -459,93 +467,61 @@ void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
 
 pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out)
 {
-    *out = calloc(1, sizeof **out);
+    *out = pe_ipsec_rx_new(sizeof **out, cfg->udp_port, cfg->check_udp_checksum, cfg->udp_zero_checksum_v6);
     if (!*out)
         return PE_ERR_NOMEM;
-    (*out)->udp_port = cfg->udp_port;
-    (*out)->check_udp_checksum = cfg->check_udp_checksum;
-    (*out)->udp_zero_checksum_v6 = cfg->udp_zero_checksum_v6;
     (*out)->eesp_on_port = cfg->eesp_on_port;
     return PE_OK;
 }
 
-static void free_sa(void *sa)
-{
-    sa_free(sa);
-    free(sa);
-}
-
 void pe_esp_rx_free(pe_esp_rx *rx)
 {
-    if (!rx)
-        return;
-    pe_ipsec_sa_table_free(&rx->sas, free_sa);
-    free(rx);
+    if (rx)
+        pe_ipsec_rx_free(&rx->ipsec, &esp_sa_ops);
 }
 
 /* RFC 4301 §4.1: by SPI, and destination where the SA is bound to one (which beats an SA for any). */
 static esp_sa *find_sa(const pe_esp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
 {
-    return pe_ipsec_sa_table_find(&rx->sas, spi, family, dst);
+    return pe_ipsec_sa_table_find(&rx->ipsec.sas, spi, family, dst);
 }
 
 int pe_esp_rx_holds_spi(const void *rx, uint32_t spi)
 {
-    return pe_ipsec_sa_table_holds_spi(&((const pe_esp_rx *)rx)->sas, spi);
+    return pe_ipsec_sa_table_holds_spi(&((const pe_esp_rx *)rx)->ipsec.sas, spi);
 }
 
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg)
 {
-    pe_ipsec_sa_key key = {.spi = cfg->spi, .dst_family = cfg->dst_family};
-    memcpy(key.dst, cfg->dst, sizeof key.dst);
-    pe_status st = pe_ipsec_sa_table_reserve(&rx->sas, &key);
-    if (st != PE_OK)
-        return st;
-    esp_sa *sa = malloc(sizeof *sa);
-    if (!sa)
-        return PE_ERR_NOMEM;
-    if ((st = sa_init(sa, cfg, PE_AEAD_OPEN)) != PE_OK) {
-        pe_wipe(sa, sizeof *sa);
-        free(sa);
-        return st;
-    }
-    pe_ipsec_sa_table_insert(&rx->sas, &key, sa);
-    return PE_OK;
+    return pe_ipsec_rx_add_sa(&rx->ipsec, &esp_sa_ops, cfg->spi, cfg->dst_family, cfg->dst, cfg);
 }
 
-static void locator(const pe_esp_rx *rx, int csum_mode, int either_port, int eesp_on_port, pe_ipsec_locator *how)
+/* Where the ESP packet is: after the IP (extension) headers, or in UDP (RFC 3948 §2, eesp.md §14). */
+static void locator(const pe_esp_rx *rx, uint16_t udp_port, int csum_mode, int eesp_on_port, pe_ipsec_locator *how)
 {
-    *how = (pe_ipsec_locator){.ip_protocol = PE_ESP_IPPROTO, .udp_port = rx ? rx->udp_port : 0,
-                              .either_port = either_port, .csum_mode = csum_mode,
-                              .zero_ok_v6 = rx ? rx->udp_zero_checksum_v6 : 1, .not_ours = PE_ERR_NOT_ESP,
+    *how = (pe_ipsec_locator){.ip_protocol = PE_ESP_IPPROTO, .udp_port = udp_port, .csum_mode = csum_mode,
+                              .zero_ok_v6 = rx ? rx->ipsec.udp_zero_checksum_v6 : 1, .not_ours = PE_ERR_NOT_ESP,
                               .kind = PE_UDP4500_ESP, .other_kind = eesp_on_port ? PE_ERR_EESP_IN_UDP : PE_OK,
                               .esp_spi_held = rx ? pe_esp_rx_holds_spi : NULL, .esp_ctx = rx};
 }
 
-/* Where the ESP packet is: after the IP (extension) headers, or in UDP (RFC 3948 §2, eesp.md §14). */
-static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, int csum_mode,
+static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, size_t len, int csum_mode, pe_ip_info *ip,
                         pe_ipsec_location *loc, pe_status *udp_checksum)
 {
     pe_ipsec_locator how;
-    locator(rx, csum_mode, 0, rx->eesp_on_port, &how);
-    return pe_ipsec_locate(pkt, ip, &how, udp_checksum, loc);
+    locator(rx, rx->ipsec.udp_port, csum_mode, rx->eesp_on_port, &how);
+    return pe_ipsec_locate(pkt, len, &how, ip, udp_checksum, loc);
 }
 
 pe_status pe_esp_locate(const uint8_t *pkt, size_t len, uint16_t udp_port, unsigned flags, const pe_esp_rx *rx,
                         pe_esp_location *loc)
 {
-    memset(loc, 0, sizeof *loc);
-    pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip), udp_checksum;
-    if (st != PE_OK)
-        return st;
-    /* The flag verifies a non-zero checksum only: locating says nothing of a receiver's RFC 6936 mode. */
     pe_ipsec_locator how;
-    locator(rx, flags & PE_ESP_LOCATE_UDP_CHECKSUM ? PE_UDP_CHECKSUM_VERIFY : PE_UDP_CHECKSUM_IGNORE,
-            !!(flags & PE_ESP_LOCATE_EITHER_PORT), !(flags & PE_ESP_LOCATE_NO_EESP), &how);
-    how.udp_port = udp_port;
-    how.zero_ok_v6 = 1;
-    return pe_ipsec_locate(pkt, &ip, &how, &udp_checksum, loc);
+    locator(rx, udp_port, 0, !(flags & PE_ESP_LOCATE_NO_EESP), &how);
+    pe_ipsec_locator_flags(&how, !!(flags & PE_ESP_LOCATE_EITHER_PORT), !!(flags & PE_ESP_LOCATE_UDP_CHECKSUM));
+    pe_ip_info ip;
+    pe_status udp_checksum;
+    return pe_ipsec_locate(pkt, len, &how, &ip, &udp_checksum, loc);
 }
 
 static uint64_t sa_top(const esp_sa *sa)
@@ -628,7 +604,7 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (seq == 0)
         return PE_ERR_ESP_SEQ_ZERO;
     int replay = sa->anti_replay && !(flags & PE_ESP_OPEN_NO_REPLAY);
-    if (replay && rx->clone)
+    if (replay && rx->ipsec.clone)
         return PE_ERR_INVALID_ARGUMENT;
     if (replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
         return st;
@@ -688,26 +664,16 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
     return open_esp(rx, esp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
 }
 
-static pe_status clone_sa(void **out, const void *src)
-{
-    esp_sa *sa = malloc(sizeof *sa);
-    pe_status st = sa ? sa_clone(sa, src) : PE_ERR_NOMEM;
-    if (st != PE_OK)
-        free(sa);
-    *out = sa;
-    return st;
-}
-
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
 {
-    pe_esp_rx_config cfg = {.udp_port = rx->udp_port, .check_udp_checksum = rx->check_udp_checksum,
-                            .udp_zero_checksum_v6 = rx->udp_zero_checksum_v6, .eesp_on_port = rx->eesp_on_port};
+    pe_esp_rx_config cfg = {.udp_port = rx->ipsec.udp_port, .check_udp_checksum = rx->ipsec.check_udp_checksum,
+                            .udp_zero_checksum_v6 = rx->ipsec.udp_zero_checksum_v6,
+                            .eesp_on_port = rx->eesp_on_port};
     pe_status st = pe_esp_rx_new(&cfg, out);
     if (st != PE_OK)
         return st;
     pe_esp_rx *c = *out;
-    c->clone = 1;
-    if ((st = pe_ipsec_sa_table_clone(&c->sas, &rx->sas, clone_sa)) != PE_OK) {
+    if ((st = pe_ipsec_rx_clone_sas(&c->ipsec, &rx->ipsec, &esp_sa_ops)) != PE_OK) {
         pe_esp_rx_free(c);
         *out = NULL;
     }
@@ -738,8 +704,7 @@ pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_
     if (status == PE_ERR_UDP_CHECKSUM || status == PE_ERR_UDP_ZERO_CHECKSUM)
         return status; /* refused before the SA, on the worker's reading of the checksum */
     /* Past the checksum on the worker: as a note, if anything, from here on. */
-    if (pe_ip_parse(pkt, len, &ip) != PE_OK ||
-        locate(rx, pkt, &ip, PE_UDP_CHECKSUM_IGNORE, &loc, &udp_checksum) != PE_OK)
+    if (locate(rx, pkt, len, PE_UDP_CHECKSUM_IGNORE, &ip, &loc, &udp_checksum) != PE_OK)
         return status; /* not ESP here: nothing depends on the windows */
     const uint8_t *e = pkt + loc.offset;
     size_t elen = loc.len;
@@ -779,12 +744,9 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
     info_reset(info);
 
     pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
-    if (st != PE_OK)
-        return st;
     pe_ipsec_location loc;
-    int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
-    st = locate(rx, pkt, &ip, csum_mode, &loc, &info->udp_checksum);
+    int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->ipsec.check_udp_checksum;
+    pe_status st = locate(rx, pkt, len, csum_mode, &ip, &loc, &info->udp_checksum);
     info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;

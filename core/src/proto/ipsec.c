@@ -8,6 +8,7 @@
 #include "ipsec_rx.h"
 #include "pe/bytes.h"
 #include "pe/ipsec.h"
+#include "pe/wipe.h"
 
 #define AES_KEYS 3, {16, 24, 32}
 #define CHACHA_KEY 1, {32}
@@ -221,8 +222,25 @@ void pe_ipsec_sa_table_insert(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key, 
         *ix_slot(t, key->spi) = t->n;
 }
 
-pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_table *src,
-                                  pe_status (*clone_sa)(void **out, const void *sa))
+pe_status pe_ipsec_sa_table_add(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops, const pe_ipsec_sa_key *key,
+                                const void *cfg)
+{
+    pe_status st = pe_ipsec_sa_table_reserve(t, key);
+    if (st != PE_OK)
+        return st;
+    void *sa = malloc(ops->size);
+    if (!sa)
+        return PE_ERR_NOMEM;
+    if ((st = ops->init(sa, cfg)) != PE_OK) {
+        pe_wipe(sa, ops->size);
+        free(sa);
+        return st;
+    }
+    pe_ipsec_sa_table_insert(t, key, sa);
+    return PE_OK;
+}
+
+pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_table *src, const pe_ipsec_sa_ops *ops)
 {
     if (!src->n)
         return PE_OK;
@@ -237,17 +255,27 @@ pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_tabl
     memcpy(dst->ix, src->ix, src->ix_cap * sizeof *src->ix);
     dst->ix_cap = src->ix_cap;
     for (size_t i = 0; i < src->n; i++) {
-        if ((st = clone_sa(&dst->sas[i], src->sas[i])) != PE_OK)
+        void *sa = malloc(ops->size);
+        if (!sa)
+            return PE_ERR_NOMEM;
+        if ((st = ops->clone(sa, src->sas[i])) != PE_OK) {
+            pe_wipe(sa, ops->size);
+            free(sa);
             return st;
+        }
+        dst->sas[i] = sa;
         dst->n = i + 1;
     }
     return PE_OK;
 }
 
-void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, void (*free_sa)(void *sa))
+void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops)
 {
-    for (size_t i = 0; i < t->n; i++)
-        free_sa(t->sas[i]);
+    for (size_t i = 0; i < t->n; i++) {
+        ops->release(t->sas[i]);
+        pe_wipe(t->sas[i], ops->size);
+        free(t->sas[i]);
+    }
     free(t->sas);
     free(t->keys);
     free(t->next_same_spi);
@@ -255,13 +283,57 @@ void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, void (*free_sa)(void *sa))
     memset(t, 0, sizeof *t);
 }
 
+/* ------------------------------------------------------------ the receiver */
+
+void *pe_ipsec_rx_new(size_t size, uint16_t udp_port, int check_udp_checksum, int udp_zero_checksum_v6)
+{
+    pe_ipsec_rx *rx = calloc(1, size);
+    if (rx) {
+        rx->udp_port = udp_port;
+        rx->check_udp_checksum = check_udp_checksum;
+        rx->udp_zero_checksum_v6 = udp_zero_checksum_v6;
+    }
+    return rx;
+}
+
+void pe_ipsec_rx_free(pe_ipsec_rx *rx, const pe_ipsec_sa_ops *ops)
+{
+    pe_ipsec_sa_table_free(&rx->sas, ops);
+    free(rx);
+}
+
+pe_status pe_ipsec_rx_add_sa(pe_ipsec_rx *rx, const pe_ipsec_sa_ops *ops, uint32_t spi, int dst_family,
+                             const uint8_t dst[16], const void *cfg)
+{
+    pe_ipsec_sa_key key = {.spi = spi, .dst_family = dst_family};
+    memcpy(key.dst, dst, sizeof key.dst);
+    return pe_ipsec_sa_table_add(&rx->sas, ops, &key, cfg);
+}
+
+pe_status pe_ipsec_rx_clone_sas(pe_ipsec_rx *clone, const pe_ipsec_rx *src, const pe_ipsec_sa_ops *ops)
+{
+    clone->clone = 1;
+    return pe_ipsec_sa_table_clone(&clone->sas, &src->sas, ops);
+}
+
 /* ---------------------------------------------------------------- locating */
 
-pe_status pe_ipsec_locate(const uint8_t *pkt, const pe_ip_info *ip, const pe_ipsec_locator *how,
+void pe_ipsec_locator_flags(pe_ipsec_locator *how, int either_port, int verify_checksum)
+{
+    how->either_port = either_port;
+    /* A non-zero checksum only: locating says nothing of a receiver's RFC 6936 mode. */
+    how->csum_mode = verify_checksum ? PE_UDP_CHECKSUM_VERIFY : PE_UDP_CHECKSUM_IGNORE;
+    how->zero_ok_v6 = 1;
+}
+
+pe_status pe_ipsec_locate(const uint8_t *pkt, size_t len, const pe_ipsec_locator *how, pe_ip_info *ip,
                           pe_status *udp_checksum, pe_ipsec_location *loc)
 {
+    memset(loc, 0, sizeof *loc);
+    pe_status st = pe_ip_parse(pkt, len, ip);
+    if (st != PE_OK)
+        return st;
     loc->ip_version = ip->version;
-    loc->udp_encap = 0;
     loc->l4_offset = ip->l4_offset;
     loc->proto_field = ip->proto_field;
     if (ip->protocol == how->ip_protocol) {

@@ -42,10 +42,30 @@ typedef struct pe_ipsec_sa_table {
 } pe_ipsec_sa_table;
 
 /*
- * Room for one more SA with this key: PE_ERR_INVALID_ARGUMENT when the
- * table holds its SPI for the same destination already (the same family
- * and address, or both any), PE_ERR_NOMEM, else PE_OK, after which one
- * pe_ipsec_sa_table_insert cannot fail.
+ * Per protocol, as Linux's xfrm_type has init_state and destructor: how its
+ * receiving SAs are made from its SA config, copied for another thread
+ * (pe_*_rx_clone) and released.  The SAs' memory (size octets each) is the
+ * table's.
+ */
+typedef struct pe_ipsec_sa_ops {
+    size_t size;
+    pe_status (*init)(void *sa, const void *cfg);
+    pe_status (*clone)(void *dst, const void *src);
+    void (*release)(void *sa);
+} pe_ipsec_sa_ops;
+
+/*
+ * One more SA, made by ops->init from cfg: PE_ERR_INVALID_ARGUMENT when the
+ * table holds its SPI for the same destination already (the same family and
+ * address, or both any) -- before the config is looked at --, PE_ERR_NOMEM,
+ * or what init refuses.
+ */
+pe_status pe_ipsec_sa_table_add(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops, const pe_ipsec_sa_key *key,
+                                const void *cfg);
+/*
+ * The steps of pe_ipsec_sa_table_add for a caller that makes its entries
+ * itself (the key file's, say): room for one more SA with this key
+ * (the same refusals), after which one pe_ipsec_sa_table_insert cannot fail.
  */
 pe_status pe_ipsec_sa_table_reserve(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key);
 void pe_ipsec_sa_table_insert(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key, void *sa);
@@ -54,13 +74,33 @@ void *pe_ipsec_sa_table_find(const pe_ipsec_sa_table *t, uint32_t spi, int famil
 /* Whether an SA has this SPI, for any destination. */
 int pe_ipsec_sa_table_holds_spi(const pe_ipsec_sa_table *t, uint32_t spi);
 /*
- * dst (zeroed) becomes a copy of src whose SAs are clone_sa's copies, at the
- * same indices.  On an error dst holds the SAs copied so far (free it).
+ * dst (zeroed) becomes a copy of src whose SAs are ops->clone's copies, at
+ * the same indices.  On an error dst holds the SAs copied so far (free it).
  */
-pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_table *src,
-                                  pe_status (*clone_sa)(void **out, const void *sa));
-/* free_sa on each SA, then the table's own memory. */
-void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, void (*free_sa)(void *sa));
+pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_table *src, const pe_ipsec_sa_ops *ops);
+/* ops->release on each SA, their memory wiped and freed, then the table's own. */
+void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops);
+
+/* ---- the receiver ---- */
+
+/* What both receivers are, first in each: where they listen, how they read UDP checksums, their SAs. */
+typedef struct pe_ipsec_rx {
+    uint16_t udp_port;
+    int check_udp_checksum;   /* PE_UDP_CHECKSUM_* */
+    int udp_zero_checksum_v6; /* RFC 6936 */
+    int clone; /* pe_*_rx_clone's: its windows are not the original's, so it opens without them only */
+    pe_ipsec_sa_table sas;
+} pe_ipsec_rx;
+
+/* A zeroed receiver of `size` octets (its pe_ipsec_rx first) with these settings, or NULL. */
+void *pe_ipsec_rx_new(size_t size, uint16_t udp_port, int check_udp_checksum, int udp_zero_checksum_v6);
+/* Its SAs (ops->release), their table, and the receiver itself. */
+void pe_ipsec_rx_free(pe_ipsec_rx *rx, const pe_ipsec_sa_ops *ops);
+/* A receiving SA for SPI spi and destination dst_family/dst (pe_*_sa_config's fields), made from cfg. */
+pe_status pe_ipsec_rx_add_sa(pe_ipsec_rx *rx, const pe_ipsec_sa_ops *ops, uint32_t spi, int dst_family,
+                             const uint8_t dst[16], const void *cfg);
+/* clone (made by pe_ipsec_rx_new with src's settings) gets copies of src's SAs and is marked a clone. */
+pe_status pe_ipsec_rx_clone_sas(pe_ipsec_rx *clone, const pe_ipsec_rx *src, const pe_ipsec_sa_ops *ops);
 
 /* ---- locating ---- */
 
@@ -79,13 +119,16 @@ typedef struct pe_ipsec_locator {
 } pe_ipsec_locator;
 
 /*
- * The IP protocol (not a fragment), or UDP to the port (a first fragment
- * there is PE_ERR_IP_FRAGMENT) of the announced length, its checksum read as
- * csum_mode says (the verdict in *udp_checksum), whose payload §14 makes the
- * protocol.  loc is filled as far as known.
+ * The IP packet parsed into *ip, then: the IP protocol (not a fragment), or
+ * UDP to the port (a first fragment there is PE_ERR_IP_FRAGMENT) of the
+ * announced length, its checksum read as csum_mode says (the verdict in
+ * *udp_checksum), whose payload §14 makes the protocol.  loc is filled as
+ * far as known (zero before).
  */
-pe_status pe_ipsec_locate(const uint8_t *pkt, const pe_ip_info *ip, const pe_ipsec_locator *how,
+pe_status pe_ipsec_locate(const uint8_t *pkt, size_t len, const pe_ipsec_locator *how, pe_ip_info *ip,
                           pe_status *udp_checksum, pe_ipsec_location *loc);
+/* pe_esp_locate's and pe_eesp_locate's flags: the source port too, and a non-zero checksum verified. */
+void pe_ipsec_locator_flags(pe_ipsec_locator *how, int either_port, int verify_checksum);
 
 /* The outer destination address of a parsed packet, as the SA lookup takes it. */
 static inline const uint8_t *pe_ipsec_ip_dst(const uint8_t *pkt, const pe_ip_info *ip)
