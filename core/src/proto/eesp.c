@@ -52,8 +52,7 @@ typedef struct eesp_sa {
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->encr = PE_ENCR_AES_GCM_16;
-    cfg->key_bits = 128;
+    pe_ipsec_default_suite(&cfg->encr, &cfg->key_bits);
     cfg->seq_present = 1;
     cfg->anti_replay = 1;
     cfg->max_sub_sa_id = PE_EESP_NO_LIMIT;

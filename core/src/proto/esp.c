@@ -45,8 +45,7 @@ typedef struct esp_sa {
 void pe_esp_sa_config_init(pe_esp_sa_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->encr = PE_ENCR_AES_GCM_16;
-    cfg->key_bits = 128;
+    pe_ipsec_default_suite(&cfg->encr, &cfg->key_bits);
     cfg->anti_replay = 1;
     cfg->udp_sport = PE_ESP_UDP_PORT;
     cfg->udp_dport = PE_ESP_UDP_PORT;

@@ -116,6 +116,13 @@ pe_udp4500_kind pe_ipsec_udp_classify(const uint8_t *payload, size_t len, pe_esp
     return PE_UDP4500_EESP;
 }
 
+void pe_ipsec_default_suite(unsigned *encr, unsigned *key_bits)
+{
+    const pe_ipsec_suite_info *r = pe_ipsec_suite_by_id(PE_ENCR_AES_GCM_16);
+    *encr = r->encr;
+    *key_bits = (unsigned)(r->key_lens[0] * 8);
+}
+
 /* ------------------------------------------------------------ the SA table */
 
 static int same_dst(const pe_ipsec_sa_key *k, int family, const uint8_t *dst)

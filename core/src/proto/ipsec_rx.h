@@ -3,8 +3,9 @@
  * them between its xfrm_types -- the SPI (+ destination) -> SA table
  * (RFC 4301 §4.1, eesp.md §16 step 3), locating the protocol in an IP
  * packet (the IP protocol, or UDP demultiplexed by eesp.md §14), and putting
- * the IP header back in front of a transport-mode payload.  Each protocol
- * keeps its own steps (the SA's checks, the ICV, the trailer) in its file.
+ * the IP header back in front of a transport-mode payload; and the suite
+ * both protocols' SA configs start with.  Each protocol keeps its own steps
+ * (the SA's checks, the ICV, the trailer) in its file.
  */
 #ifndef PE_PROTO_IPSEC_RX_H
 #define PE_PROTO_IPSEC_RX_H
@@ -14,6 +15,9 @@
 
 #include "pe/ip.h"
 #include "pe/ipsec.h"
+
+/* The suite an SA config starts with (ESP and EESP alike): AES-GCM-16 with its row's first key size. */
+void pe_ipsec_default_suite(unsigned *encr, unsigned *key_bits);
 
 /* ---- the SA table ---- */
 
