@@ -251,9 +251,32 @@ static void test_locate(void)
     pe_esp_rx_free(rx);
 }
 
+/* The way a key file would keep its entries: indices into its own array, the table freeing none of them. */
+static void test_table_of_indices(void)
+{
+    pe_ipsec_sa_table t;
+    memset(&t, 0, sizeof t);
+    pe_ipsec_sa_key keys[3] = {key_of(7, 4, 1), key_of(7, 0, 0), key_of(7, 4, 2)};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(pe_ipsec_sa_table_same(&t, &keys[i]) == NULL);
+        CHECK_ST(pe_ipsec_sa_table_reserve(&t, &keys[i]), PE_OK);
+        pe_ipsec_sa_table_insert(&t, &keys[i], (void *)(uintptr_t)(i + 1));
+    }
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(pe_ipsec_sa_table_same(&t, &keys[i]) == (void *)(uintptr_t)(i + 1));
+        CHECK_ST(pe_ipsec_sa_table_reserve(&t, &keys[i]), PE_ERR_INVALID_ARGUMENT);
+    }
+    pe_ipsec_sa_key v6 = key_of(7, 6, 1);
+    CHECK(pe_ipsec_sa_table_same(&t, &v6) == NULL);
+    CHECK(pe_ipsec_sa_table_find(&t, 7, 6, v6.dst) == (void *)(uintptr_t)2); /* the wildcard */
+    pe_ipsec_sa_table_free(&t, NULL);
+    CHECK(t.n == 0 && t.sas == NULL);
+}
+
 int main(void)
 {
     test_table();
+    test_table_of_indices();
     test_locate();
     printf("test_ipsec: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

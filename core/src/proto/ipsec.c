@@ -201,13 +201,20 @@ static pe_status grow(pe_ipsec_sa_table *t, size_t cap)
     return PE_OK;
 }
 
-pe_status pe_ipsec_sa_table_reserve(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key)
+void *pe_ipsec_sa_table_same(const pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key)
 {
     for (size_t e = first_with_spi(t, key->spi); e; e = t->next_same_spi[e - 1]) {
         const pe_ipsec_sa_key *o = &t->keys[e - 1];
         if (o->dst_family == key->dst_family && (key->dst_family == 0 || same_dst(o, key->dst_family, key->dst)))
-            return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
+            return t->sas[e - 1];
     }
+    return NULL;
+}
+
+pe_status pe_ipsec_sa_table_reserve(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key)
+{
+    if (pe_ipsec_sa_table_same(t, key))
+        return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
     pe_status st = ix_reserve(t);
     if (st == PE_OK && t->n == t->cap)
         st = grow(t, t->cap ? t->cap * 2 : 4);
@@ -278,7 +285,7 @@ pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_tabl
 
 void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops)
 {
-    for (size_t i = 0; i < t->n; i++) {
+    for (size_t i = 0; ops && i < t->n; i++) {
         ops->release(t->sas[i]);
         pe_wipe(t->sas[i], ops->size);
         free(t->sas[i]);

@@ -67,10 +67,14 @@ typedef struct pe_ipsec_sa_ops {
 pe_status pe_ipsec_sa_table_add(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops, const pe_ipsec_sa_key *key,
                                 const void *cfg);
 /*
- * The steps of pe_ipsec_sa_table_add for a caller that makes its entries
- * itself (the key file's, say): room for one more SA with this key
- * (the same refusals), after which one pe_ipsec_sa_table_insert cannot fail.
+ * The steps of pe_ipsec_sa_table_add for a caller that keeps its entries
+ * itself (the key file's, say, whose entries are (void *)(1 + index) into
+ * its own array, and whose table it frees with ops NULL): the SA already
+ * held for exactly this SPI and destination, or NULL (for a message that
+ * names it); room for one more SA with this key (the same refusals), after
+ * which one pe_ipsec_sa_table_insert cannot fail.
  */
+void *pe_ipsec_sa_table_same(const pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key);
 pe_status pe_ipsec_sa_table_reserve(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key);
 void pe_ipsec_sa_table_insert(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key, void *sa);
 /* By SPI, and destination where the SA is bound to one (which beats an SA for any); dst may be NULL. */
@@ -82,7 +86,7 @@ int pe_ipsec_sa_table_holds_spi(const pe_ipsec_sa_table *t, uint32_t spi);
  * the same indices.  On an error dst holds the SAs copied so far (free it).
  */
 pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_table *src, const pe_ipsec_sa_ops *ops);
-/* ops->release on each SA, their memory wiped and freed, then the table's own. */
+/* ops->release on each SA, their memory wiped and freed (not with ops NULL), then the table's own. */
 void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops);
 
 /* ---- the receiver ---- */
