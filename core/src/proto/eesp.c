@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "eesp_internal.h"
-#include "ipsec_rx.h"
+#include "ipsec_internal.h"
 #include "keytable.h"
 #include "pe/eesp.h"
 #include "pe/ip.h"
@@ -42,8 +42,6 @@ typedef struct eesp_sa {
     uint16_t udp_sport, udp_dport;
     uint8_t outer[PE_IPV6_HDR_LEN];
     size_t outer_len;
-    int dst_family;   /* receiver: 0 any destination, else 4 or 6 */
-    uint8_t dst[16];
     pe_aead_dir dir;
     pe_keytable subs; /* live Sub SA state by Session ID, least recently used evicted (eesp.h) */
     uint64_t *last_seq; /* by Session ID, from the first eviction on: sender counter / receiver window top */
@@ -120,8 +118,7 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_ipsec_suite *
         return PE_ERR_INVALID_ARGUMENT;
     if (c->extra_options_len + (c->crypt_offset >= 0 ? 4u : 0u) > 255)
         return PE_ERR_EESP_OPTIONS; /* Opt Len is one octet */
-    if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
-                             (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
+    if (!pe_ipsec_outer_header_ok(c->outer_header, c->outer_header_len))
         return PE_ERR_INVALID_ARGUMENT;
     return c->extra_options_len ? check_extra_options(c->extra_options, c->extra_options_len) : PE_OK;
 }
@@ -156,12 +153,7 @@ static pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir di
     sa->udp_encap = !!c->udp_encap;
     sa->udp_sport = c->udp_sport;
     sa->udp_dport = c->udp_dport;
-    if (c->outer_header) {
-        memcpy(sa->outer, c->outer_header, c->outer_header_len);
-        sa->outer_len = c->outer_header_len;
-    }
-    sa->dst_family = c->dst_family;
-    memcpy(sa->dst, c->dst, sizeof sa->dst);
+    sa->outer_len = pe_ipsec_outer_header_copy(sa->outer, c->outer_header, c->outer_header_len);
     sa->dir = dir;
     sa->subs.lru = 1;
     sa->subs.limit = c->max_live_sub_sas ? c->max_live_sub_sas : PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS;
@@ -333,9 +325,8 @@ pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out)
 
 void pe_eesp_tx_free(pe_eesp_tx *tx)
 {
-    if (!tx)
-        return;
-    sa_free(&tx->sa);
+    if (tx)
+        sa_free(&tx->sa);
     free(tx);
 }
 
@@ -732,7 +723,7 @@ static pe_status sa_clone(void *d, const void *s)
     return pe_keytable_clone(&dst->subs, &src->subs, 0);
 }
 
-/* A receiver's SAs, made, copied and released by the table (ipsec_rx.h). */
+/* A receiver's SAs, made, copied and released by the table (ipsec_internal.h). */
 static pe_status rx_sa_init(void *sa, const void *cfg)
 {
     return sa_init(sa, cfg, PE_AEAD_OPEN);
@@ -942,12 +933,13 @@ static pe_status after_icv(const eesp_sa *sa, const pe_eesp_hdr *h, const uint8_
  * start-up cost shows in a small packet's decap (docs/performance.md);
  * halves are plain stores.
  */
-static void info_reset(pe_eesp_info *info)
+static pe_eesp_info *info_reset(pe_eesp_info *info)
 {
     memset(&info->hdr, 0, offsetof(pe_eesp_hdr, option));
     memset(&info->hdr.n_unknown, 0, sizeof info->hdr - offsetof(pe_eesp_hdr, n_unknown));
     memset(&info->udp_encap, 0, offsetof(pe_eesp_info, suite) - offsetof(pe_eesp_info, udp_encap));
     memset(&info->suite, 0, sizeof *info - offsetof(pe_eesp_info, suite));
+    return info;
 }
 
 /*
@@ -1122,9 +1114,7 @@ pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_v
                        unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_eesp_info *info)
 {
     pe_eesp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
+    info = info_reset(info ? info : &local);
     return open_eesp(rx, eesp, len, ip_version, dst, flags, out, cap, 0, out_len, info, NULL);
 }
 
@@ -1132,10 +1122,7 @@ static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned 
                        size_t *out_len, pe_eesp_info *info, const opened *done)
 {
     pe_eesp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
-
+    info = info_reset(info ? info : &local);
     pe_ip_info ip;
     pe_eesp_location loc;
     /* the replay step (done) runs past a checksum the worker read already: as a note, if anything */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipsec_rx.h"
+#include "ipsec_internal.h"
 #include "pe/esp.h"
 #include "pe/ip.h"
 #include "pe/replay.h"
@@ -37,8 +37,6 @@ typedef struct esp_sa {
     uint16_t udp_sport, udp_dport;
     uint8_t outer[PE_IPV6_HDR_LEN];
     size_t outer_len;
-    int dst_family;
-    uint8_t dst[16];
     size_t tfc_pad_len; /* sender */
 } esp_sa;
 
@@ -67,8 +65,7 @@ static pe_status check_config(const pe_esp_sa_config *c, const pe_ipsec_suite *s
     /* RFC 4303 §2.7: only where the payload says its own length -- tunnel mode, for every next header */
     if (c->tfc_pad_len && (c->mode != PE_ESP_TUNNEL || c->tfc_pad_len > PE_ESP_MAX_TFC_PAD))
         return PE_ERR_ESP_CONFIG;
-    if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
-                             (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
+    if (!pe_ipsec_outer_header_ok(c->outer_header, c->outer_header_len))
         return PE_ERR_INVALID_ARGUMENT;
     return PE_OK;
 }
@@ -94,12 +91,7 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
     sa->udp_encap = !!c->udp_encap;
     sa->udp_sport = c->udp_sport;
     sa->udp_dport = c->udp_dport;
-    if (c->outer_header) {
-        memcpy(sa->outer, c->outer_header, c->outer_header_len);
-        sa->outer_len = c->outer_header_len;
-    }
-    sa->dst_family = c->dst_family;
-    memcpy(sa->dst, c->dst, sizeof sa->dst);
+    sa->outer_len = pe_ipsec_outer_header_copy(sa->outer, c->outer_header, c->outer_header_len);
     sa->tfc_pad_len = c->tfc_pad_len;
     if (dir == PE_AEAD_OPEN) {
         sa->top = c->replay_top;
@@ -149,7 +141,7 @@ static pe_status sa_clone(void *d, const void *s)
     return st;
 }
 
-/* A receiver's SAs, made, copied and released by the table (ipsec_rx.h). */
+/* A receiver's SAs, made, copied and released by the table (ipsec_internal.h). */
 static pe_status rx_sa_init(void *sa, const void *cfg)
 {
     return sa_init(sa, cfg, PE_AEAD_OPEN);
@@ -229,9 +221,8 @@ pe_status pe_esp_tx_new(const pe_esp_sa_config *cfg, pe_esp_tx **out)
 
 void pe_esp_tx_free(pe_esp_tx *tx)
 {
-    if (!tx)
-        return;
-    sa_free(&tx->sa);
+    if (tx)
+        sa_free(&tx->sa);
     free(tx);
 }
 
@@ -647,19 +638,18 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
 }
 
 /* In two parts, each short enough to be plain stores: one memset of the whole was a `rep stos` (see eesp.c). */
-static void info_reset(pe_esp_info *info)
+static pe_esp_info *info_reset(pe_esp_info *info)
 {
     memset(info, 0, offsetof(pe_esp_info, suite));
     memset(&info->suite, 0, sizeof *info - offsetof(pe_esp_info, suite));
+    return info;
 }
 
 pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,
                       unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_esp_info *info)
 {
     pe_esp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
+    info = info_reset(info ? info : &local);
     return open_esp(rx, esp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
 }
 
@@ -738,10 +728,7 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
                        size_t *out_len, pe_esp_info *info)
 {
     pe_esp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
-
+    info = info_reset(info ? info : &local);
     pe_ip_info ip;
     pe_ipsec_location loc;
     int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->ipsec.check_udp_checksum;

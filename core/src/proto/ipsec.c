@@ -1,11 +1,11 @@
 /*
  * What ESP and EESP share: the suite table (eesp.md §10), the UDP 4500 rule
- * (§14), and the receivers' common steps (ipsec_rx.h).
+ * (§14), and the receivers' common steps (ipsec_internal.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipsec_rx.h"
+#include "ipsec_internal.h"
 #include "pe/bytes.h"
 #include "pe/ipsec.h"
 #include "pe/wipe.h"
@@ -121,6 +121,19 @@ void pe_ipsec_default_suite(unsigned *encr, unsigned *key_bits)
     const pe_ipsec_suite_info *r = pe_ipsec_suite_by_id(PE_ENCR_AES_GCM_16);
     *encr = r->encr;
     *key_bits = (unsigned)(r->key_lens[0] * 8);
+}
+
+int pe_ipsec_outer_header_ok(const uint8_t *hdr, size_t len)
+{
+    return !hdr || (len == PE_IPV4_HDR_LEN && hdr[0] == 0x45) || (len == PE_IPV6_HDR_LEN && (hdr[0] >> 4) == 6);
+}
+
+size_t pe_ipsec_outer_header_copy(uint8_t *out, const uint8_t *hdr, size_t len)
+{
+    if (!hdr)
+        return 0;
+    memcpy(out, hdr, len);
+    return len;
 }
 
 /* ------------------------------------------------------------ the SA table */

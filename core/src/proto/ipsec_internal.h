@@ -7,8 +7,8 @@
  * both protocols' SA configs start with.  Each protocol keeps its own steps
  * (the SA's checks, the ICV, the trailer) in its file.
  */
-#ifndef PE_PROTO_IPSEC_RX_H
-#define PE_PROTO_IPSEC_RX_H
+#ifndef PE_PROTO_IPSEC_INTERNAL_H
+#define PE_PROTO_IPSEC_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -16,8 +16,14 @@
 #include "pe/ip.h"
 #include "pe/ipsec.h"
 
+/* ---- SA configs ---- */
+
 /* The suite an SA config starts with (ESP and EESP alike): AES-GCM-16 with its row's first key size. */
 void pe_ipsec_default_suite(unsigned *encr, unsigned *key_bits);
+/* A tunnel-mode outer header template (pe_*_sa_config.outer_header): none, IPv4 of 20 octets (IHL 5) or IPv6. */
+int pe_ipsec_outer_header_ok(const uint8_t *hdr, size_t len);
+/* The template copied to out (PE_IPV6_HDR_LEN octets of room); its length, 0 without one. */
+size_t pe_ipsec_outer_header_copy(uint8_t *out, const uint8_t *hdr, size_t len);
 
 /* ---- the SA table ---- */
 
