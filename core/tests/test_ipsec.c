@@ -273,8 +273,21 @@ static void test_table_of_indices(void)
     CHECK(t.n == 0 && t.sas == NULL);
 }
 
+static void test_keymat_max(void)
+{
+    size_t longest = 0;
+    for (size_t i = 0; i < pe_ipsec_suite_count(); i++) {
+        const pe_ipsec_suite_info *r = pe_ipsec_suite_at(i);
+        for (size_t k = 0; k < r->n_key_lens; k++)
+            if (r->key_lens[k] + r->salt_len > longest)
+                longest = r->key_lens[k] + r->salt_len;
+    }
+    CHECK(longest == PE_IPSEC_KEYMAT_MAX);
+}
+
 int main(void)
 {
+    test_keymat_max();
     test_table();
     test_table_of_indices();
     test_locate();

@@ -44,6 +44,9 @@ typedef struct pe_ipsec_suite {
     int integrity_only; /* AES-GMAC: payload in clear */
 } pe_ipsec_suite;
 
+/* The longest key || salt (KEYMAT) of the suite table (core/tests/test_ipsec.c checks it against the rows). */
+#define PE_IPSEC_KEYMAT_MAX (32u + 4u)
+
 /* Suite for an ENCR ID and AES key size in bits (ignored for ChaCha20-Poly1305: 256). */
 pe_status pe_ipsec_suite_get(unsigned encr, unsigned key_bits, pe_ipsec_suite *suite);
 const char *pe_ipsec_suite_name(const pe_ipsec_suite *suite);

@@ -14,7 +14,7 @@
 _Static_assert(PE_UDP4500_EESP_V0_OCTET0 == (PE_EESP_ESP_COMPAT | PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT),
                "the UDP 4500 rule (pe/ipsec.h) lets exactly a version-0 Base Header be EESP");
 
-#define KEYMAT_MAX (32u + 4u)
+#define KEYMAT_MAX PE_IPSEC_KEYMAT_MAX
 #define ROOT_MAX 64u
 #define NH_NO_NEXT 59u /* dummy packet */
 

@@ -14,7 +14,6 @@
 #include "pe/replay.h"
 #include "pe/wipe.h"
 
-#define KEYMAT_MAX (32u + 4u)
 #define SEQ32_MAX 0xffffffffu
 /* Payloads shorter than this are copied into place and sealed in one cipher call (seal_into). */
 #ifndef PE_ESP_GATHER_MAX
