@@ -285,11 +285,16 @@ static void test_keymat_max(void)
     CHECK(longest == PE_IPSEC_KEYMAT_MAX);
 }
 
-int main(void)
+static void test_tables(void)
 {
     test_keymat_max();
     test_table();
     test_table_of_indices();
+}
+
+int main(void)
+{
+    test_tables();
     test_locate();
     printf("test_ipsec: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
