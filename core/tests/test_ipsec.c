@@ -1,5 +1,5 @@
 /*
- * What ESP and EESP share (core/src/proto/ipsec_internal.h): the SPI (+ destination)
+ * What ESP and EESP share (pe/ipsec.h): the SPI (+ destination)
  * -> SA table and the locating steps.  The table is checked against a linear
  * scan that states RFC 4301 §4.1's rule plainly, over many SPIs and
  * destinations, and for what it refuses; pe_esp_locate against the statuses
@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/proto/ipsec_internal.h"
 #include "check.h"
 #include "pe/bytes.h"
 #include "pe/esp.h"
 #include "pe/ip.h"
+#include "pe/ipsec.h"
 
 /* ------------------------------------------------------------- the table */
 

@@ -1,7 +1,7 @@
 /*
  * Internal: the receive steps ESP and EESP share, as Linux's xfrm shares
- * them between its xfrm_types -- the SPI (+ destination) -> SA table
- * (RFC 4301 §4.1, eesp.md §16 step 3), locating the protocol in an IP
+ * them between its xfrm_types -- the receiver over the SPI (+ destination)
+ * -> SA table of pe/ipsec.h, locating the protocol in an IP
  * packet (the IP protocol, or UDP demultiplexed by eesp.md §14), and putting
  * the IP header back in front of a transport-mode payload; and the suite
  * both protocols' SA configs start with.  Each protocol keeps its own steps
@@ -24,76 +24,6 @@ void pe_ipsec_default_suite(unsigned *encr, unsigned *key_bits);
 int pe_ipsec_outer_header_ok(const uint8_t *hdr, size_t len);
 /* The template copied to out (PE_IPV6_HDR_LEN octets of room); its length, 0 without one. */
 size_t pe_ipsec_outer_header_copy(uint8_t *out, const uint8_t *hdr, size_t len);
-
-/* ---- the SA table ---- */
-
-/* What an SA is looked up by: its SPI, and the destination it is bound to (dst_family 0: any). */
-typedef struct pe_ipsec_sa_key {
-    uint32_t spi;
-    int dst_family; /* 0, 4 or 6 */
-    uint8_t dst[16]; /* network order; the first 4 octets for IPv4 */
-} pe_ipsec_sa_key;
-
-/*
- * SAs of any kind (void *, owned by the caller's free function) in the
- * order added.  An open-addressing index by SPI points at the first SA of
- * each SPI, and next_same_spi chains the others of that SPI in the order
- * added: a lookup costs the same however many SAs there are.  Memory grows
- * with pe_ipsec_sa_table_reserve only (the index stays above twice the SAs
- * held); lookups never allocate.
- */
-typedef struct pe_ipsec_sa_table {
-    void **sas;
-    pe_ipsec_sa_key *keys;  /* keys[i] is sas[i]'s */
-    size_t *next_same_spi;  /* 1 + index of the next SA with the same SPI, 0 for none */
-    size_t n, cap;
-    size_t *ix;             /* 1 + index of the first SA of an SPI, 0 empty */
-    size_t ix_cap;          /* 0, or a power of two */
-} pe_ipsec_sa_table;
-
-/*
- * Per protocol, as Linux's xfrm_type has init_state and destructor: how its
- * receiving SAs are made from its SA config, copied for another thread
- * (pe_*_rx_clone) and released.  The SAs' memory (size octets each) is the
- * table's.
- */
-typedef struct pe_ipsec_sa_ops {
-    size_t size;
-    pe_status (*init)(void *sa, const void *cfg);
-    pe_status (*clone)(void *dst, const void *src);
-    void (*release)(void *sa);
-} pe_ipsec_sa_ops;
-
-/*
- * One more SA, made by ops->init from cfg: PE_ERR_INVALID_ARGUMENT when the
- * table holds its SPI for the same destination already (the same family and
- * address, or both any) -- before the config is looked at --, PE_ERR_NOMEM,
- * or what init refuses.
- */
-pe_status pe_ipsec_sa_table_add(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops, const pe_ipsec_sa_key *key,
-                                const void *cfg);
-/*
- * The steps of pe_ipsec_sa_table_add for a caller that keeps its entries
- * itself (the key file's, say, whose entries are (void *)(1 + index) into
- * its own array, and whose table it frees with ops NULL): the SA already
- * held for exactly this SPI and destination, or NULL (for a message that
- * names it); room for one more SA with this key (the same refusals), after
- * which one pe_ipsec_sa_table_insert cannot fail.
- */
-void *pe_ipsec_sa_table_same(const pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key);
-pe_status pe_ipsec_sa_table_reserve(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key);
-void pe_ipsec_sa_table_insert(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key, void *sa);
-/* By SPI, and destination where the SA is bound to one (which beats an SA for any); dst may be NULL. */
-void *pe_ipsec_sa_table_find(const pe_ipsec_sa_table *t, uint32_t spi, int family, const uint8_t *dst);
-/* Whether an SA has this SPI, for any destination. */
-int pe_ipsec_sa_table_holds_spi(const pe_ipsec_sa_table *t, uint32_t spi);
-/*
- * dst (zeroed) becomes a copy of src whose SAs are ops->clone's copies, at
- * the same indices.  On an error dst holds the SAs copied so far (free it).
- */
-pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_table *src, const pe_ipsec_sa_ops *ops);
-/* ops->release on each SA, their memory wiped and freed (not with ops NULL), then the table's own. */
-void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops);
 
 /* ---- the receiver ---- */
 
