@@ -40,6 +40,7 @@ def udp_bad_length(pkt) -> bytes:  # type: ignore[no-untyped-def]
 
 def held_receiver() -> Receiver:
     row = eesp_suite("aes-gcm-16")
+    assert row is not None
     return Receiver([SA(EESP_SPI, "aes-gcm-16", bytes(16 + row.salt_len))])
 
 
