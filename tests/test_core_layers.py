@@ -73,6 +73,7 @@ def _includes(path: Path) -> set:
     ("src/proto/esp.c", {"eesp.h", "eesp_internal.h"}),
     ("include/pe/ipsec.h", {"eesp.h", "eesp_internal.h", "esp.h"}),
     ("src/proto/ipsec.c", {"eesp.h", "eesp_internal.h", "esp.h"}),
+    ("src/proto/ipsec_internal.h", {"eesp.h", "eesp_internal.h", "esp.h"}),
     ("include/pe/eesp.h", {"esp.h"}),
 ])
 def test_esp_and_eesp_share_only_ipsec(path, forbidden):

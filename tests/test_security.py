@@ -411,8 +411,7 @@ _CMP_CALL = re.compile(r"\b(memcmp|CRYPTO_memcmp|bcmp|strcmp|strncmp|strcasecmp|
 
 #: Every byte/string comparison in the C sources, with why it is not a secret: (file, function, first two arguments).
 ALLOWED_COMPARISONS = {
-    ("core/src/proto/eesp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
-    ("core/src/proto/esp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
+    ("core/src/proto/ipsec.c", "memcmp", "k->dst, dst"): "destination address lookup (public header field)",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], name"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], allowed[k]"): "key-file field names",
     ("core/src/io/keyfile_psp.c", "strcmp", 'mode, "transport"'): "keyword",
@@ -509,8 +508,8 @@ def test_tags_are_verified_by_openssl_aead_final():
     assert "EVP_CIPHER_CTX_set_params(" in _function_body(src, "set_octets")
     assert "set_tag(ctx, tag," in body and re.search(r"EVP_(Cipher|Decrypt)Final_ex", body)
     assert re.search(r"EVP_(Cipher|Decrypt)Final_ex\([^;]*\)\s*!=\s*1\)\s*return PE_ERR_AUTH", body)
-    # CCM: the tag is set before the payload pass (in begin()), which verifies it.
-    begin = _function_body(src, "begin")
+    # CCM: the tag is set before the payload pass (in ccm_begin()), which verifies it.
+    begin = _function_body(src, "ccm_begin")
     assert "set_tag(ctx, tag," in begin and "PE_AEAD_OPEN" in begin
     assert re.search(r"int ok = EVP_CipherUpdate\([^;]*\)\s*==\s*1;", body)
     assert re.search(r"return ok \? PE_OK : PE_ERR_AUTH;", body)
