@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from pecore.binding import lib
-from pecore.capture import POOL_EESP, PathLike, ProgressFn, Summary, face_transform
+from pecore import face, ops
+from pecore.capture import PathLike, ProgressFn, Summary
 from pecore.util import check_range
 from pyeesp.errors import CaptureError, ConfigurationError, raise_eesp
 from pyeesp.sa import SA, Receiver
@@ -33,14 +33,13 @@ def encrypt_capture(
     threads share the work (default: the CPUs this process may use); the
     output, sequence numbers and summary are those of one thread.
     """
-    def capture_sub_sas() -> None:
-        st = lib.pe_eesp_tx_set_capture_sub_sas(sa._tx, check_range("sub_sas", sub_sas, 65536, ConfigurationError, 1))
-        if st != lib.PE_OK:
+    def capture_sub_sas(tx) -> None:  # type: ignore[no-untyped-def]
+        st = ops.eesp_set_capture_sub_sas(tx, check_range("sub_sas", sub_sas, 65536, ConfigurationError, 1))
+        if st != ops.OK:
             raise_eesp(st, f"{sub_sas} Sub SAs")
 
-    return face_transform(lib.pe_eesp_capture_encap, sa._tx, sa._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=POOL_EESP,
-                          setup=capture_sub_sas)
+    return face.encrypt_capture(sa._core, in_path, out_path, drop_failed=drop_failed, progress=progress, fmt=fmt,
+                                jobs=jobs, errors=_ERRORS, setup=capture_sub_sas)
 
 
 def decrypt_capture(
@@ -64,5 +63,5 @@ def decrypt_capture(
     windows move in packet order, so verdicts are those of one thread.
     """
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
-    return face_transform(lib.pe_eesp_capture_decap, rx._rx, rx._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=POOL_EESP)
+    return face.decrypt_capture(rx._core, in_path, out_path, drop_failed=drop_failed, progress=progress, fmt=fmt,
+                                jobs=jobs, errors=_ERRORS)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from pecore.binding import lib
-from pecore.capture import POOL_PSP, PathLike, ProgressFn, Summary, face_transform
+from pecore import face
+from pecore.capture import PathLike, ProgressFn, Summary
 from pypsp.errors import CaptureError, ConfigurationError
 
 if TYPE_CHECKING:  # annotations only: pypsp.crypto imports this module for Encryptor.encrypt_capture
@@ -33,10 +33,8 @@ def encrypt_capture(
     the summary are those of one thread.  An encryptor with a ``udp_sport``
     callable runs on one thread (its function is called in packet order).
     """
-    one_thread = getattr(encryptor, "_sport_handle", None) is not None
-    return face_transform(lib.pe_psp_capture_encap, encryptor._tx, encryptor._lock, in_path, out_path,
-                          drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS,
-                          pool=None if one_thread else POOL_PSP)
+    return face.encrypt_capture(encryptor._core, in_path, out_path, drop_failed=drop_failed, progress=progress,
+                                fmt=fmt, jobs=jobs, errors=_ERRORS)
 
 
 def decrypt_capture(
@@ -57,6 +55,5 @@ def decrypt_capture(
     with ``drop_failed``.  Timestamps are kept.  ``jobs`` threads share the
     work (default: the CPUs this process may use), with one thread's output.
     """
-    return face_transform(lib.pe_psp_capture_decap, decryptor._rx, decryptor._lock, in_path, out_path,
-                          drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS,
-                          pool=POOL_PSP)
+    return face.decrypt_capture(decryptor._core, in_path, out_path, drop_failed=drop_failed, progress=progress,
+                                fmt=fmt, jobs=jobs, errors=_ERRORS)
