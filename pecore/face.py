@@ -225,9 +225,9 @@ def receiver_batch(decap: Callable[..., int], fields: Callable[[Any], Dict[str, 
     return batch
 
 
-def encrypt_capture(sender: Sender, in_path: PathLike, out_path: PathLike, *, drop_failed: bool,
-                    progress: Optional[ProgressFn], fmt: Optional[str], jobs: Optional[int],
-                    errors: Tuple[type, type], setup: Optional[Callable[[Any], None]] = None) -> Summary:
+def encrypt_capture(sender: Sender, in_path: PathLike, out_path: PathLike, *, errors: Tuple[type, type],
+                    drop_failed: bool = False, progress: Optional[ProgressFn] = None, fmt: Optional[str] = None,
+                    jobs: Optional[int] = None, setup: Optional[Callable[[Any], None]] = None) -> Summary:
     """A face's ``encrypt_capture``: the protocol's capture transform over the sender, under its lock, on the
     core's worker pool unless the sender is ``serial`` (see :func:`pecore.capture.face_transform`).  ``setup``
     is called with the sender's core object under the lock first (EESP's capture Sub SAs)."""
@@ -237,9 +237,9 @@ def encrypt_capture(sender: Sender, in_path: PathLike, out_path: PathLike, *, dr
                           setup=None if setup is None else lambda: setup(sender.c))
 
 
-def decrypt_capture(receiver: Receiver, in_path: PathLike, out_path: PathLike, *, drop_failed: bool,
-                    progress: Optional[ProgressFn], fmt: Optional[str], jobs: Optional[int],
-                    errors: Tuple[type, type]) -> Summary:
+def decrypt_capture(receiver: Receiver, in_path: PathLike, out_path: PathLike, *, errors: Tuple[type, type],
+                    drop_failed: bool = False, progress: Optional[ProgressFn] = None, fmt: Optional[str] = None,
+                    jobs: Optional[int] = None) -> Summary:
     """A face's ``decrypt_capture``: the protocol's capture transform over the receiver, under its lock."""
     return face_transform(receiver.ops.capture_decap, receiver.c, receiver.lock, in_path, out_path,
                           drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=errors,

@@ -14,6 +14,7 @@ from typing import Iterable, List, Optional, Union
 
 from pecore import face, ops
 from pecore.errors import status_message, status_name, status_names
+from pecore.keys import KeyFile
 from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
 from pecore.util import (Buffer, Key, check_range, check_sa_added, config_error, destination_fields, key_bytes,
                          open_destination, packet_buffer, udp_checksum_mode)
@@ -159,6 +160,21 @@ class Receiver:
             st = self._core.call(ops.eesp_add_esp_spi, check_range("esp_spis", spi, 0xFFFFFFFF, ConfigurationError))
             if st != ops.OK:
                 raise_eesp(st)
+
+    @classmethod
+    def from_key_file(cls, key_file: KeyFile, **kwargs) -> "Receiver":  # type: ignore[no-untyped-def]
+        """A receiver of every ``eesp-sa`` line of a parsed key file (:func:`pecore.keys.load_key_file`), with
+        its ``esp-sa`` lines' SPIs as ``esp_spis``, as ``pyesp.Receiver.from_key_file`` and
+        ``pypsp.Decryptor.from_key_file``; ``kwargs`` as for the constructor (``udp_port``, ...)."""
+        protocols = {e.settings["ip_protocol"] for e in key_file.eesp_sas}
+        if len(protocols) > 1:
+            raise ConfigurationError("eesp-sa lines disagree on ip-protocol; decrypt them separately")
+        # A Crypt Offset only shapes what an SA sends; receiving needs none (and sending one needs the peer's
+        # maximum).  The key file's ESP SAs share UDP 4500: their SPIs are ESP whatever their first octet.
+        sas = [SA(**{**e.settings, "crypt_offset": None}) for e in key_file.eesp_sas]  # type: ignore[arg-type]
+        kwargs.setdefault("ip_protocol", protocols.pop() if protocols else None)
+        kwargs.setdefault("esp_spis", [e.spi for e in key_file.esp_sas])
+        return cls(sas, **kwargs)
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (any bytes-like object).

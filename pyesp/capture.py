@@ -50,13 +50,13 @@ def decrypt_capture(
     "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     ``receiver``: an :class:`SA`, a :class:`Receiver`, or a parsed key file (:func:`pecore.keys.load_key_file`:
-    a receiver of all its ``esp-sa`` lines).  Other traffic, EESP, IKE and keepalives on UDP 4500 and valid
+    a receiver of all its ``esp-sa`` lines, :meth:`Receiver.from_key_file`).  Other traffic, EESP, IKE and keepalives on UDP 4500 and valid
     dummy packets pass unchanged and are counted by kind; ESP packets that fail (bad ICV, replay, no SA,
     malformed) are kept (or left out with ``drop_failed``) and counted by reason.  Replay windows persist in
     the receiver across calls.  ``jobs``: as for :func:`encrypt_capture` (replay verdicts and windows as one thread's).
     """
     if isinstance(receiver, KeyFile):
-        receiver = Receiver([SA(**e.settings) for e in receiver.esp_sas])  # type: ignore[arg-type]
+        receiver = Receiver.from_key_file(receiver)
     if not isinstance(receiver, (SA, Receiver)):
         raise TypeError(f"receiver must be a pyesp.SA, pyesp.Receiver or KeyFile, not {type(receiver).__name__}")
     rx = receiver._receiver if isinstance(receiver, SA) else receiver

@@ -11,6 +11,7 @@ from typing import Iterable, List, Optional, Union
 
 from pecore import face, ops
 from pecore.errors import status_name
+from pecore.keys import KeyFile
 from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
 from pecore.util import (Buffer, Key, check_range, check_sa_added, config_error, destination_fields, key_bytes,
                          open_destination, packet_buffer, udp_checksum_mode)
@@ -122,6 +123,13 @@ class Receiver:
                 raise TypeError(f"sas must hold pyesp.SA objects, not {type(sa).__name__}")
             check_sa_added(self._core.call(ops.esp_add_sa, _make_config(**sa._settings, for_receiver=True)),
                            sa._settings["spi"], ConfigurationError)
+
+    @classmethod
+    def from_key_file(cls, key_file: KeyFile, **kwargs) -> "Receiver":  # type: ignore[no-untyped-def]
+        """A receiver of every ``esp-sa`` line of a parsed key file (:func:`pecore.keys.load_key_file`), as
+        ``pyeesp.Receiver.from_key_file`` and ``pypsp.Decryptor.from_key_file``; ``kwargs`` as for the
+        constructor (``udp_port``, ``eesp_on_port``, ...)."""
+        return cls([SA(**e.settings) for e in key_file.esp_sas], **kwargs)  # type: ignore[arg-type]
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (any bytes-like object): ESP over IP

@@ -6,14 +6,16 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 
 from pecore import face, ops
 from pecore.capture import Summary
-from pypsp.capture import decrypt_capture, encrypt_capture
-from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
+from pecore.keys import KeyFile
+from pypsp.errors import CaptureError, ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
 from pecore.errors import status_message, status_name
 from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer
 
 MAX_IP_LEN = ops.MAX_IP_LEN
 _MODES = ops.PSP_MODES
+#: what a capture run raises: the CaptureError for the files, the ConfigurationError for ``jobs``
+_CAPTURE_ERRORS = (CaptureError, ConfigurationError)
 
 
 def _key_bytes(key: Key, what: str = "key") -> bytes:
@@ -192,7 +194,7 @@ class Encryptor:
 
     def encrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Encrypt every IP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.encrypt_capture`)."""
-        return encrypt_capture(self, in_path, out_path, **kwargs)
+        return face.encrypt_capture(self._core, in_path, out_path, errors=_CAPTURE_ERRORS, **kwargs)
 
 
 class Decryptor:
@@ -252,4 +254,13 @@ class Decryptor:
 
     def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Decrypt every PSP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.decrypt_capture`)."""
-        return decrypt_capture(self, in_path, out_path, **kwargs)
+        return face.decrypt_capture(self._core, in_path, out_path, errors=_CAPTURE_ERRORS, **kwargs)
+
+    @classmethod
+    def from_key_file(cls, key_file: KeyFile, **kwargs) -> "Decryptor":  # type: ignore[no-untyped-def]
+        """A receiver of a parsed key file's PSP keys (:func:`pecore.keys.load_key_file`: its ``psp-master``
+        and ``psp-key`` lines), as ``pyeesp.Receiver.from_key_file`` and ``pyesp.Receiver.from_key_file``;
+        ``kwargs`` as for the constructor (``udp_dport``, ``versions``, ...)."""
+        master = key_file.psp_master_keys
+        return cls(master_keys=master if any(k is not None for k in master) else None,
+                   keys=dict(key_file.psp_keys) or None, **kwargs)

@@ -94,6 +94,41 @@ def test_the_same_verbs_on_every_face():
         assert issubclass(getattr(pyesp, name), pyesp.EspError) and hasattr(pyeesp, name), name
 
 
+def test_every_decrypt_capture_takes_a_key_file(tmp_path):
+    """Each face's decrypt_capture takes a parsed key file as well as its receiver (``from_key_file``), and
+    decrypts as the receiver of that file's lines for its protocol would."""
+    from pecore.capture import LINKTYPE_RAW, CaptureWriter, read_capture
+    from pecore.keys import parse_key_file
+
+    kf = parse_key_file(f"psp-master key0={MK[0].hex()} key1={MK[1].hex()}\n"
+                        f"eesp-sa spi=0x1000 suite=aes-gcm-16 root-key={ROOT.hex()} sskdf=hkdf-sha256 mode=tunnel\n"
+                        f"esp-sa spi=0x2001 suite=aes-gcm-16 key={bytes(20).hex()} mode=tunnel\n")
+    from pecore.protocol import checksum
+
+    pkts = []
+    for i in range(1, 20):  # with their IP checksums: a transport-mode receiver writes the header anew
+        p = bytearray(udp4(bytes([i]) * i))
+        p[10:12] = checksum(bytes(p[:20])).to_bytes(2, "big")
+        pkts.append(bytes(p))
+    plain = tmp_path / "plain.pcap"
+    with CaptureWriter(str(plain), LINKTYPE_RAW) as w:
+        for p in pkts:
+            w.write(p)
+    senders = [(pypsp, pypsp.Encryptor(spi=SPI, master_keys=MK), pypsp.Decryptor),
+               (pyeesp, eesp_sa(mode="tunnel"), pyeesp.Receiver), (pyesp, pyesp.SA(0x2001, "aes-gcm-16", bytes(20)),
+                                                                  pyesp.Receiver)]
+    for face, sender, receiver in senders:
+        wire, out = tmp_path / f"{face.__name__}.pcap", tmp_path / f"{face.__name__}.out.pcap"
+        face.encrypt_capture(sender, plain, wire)
+        summary = face.decrypt_capture(kf, wire, out)
+        assert (summary.transformed, summary.failed) == (len(pkts), 0), face.__name__
+        assert [r.data for r in read_capture(out)] == pkts
+        rx = receiver.from_key_file(kf)
+        assert [rx.decrypt(r.data).packet for r in read_capture(wire)] == pkts
+    with pytest.raises(pypsp.ConfigurationError):  # a key file without PSP keys makes no decryptor
+        pypsp.decrypt_capture(parse_key_file("# none\n"), plain, tmp_path / "none.pcap")
+
+
 # ------------------------------------------------------------------------------------------- exhaustion
 
 
