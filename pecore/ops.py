@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 from pecore.binding import ffi, lib
 from pecore.capture import POOL_EESP, POOL_ESP, POOL_PSP
 from pecore.face import Ops, c_struct, receiver_batch
+from pecore.protocol import parse_lenient
 from pecore.util import TRANSFORM_FN, decap_error, failed_verdict, run_batch, udp_checksum_note
 
 MAX_IP_LEN = 65535
@@ -69,18 +70,23 @@ def psp_header_fields(h) -> Dict[str, Any]:  # type: ignore[no-untyped-def]
     )
 
 
-def psp_header_parse(buf) -> Tuple[int, Dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """(status, fields) of the PSP header at the start of ``buf`` (a :func:`pecore.util.packet_buffer` view)."""
-    h = ffi.new("pe_psp_hdr *")
-    st = lib.pe_psp_hdr_parse(buf, len(buf), h)
-    return st, (psp_header_fields(h) if st == OK else {})
+def _header_parsers(ctype: str, parse: Any, lenient: Any, min_len: int, fields: Callable[[Any], Dict[str, Any]]):
+    """A protocol's header parse, (status, fields) of the header at the start of a
+    :func:`pecore.util.packet_buffer` view, and its lenient parse for display, (fields or None, status name)."""
+    def strict(buf) -> Tuple[int, Dict[str, Any]]:  # type: ignore[no-untyped-def]
+        h = ffi.new(ctype + " *")
+        st = parse(buf, len(buf), h)
+        return st, (fields(h) if st == OK else {})
+
+    def for_display(data) -> Tuple[Optional[Dict[str, Any]], str]:  # type: ignore[no-untyped-def]
+        h, status = parse_lenient(ctype, lenient, data, min_len)
+        return (None if h is None else fields(h)), status
+
+    return strict, for_display
 
 
-def psp_header_parse_lenient(data) -> Tuple[Optional[Dict[str, Any]], str]:  # type: ignore[no-untyped-def]
-    from pecore.protocol import parse_lenient
-
-    h, status = parse_lenient("pe_psp_hdr", lib.pe_psp_hdr_parse, data, PSP_HDR_LEN)
-    return (None if h is None else psp_header_fields(h)), status
+psp_header_parse, psp_header_parse_lenient = _header_parsers("pe_psp_hdr", lib.pe_psp_hdr_parse, lib.pe_psp_hdr_parse,
+                                                             PSP_HDR_LEN, psp_header_fields)
 
 
 def psp_header_build(fields: Mapping[str, Any], extension: bytes, header_len: int) -> Tuple[int, bytes]:
@@ -224,17 +230,8 @@ def eesp_header_fields(h) -> Dict[str, Any]:  # type: ignore[no-untyped-def]
                 esp_compat=bool(h.esp_compat))
 
 
-def eesp_header_parse(buf) -> Tuple[int, Dict[str, Any]]:  # type: ignore[no-untyped-def]
-    h = ffi.new("pe_eesp_hdr *")
-    st = lib.pe_eesp_hdr_parse(buf, len(buf), h)
-    return st, (eesp_header_fields(h) if st == OK else {})
-
-
-def eesp_header_parse_lenient(data) -> Tuple[Optional[Dict[str, Any]], str]:  # type: ignore[no-untyped-def]
-    from pecore.protocol import parse_lenient
-
-    h, status = parse_lenient("pe_eesp_hdr", lib.pe_eesp_hdr_parse_lenient, data, EESP_BASE_LEN)
-    return (None if h is None else eesp_header_fields(h)), status
+eesp_header_parse, eesp_header_parse_lenient = _header_parsers(
+    "pe_eesp_hdr", lib.pe_eesp_hdr_parse, lib.pe_eesp_hdr_parse_lenient, EESP_BASE_LEN, eesp_header_fields)
 
 
 def eesp_header_build(fields: Mapping[str, Any], options: Sequence[Tuple[int, bytes]]) -> Tuple[int, bytes]:
