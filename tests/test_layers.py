@@ -21,12 +21,10 @@ from conftest import REPO_ROOT
 
 PACKAGES = ("pecore", "pypsp", "pyeesp", "pyesp")
 
-# Modules that are no layer's business: the cffi build script (run by setuptools, never imported), the
-# deprecated aliases of moved modules (they import their target by name, at run time), the entry points.
+# Modules that are no layer's business: the cffi build script (run by setuptools, never imported), the entry
+# points.
 UNLAYERED = {
-    "pecore", "pypsp", "pyeesp", "pyesp", "pecore._build", "pecore._moved", "pypsp.__main__", "pyeesp.__main__",
-    "pyesp.__main__",
-    "pypsp.diagnose", "pyeesp.diagnose", "pecore.vectors", "pecore.vectors.__main__",
+    "pecore", "pypsp", "pyeesp", "pyesp", "pecore._build", "pypsp.__main__", "pyeesp.__main__", "pyesp.__main__",
 }
 
 
