@@ -242,6 +242,7 @@ typedef struct {
 pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyfile_error *err);
 pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *err);
 void pe_keyfile_free(pe_keyfile *kf);
+const char *pe_keyfile_eesp_sa_field_name(unsigned i);
 typedef struct {
     int has_sa;
     uint8_t key0[32], key1[32];
@@ -554,14 +555,15 @@ pe_status pe_eesp_decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, uint8_t 
 typedef enum { PE_UDP4500_KEEPALIVE, PE_UDP4500_IKE, PE_UDP4500_EESP, PE_UDP4500_ESP } pe_udp4500_kind;
 pe_udp4500_kind pe_ipsec_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
                                      const void *ctx);
-typedef struct {
+typedef struct pe_ipsec_location {
     unsigned ip_version;
     int udp_encap;
     size_t offset;
     size_t len;
     size_t l4_offset;
     size_t proto_field;
-} pe_eesp_location;
+} pe_ipsec_location;
+typedef pe_ipsec_location pe_eesp_location;
 #define PE_EESP_LOCATE_EITHER_PORT ...
 #define PE_EESP_LOCATE_UDP_CHECKSUM ...
 pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, uint16_t udp_port, unsigned flags,
@@ -637,6 +639,12 @@ pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out);
 void pe_esp_rx_free(pe_esp_rx *rx);
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg);
 int pe_esp_rx_holds_spi(const void *rx, uint32_t spi);
+typedef pe_ipsec_location pe_esp_location;
+#define PE_ESP_LOCATE_EITHER_PORT ...
+#define PE_ESP_LOCATE_UDP_CHECKSUM ...
+#define PE_ESP_LOCATE_NO_EESP ...
+pe_status pe_esp_locate(const uint8_t *pkt, size_t len, uint16_t udp_port, unsigned flags, const pe_esp_rx *rx,
+                        pe_esp_location *loc);
 /* keyfile esp */
 void pe_keyfile_esp_sa_config(const pe_esp_sa_entry *e, int for_receiver, pe_esp_sa_config *cfg);
 pe_status pe_keyfile_esp_tx_new(const pe_esp_sa_entry *e, pe_esp_tx **out);

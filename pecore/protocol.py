@@ -290,41 +290,24 @@ class EspLocation:
     length: int
 
 
-_UDP4500_NOT_ESP = {lib.PE_UDP4500_KEEPALIVE: "nat-keepalive", lib.PE_UDP4500_IKE: "ike-non-esp-marker",
-                    lib.PE_UDP4500_EESP: "eesp-in-udp"}
-
-
 def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool = False,
                eesp_on_port: bool = True, receiver=None) -> Tuple[Optional[EspLocation], str]:  # type: ignore[no-untyped-def]
     """The ESP part of an IP packet (IP protocol 50 after any IPv6 extension headers, or UDP ``port`` as
     RFC 3948 and eesp.md §14 demultiplex it), and the core's status name ("ok", "not-esp", "nat-keepalive",
-    "ike-non-esp-marker", "eesp-in-udp", "ip-fragment", ...).
+    "ike-non-esp-marker", "eesp-in-udp", "ip-fragment", "udp-bad-length", ...): pe_esp_locate, the steps
+    pe_esp_decap takes.
 
-    The core's own steps, as pe_esp_decap takes them: pe_ip_parse, pe_ip_udp and pe_ipsec_udp_classify.
     ``either_port`` matches UDP by source port too (tools looking at both directions); ``receiver`` (a
     ``pe_esp_rx *``) makes its SAs' SPIs ESP whatever their first octet (§14 step 3); ``eesp_on_port=False``
     takes what §14 calls EESP as ESP too (a host without EESP).
     """
     buf = packet_buffer(ip_packet, "ip_packet")
-    ip = ffi.new("pe_ip_info *")
-    st = lib.pe_ip_parse(buf, len(buf), ip)
+    loc = ffi.new("pe_esp_location *")
+    flags = (lib.PE_ESP_LOCATE_EITHER_PORT if either_port else 0) | (0 if eesp_on_port else lib.PE_ESP_LOCATE_NO_EESP)
+    st = lib.pe_esp_locate(buf, len(buf), port, flags, receiver if receiver is not None else ffi.NULL, loc)
     if st != lib.PE_OK:
         return None, status_name(st)
-    if ip.is_fragment:
-        return None, "ip-fragment"
-    if ip.protocol == ESP_IP_PROTOCOL:
-        return EspLocation(ip.version, False, ip.l4_offset, ip.len - ip.l4_offset), "ok"
-    udp = ffi.new("pe_udp_view *")
-    if ip.protocol != 17 or lib.pe_ip_udp(buf, len(buf), udp) != lib.PE_OK or \
-            not (udp.dport == port or (either_port and udp.sport == port)):
-        return None, "not-esp"
-    held = (ffi.addressof(lib, "pe_esp_rx_holds_spi"), receiver) if receiver is not None else (ffi.NULL, ffi.NULL)
-    kind = lib.pe_ipsec_udp_classify(buf + udp.payload_offset, udp.payload_len, *held)
-    if kind == lib.PE_UDP4500_EESP and not eesp_on_port:
-        kind = lib.PE_UDP4500_ESP
-    if kind != lib.PE_UDP4500_ESP:
-        return None, _UDP4500_NOT_ESP[kind]
-    return EspLocation(ip.version, True, udp.payload_offset, udp.payload_len), "ok"
+    return EspLocation(loc.ip_version, bool(loc.udp_encap), loc.offset, loc.len), "ok"
 
 
 __all__ = [

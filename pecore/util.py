@@ -89,13 +89,14 @@ def ip_address(text: Optional[str], error: Type[Exception], what: str = "dst"): 
         raise error(f"{what} is not an IPv4 or IPv6 address: {text!r}") from None
 
 
-def bind_destination(c, dst: Optional[str], error: Type[Exception]) -> None:  # type: ignore[no-untyped-def]
-    """An SA config's ``dst`` (pe_esp_sa_config, pe_eesp_sa_config: ``dst_family`` and ``dst``): the SA
-    serves that destination only, so one SPI can serve several; None leaves it unbound."""
+def destination_fields(dst: Optional[str], error: Type[Exception]) -> Dict[str, Any]:
+    """An SA config's ``dst`` as its fields (pe_esp_sa_config, pe_eesp_sa_config: ``dst_family`` and the start of
+    ``dst``, for pecore.face.c_struct): the SA serves that destination only, so one SPI can serve several; None
+    leaves it unbound."""
     addr = ip_address(dst, error)
-    if addr is not None:
-        c.dst_family = addr.version
-        c.dst[0 : len(addr.packed)] = list(addr.packed)
+    if addr is None:
+        return {}
+    return {"dst_family": addr.version, "dst": list(addr.packed)}
 
 
 def open_destination(ip_version: int, dst: Optional[str], error: Type[Exception]):  # type: ignore[no-untyped-def]

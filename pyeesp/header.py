@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from pecore.binding import ffi, lib
-from pecore.protocol import crypt_offset_decode, crypt_offset_encode, parse_lenient
+from pecore import ops
+from pecore.protocol import crypt_offset_decode, crypt_offset_encode
 from pecore.util import Buffer, check_range, packet_buffer
 from pyeesp.errors import ConfigurationError, raise_eesp
 
@@ -108,25 +108,19 @@ class Header:
         return tuple(o for o in self.options if o.type not in _NAMES)
 
     @classmethod
-    def _from_c(cls, h) -> "Header":
-        opts = []
-        for i in range(h.n_options):
-            o = h.option[i]
-            opts.append(Option(o.type, bytes(ffi.buffer(o.data, o.data_len)) if o.data_len else b""))
+    def _from_fields(cls, fields: dict) -> "Header":
+        """A Header of what the core read (pecore.ops.eesp_header_fields)."""
         self = object.__new__(cls)  # the core validated it: skip __post_init__
-        self.__dict__.update(spi=h.spi, session_id=h.session_id, options=tuple(opts), version=h.version,
-                             reserved=h.reserved, esp_compat=bool(h.esp_compat))
+        self.__dict__.update(fields, options=tuple(Option(t, data) for t, data in fields["options"]))
         return self
 
     @classmethod
     def parse(cls, data: Buffer) -> "Header":
         """Parse the Base Header and options at the start of ``data``; raises on malformed input."""
-        h = ffi.new("pe_eesp_hdr *")
-        buf = packet_buffer(data, "data")
-        st = lib.pe_eesp_hdr_parse(buf, len(buf), h)
-        if st != lib.PE_OK:
+        st, fields = ops.eesp_header_parse(packet_buffer(data, "data"))
+        if st != ops.OK:
             raise_eesp(st)
-        return cls._from_c(h)
+        return cls._from_fields(fields)
 
     @classmethod
     def parse_lenient(cls, data: Buffer) -> "tuple[Optional[Header], str]":
@@ -135,30 +129,15 @@ class Header:
         None below the 8-octet Base Header; the options are listed whenever they are framed within
         Opt Len, also past a bad Base Header or Crypt Offset option (the core's lenient parse).
         """
-        h, status = parse_lenient("pe_eesp_hdr", lib.pe_eesp_hdr_parse_lenient, data, lib.PE_EESP_BASE_LEN)
-        return (None if h is None else cls._from_c(h)), status
+        fields, status = ops.eesp_header_parse_lenient(data)
+        return (None if fields is None else cls._from_fields(fields)), status
 
     def build(self) -> bytes:
         """Base Header and options as wire octets."""
-        h = ffi.new("pe_eesp_hdr *")
-        h.esp_compat = self.esp_compat
-        h.version = self.version
-        h.reserved = self.reserved
-        h.session_id = self.session_id
-        h.spi = self.spi
-        keep = []
-        for i, o in enumerate(self.options):
-            h.option[i].type = o.type
-            h.option[i].data_len = len(o.data)
-            if o.data:
-                buf = ffi.from_buffer(o.data)
-                keep.append(buf)
-                h.option[i].data = buf
-        h.n_options = len(self.options)
-        out = ffi.new("uint8_t[]", 8 + 255)
-        n = ffi.new("size_t *")
-        st = lib.pe_eesp_hdr_build(h, out, 8 + 255, n)
-        if st != lib.PE_OK:
+        fields = dict(esp_compat=self.esp_compat, version=self.version, reserved=self.reserved,
+                      session_id=self.session_id, spi=self.spi)
+        st, wire = ops.eesp_header_build(fields, [(o.type, o.data) for o in self.options])
+        if st != ops.OK:
             raise_eesp(st)
-        return bytes(ffi.buffer(out, n[0]))
+        return wire
 

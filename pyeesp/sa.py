@@ -9,30 +9,25 @@ state.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
 
-from pecore.binding import ffi, lib
-from pecore._compat import renamed_kwargs
-from pecore.errors import status_message, status_name
+from pecore import face, ops
+from pecore.errors import status_message, status_name, status_names
+from pecore.keys import KeyFile
 from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
-from pecore.util import (TRANSFORM_FN, Buffer, Key, bind_destination, check_range, check_sa_added, config_error,
-                         decap_batch, decap_error, failed_verdict, key_bytes, open_destination, packet_buffer, pin,
-                         run_batch, sent_or_raise, udp_checksum_mode, udp_checksum_note)
+from pecore.util import (Buffer, Key, check_range, check_sa_added, config_error, destination_fields, key_bytes,
+                         open_destination, packet_buffer, udp_checksum_mode)
 from pyeesp.errors import ConfigurationError, EespError, error_class, raise_eesp
 from pyeesp.header import Header
 
-MAX_IP_LEN = 65535
-_OUT_LEN = MAX_IP_LEN + 512
+MAX_IP_LEN = ops.MAX_IP_LEN
 
 #: IKEv2 ENCR transform IDs by suite name (eesp.md §10), from the core's suite table.
 SUITES = {s.name: s.id for s in EESP_SUITES}
 SSKDFS = {None: 0, "none": 0, "hkdf-sha256": 1, "hkdf-sha384": 2, "hkdf-sha512": 3, "aes256-cmac": 4}
-_MODES = {"transport": lib.PE_EESP_TRANSPORT, "tunnel": lib.PE_EESP_TUNNEL}
-_FORMATS = {"auto": lib.PE_EESP_FORMAT_AUTO, "full": lib.PE_EESP_FORMAT_FULL, "optimized": lib.PE_EESP_FORMAT_OPTIMIZED}
-_AADS = {"draft": lib.PE_EESP_AAD_DRAFT, "linux-xfrm": lib.PE_EESP_AAD_LINUX_XFRM}
-_SSKDF_UNDEFINED = next(i for i in range(lib.PE_STATUS_COUNT) if status_name(i) == "sskdf-undefined")
+_MODES, _FORMATS, _AADS = ops.EESP_MODES, ops.EESP_FORMATS, ops.EESP_AADS
+_SSKDF_UNDEFINED = status_names().index("sskdf-undefined")
 
 
 def suite_id(suite: Union[str, int]) -> int:
@@ -52,12 +47,10 @@ def _sskdf_id(sskdf: Optional[str]) -> int:
     return SSKDFS[key]
 
 
-@renamed_kwargs(session_id="sub_sa_id")
 def derive_sub_sa_key(root_key: Key, sub_sa_id: int, length: int, sskdf: str = "hkdf-sha256") -> bytes:
     """KEYMAT for one Sub SA (eesp.md §12): HKDF-Expand(root, the Sub SA ID as 2 octets big-endian, length).
 
     ``length`` is key + salt of the suite (20 for AES-128-GCM, 36 for AES-256-GCM or ChaCha20-Poly1305, …).
-    (``session_id=`` is the old name of ``sub_sa_id=``: see the naming rule in :mod:`pyeesp.sa`.)
     """
     root = key_bytes(root_key, "root key", ConfigurationError)
     check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
@@ -66,11 +59,10 @@ def derive_sub_sa_key(root_key: Key, sub_sa_id: int, length: int, sskdf: str = "
         raise ConfigurationError("derive_sub_sa_key needs an SSKDF: hkdf-sha256, hkdf-sha384 or hkdf-sha512")
     # HKDF-Expand yields at most 255 hash lengths (RFC 5869).
     check_range("length", length, 255 * {1: 32, 2: 48, 3: 64}[kdf], ConfigurationError, bottom=1)
-    out = ffi.new("uint8_t[]", length)
-    st = lib.pe_eesp_derive_sub_sa_key(kdf, root, len(root), sub_sa_id, out, length)
-    if st != lib.PE_OK:
+    st, keymat = ops.eesp_derive_sub_sa_key(kdf, root, sub_sa_id, length)
+    if st != ops.OK:
         raise_eesp(st)
-    return bytes(out)
+    return keymat
 
 
 @dataclass(frozen=True)
@@ -99,7 +91,7 @@ def _make_config(
     max_sub_sa_id, max_crypt_offset, crypt_offset, align_options, strict, options, ip_protocol, udp_encap,
     udp_sport, udp_dport, tunnel_header, dst, max_live_sub_sas=1024,
 ):
-    """A pe_eesp_sa_config from SA settings, and the buffers it points to (keep them until the core copied them)."""
+    """The fields of a pe_eesp_sa_config from SA settings (pecore.face.c_struct sets them)."""
     err = ConfigurationError
     if (key is None) == (root_key is None):
         raise err("give exactly one of key= (key || salt) or root_key= (with sskdf=)")
@@ -109,43 +101,37 @@ def _make_config(
         sskdf = "hkdf-sha256"
     if mode not in _MODES or format not in _FORMATS or aad not in _AADS:
         raise err(f"mode must be one of {list(_MODES)}, format one of {list(_FORMATS)}, aad one of {list(_AADS)}")
-    keep: list = []
-    c = ffi.new("pe_eesp_sa_config *")
-    lib.pe_eesp_sa_config_init(c)
-    c.spi = check_range("spi", spi, 0xFFFFFFFF, err)
-    c.encr = suite_id(suite)
-    c.sskdf = _sskdf_id(sskdf) if key is None else 0
+    c: dict = dict(spi=check_range("spi", spi, 0xFFFFFFFF, err), encr=suite_id(suite))
+    c["sskdf"] = _sskdf_id(sskdf) if key is None else 0
     k = None if key is None else key_bytes(key, "key", err)
     # As pyesp.SA: the AES key size from the KEYMAT's length unless given (with root_key= the Sub SA keys are
     # derived: the size is key_bits, 128 by default).
-    c.key_bits = keymat_key_bits(c.encr, k, key_bits, "EESP", err)
+    c["key_bits"] = keymat_key_bits(c["encr"], k, key_bits, "EESP", err)
     if k is not None:
-        c.key, c.key_len = pin(keep, k), len(k)
+        c.update(key=k, key_len=len(k))
     else:
         r = key_bytes(root_key, "root key", err)
-        c.root_key, c.root_key_len = pin(keep, r), len(r)
-    c.mode, c.format, c.aad = _MODES[mode], _FORMATS[format], _AADS[aad]
-    c.seq_present = bool(seq)
-    c.anti_replay = bool(anti_replay)
-    c.replay_window = check_range("replay_window", replay_window, 1 << 20, err, bottom=64)
-    c.max_sub_sa_id = lib.PE_EESP_NO_LIMIT if max_sub_sa_id is None else check_range("max_sub_sa_id", max_sub_sa_id, 0xFFFF, err)
-    c.max_crypt_offset = (lib.PE_EESP_NO_LIMIT if max_crypt_offset is None
-                          else check_range("max_crypt_offset", max_crypt_offset, 255, err))
-    c.crypt_offset = -1 if crypt_offset is None else check_range("crypt_offset", crypt_offset, 63, err)
-    c.align_options = bool(align_options)
-    c.strict = bool(strict)
+        c.update(root_key=r, root_key_len=len(r))
+    c.update(mode=_MODES[mode], format=_FORMATS[format], aad=_AADS[aad], seq_present=bool(seq),
+             anti_replay=bool(anti_replay))
+    c["replay_window"] = check_range("replay_window", replay_window, 1 << 20, err, bottom=64)
+    c["max_sub_sa_id"] = ops.EESP_NO_LIMIT if max_sub_sa_id is None else check_range("max_sub_sa_id", max_sub_sa_id, 0xFFFF, err)
+    c["max_crypt_offset"] = (ops.EESP_NO_LIMIT if max_crypt_offset is None
+                             else check_range("max_crypt_offset", max_crypt_offset, 255, err))
+    c["crypt_offset"] = -1 if crypt_offset is None else check_range("crypt_offset", crypt_offset, 63, err)
+    c.update(align_options=bool(align_options), strict=bool(strict))
     opts = bytes(options)
-    c.extra_options, c.extra_options_len = (pin(keep, opts) if opts else ffi.NULL), len(opts)
-    c.ip_protocol = check_range("ip_protocol", ip_protocol, 255, err)
-    c.udp_encap = bool(udp_encap)
-    c.max_live_sub_sas = check_range("max_live_sub_sas", max_live_sub_sas, 65536, err, bottom=1)
-    c.udp_sport = check_range("udp_sport", udp_sport, 0xFFFF, err)
-    c.udp_dport = check_range("udp_dport", udp_dport, 0xFFFF, err)
+    c.update(extra_options=opts or None, extra_options_len=len(opts))
+    c["ip_protocol"] = check_range("ip_protocol", ip_protocol, 255, err)
+    c["udp_encap"] = bool(udp_encap)
+    c["max_live_sub_sas"] = check_range("max_live_sub_sas", max_live_sub_sas, 65536, err, bottom=1)
+    c["udp_sport"] = check_range("udp_sport", udp_sport, 0xFFFF, err)
+    c["udp_dport"] = check_range("udp_dport", udp_dport, 0xFFFF, err)
     if tunnel_header is not None:
         th = bytes(tunnel_header)
-        c.outer_header, c.outer_header_len = pin(keep, th), len(th)
-    bind_destination(c, dst, err)
-    return c, keep
+        c.update(outer_header=th, outer_header_len=len(th))
+    c.update(destination_fields(dst, err))
+    return c
 
 
 class Receiver:
@@ -161,32 +147,34 @@ class Receiver:
                  check_udp_checksum: Union[bool, str] = True, udp_zero_checksum_v6: bool = False,
                  esp_spis: Iterable[int] = ()) -> None:
         sas = list(sas)
-        rc = ffi.new("pe_eesp_rx_config *")
-        lib.pe_eesp_rx_config_init(rc)
         protocol = ip_protocol if ip_protocol is not None else (sas[0]._settings["ip_protocol"] if sas else 49)
-        rc.ip_protocol = check_range("ip_protocol", protocol, 255, ConfigurationError)
-        rc.udp_port = check_range("udp_port", udp_port, 0xFFFF, ConfigurationError)
-        rc.check_udp_checksum = udp_checksum_mode(check_udp_checksum, ConfigurationError)
-        rc.udp_zero_checksum_v6 = bool(udp_zero_checksum_v6)
-        rx = ffi.new("pe_eesp_rx **")
-        st = lib.pe_eesp_rx_new(rc, rx)
-        if st != lib.PE_OK:
-            raise_eesp(st)
-        self._rx = ffi.gc(rx[0], lib.pe_eesp_rx_free)
+        rc = dict(ip_protocol=check_range("ip_protocol", protocol, 255, ConfigurationError),
+                  udp_port=check_range("udp_port", udp_port, 0xFFFF, ConfigurationError),
+                  check_udp_checksum=udp_checksum_mode(check_udp_checksum, ConfigurationError),
+                  udp_zero_checksum_v6=bool(udp_zero_checksum_v6))
+        self._core = face.Receiver(ops.EESP, rc, refuse=raise_eesp, error_class=error_class, result=_decrypted)
         for sa in sas:
-            c, _keep = _make_config(**sa._settings)
-            check_sa_added(lib.pe_eesp_rx_add_sa(self._rx, c), sa._settings["spi"], ConfigurationError)
+            check_sa_added(self._core.call(ops.eesp_add_sa, _make_config(**sa._settings)), sa._settings["spi"],
+                           ConfigurationError)
         for spi in esp_spis:
-            st = lib.pe_eesp_rx_add_esp_spi(self._rx, check_range("esp_spis", spi, 0xFFFFFFFF, ConfigurationError))
-            if st != lib.PE_OK:
+            st = self._core.call(ops.eesp_add_esp_spi, check_range("esp_spis", spi, 0xFFFFFFFF, ConfigurationError))
+            if st != ops.OK:
                 raise_eesp(st)
-        self._out = ffi.new("uint8_t[]", _OUT_LEN)
-        self._out_len = ffi.new("size_t *")
-        self._info = ffi.new("pe_eesp_info *")
-        self._lock = threading.Lock()
 
-    def _decrypted(self, packet: bytes) -> Decrypted:
-        return Decrypted(packet=packet, **_info_fields(self._info))
+    @classmethod
+    def from_key_file(cls, key_file: KeyFile, **kwargs) -> "Receiver":  # type: ignore[no-untyped-def]
+        """A receiver of every ``eesp-sa`` line of a parsed key file (:func:`pecore.keys.load_key_file`), with
+        its ``esp-sa`` lines' SPIs as ``esp_spis``, as ``pyesp.Receiver.from_key_file`` and
+        ``pypsp.Decryptor.from_key_file``; ``kwargs`` as for the constructor (``udp_port``, ...)."""
+        protocols = {e.settings["ip_protocol"] for e in key_file.eesp_sas}
+        if len(protocols) > 1:
+            raise ConfigurationError("eesp-sa lines disagree on ip-protocol; decrypt them separately")
+        # A Crypt Offset only shapes what an SA sends; receiving needs none (and sending one needs the peer's
+        # maximum).  The key file's ESP SAs share UDP 4500: their SPIs are ESP whatever their first octet.
+        sas = [SA(**{**e.settings, "crypt_offset": None}) for e in key_file.eesp_sas]  # type: ignore[arg-type]
+        kwargs.setdefault("ip_protocol", protocols.pop() if protocols else None)
+        kwargs.setdefault("esp_spis", [e.spi for e in key_file.esp_sas])
+        return cls(sas, **kwargs)
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (any bytes-like object).
@@ -194,12 +182,7 @@ class Receiver:
         Raises :class:`~pyeesp.ReplayError` for duplicates and too-old packets
         (checked before decryption; only a verified packet moves the window).
         """
-        buf = packet_buffer(packet, "packet")
-        with self._lock:
-            st = lib.pe_eesp_decap(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._info)
-            if st != lib.PE_OK:
-                _raise_decap(st, self._info)
-            return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
+        return self._core.decap(packet_buffer(packet, "packet"))
 
     def open(self, eesp: Buffer, *, ip_version: int = 4, dst: Optional[str] = None,
              replay: bool = True) -> Decrypted:
@@ -211,23 +194,12 @@ class Receiver:
         replay window (for looking at packets again).
         """
         buf = packet_buffer(eesp, "eesp")
-        daddr = open_destination(ip_version, dst, ConfigurationError)
-        flags = 0 if replay else lib.PE_EESP_OPEN_NO_REPLAY
-        with self._lock:
-            st = lib.pe_eesp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
-                                  self._out_len, self._info)
-            if st != lib.PE_OK:
-                _raise_decap(st, self._info)
-            return self._decrypted(ffi.buffer(self._out, self._out_len[0])[:])
+        return self._core.open(buf, ip_version, open_destination(ip_version, dst, ConfigurationError), replay)
 
     def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EespError]]:
         """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
         its exception.  Replay windows move as they would packet by packet."""
-        # The core has no batch context that records each packet's pe_eesp_info (PSP has pe_psp_batch_ctx):
-        # decap_batch calls pe_eesp_decap per packet inside the core's batch loop.
-        with self._lock:
-            return decap_batch(lib.pe_eesp_decap, self._rx, self._info, _info_fields, list(packets), Decrypted,
-                               error_class)
+        return self._core.decap_batch(packets)
 
 
 class SA:
@@ -290,18 +262,11 @@ class SA:
     ) -> None:
         settings = dict(locals())
         del settings["self"]
-        c, keep = _make_config(**settings)
-        tx = ffi.new("pe_eesp_tx **")
-        st = lib.pe_eesp_tx_new(c, tx)
-        if st != lib.PE_OK:
-            raise config_error(st, ConfigurationError)
-        self._tx = ffi.gc(tx[0], lib.pe_eesp_tx_free)
+        self._core = face.Sender(ops.EESP, _make_config(**settings), refuse=_refused_config, raise_status=raise_eesp,
+                                 error_class=error_class)
         self._settings = settings
         # its own packets arrive on udp_dport; an SA alone reads captures too: it decrypts and notes (D17)
         self._receiver = Receiver([self], udp_port=udp_dport, check_udp_checksum="note")
-        self._out = ffi.new("uint8_t[]", _OUT_LEN)
-        self._out_len = ffi.new("size_t *")
-        self._lock = threading.Lock()
         self.spi, self.mode, self.suite = spi, mode, suite
 
     def next_iv(self, sub_sa_id: int = 0) -> Optional[int]:
@@ -317,17 +282,15 @@ class SA:
     def next_seq(self, sub_sa_id: int = 0) -> Optional[int]:
         """The sequence number (IV counter without SN) the next packet of a Sub SA carries; None once exhausted."""
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
-        with self._lock:  # cffi releases the GIL: an encrypt() in another thread may grow the Sub SA table
-            n = lib.pe_eesp_tx_next_seq(self._tx, sub_sa_id)
-        return n or None
+        # under the SA's lock: an encrypt() in another thread may grow the Sub SA table
+        return self._core.next_counter(sub_sa_id)
 
     def set_next_seq(self, next_seq: int, sub_sa_id: int = 0) -> None:
         """Let a Sub SA continue at ``next_seq``; only forward, so no sequence number or IV is ever reused."""
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
         check_range("next_seq", next_seq, 2**64 - 1, ConfigurationError, bottom=1)
-        with self._lock:
-            st = lib.pe_eesp_tx_set_next_seq(self._tx, sub_sa_id, next_seq)
-        if st != lib.PE_OK:
+        st = self._core.set_next_counter(next_seq, sub_sa_id)
+        if st != ops.OK:
             raise_eesp(st, "sequence numbers only move forward" if status_name(st) == "invalid-argument" else None)
 
     def encrypt(self, ip_packet: Buffer, sub_sa_id: int = 0, *, iv: Union[int, bytes, None] = None,
@@ -340,16 +303,7 @@ class SA:
         """
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
         buf = packet_buffer(ip_packet, "ip_packet")
-        opts = _packet_opts(iv, pad_len)
-        with self._lock:
-            if opts is None:
-                st = lib.pe_eesp_encap(self._tx, buf, len(buf), sub_sa_id, self._out, _OUT_LEN, self._out_len)
-            else:
-                st = lib.pe_eesp_encap_with(self._tx, buf, len(buf), sub_sa_id, opts, self._out, _OUT_LEN,
-                                            self._out_len)
-            if st != lib.PE_OK:
-                raise_eesp(st)
-            return ffi.buffer(self._out, self._out_len[0])[:]
+        return self._core.encap(buf, sub_sa_id, _packet_opts(iv, pad_len))
 
     def seal(self, payload: Buffer, next_header: int, sub_sa_id: int = 0, *, ip_version: int = 4,
              iv: Union[int, bytes, None] = None, pad_len: Optional[int] = None) -> bytes:
@@ -362,15 +316,7 @@ class SA:
         if ip_version not in (4, 6):
             raise ConfigurationError(f"ip_version must be 4 or 6, not {ip_version!r}")
         buf = packet_buffer(payload, "payload")
-        opts = _packet_opts(iv, pad_len)
-        cap = len(buf) + lib.PE_EESP_MAX_OVERHEAD
-        out = ffi.new("uint8_t[]", cap)
-        with self._lock:
-            st = lib.pe_eesp_seal(self._tx, buf, len(buf), next_header, ip_version, sub_sa_id,
-                                  ffi.NULL if opts is None else opts, out, cap, self._out_len)
-            if st != lib.PE_OK:
-                raise_eesp(st)
-            return ffi.buffer(out, self._out_len[0])[:]
+        return self._core.seal(buf, next_header, ip_version, sub_sa_id, _packet_opts(iv, pad_len))
 
     def encrypt_batch(self, packets: Iterable[Buffer], sub_sa_id: int = 0) -> List[bytes]:
         """Encrypt many packets on one Sub SA in one core call (pe_batch_transform_until_failure), as
@@ -378,24 +324,9 @@ class SA:
         their sequence numbers and their results are in ``err.results``; it and the packets after it used
         none (``next_iv(sub_sa_id)`` is the one the failed packet would have had)."""
         check_range("sub_sa_id", sub_sa_id, 0xFFFF, ConfigurationError)
-        pkts = list(packets)
-        tx = self._tx
-
-        # The core's EESP transform (pe_eesp_capture_encap) spreads flows over the capture Sub SAs, so with one
-        # of them it sends everything on Sub SA 0, all in C.  For another Sub SA (the core has no transform
-        # with a fixed one) a thin callback calls pe_eesp_encap inside the core's batch loop.
-        @ffi.callback(TRANSFORM_FN, onerror=failed_verdict)
-        def encap(_ctx, ip, n, out, cap, out_len, why):  # type: ignore[no-untyped-def]
-            why[0] = lib.pe_eesp_encap(tx, ip, n, sub_sa_id, out, cap, out_len)
-            return lib.PE_VERDICT_TRANSFORMED if why[0] == lib.PE_OK else lib.PE_VERDICT_FAILED
-
-        with self._lock:  # encrypt_capture (which sets its own number of capture Sub SAs) takes it too
-            if sub_sa_id == 0 and lib.pe_eesp_tx_set_capture_sub_sas(tx, 1) == lib.PE_OK:
-                fn, ctx = lib.pe_eesp_capture_encap, tx
-            else:
-                fn, ctx = encap, ffi.NULL
-            results = run_batch(fn, ctx, pkts, lib.PE_EESP_MAX_OVERHEAD, stop_at_failure=True)
-        return sent_or_raise(results, error_class)
+        # Sub SA 0 runs the core's own transform, another Sub SA a thin callback in the core's batch loop
+        # (pecore.ops); encrypt_capture, which sets its own number of capture Sub SAs, takes the same lock.
+        return self._core.encap_batch(packets, sub_sa_id)
 
     def decrypt(self, packet: bytes) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
@@ -410,30 +341,20 @@ class SA:
         return self._receiver.decrypt_batch(packets)
 
 
-def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
-    """What a pe_eesp_info says about a decrypted packet, as Decrypted's fields (all but the packet)."""
-    return dict(
-        header=Header._from_c(info.hdr),
-        seq=info.seq if info.seq else None,
-        next_header=info.next_header,
-        pad_len=info.pad_len,
-        full_format=bool(info.full_format),
-        iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL else None,
-        udp_encap=bool(info.udp_encap),
-        udp_checksum=udp_checksum_note(info),
-    )
+def _decrypted(packet: bytes, header: dict, **fields) -> Decrypted:  # type: ignore[no-untyped-def]
+    """A Decrypted of the fields pecore.ops.eesp_info_fields read."""
+    return Decrypted(header=Header._from_fields(header), packet=packet, **fields)
 
 
-def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
-    raise decap_error(st, error_class, icv_valid=bool(info.icv_valid))
+def _refused_config(st: int) -> None:
+    raise config_error(st, ConfigurationError)
 
 
 def _packet_opts(iv: Union[int, bytes, None], pad_len: Optional[int]):  # type: ignore[no-untyped-def]
     """A pe_eesp_packet_opts for encrypt(iv=, pad_len=), or None when neither is given."""
     if iv is None and pad_len is None:
         return None
-    opts = ffi.new("pe_eesp_packet_opts *")
-    lib.pe_eesp_packet_opts_init(opts)
+    raw = None
     if iv is not None:
         if isinstance(iv, int) and not isinstance(iv, bool):
             raw = check_range("iv", iv, 2**64 - 1, ConfigurationError).to_bytes(8, "big")
@@ -441,8 +362,6 @@ def _packet_opts(iv: Union[int, bytes, None], pad_len: Optional[int]):  # type: 
             raw = key_bytes(iv, "iv", ConfigurationError)
             if len(raw) != 8:
                 raise ConfigurationError(f"iv must be 8 octets, not {len(raw)}")
-        opts.explicit_iv = 1
-        opts.iv = list(raw)
     if pad_len is not None:
-        opts.pad_len = check_range("pad_len", pad_len, 255, ConfigurationError)
-    return opts
+        check_range("pad_len", pad_len, 255, ConfigurationError)
+    return ops.eesp_packet_opts(raw, pad_len)

@@ -55,9 +55,8 @@ from scapy.packet import (
     split_bottom_up,
 )
 
-from pecore.binding import ffi, lib
+from pecore import ops
 from pecore.protocol import CRYPT_OFFSET_FIELD_BITS, eesp_suite
-from pecore._compat import renamed_kwargs, warn_renamed
 from pecore.util import Key, check_range
 from pyeesp.errors import ConfigurationError, NoSaError, raise_eesp
 from pyeesp.sa import SA, SUITES, Receiver, suite_id
@@ -290,12 +289,8 @@ class IPsecUDPEncap(Packet):
     def dispatch_hook(cls, _pkt=None, *args, **kargs):  # type: ignore[no-untyped-def]
         if not _pkt:
             return cls
-        kind = lib.pe_ipsec_udp_classify(_pkt, len(_pkt), ffi.NULL, ffi.NULL)  # it holds no ESP SAs
-        return {
-            lib.PE_UDP4500_KEEPALIVE: NAT_KEEPALIVE,
-            lib.PE_UDP4500_IKE: NON_ESP,
-            lib.PE_UDP4500_EESP: EESP,
-        }.get(kind, ESP)
+        kind = ops.udp4500_kind(_pkt)  # it holds no ESP SAs
+        return {"keepalive": NAT_KEEPALIVE, "ike": NON_ESP, "eesp": EESP}.get(kind, ESP)
 
 
 # --------------------------------------------------------------------------- bindings
@@ -387,11 +382,10 @@ def suite_info(suite: Union[str, int], key_bits: int = 128):  # type: ignore[no-
     """The core's description of a suite: (name, salt_len, iv_len, icv_len, integrity_only, key_len)."""
     row = eesp_suite(suite_id(suite))
     assert row is not None  # suite_id() accepted it
-    s = ffi.new("pe_ipsec_suite *")
-    st = lib.pe_ipsec_suite_get(row.id, 0 if len(row.key_lens) == 1 else key_bits, s)
-    if st != lib.PE_OK:
+    st, lengths = ops.ipsec_suite_lengths(row.id, 0 if len(row.key_lens) == 1 else key_bits)
+    if st != ops.OK:
         raise_eesp(st, f"suite {suite!r} with {key_bits}-bit keys")
-    return row.name, s.salt_len, s.iv_len, s.icv_len, bool(s.integrity_only), s.key_len
+    return (row.name, *lengths)
 
 
 def _resolve_suite(suite: Union[str, int], iv_len: Optional[int], icv_len: Optional[int]) -> str:
@@ -442,9 +436,9 @@ class EESPSecurityAssociation:
       salt; the AES key size follows from its length); or ``root_key`` with
       ``sskdf`` ("hkdf-sha256/384/512") and ``key_bits`` derives each Sub
       SA's key ‖ salt.
-    - ``sub_sa_id``: the Sub SA that :meth:`encrypt` uses by default
-      (``session_id=`` is its old name; the header field keeps the name
-      ``session_id``, see :mod:`pyeesp.sa`); ``seq_num`` its first sequence number.  ``seq_present=False`` sends no
+    - ``sub_sa_id``: the Sub SA that :meth:`encrypt` uses by default (the
+      header field keeps the name ``session_id``, see :mod:`pyeesp.sa`);
+      ``seq_num`` its first sequence number.  ``seq_present=False`` sends no
       Sequence Number (and has no anti-replay).
     - ``mode`` "tunnel"/"transport", ``format`` "auto"/"full"/"optimized",
       ``aad`` "draft"/"linux-xfrm", ``strict``, ``crypt_offset``,
@@ -458,7 +452,6 @@ class EESPSecurityAssociation:
       this SA's Seq/IV/ICV layout (default on).
     """
 
-    @renamed_kwargs(session_id="sub_sa_id")
     def __init__(
         self,
         spi: int,
@@ -541,29 +534,15 @@ class EESPSecurityAssociation:
         if seq_num != 1:
             self._sa.set_next_seq(seq_num, self.sub_sa_id)
 
-    @property
-    def session_id(self) -> int:
-        """Deprecated name of :attr:`sub_sa_id`."""
-        warn_renamed("EESPSecurityAssociation.session_id", "EESPSecurityAssociation.sub_sa_id")
-        return self.sub_sa_id
-
-    @session_id.setter
-    def session_id(self, value: int) -> None:
-        warn_renamed("EESPSecurityAssociation.session_id", "EESPSecurityAssociation.sub_sa_id")
-        self.sub_sa_id = check_range("sub_sa_id", value, 0xFFFF, ConfigurationError)
-
-    @renamed_kwargs(session_id="sub_sa_id")
     def next_iv(self, sub_sa_id: Optional[int] = None) -> Optional[int]:
         """The counter the next packet of a Sub SA (default: the SA's) carries as sequence number and IV; None
         once exhausted (:meth:`pyeesp.SA.next_iv`, as ``PSPSecurityAssociation.next_iv()``)."""
         return self._sa.next_iv(self.sub_sa_id if sub_sa_id is None else sub_sa_id)
 
-    @renamed_kwargs(session_id="sub_sa_id")
     def next_seq(self, sub_sa_id: Optional[int] = None) -> Optional[int]:
         """The sequence number the next packet of a Sub SA carries (None once exhausted)."""
         return self._sa.next_seq(self.sub_sa_id if sub_sa_id is None else sub_sa_id)
 
-    @renamed_kwargs(session_id="sub_sa_id")
     def encrypt(self, pkt, seq_num: Optional[int] = None, sub_sa_id: Optional[int] = None):  # type: ignore[no-untyped-def]
         """Encapsulate an ``IP``/``IPv6`` packet on Sub SA ``sub_sa_id`` (default: the SA's);
         returns the outer packet.  ``seq_num`` moves that Sub SA's counter forward to

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from pecore.binding import lib
-from pecore.capture import POOL_ESP, PathLike, ProgressFn, Summary, face_transform
+from pecore import face
+from pecore.capture import PathLike, ProgressFn, Summary
 from pecore.keys import KeyFile
 from pyesp.errors import CaptureError, ConfigurationError
 from pyesp.sa import SA, Receiver
@@ -32,8 +32,8 @@ def encrypt_capture(
     """
     if not isinstance(sa, SA):
         raise TypeError(f"sa must be a pyesp.SA, not {type(sa).__name__}")
-    return face_transform(lib.pe_esp_capture_encap, sa._tx, sa._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS, pool=POOL_ESP)
+    return face.encrypt_capture(sa._core, in_path, out_path, drop_failed=drop_failed, progress=progress, fmt=fmt,
+                                jobs=jobs, errors=_ERRORS)
 
 
 def decrypt_capture(
@@ -50,15 +50,15 @@ def decrypt_capture(
     "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
     ``receiver``: an :class:`SA`, a :class:`Receiver`, or a parsed key file (:func:`pecore.keys.load_key_file`:
-    a receiver of all its ``esp-sa`` lines).  Other traffic, EESP, IKE and keepalives on UDP 4500 and valid
+    a receiver of all its ``esp-sa`` lines, :meth:`Receiver.from_key_file`).  Other traffic, EESP, IKE and keepalives on UDP 4500 and valid
     dummy packets pass unchanged and are counted by kind; ESP packets that fail (bad ICV, replay, no SA,
     malformed) are kept (or left out with ``drop_failed``) and counted by reason.  Replay windows persist in
     the receiver across calls.  ``jobs``: as for :func:`encrypt_capture` (replay verdicts and windows as one thread's).
     """
     if isinstance(receiver, KeyFile):
-        receiver = Receiver([SA(**e.settings) for e in receiver.esp_sas])  # type: ignore[arg-type]
+        receiver = Receiver.from_key_file(receiver)
     if not isinstance(receiver, (SA, Receiver)):
         raise TypeError(f"receiver must be a pyesp.SA, pyesp.Receiver or KeyFile, not {type(receiver).__name__}")
     rx = receiver._receiver if isinstance(receiver, SA) else receiver
-    return face_transform(lib.pe_esp_capture_decap, rx._rx, rx._lock, in_path, out_path, drop_failed=drop_failed,
-                          progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS, pool=POOL_ESP)
+    return face.decrypt_capture(rx._core, in_path, out_path, drop_failed=drop_failed, progress=progress, fmt=fmt,
+                                jobs=jobs, errors=_ERRORS)

@@ -10,15 +10,16 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from pecore.binding import ffi, lib
+from pecore import ops
+from pecore.protocol import ESP_IP_PROTOCOL, ESP_UDP_PORT
 from pecore.util import Buffer, check_range, packet_buffer
 from pyesp.errors import ConfigurationError, TruncatedPacketError
 
 HEADER_LEN = 8  #: SPI (4) and Sequence Number (4): PE_ESP_HDR_LEN, which the cffi binding does not declare
 TRAILER_LEN = 2  #: Pad Length (1) and Next Header (1): PE_ESP_TRAILER_LEN
-NEXT_HEADER_DUMMY = lib.PE_ESP_NH_NO_NEXT  #: dummy packet (RFC 4303 §2.6)
-IP_PROTOCOL = lib.PE_ESP_IPPROTO    #: 50
-UDP_PORT = lib.PE_ESP_UDP_PORT      #: 4500 (RFC 3948)
+NEXT_HEADER_DUMMY = ops.ESP_NH_NO_NEXT  #: dummy packet (RFC 4303 §2.6)
+IP_PROTOCOL = ESP_IP_PROTOCOL  #: 50
+UDP_PORT = ESP_UDP_PORT        #: 4500 (RFC 3948)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Header:
         buf = packet_buffer(data, "data")
         if len(buf) < HEADER_LEN:
             raise TruncatedPacketError(f"{len(buf)} octets: the ESP header has {HEADER_LEN}", "esp-truncated")
-        spi, seq = struct.unpack_from("!II", ffi.buffer(buf, HEADER_LEN))
+        spi, seq = struct.unpack_from("!II", ops.octets(buf, HEADER_LEN))
         return cls(spi, seq)
 
     @classmethod

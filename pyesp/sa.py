@@ -6,26 +6,23 @@ The suites are the IKEv2 ENCR IDs of EESP's table (one table in the core for bot
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Union
 
-from pecore.binding import ffi, lib
+from pecore import face, ops
 from pecore.errors import status_name
+from pecore.keys import KeyFile
 from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
-from pecore.util import (Buffer, Key, bind_destination, check_range, check_sa_added, config_error, decap_batch,
-                         decap_error, key_bytes, open_destination, packet_buffer, pin, run_batch, sent_or_raise,
-                         udp_checksum_mode, udp_checksum_note)
+from pecore.util import (Buffer, Key, check_range, check_sa_added, config_error, destination_fields, key_bytes,
+                         open_destination, packet_buffer, udp_checksum_mode)
 from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
 from pyesp.header import Header
 
-MAX_IP_LEN = 65535
-_OUT_LEN = MAX_IP_LEN + 512
+MAX_IP_LEN = ops.MAX_IP_LEN
 
 #: IKEv2 ENCR transform IDs by suite name, from the core's suite table (the same names as EESP's).
 SUITES = {s.name: s.id for s in EESP_SUITES}
-_MODES = {"transport": lib.PE_ESP_TRANSPORT, "tunnel": lib.PE_ESP_TUNNEL}
-_MODE_NAMES = {v: k for k, v in _MODES.items()}
+_MODES = ops.ESP_MODES
 _SEQ32_MAX = 0xFFFFFFFF
 
 
@@ -69,40 +66,33 @@ class Decrypted:
 
 def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_window, replay_top, first_seq,
                  udp_encap, udp_sport, udp_dport, outer_header, dst, tfc_pad, for_receiver):
-    """A pe_esp_sa_config from SA settings, and the buffers it points to (kept until the core copied them)."""
+    """The fields of a pe_esp_sa_config from SA settings (pecore.face.c_struct sets them)."""
     err = ConfigurationError
     if key is None:
         raise err("key= (KEYMAT: key || salt) is required")
     if mode not in _MODES:
         raise err(f"mode must be one of {list(_MODES)}, not {mode!r}")
-    keep: list = []
-    c = ffi.new("pe_esp_sa_config *")
-    lib.pe_esp_sa_config_init(c)
-    c.spi = check_range("spi", spi, 0xFFFFFFFF, err)
-    c.encr = suite_id(suite)
+    c: dict = dict(spi=check_range("spi", spi, 0xFFFFFFFF, err), encr=suite_id(suite))
     k = key_bytes(key, "key", err)
-    c.key_bits = keymat_key_bits(c.encr, k, key_bits, "ESP", err)
-    c.key, c.key_len = pin(keep, k), len(k)
-    c.mode = _MODES[mode]
-    c.esn = bool(esn)
-    c.anti_replay = bool(anti_replay)
-    c.replay_window = 0 if replay_window is None else check_range("replay_window", replay_window, 1 << 20, err, 64)
+    c["key_bits"] = keymat_key_bits(c["encr"], k, key_bits, "ESP", err)
+    c.update(key=k, key_len=len(k), mode=_MODES[mode], esn=bool(esn), anti_replay=bool(anti_replay))
+    c["replay_window"] = 0 if replay_window is None else check_range("replay_window", replay_window, 1 << 20, err, 64)
     check_range("first_seq", first_seq, 2**64 - 1, err, bottom=1)
     top = check_range("replay_top", replay_top, 2**64 - 1, err)
     # A receiver resuming an SA at first_seq has seen everything below it (the key file's first-seq rule).
-    c.replay_top = (top or first_seq - 1) if for_receiver else 0
-    c.udp_encap = bool(udp_encap)
-    c.udp_sport = check_range("udp_sport", udp_sport, 0xFFFF, err)
-    c.udp_dport = check_range("udp_dport", udp_dport, 0xFFFF, err)
-    tfc = check_range("tfc_pad", tfc_pad, int(lib.PE_ESP_MAX_TFC_PAD), err)
+    c["replay_top"] = (top or first_seq - 1) if for_receiver else 0
+    c["udp_encap"] = bool(udp_encap)
+    c["udp_sport"] = check_range("udp_sport", udp_sport, 0xFFFF, err)
+    c["udp_dport"] = check_range("udp_dport", udp_dport, 0xFFFF, err)
+    tfc = check_range("tfc_pad", tfc_pad, ops.ESP_MAX_TFC_PAD, err)
     if tfc and mode != "tunnel":
         raise err("tfc_pad needs mode='tunnel' (RFC 4303 §2.7: only there does the payload say its own length)")
-    c.tfc_pad_len = 0 if for_receiver else tfc
+    c["tfc_pad_len"] = 0 if for_receiver else tfc
     if outer_header is not None:
         oh = key_bytes(outer_header, "outer_header", err) if isinstance(outer_header, str) else bytes(outer_header)
-        c.outer_header, c.outer_header_len = pin(keep, oh), len(oh)
-    bind_destination(c, dst, err)
-    return c, keep
+        c.update(outer_header=oh, outer_header_len=len(oh))
+    c.update(destination_fields(dst, err))
+    return c
 
 
 class Receiver:
@@ -122,26 +112,24 @@ class Receiver:
     def __init__(self, sas: Iterable["SA"], *, udp_port: int = 4500, check_udp_checksum: Union[bool, str] = True,
                  udp_zero_checksum_v6: bool = False, eesp_on_port: bool = True) -> None:
         sas = list(sas)
-        rc = ffi.new("pe_esp_rx_config *")
-        lib.pe_esp_rx_config_init(rc)
-        rc.udp_port = check_range("udp_port", udp_port, 0xFFFF, ConfigurationError)
-        rc.check_udp_checksum = udp_checksum_mode(check_udp_checksum, ConfigurationError)
-        rc.udp_zero_checksum_v6 = bool(udp_zero_checksum_v6)
-        rc.eesp_on_port = bool(eesp_on_port)
-        rx = ffi.new("pe_esp_rx **")
-        st = lib.pe_esp_rx_new(rc, rx)
-        if st != lib.PE_OK:
-            raise_esp(st)
-        self._rx = ffi.gc(rx[0], lib.pe_esp_rx_free)
+        rc = dict(udp_port=check_range("udp_port", udp_port, 0xFFFF, ConfigurationError),
+                  check_udp_checksum=udp_checksum_mode(check_udp_checksum, ConfigurationError),
+                  udp_zero_checksum_v6=bool(udp_zero_checksum_v6), eesp_on_port=bool(eesp_on_port))
+        self._core = face.Receiver(ops.ESP, rc, refuse=raise_esp, error_class=error_class, result=Decrypted)
+        #: the core's pe_esp_rx, which pecore.protocol.locate_esp asks whether it holds an SPI (eesp.md §14 step 3)
+        self._rx = self._core.c
         for sa in sas:
             if not isinstance(sa, SA):
                 raise TypeError(f"sas must hold pyesp.SA objects, not {type(sa).__name__}")
-            c, _keep = _make_config(**sa._settings, for_receiver=True)
-            check_sa_added(lib.pe_esp_rx_add_sa(self._rx, c), sa._settings["spi"], ConfigurationError)
-        self._out = ffi.new("uint8_t[]", _OUT_LEN)
-        self._out_len = ffi.new("size_t *")
-        self._info = ffi.new("pe_esp_info *")
-        self._lock = threading.Lock()
+            check_sa_added(self._core.call(ops.esp_add_sa, _make_config(**sa._settings, for_receiver=True)),
+                           sa._settings["spi"], ConfigurationError)
+
+    @classmethod
+    def from_key_file(cls, key_file: KeyFile, **kwargs) -> "Receiver":  # type: ignore[no-untyped-def]
+        """A receiver of every ``esp-sa`` line of a parsed key file (:func:`pecore.keys.load_key_file`), as
+        ``pyeesp.Receiver.from_key_file`` and ``pypsp.Decryptor.from_key_file``; ``kwargs`` as for the
+        constructor (``udp_port``, ``eesp_on_port``, ...)."""
+        return cls([SA(**e.settings) for e in key_file.esp_sas], **kwargs)  # type: ignore[arg-type]
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (any bytes-like object): ESP over IP
@@ -150,12 +138,7 @@ class Receiver:
         Raises :class:`~pyesp.ReplayError` for duplicates and too-old packets (checked before decryption;
         only a verified packet moves the window), :class:`~pyesp.NotEspError` for packets that are not ESP.
         """
-        buf = packet_buffer(packet, "packet")
-        with self._lock:
-            st = lib.pe_esp_decap(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._info)
-            if st != lib.PE_OK:
-                _raise_decap(st, self._info)
-            return Decrypted(packet=ffi.buffer(self._out, self._out_len[0])[:], **_info_fields(self._info))
+        return self._core.decap(packet_buffer(packet, "packet"))
 
     def open(self, esp: Buffer, *, ip_version: int = 4, dst: Optional[str] = None,
              replay: bool = True) -> Decrypted:
@@ -168,23 +151,12 @@ class Receiver:
         reads the window).
         """
         buf = packet_buffer(esp, "esp")
-        daddr = open_destination(ip_version, dst, ConfigurationError)
-        flags = 0 if replay else lib.PE_ESP_OPEN_NO_REPLAY
-        with self._lock:
-            st = lib.pe_esp_open(self._rx, buf, len(buf), ip_version, daddr, flags, self._out, _OUT_LEN,
-                                 self._out_len, self._info)
-            if st != lib.PE_OK:
-                _raise_decap(st, self._info)
-            return Decrypted(packet=ffi.buffer(self._out, self._out_len[0])[:], **_info_fields(self._info))
+        return self._core.open(buf, ip_version, open_destination(ip_version, dst, ConfigurationError), replay)
 
     def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, EspError]]:
         """Decrypt many packets, in order, in one core call (pe_batch_transform); a failed packet's slot holds
         its exception.  Replay windows move as they would packet by packet."""
-        # pe_esp_capture_decap (the core's ESP transform) passes no pe_esp_info out: decap_batch calls
-        # pe_esp_decap per packet inside the core's batch loop, as pyeesp's decrypt_batch does.
-        with self._lock:
-            return decap_batch(lib.pe_esp_decap, self._rx, self._info, _info_fields, list(packets), Decrypted,
-                               error_class)
+        return self._core.decap_batch(packets)
 
 
 class SA:
@@ -239,23 +211,16 @@ class SA:
     ) -> None:
         settings = dict(locals())
         del settings["self"]
-        c, keep = _make_config(**settings, for_receiver=False)
-        tx = ffi.new("pe_esp_tx **")
-        st = lib.pe_esp_tx_new(c, tx)
-        if st != lib.PE_OK:
-            raise config_error(st, ConfigurationError)
-        self._tx = ffi.gc(tx[0], lib.pe_esp_tx_free)
+        self._core = face.Sender(ops.ESP, _make_config(**settings, for_receiver=False), refuse=_refused_config,
+                                 raise_status=raise_esp, error_class=error_class)
         if first_seq != 1:
-            st = lib.pe_esp_tx_set_next_seq(self._tx, first_seq)
-            if st != lib.PE_OK:
+            st = self._core.set_next_counter(first_seq)
+            if st != ops.OK:
                 raise config_error(st, ConfigurationError, f"first_seq {first_seq}: ")
         self._settings = settings
         self.spi, self.mode, self.suite, self.esn = spi, mode, suite, bool(esn)
         # an SA alone reads captures (decrypt_capture) as often as it receives: it decrypts and notes (D17)
         self._receiver = Receiver([self], udp_port=udp_dport, check_udp_checksum="note")
-        self._out = ffi.new("uint8_t[]", _OUT_LEN)
-        self._out_len = ffi.new("size_t *")
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # the key stays out of logs and tracebacks
         return f"<pyesp.SA spi={self.spi:#010x} suite={self.suite} mode={self.mode}{' esn' if self.esn else ''}>"
@@ -263,17 +228,14 @@ class SA:
     def next_seq(self) -> Optional[int]:
         """The sequence number the next packet carries (all 64 bits with ESN); None once exhausted (then
         :meth:`encrypt` raises :class:`~pecore.errors.ExhaustedError`)."""
-        with self._lock:
-            n = lib.pe_esp_tx_next_seq(self._tx)
-        return n or None
+        return self._core.next_counter()
 
     def set_next_seq(self, next_seq: int) -> None:
         """Let the sequence numbers continue at ``next_seq``: only forward, and within 32 bits without ESN, so no
         sequence number or IV is ever reused."""
         check_range("next_seq", next_seq, 2**64 - 1, ConfigurationError, bottom=1)
-        with self._lock:
-            st = lib.pe_esp_tx_set_next_seq(self._tx, next_seq)
-        if st != lib.PE_OK:
+        st = self._core.set_next_counter(next_seq)
+        if st != ops.OK:
             raise_esp(st, "sequence numbers only move forward (and stay below 2^32 without ESN)"
                       if status_name(st) == "invalid-argument" else None)
 
@@ -289,12 +251,7 @@ class SA:
 
     def encrypt(self, ip_packet: Buffer) -> bytes:
         """Encapsulate one IPv4/IPv6 packet (any bytes-like object); returns the outer IP packet."""
-        buf = packet_buffer(ip_packet, "ip_packet")
-        with self._lock:
-            st = lib.pe_esp_encap(self._tx, buf, len(buf), self._out, _OUT_LEN, self._out_len)
-            if st != lib.PE_OK:
-                raise_esp(st)
-            return ffi.buffer(self._out, self._out_len[0])[:]
+        return self._core.encap(packet_buffer(ip_packet, "ip_packet"))
 
     def seal(self, payload: Buffer, next_header: int) -> bytes:
         """The ESP octets alone, from the SPI to the ICV (no IP or UDP header), around ``payload`` -- the
@@ -303,25 +260,14 @@ class SA:
         (RFC 4303 §2.6), which a receiver authenticates and discards (:class:`~pyesp.DummyPacketError`).
         :meth:`Receiver.open` is its inverse."""
         check_range("next_header", next_header, 255, ConfigurationError)
-        buf = packet_buffer(payload, "payload")
-        cap = len(buf) + lib.PE_ESP_MAX_OVERHEAD
-        out = ffi.new("uint8_t[]", cap)
-        with self._lock:
-            st = lib.pe_esp_seal(self._tx, next_header, buf, len(buf), out, cap, self._out_len)
-            if st != lib.PE_OK:
-                raise_esp(st)
-            return ffi.buffer(out, self._out_len[0])[:]
+        return self._core.seal(packet_buffer(payload, "payload"), next_header)
 
     def encrypt_batch(self, packets: Iterable[Buffer]) -> List[bytes]:
         """Encrypt many packets in one core call: the core's ESP transform (pe_esp_capture_encap) in its
         batch loop (pe_batch_transform_until_failure), all in C.  Raises on the first packet that fails: the
         packets before it used their sequence numbers and their results are in ``err.results``; it and the
         packets after it used none (``next_seq()`` is the one the failed packet would have had)."""
-        pkts = list(packets)
-        with self._lock:
-            results = run_batch(lib.pe_esp_capture_encap, self._tx, pkts, lib.PE_ESP_MAX_OVERHEAD,
-                                stop_at_failure=True)
-        return sent_or_raise(results, error_class)
+        return self._core.encap_batch(packets)
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Verify, replay-check and decrypt one outer IP packet (see :meth:`Receiver.decrypt`)."""
@@ -336,23 +282,5 @@ class SA:
         return self._receiver.decrypt_batch(packets)
 
 
-def _info_fields(info) -> dict:  # type: ignore[no-untyped-def]
-    """What a pe_esp_info says about a decrypted packet, as Decrypted's fields (all but the packet)."""
-    return dict(
-        spi=info.spi,
-        seq=info.seq,
-        seq_low=info.seq_low,
-        next_header=info.next_header,
-        pad_len=info.pad_len,
-        udp_encap=bool(info.udp_encap),
-        iv=bytes(ffi.buffer(info.iv, info.iv_len)) if info.iv != ffi.NULL and info.iv_len else None,
-        icv_valid=bool(info.icv_valid),
-        mode=_MODE_NAMES.get(info.mode, str(info.mode)),
-        esn=bool(info.esn),
-        udp_checksum=udp_checksum_note(info),
-        tfc_pad_len=info.tfc_pad_len,
-    )
-
-
-def _raise_decap(st: int, info) -> None:  # type: ignore[no-untyped-def]
-    raise decap_error(st, error_class, icv_valid=bool(info.icv_valid))
+def _refused_config(st: int) -> None:
+    raise config_error(st, ConfigurationError)

@@ -1,20 +1,15 @@
 """Encrypt and decrypt whole capture files with PSP, at C speed."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Union
 
-from pecore.binding import lib
-from pecore.capture import POOL_PSP, PathLike, ProgressFn, Summary, face_transform
-from pypsp.errors import CaptureError, ConfigurationError
-
-if TYPE_CHECKING:  # annotations only: pypsp.crypto imports this module for Encryptor.encrypt_capture
-    from pypsp.crypto import Decryptor, Encryptor
-
-_ERRORS = (CaptureError, ConfigurationError)
+from pecore.capture import PathLike, ProgressFn, Summary
+from pecore.keys import KeyFile
+from pypsp.crypto import Decryptor, Encryptor
 
 
 def encrypt_capture(
-    encryptor: "Encryptor",
+    encryptor: Encryptor,
     in_path: PathLike,
     out_path: PathLike,
     *,
@@ -33,14 +28,11 @@ def encrypt_capture(
     the summary are those of one thread.  An encryptor with a ``udp_sport``
     callable runs on one thread (its function is called in packet order).
     """
-    one_thread = getattr(encryptor, "_sport_handle", None) is not None
-    return face_transform(lib.pe_psp_capture_encap, encryptor._tx, encryptor._lock, in_path, out_path,
-                          drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=_ERRORS,
-                          pool=None if one_thread else POOL_PSP)
+    return encryptor.encrypt_capture(in_path, out_path, drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs)
 
 
 def decrypt_capture(
-    decryptor: "Decryptor",
+    decryptor: Union[Decryptor, KeyFile],
     in_path: PathLike,
     out_path: PathLike,
     *,
@@ -52,11 +44,12 @@ def decrypt_capture(
     """Decrypt every PSP packet of a pcap/pcapng file into ``out_path`` (same format, or
     ``fmt`` "pcap"/"pcapng"; "-" is standard input or output; docs/captures.md).
 
-    Non-PSP packets are copied unchanged; PSP packets that fail (bad ICV, no
+    ``decryptor``: a :class:`~pypsp.Decryptor`, or a parsed key file (:func:`pecore.keys.load_key_file`: a
+    decryptor of its PSP keys, :meth:`Decryptor.from_key_file`).  Non-PSP packets are copied unchanged; PSP packets that fail (bad ICV, no
     key, malformed) are copied unchanged and counted by reason, or left out
     with ``drop_failed``.  Timestamps are kept.  ``jobs`` threads share the
     work (default: the CPUs this process may use), with one thread's output.
     """
-    return face_transform(lib.pe_psp_capture_decap, decryptor._rx, decryptor._lock, in_path, out_path,
-                          drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=_ERRORS,
-                          pool=POOL_PSP)
+    if isinstance(decryptor, KeyFile):
+        decryptor = Decryptor.from_key_file(decryptor)
+    return decryptor.decrypt_capture(in_path, out_path, drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs)

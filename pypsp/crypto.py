@@ -1,23 +1,21 @@
 """PSP encryption and decryption of whole IP packets through the core."""
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pecore.binding import ffi, lib
+from pecore import face, ops
 from pecore.capture import Summary
-from pypsp.capture import decrypt_capture, encrypt_capture
-from pypsp.errors import ConfigurationError, PspError, error_class, raise_psp
+from pecore.keys import KeyFile
+from pypsp.errors import CaptureError, ConfigurationError, PspError, error_class, raise_psp
 from pypsp.header import Header
-from pecore._compat import CounterValue
 from pecore.errors import status_message, status_name
-from pecore.util import Buffer, Key, check_range, decap_error, key_bytes, packet_buffer, pin, run_batch, sent_or_raise
+from pecore.util import Buffer, Key, check_range, key_bytes, packet_buffer
 
-MAX_IP_LEN = 65535
-_OUT_LEN = MAX_IP_LEN + 256
-_MODES = {"transport": lib.PE_PSP_TRANSPORT, "tunnel": lib.PE_PSP_TUNNEL}
-
+MAX_IP_LEN = ops.MAX_IP_LEN
+_MODES = ops.PSP_MODES
+#: what a capture run raises: the CaptureError for the files, the ConfigurationError for ``jobs``
+_CAPTURE_ERRORS = (CaptureError, ConfigurationError)
 
 
 def _key_bytes(key: Key, what: str = "key") -> bytes:
@@ -30,7 +28,7 @@ def _check_range(name: str, value: int, top: int) -> int:
 
 def kdf_label(version: int) -> int:
     """The default KDF label of a version (psp.md §5): "Pv<version>", 0x50763000 | version << 8."""
-    return lib.pe_psp_kdf_label(_check_range("version", version, 3))
+    return ops.psp_kdf_label(_check_range("version", version, 3))
 
 
 def derive_key(master_key: Key, spi: int, version: int, *, label: Optional[int] = None) -> bytes:
@@ -45,12 +43,10 @@ def derive_key(master_key: Key, spi: int, version: int, *, label: Optional[int] 
         raise ConfigurationError(f"master key must be 32 octets, not {len(mk)}", "bad-key-length")
     _check_range("spi", spi, 0xFFFFFFFF)
     _check_range("version", version, 3)
-    n = lib.pe_psp_key_len(version)
-    out = ffi.new("uint8_t[]", n)
-    st = lib.pe_psp_derive_key(mk, spi, version, _check_range("label", label or 0, 0xFFFFFFFF), out, n)
-    if st != lib.PE_OK:
+    st, key = ops.psp_derive_key(mk, spi, version, _check_range("label", label or 0, 0xFFFFFFFF))
+    if st != ops.OK:
         raise_psp(st)
-    return bytes(out)
+    return key
 
 
 @dataclass(frozen=True)
@@ -59,6 +55,10 @@ class Decrypted:
 
     header: Header
     packet: bytes
+
+
+def _decrypted(packet: bytes, header: dict) -> Decrypted:
+    return Decrypted(Header._from_fields(header), packet)
 
 
 def _master_pair(master_keys: Optional[Sequence[Optional[Key]]]) -> Tuple[Optional[bytes], Optional[bytes]]:
@@ -115,91 +115,61 @@ class Encryptor:
             raise ConfigurationError("give exactly one of key= (derived key) or master_keys=")
         if mode not in _MODES:
             raise ConfigurationError(f"mode must be 'transport' or 'tunnel', not {mode!r}")
-        cfg = ffi.new("pe_psp_tx_config *")
-        lib.pe_psp_tx_config_init(cfg)
-        cfg.spi = _check_range("spi", spi, 0xFFFFFFFF)
-        cfg.version = _check_range("version", version, 3)
-        cfg.mode = _MODES[mode]
-        cfg.crypt_offset = _check_range("crypt_offset", crypt_offset, 63)
-        cfg.crypt_offset_ipv4 = -1 if crypt_offset_ipv4 is None else _check_range("crypt_offset_ipv4", crypt_offset_ipv4, 63)
-        cfg.crypt_offset_ipv6 = -1 if crypt_offset_ipv6 is None else _check_range("crypt_offset_ipv6", crypt_offset_ipv6, 63)
-        cfg.sample = bool(sample)
-        cfg.drop = bool(drop)
-        cfg.first_iv = _check_range("first_iv", first_iv, 0xFFFFFFFFFFFFFFFF)
-        cfg.udp_dport = _check_range("udp_dport", udp_dport, 0xFFFF)
-        cfg.kdf_label = _check_range("kdf_label", kdf_label or 0, 0xFFFFFFFF)
-        keep = []  # buffers that must outlive pe_psp_tx_new
+        cfg: dict = dict(
+            spi=_check_range("spi", spi, 0xFFFFFFFF),
+            version=_check_range("version", version, 3),
+            mode=_MODES[mode],
+            crypt_offset=_check_range("crypt_offset", crypt_offset, 63),
+            crypt_offset_ipv4=-1 if crypt_offset_ipv4 is None else _check_range("crypt_offset_ipv4", crypt_offset_ipv4, 63),
+            crypt_offset_ipv6=-1 if crypt_offset_ipv6 is None else _check_range("crypt_offset_ipv6", crypt_offset_ipv6, 63),
+            sample=bool(sample),
+            drop=bool(drop),
+            first_iv=_check_range("first_iv", first_iv, 0xFFFFFFFFFFFFFFFF),
+            udp_dport=_check_range("udp_dport", udp_dport, 0xFFFF),
+            kdf_label=_check_range("kdf_label", kdf_label or 0, 0xFFFFFFFF),
+        )
         if vc is not None:
             vcb = _key_bytes(vc, "vc")
             if len(vcb) != 8:
                 raise ConfigurationError(f"vc must be 8 octets, not {len(vcb)}")
-            cfg.vc_present = 1
-            cfg.vc = list(vcb)
+            cfg.update(vc_present=1, vc=list(vcb))
         if key is not None:
             k = _key_bytes(key)
-            cfg.key = pin(keep, k)
-            cfg.key_len = len(k)
+            cfg.update(key=k, key_len=len(k))
         else:
             mk0, mk1 = _master_pair(master_keys)
-            cfg.master_key0 = pin(keep, mk0)
-            cfg.master_key1 = pin(keep, mk1)
-        self._sport_handle = None
+            cfg.update(master_key0=mk0, master_key1=mk1)
+        hold = ()
         if udp_sport == "xor":
-            cfg.sport_policy = lib.PE_PSP_SPORT_XOR
+            cfg["sport_policy"] = ops.PSP_SPORT_XOR
         elif isinstance(udp_sport, int) and not isinstance(udp_sport, bool):
-            cfg.sport_policy = lib.PE_PSP_SPORT_FIXED
-            cfg.sport = _check_range("udp_sport", udp_sport, 0xFFFF)
+            cfg.update(sport_policy=ops.PSP_SPORT_FIXED, sport=_check_range("udp_sport", udp_sport, 0xFFFF))
         elif callable(udp_sport):
-            fn = udp_sport
-
-            @ffi.callback("uint16_t(void *, const uint8_t *, size_t)", onerror=lambda *a: 1000)
-            def sport_cb(_ctx, inner, n):  # type: ignore[no-untyped-def]
-                return int(fn(bytes(ffi.buffer(inner, n)))) & 0xFFFF
-
-            self._sport_handle = sport_cb
-            cfg.sport_policy = lib.PE_PSP_SPORT_CALLBACK
-            cfg.sport_fn = sport_cb
+            hold = (ops.psp_sport_callback(udp_sport),)
+            cfg.update(sport_policy=ops.PSP_SPORT_CALLBACK, sport_fn=hold[0])
         else:
             raise ConfigurationError("udp_sport must be 'xor', a port number or a callable")
         if tunnel_header is not None:
             th = bytes(tunnel_header)
-            cfg.outer_header = pin(keep, th)
-            cfg.outer_header_len = len(th)
-        tx = ffi.new("pe_psp_tx **")
-        st = lib.pe_psp_tx_new(cfg, tx)
-        if st != lib.PE_OK:
-            raise_psp(st)
-        self._tx = ffi.gc(tx[0], lib.pe_psp_tx_free)
-        self._out = ffi.new("uint8_t[]", _OUT_LEN)
-        self._out_len = ffi.new("size_t *")
-        self._lock = threading.Lock()
+            cfg.update(outer_header=th, outer_header_len=len(th))
+        # a Python udp_sport sees the packets in order: captures run on one thread
+        self._core = face.Sender(ops.PSP, cfg, refuse=raise_psp, raise_status=raise_psp, error_class=error_class,
+                                 hold=hold, serial=bool(hold))
         self.spi = spi
         self.version = version
         self.mode = mode
 
-    def _next_iv(self) -> CounterValue:
-        exhausted = ffi.new("int *")
-        with self._lock:  # the core releases no GIL-free guarantee: every call on the SA is serialised
-            iv = lib.pe_psp_tx_next_iv(self._tx, exhausted)
-        # the old property's plain int was the core's counter, which stays at 2**64-1 once exhausted
-        return CounterValue(None if exhausted[0] else iv, iv, "Encryptor.next_iv")
-
-    @property
-    def next_iv(self) -> CounterValue:
-        """``next_iv()``: the IV the next packet will carry, or None once the SA used its last IV (then
-        :meth:`encrypt` raises :class:`~pecore.errors.ExhaustedError`), as ``pyeesp.SA.next_iv()``.
-
-        (Read without the call, as the property it used to be, it is still the int, with a DeprecationWarning.)
-        """
-        return self._next_iv()
+    def next_iv(self) -> Optional[int]:
+        """The IV the next packet will carry, or None once the SA used its last IV (then :meth:`encrypt` raises
+        :class:`~pecore.errors.ExhaustedError`), as ``pyeesp.SA.next_iv()``."""
+        return self._core.next_counter()
 
     def set_next_iv(self, next_iv: int) -> None:
         """Let the IVs continue at ``next_iv``; only forward, so no IV is ever reused under this key."""
         _check_range("next_iv", next_iv, 0xFFFFFFFFFFFFFFFF)
-        with self._lock:
-            st = lib.pe_psp_tx_set_next_iv(self._tx, next_iv)
-        if st != lib.PE_OK:
-            now = self._next_iv()()
+        st = self._core.set_next_counter(next_iv)
+        if st != ops.OK:
+            now = self.next_iv()
             raise ConfigurationError(
                 f"next_iv {next_iv:#x} is below the next unused IV "
                 f"{'(none: exhausted)' if now is None else f'{now:#x}'}: IVs only move forward",
@@ -207,40 +177,24 @@ class Encryptor:
 
     def encrypt(self, ip_packet: Buffer) -> bytes:
         """Encapsulate one IPv4/IPv6 packet (any bytes-like object); returns the outer IP packet."""
-        buf = packet_buffer(ip_packet, "ip_packet")
-        with self._lock:
-            st = lib.pe_psp_encap(self._tx, buf, len(buf), self._out, _OUT_LEN, self._out_len)
-            if st != lib.PE_OK:
-                raise_psp(st)
-            return ffi.buffer(self._out, self._out_len[0])[:]
+        return self._core.encap(packet_buffer(ip_packet, "ip_packet"))
 
     def seal(self, payload: Buffer, next_header: int) -> bytes:
         """Seal a bare PSP packet (header, VC, sealed payload and ICV; no IP or UDP header) around ``payload``
         -- the L4 segment in transport mode, the inner IP packet in tunnel mode -- whose protocol number is
         ``next_header``.  Spends one IV; :meth:`Decryptor.open` is its inverse."""
         buf = packet_buffer(payload, "payload")
-        nh = _check_range("next_header", next_header, 255)
-        cap = len(buf) + lib.PE_PSP_MAX_OVERHEAD
-        out = ffi.new("uint8_t[]", cap)
-        with self._lock:
-            st = lib.pe_psp_seal(self._tx, buf, len(buf), nh, out, cap, self._out_len)
-            if st != lib.PE_OK:
-                raise_psp(st)
-            return ffi.buffer(out, self._out_len[0])[:]
+        return self._core.seal(buf, _check_range("next_header", next_header, 255))
 
     def encrypt_batch(self, packets: Iterable[Buffer]) -> List[bytes]:
         """Encrypt many packets in one core call.  Raises on the first packet that fails: the
         packets before it have used their IVs and their results are in ``err.results``; it and
         the packets after it used none (``next_iv()`` is the IV the failed packet would have had)."""
-        pkts = list(packets)
-        with self._lock:
-            results = run_batch(lib.pe_psp_capture_encap, self._tx, pkts, lib.PE_PSP_MAX_OVERHEAD,
-                                stop_at_failure=True)
-        return sent_or_raise(results, error_class)
+        return self._core.encap_batch(packets)
 
     def encrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Encrypt every IP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.encrypt_capture`)."""
-        return encrypt_capture(self, in_path, out_path, **kwargs)
+        return face.encrypt_capture(self._core, in_path, out_path, errors=_CAPTURE_ERRORS, **kwargs)
 
 
 class Decryptor:
@@ -264,36 +218,22 @@ class Decryptor:
     ) -> None:
         if master_keys is None and not keys:
             raise ConfigurationError("give master_keys= and/or keys=")
-        cfg = ffi.new("pe_psp_rx_config *")
-        lib.pe_psp_rx_config_init(cfg)
         mk0, mk1 = _master_pair(master_keys)
-        keep: list = []
-        cfg.master_key0 = pin(keep, mk0)
-        cfg.master_key1 = pin(keep, mk1)
         mask = 0
         for v in versions:
             mask |= 1 << _check_range("version", v, 3)
-        cfg.versions = mask
-        cfg.udp_dport = _check_range("udp_dport", udp_dport, 0xFFFF)
-        cfg.check_udp_checksum = bool(check_udp_checksum)
-        for v, label in (kdf_labels or {}).items():
-            cfg.kdf_labels[_check_range("version", v, 3)] = _check_range("label", label, 0xFFFFFFFF)
-        rx = ffi.new("pe_psp_rx **")
-        st = lib.pe_psp_rx_new(cfg, rx)
-        if st != lib.PE_OK:
-            raise_psp(st)
-        self._rx = ffi.gc(rx[0], lib.pe_psp_rx_free)
+        cfg = dict(master_key0=mk0, master_key1=mk1, versions=mask, udp_dport=_check_range("udp_dport", udp_dport, 0xFFFF),
+                   check_udp_checksum=bool(check_udp_checksum))
+        cfg["kdf_labels"] = {_check_range("version", v, 3): _check_range("label", label, 0xFFFFFFFF)
+                             for v, label in (kdf_labels or {}).items()}
+        self._core = face.Receiver(ops.PSP, cfg, refuse=raise_psp, error_class=error_class, result=_decrypted)
         for spec, key in (keys or {}).items():
             spi, version = spec if isinstance(spec, tuple) else (spec, None)
             k = _key_bytes(key)
-            st = lib.pe_psp_rx_add_key(self._rx, _check_range("spi", spi, 0xFFFFFFFF), -1 if version is None else version, k, len(k))
-            if st != lib.PE_OK:
+            st = self._core.call(ops.psp_add_key, _check_range("spi", spi, 0xFFFFFFFF), version, k)
+            if st != ops.OK:
                 what = "duplicate key" if status_name(st) == "invalid-argument" else status_message(st)
                 raise ConfigurationError(f"key for SPI {spi:#010x}: {what}", status_name(st))
-        self._out = ffi.new("uint8_t[]", _OUT_LEN)
-        self._out_len = ffi.new("size_t *")
-        self._hdr = ffi.new("pe_psp_hdr *")
-        self._lock = threading.Lock()
 
     def decrypt(self, packet: Buffer) -> Decrypted:
         """Decapsulate one outer IP packet (IPv4/IPv6 + UDP + PSP; any bytes-like object).
@@ -301,44 +241,26 @@ class Decryptor:
         Returns the header and the recovered packet: in transport mode the
         original IP packet, in tunnel mode the inner IP packet.
         """
-        buf = packet_buffer(packet, "packet")
-        with self._lock:
-            st = lib.pe_psp_decap(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._hdr)
-            if st != lib.PE_OK:
-                raise_psp(st)
-            return Decrypted(Header._from_c(self._hdr), ffi.buffer(self._out, self._out_len[0])[:])
+        return self._core.decap(packet_buffer(packet, "packet"))
 
     def open(self, psp: Buffer) -> Decrypted:
         """Open a bare PSP packet (a UDP payload).  ``packet`` is then the inner part:
         the L4 segment in transport mode, the inner IP packet in tunnel mode."""
-        buf = packet_buffer(psp, "psp")
-        with self._lock:
-            st = lib.pe_psp_open(self._rx, buf, len(buf), self._out, _OUT_LEN, self._out_len, self._hdr)
-            if st != lib.PE_OK:
-                raise_psp(st)
-            return Decrypted(Header._from_c(self._hdr), ffi.buffer(self._out, self._out_len[0])[:])
+        return self._core.open(packet_buffer(psp, "psp"))
 
     def decrypt_batch(self, packets: Iterable[Buffer]) -> List[Union[Decrypted, PspError]]:
         """Decrypt many packets in one core call; a failed packet's slot holds its exception."""
-        pkts = list(packets)
-        hdrs = ffi.new("pe_psp_hdr[]", max(len(pkts), 1))
-        # Extension areas decrypted in the receiver's work buffer are copied here (each fits its packet).
-        try:
-            size = max(sum(memoryview(p).nbytes for p in pkts), 1)
-        except TypeError:
-            size = 1  # run_batch names the packet that is not bytes-like
-        store = ffi.new("uint8_t[]", size)
-        ctx = ffi.new("pe_psp_batch_ctx *", {"rx": self._rx, "hdrs": hdrs, "ext_store": store, "ext_store_cap": size})
-        out: List[Union[Decrypted, PspError]] = []
-        inputs: list = []  # the joined input, which the headers' extension pointers reference
-        with self._lock:
-            for i, (st, data) in enumerate(run_batch(lib.pe_psp_batch_decap, ctx, pkts, 0, keep=inputs)):
-                if st != lib.PE_OK:
-                    out.append(decap_error(st, error_class))
-                    continue
-                out.append(Decrypted(Header._from_c(hdrs[i]), data))
-        return out
+        return self._core.decap_batch(packets)
 
     def decrypt_capture(self, in_path: str, out_path: str, **kwargs) -> Summary:
         """Decrypt every PSP packet of a pcap/pcapng file at C speed (see :func:`pypsp.capture.decrypt_capture`)."""
-        return decrypt_capture(self, in_path, out_path, **kwargs)
+        return face.decrypt_capture(self._core, in_path, out_path, errors=_CAPTURE_ERRORS, **kwargs)
+
+    @classmethod
+    def from_key_file(cls, key_file: KeyFile, **kwargs) -> "Decryptor":  # type: ignore[no-untyped-def]
+        """A receiver of a parsed key file's PSP keys (:func:`pecore.keys.load_key_file`: its ``psp-master``
+        and ``psp-key`` lines), as ``pyeesp.Receiver.from_key_file`` and ``pyesp.Receiver.from_key_file``;
+        ``kwargs`` as for the constructor (``udp_dport``, ``versions``, ...)."""
+        master = key_file.psp_master_keys
+        return cls(master_keys=master if any(k is not None for k in master) else None,
+                   keys=dict(key_file.psp_keys) or None, **kwargs)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from pecore.binding import ffi, lib
-from pecore.protocol import PSP_VERSIONS, parse_lenient
+from pecore import ops
+from pecore.protocol import PSP_VERSIONS
 from pecore.util import Buffer, packet_buffer
 from pypsp.errors import raise_psp
 
@@ -86,61 +86,33 @@ class Header:
         return self.next_header in (4, 41)
 
     @classmethod
-    def _from_c(cls, h) -> "Header":
-        # The core parsed these fields, so they are in range: skip __post_init__'s checks,
-        # which cost more than the core call itself.
+    def _from_fields(cls, fields: dict) -> "Header":
+        # The core parsed these fields (pecore.ops.psp_header_fields), so they are in range: skip
+        # __post_init__'s checks, which cost more than the core call itself.
         self = object.__new__(cls)
-        self.__dict__.update(
-            next_header=h.next_header,
-            hdr_ext_len=h.hdr_ext_len,
-            reserved=h.reserved,
-            crypt_offset=h.crypt_offset,
-            sample=bool(h.sample),
-            drop=bool(h.drop),
-            version=h.version,
-            virt=bool(h.virt),
-            always_one=bool(h.always_one),
-            spi=h.spi,
-            iv=h.iv,
-            extension=bytes(ffi.buffer(h.ext, h.ext_len)) if h.ext_len else b"",
-        )
+        self.__dict__.update(fields)
         return self
 
     @classmethod
     def parse(cls, data: Buffer) -> "Header":
         """Parse the header at the start of ``data`` (a UDP payload); raises on a malformed header."""
-        h = ffi.new("pe_psp_hdr *")
-        buf = packet_buffer(data, "data")
-        st = lib.pe_psp_hdr_parse(buf, len(buf), h)
-        if st != lib.PE_OK:
+        st, fields = ops.psp_header_parse(packet_buffer(data, "data"))
+        if st != ops.OK:
             raise_psp(st)
-        return cls._from_c(h)
+        return cls._from_fields(fields)
 
     @classmethod
     def parse_lenient(cls, data: Buffer) -> "tuple[Optional[Header], str]":
         """Parse as far as possible (for display): the fields read and the status name ("ok" when valid)."""
-        h, status = parse_lenient("pe_psp_hdr", lib.pe_psp_hdr_parse, data, lib.PE_PSP_HDR_LEN)
-        return (None if h is None else cls._from_c(h)), status
+        fields, status = ops.psp_header_parse_lenient(data)
+        return (None if fields is None else cls._from_fields(fields)), status
 
     def build(self) -> bytes:
         """The header's wire bytes (``header_len`` octets)."""
-        h = ffi.new("pe_psp_hdr *")
-        h.next_header = self.next_header
-        h.hdr_ext_len = self._hdr_ext_len
-        h.reserved = self.reserved
-        h.crypt_offset = self.crypt_offset
-        h.sample = self.sample
-        h.drop = self.drop
-        h.version = self.version
-        h.virt = self.virt
-        h.always_one = self.always_one
-        h.spi = self.spi
-        h.iv = self.iv
-        ext = ffi.from_buffer(self.extension)
-        h.ext = ext
-        h.ext_len = len(self.extension)
-        out = ffi.new("uint8_t[]", self.header_len)
-        st = lib.pe_psp_hdr_build(h, out, self.header_len)
-        if st != lib.PE_OK:
+        fields = dict(next_header=self.next_header, hdr_ext_len=self._hdr_ext_len, reserved=self.reserved,
+                      crypt_offset=self.crypt_offset, sample=self.sample, drop=self.drop, version=self.version,
+                      virt=self.virt, always_one=self.always_one, spi=self.spi, iv=self.iv)
+        st, wire = ops.psp_header_build(fields, self.extension, self.header_len)
+        if st != ops.OK:
             raise_psp(st)
-        return bytes(out)
+        return wire

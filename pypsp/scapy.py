@@ -58,7 +58,6 @@ from scapy.packet import Packet, bind_bottom_up, bind_top_down, split_bottom_up,
 from scapy.volatile import RandBin, VolatileValue
 
 from pecore._scapy import LenientDissect, UpToTrailerField, header_template, ip_bytes, ip_packet
-from pecore._compat import CounterValue
 from pecore.util import key_bytes
 from pypsp.crypto import MAX_IP_LEN, Decryptor, Encryptor
 from pypsp.errors import ConfigurationError, NoKeyError, PacketTooLargeError
@@ -346,12 +345,9 @@ class PSPSecurityAssociation:
         self.spi, self.version, self.mode = spi, version, mode
         self.tunnel_header = tunnel_header
 
-    @property
-    def next_iv(self):  # type: ignore[no-untyped-def]
-        """``next_iv()``: the IV the next packet will carry, or None once exhausted (see
-        :attr:`pypsp.Encryptor.next_iv`; read as a plain int it still works and warns)."""
-        nxt = self._enc._next_iv()
-        return CounterValue(nxt(), int.__int__(nxt), "PSPSecurityAssociation.next_iv")
+    def next_iv(self) -> Optional[int]:
+        """The IV the next packet will carry, or None once exhausted (see :meth:`pypsp.Encryptor.next_iv`)."""
+        return self._enc.next_iv()
 
     def encrypt(self, pkt, iv: Optional[int] = None):  # type: ignore[no-untyped-def]
         """Encapsulate an ``IP``/``IPv6`` packet; returns the outer packet (IP/UDP/PSP).

@@ -42,7 +42,7 @@ echo "==> pip install -e .[test,bench,fuzz]"
 # --no-build-isolation: build with the venv's cffi/setuptools just installed, no second download.
 .venv/bin/python -m pip install -q --no-build-isolation -e ".[test,bench,fuzz]"
 # An editable install compiles no bytecode, and with PYTHONDONTWRITEBYTECODE set Python never caches it:
-# every CLI start would compile the packages again (about 15 ms of the CLIs' 75 ms start-up here).
+# every CLI start would compile the packages again (docs/performance.md, "Figures from the code").
 .venv/bin/python -m compileall -q pecore pypsp pyeesp pyesp >/dev/null
 .venv/bin/python -c "import pypsp, pecore._native; print('==> pypsp', pypsp.__version__, 'core at', pecore._native.__file__)"
 

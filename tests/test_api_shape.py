@@ -1,6 +1,6 @@
 """One shape for the Python faces (README.md, "One shape for PSP, EESP and ESP"): the same verbs, the same way
 to report a spent counter, EESP and ESP batches through the core's batch loop, the EESP test-packet knobs (explicit IV,
-Pad Length), bare seal/open on both, and the old names still working with a DeprecationWarning."""
+Pad Length), bare seal/open on both, and no old names left."""
 from __future__ import annotations
 
 import re
@@ -92,6 +92,41 @@ def test_the_same_verbs_on_every_face():
     for name in ("AuthenticationError", "MalformedPacketError", "TruncatedPacketError", "ConfigurationError",
                  "CaptureError", "KeyFileError"):
         assert issubclass(getattr(pyesp, name), pyesp.EspError) and hasattr(pyeesp, name), name
+
+
+def test_every_decrypt_capture_takes_a_key_file(tmp_path):
+    """Each face's decrypt_capture takes a parsed key file as well as its receiver (``from_key_file``), and
+    decrypts as the receiver of that file's lines for its protocol would."""
+    from pecore.capture import LINKTYPE_RAW, CaptureWriter, read_capture
+    from pecore.keys import parse_key_file
+
+    kf = parse_key_file(f"psp-master key0={MK[0].hex()} key1={MK[1].hex()}\n"
+                        f"eesp-sa spi=0x1000 suite=aes-gcm-16 root-key={ROOT.hex()} sskdf=hkdf-sha256 mode=tunnel\n"
+                        f"esp-sa spi=0x2001 suite=aes-gcm-16 key={bytes(20).hex()} mode=tunnel\n")
+    from pecore.protocol import checksum
+
+    pkts = []
+    for i in range(1, 20):  # with their IP checksums: a transport-mode receiver writes the header anew
+        p = bytearray(udp4(bytes([i]) * i))
+        p[10:12] = checksum(bytes(p[:20])).to_bytes(2, "big")
+        pkts.append(bytes(p))
+    plain = tmp_path / "plain.pcap"
+    with CaptureWriter(str(plain), LINKTYPE_RAW) as w:
+        for p in pkts:
+            w.write(p)
+    senders = [(pypsp, pypsp.Encryptor(spi=SPI, master_keys=MK), pypsp.Decryptor),
+               (pyeesp, eesp_sa(mode="tunnel"), pyeesp.Receiver), (pyesp, pyesp.SA(0x2001, "aes-gcm-16", bytes(20)),
+                                                                  pyesp.Receiver)]
+    for face, sender, receiver in senders:
+        wire, out = tmp_path / f"{face.__name__}.pcap", tmp_path / f"{face.__name__}.out.pcap"
+        face.encrypt_capture(sender, plain, wire)
+        summary = face.decrypt_capture(kf, wire, out)
+        assert (summary.transformed, summary.failed) == (len(pkts), 0), face.__name__
+        assert [r.data for r in read_capture(out)] == pkts
+        rx = receiver.from_key_file(kf)
+        assert [rx.decrypt(r.data).packet for r in read_capture(wire)] == pkts
+    with pytest.raises(pypsp.ConfigurationError):  # a key file without PSP keys makes no decryptor
+        pypsp.decrypt_capture(parse_key_file("# none\n"), plain, tmp_path / "none.pcap")
 
 
 # ------------------------------------------------------------------------------------------- exhaustion
@@ -197,21 +232,34 @@ def test_eesp_decrypt_batch_keeps_the_policy_verdict():
 
 @pytest.mark.parametrize("package", ["pyeesp", "pyesp"])
 def test_batches_go_through_the_core_batch_loop(package):
-    """Not a Python loop over the single calls: the batch methods hand all packets to pe_batch_transform*."""
+    """Not a Python loop over the single calls: the batch methods hand all packets to pe_batch_transform*
+    through the one face machinery (pecore/face.py), whose batches are one run_batch each."""
     src = (REPO_ROOT / package / "sa.py").read_text(encoding="utf-8")
-    for method in ("encrypt_batch", "decrypt_batch"):
+    for method, call in (("encrypt_batch", "self._core.encap_batch("), ("decrypt_batch", "self._core.decap_batch(")):
         body = re.search(rf"    def {method}\(.*?(?=\n    def |\nclass |\ndef )", src, re.S).group(0)
         if "self._receiver.decrypt_batch" in body:
             continue
-        assert "run_batch(" in body or "decap_batch(" in body, method
+        assert call in body, method
         assert "self.encrypt(" not in body and "self.decrypt(" not in body, method
+    machinery = (REPO_ROOT / "pecore" / "face.py").read_text(encoding="utf-8")
+    body = re.search(r"    def encap_batch\(.*?(?=\n    def |\nclass |\ndef )", machinery, re.S).group(0)
+    assert "run_batch(fn, ctx, " in body and "self.encap(" not in body
+    body = re.search(r"    def decap_batch\(.*?(?=\n    def |\nclass |\ndef )", machinery, re.S).group(0)
+    assert "self.ops.decrypt_batch(" in body and "self.decap(" not in body
+    from pecore import ops
+    from pecore.binding import ffi, lib
+
     if package == "pyesp":  # ESP's encrypt_batch is the core's own transform, no Python per packet
-        body = re.search(r"    def encrypt_batch\(.*?(?=\n    def )", src, re.S).group(0)
-        assert "run_batch(lib.pe_esp_capture_encap" in body and "callback" not in body
+        tx = ffi.new("int *")
+        assert ops.ESP.batch_encap(tx, ()) == (lib.pe_esp_capture_encap, tx)
     # decap_batch, the receivers' shared batch (pecore/util.py), is one run_batch over a callback into C
     util = (REPO_ROOT / "pecore" / "util.py").read_text(encoding="utf-8")
     body = re.search(r"\ndef decap_batch\(.*?(?=\ndef )", util, re.S).group(0)
     assert "run_batch(one, " in body and "decrypt(" not in body
+    shared = (REPO_ROOT / "pecore" / "face.py").read_text(encoding="utf-8")
+    body = re.search(r"\ndef receiver_batch\(.*?(?=\ndef )", shared, re.S).group(0)
+    assert "decap_batch(decap, " in body
+    assert getattr(ops, package[2:].upper()).decrypt_batch.__qualname__.startswith("receiver_batch")
 
 
 # ------------------------------------------------------------------------------------------- test packets
@@ -256,66 +304,47 @@ def test_bare_seal_and_open_on_both_faces():
     assert PspHeader.parse(psp).spi == SPI
 
 
-# ------------------------------------------------------------------------------------------- deprecations
+# ------------------------------------------------------------------------------------------- the names
 
 
-def test_old_names_warn_and_still_work():
+def test_the_names_do_not_warn_and_the_old_ones_are_gone():
+    """The package was never released: the old names (the property ``next_iv``, ``session_id=`` for the Sub SA,
+    the modules ``pypsp.diagnose``, ``pyeesp.diagnose``, ``pecore.vectors``) went without a deprecation cycle."""
     enc = pypsp.Encryptor(spi=SPI, master_keys=MK, first_iv=5)
-    with pytest.warns(DeprecationWarning, match=r"next_iv\(\)"):
-        assert enc.next_iv == 5
-    with pytest.warns(DeprecationWarning):
-        assert f"{enc.next_iv:#x}" == "0x5" and enc.next_iv + 1 == 6
     with _Strict():
+        assert enc.next_iv() == 5 and type(enc.next_iv()) is int
         new = pyeesp.derive_sub_sa_key(ROOT, sub_sa_id=1, length=20)
-    with pytest.warns(DeprecationWarning, match="sub_sa_id"):
-        assert pyeesp.derive_sub_sa_key(ROOT, session_id=1, length=20) == new
+        assert pyeesp.derive_sub_sa_key(ROOT, 1, 20) == new
     with pytest.raises(TypeError):
-        pyeesp.derive_sub_sa_key(ROOT, session_id=1, sub_sa_id=1, length=20)
+        pyeesp.derive_sub_sa_key(ROOT, session_id=1, length=20)
+    # (by path: an editable install of another checkout may still serve them to this interpreter)
+    for old in ("pypsp/diagnose", "pyeesp/diagnose", "pecore/vectors", "pecore/_moved.py", "pecore/_compat.py"):
+        assert not (REPO_ROOT / old).exists(), old
+        assert old.removesuffix(".py").replace("/", ".") not in (REPO_ROOT / "pyproject.toml").read_text()
 
 
-def test_old_scapy_names_warn_and_still_work():
+def test_the_scapy_names_do_not_warn_and_the_old_ones_are_gone():
     pytest.importorskip("scapy")
     from scapy.layers.inet import IP
 
     from pyeesp.scapy import EESP, EESPSecurityAssociation
     from pypsp.scapy import PSPSecurityAssociation
 
-    with pytest.warns(DeprecationWarning, match="sub_sa_id"):
-        sa = EESPSecurityAssociation(0x1000, "aes-gcm-16", root_key=ROOT, sskdf="hkdf-sha256", session_id=1)
-    assert sa.sub_sa_id == 1
-    with pytest.warns(DeprecationWarning):
-        assert sa.session_id == 1
-    with pytest.warns(DeprecationWarning):
-        w = sa.encrypt(IP(INNER), session_id=2)
-    assert w[EESP].session_id == 2
-    with pytest.warns(DeprecationWarning):
-        assert sa.next_seq(session_id=2) == 2
     with _Strict():
-        assert sa.next_iv(2) == 2 and sa.next_seq(sub_sa_id=1) == 1
-    psa = PSPSecurityAssociation(SPI, master_keys=MK, iv=9)
-    with _Strict():
+        sa = EESPSecurityAssociation(0x1000, "aes-gcm-16", root_key=ROOT, sskdf="hkdf-sha256", sub_sa_id=1)
+        assert sa.sub_sa_id == 1
+        w = sa.encrypt(IP(INNER), sub_sa_id=2)
+        assert w[EESP].session_id == 2
+        assert sa.next_iv(2) == 2 and sa.next_seq(sub_sa_id=2) == 2 and sa.next_seq(sub_sa_id=1) == 1
+        psa = PSPSecurityAssociation(SPI, master_keys=MK, iv=9)
         assert psa.next_iv() == 9
-    with pytest.warns(DeprecationWarning):
-        assert psa.next_iv == 9
-
-
-@pytest.mark.parametrize("old,new,attr", [("pypsp.diagnose", "pypsp.tools.diagnose", "PspDiagnoser"),
-                                          ("pyeesp.diagnose", "pyeesp.tools.diagnose", "EespDiagnoser"),
-                                          ("pecore.vectors", "pecore.tools.vectors", "check_files")])
-def test_moved_modules_warn_and_still_work(old, new, attr):
-    """Documented import paths (docs/interop.md, vectors/README.md) of modules that moved into ``tools``."""
-    import importlib
-    import subprocess
-    import sys
-
-    code = (f"import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-            f"try:\n    import {old}\nexcept DeprecationWarning as e:\n    print('warned:', e)\n"
-            f"warnings.simplefilter('ignore')\nimport {old} as m, {new} as n\n"
-            f"print(m.{attr} is n.{attr})")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(REPO_ROOT))
-    assert p.returncode == 0, p.stderr
-    assert f"warned: {old} moved to {new}" in p.stdout and p.stdout.strip().endswith("True"), p.stdout
-    importlib.import_module(new)
+    with pytest.raises(TypeError):
+        EESPSecurityAssociation(0x1000, "aes-gcm-16", root_key=ROOT, sskdf="hkdf-sha256", session_id=1)
+    with pytest.raises(TypeError):
+        sa.next_seq(session_id=2)
+    with pytest.raises(TypeError):
+        sa.encrypt(IP(INNER), session_id=2)
+    assert not hasattr(sa, "session_id")
 
 
 @pytest.mark.parametrize("face", ["pypsp", "pyeesp", "pyesp"])

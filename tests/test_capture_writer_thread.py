@@ -1,4 +1,4 @@
-"""A run on several threads writes its output from whichever thread's turn it is (core/src/io/capture.c,
+"""A run on several threads writes its output from whichever thread's turn it is (core/src/io/capture_*.c,
 own_put): a write that fails there is reported as one thread reports it, and the output written before it is the
 same."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The core's folders are its layers (README "Layout"): each may include only the layers below it.
 
     io/      captures, batches, key files, transforms (the protocols as capture callbacks)
-    proto/   PSP; ESP and EESP over what they share (ipsec); IP, replay windows, key tables
+    proto/   PSP; ESP and EESP over what they share (ipsec); IP, link-layer framing, replay windows, key tables
     crypto/  AEAD, KDFs, wiping
     status   the status list every layer reports with
 
@@ -19,7 +19,7 @@ CORE = ROOT / "core"
 HEADER_LAYER = {
     "status.h": 0, "bytes.h": 0,
     "wipe.h": 1, "aead.h": 1, "kdf.h": 1,
-    "ip.h": 2, "replay.h": 2, "ipsec.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
+    "ip.h": 2, "link.h": 2, "replay.h": 2, "ipsec.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
     "capture.h": 3, "batch.h": 3, "keyfile.h": 3, "transforms.h": 3, "parallel.h": 3,
 }
 FOLDER_LAYER = {"crypto": 1, "proto": 2, "io": 3}
@@ -73,6 +73,7 @@ def _includes(path: Path) -> set:
     ("src/proto/esp.c", {"eesp.h", "eesp_internal.h"}),
     ("include/pe/ipsec.h", {"eesp.h", "eesp_internal.h", "esp.h"}),
     ("src/proto/ipsec.c", {"eesp.h", "eesp_internal.h", "esp.h"}),
+    ("src/proto/ipsec_internal.h", {"eesp.h", "eesp_internal.h", "esp.h"}),
     ("include/pe/eesp.h", {"esp.h"}),
 ])
 def test_esp_and_eesp_share_only_ipsec(path, forbidden):

@@ -411,21 +411,21 @@ _CMP_CALL = re.compile(r"\b(memcmp|CRYPTO_memcmp|bcmp|strcmp|strncmp|strcasecmp|
 
 #: Every byte/string comparison in the C sources, with why it is not a secret: (file, function, first two arguments).
 ALLOWED_COMPARISONS = {
-    ("core/src/proto/eesp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
-    ("core/src/proto/esp.c", "memcmp", "a->dst, dst"): "destination address lookup (public header field)",
+    ("core/src/proto/ipsec.c", "memcmp", "k->dst, dst"): "destination address lookup (public header field)",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], name"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], allowed[k]"): "key-file field names",
-    ("core/src/io/keyfile.c", "strcmp", 'mode, "transport"'): "keyword",
-    ("core/src/io/keyfile.c", "strcmp", 'mode, "tunnel"'): "keyword",
+    ("core/src/io/keyfile_psp.c", "strcmp", 'mode, "transport"'): "keyword",
+    ("core/src/io/keyfile_psp.c", "strcmp", 'mode, "tunnel"'): "keyword",
     ("core/src/proto/ipsec.c", "strcmp", "name, suite_rows[i].name"): "suite names",
-    ("core/src/io/keyfile.c", "strcmp", "v, words[k]"): "keywords",
-    ("core/src/io/keyfile.c", "strcmp", 'v, "*"'): "address wildcard",
-    ("core/src/io/keyfile.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",
-    ("core/src/io/keyfile.c", "memcmp", "a->dst, b->dst"): "duplicate-SA check on addresses",
+    ("core/src/io/keyfile_ipsec.c", "strcmp", "v, words[k]"): "keywords",
+    ("core/src/io/keyfile_ipsec.c", "strcmp", 'v, "*"'): "address wildcard",
+    ("core/src/io/keyfile_eesp.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",
+    ("core/src/io/keyfile_eesp.c", "memcmp", "a->dst, b->dst"): "duplicate-SA check on addresses",
+    ("core/src/io/keyfile_esp.c", "memcmp", "a->dst, b->dst"): "duplicate-SA check on addresses",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], tok"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", "l.kind, known_kinds[k].kind"): "line kinds",
     ("core/src/io/keyfile.c", "memcmp", 's, "\\xEF\\xBB\\xBF"'): "byte-order mark",
-    ("core/src/io/keyfile.c", "memcmp", "lx->tok, word"): "reference-config keywords",
+    ("core/src/io/refcfg.c", "memcmp", "lx->tok, word"): "reference-config keywords",
     ("dissectors/plugin/keys.c", "strcmp", 's, "*"'): "UAT wildcard",
     ("dissectors/plugin/packet-eesp.c", "memcmp", "x->dst, y->dst"): "destination address lookup",
     ("dissectors/plugin/packet-eesp.c", "strcmp", 'esp_sa->fields[c].name, "spi"'): "Wireshark's esp_sa column names",
@@ -508,8 +508,8 @@ def test_tags_are_verified_by_openssl_aead_final():
     assert "EVP_CIPHER_CTX_set_params(" in _function_body(src, "set_octets")
     assert "set_tag(ctx, tag," in body and re.search(r"EVP_(Cipher|Decrypt)Final_ex", body)
     assert re.search(r"EVP_(Cipher|Decrypt)Final_ex\([^;]*\)\s*!=\s*1\)\s*return PE_ERR_AUTH", body)
-    # CCM: the tag is set before the payload pass (in begin()), which verifies it.
-    begin = _function_body(src, "begin")
+    # CCM: the tag is set before the payload pass (in ccm_begin()), which verifies it.
+    begin = _function_body(src, "ccm_begin")
     assert "set_tag(ctx, tag," in begin and "PE_AEAD_OPEN" in begin
     assert re.search(r"int ok = EVP_CipherUpdate\([^;]*\)\s*==\s*1;", body)
     assert re.search(r"return ok \? PE_OK : PE_ERR_AUTH;", body)

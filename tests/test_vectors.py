@@ -579,7 +579,7 @@ def test_readme_counts_are_current():
     text = (VECTORS / "README.md").read_text(encoding="utf-8")
     table = text.split(pv.COUNTS_BEGIN, 1)[1].split(pv.COUNTS_END, 1)[0].strip()
     assert table == pv.counts_markdown(pv.count_rows(VECTORS)), \
-        "README counts are stale: run `python -m pecore.vectors counts --update`"
+        "README counts are stale: run `python -m pecore.tools.vectors counts --update`"
 
 
 def test_size_is_sane():

@@ -60,7 +60,7 @@ def test_generate_without_jsonschema_names_the_extra_and_writes_nothing(no_jsons
 
 
 def test_validate_without_jsonschema_names_the_extra(no_jsonschema):
-    p = subprocess.run([sys.executable, "-m", "pecore.vectors", "validate", str(ROOT / "vectors" / "psp_v0_test.json")],
+    p = subprocess.run([sys.executable, "-m", "pecore.tools.vectors", "validate", str(ROOT / "vectors" / "psp_v0_test.json")],
                        env=no_jsonschema, capture_output=True, text=True, timeout=120, cwd=str(ROOT))
     assert p.returncode == 2 and EXTRA_HINT in p.stderr and "Traceback" not in p.stderr, p.stderr
 

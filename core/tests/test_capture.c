@@ -776,6 +776,22 @@ static void test_pcapng_errors(void)
 
 /* ---- pe_frame_ip_offset ------------------------------------------------------------------ */
 
+/* pe/link.h's two other calls: the Ethertype that announced IP, and the FCS (CRC-32's check value). */
+static void test_frame_locate_and_fcs(void)
+{
+    uint8_t ip4[64], f[128];
+    size_t n4 = make_ipv4(ip4, 'x', 8, 0), off = 99, type_off = 99, n;
+
+    n = make_eth(f, ip4, n4, 2, 0);
+    CHECK_ST(pe_frame_locate(PE_LINKTYPE_ETHERNET, f, n, &off, &type_off), PE_OK);
+    CHECK(off == 22 && type_off == 20);
+    CHECK_ST(pe_frame_locate(PE_LINKTYPE_RAW, ip4, n4, &off, &type_off), PE_OK);
+    CHECK(off == 0 && type_off == PE_FRAME_NO_ETHERTYPE);
+    CHECK(pe_eth_fcs((const uint8_t *)"1234", 4, (const uint8_t *)"56789", 5) == 0xCBF43926u);
+    CHECK(pe_eth_fcs((const uint8_t *)"123456789", 9, NULL, 0) == 0xCBF43926u);
+}
+
+
 static void test_frame_ip_offset(void)
 {
     uint8_t ip4[64], ip6[64], f[128];
@@ -1813,6 +1829,7 @@ int main(void)
     test_pcapng_tsresol();
     test_pcapng_errors();
     test_frame_ip_offset();
+    test_frame_locate_and_fcs();
     test_transform_pcap_ethernet();
     test_transform_pcap_raw_be();
     test_transform_pcapng();

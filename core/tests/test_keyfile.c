@@ -1229,6 +1229,30 @@ static void test_eesp_non_duplicates(void)
     pe_keyfile_free(&kf);
 }
 
+/* The eesp-sa field list front ends read: docs/keys.md's table, in its order, and nothing else passes. */
+static void test_eesp_sa_field_names(void)
+{
+    static const char *const documented[] = {
+        "spi",           "suite",       "key-bits",      "key",           "root-key",         "sskdf",
+        "mode",          "format",      "seq",           "aad",           "anti-replay",      "replay-window",
+        "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align",     "strict",           "ip-protocol",
+        "udp-encap",     "src",         "dst",           "sub-sas",       "max-live-sub-sas",
+    };
+    unsigned i, n = (unsigned)(sizeof documented / sizeof documented[0]);
+    pe_keyfile kf;
+    pe_keyfile_error err;
+
+    for (i = 0; i < n; i++) {
+        const char *name = pe_keyfile_eesp_sa_field_name(i);
+        CHECK(name && strcmp(name, documented[i]) == 0);
+    }
+    CHECK(pe_keyfile_eesp_sa_field_name(n) == NULL);
+    CHECK(pe_keyfile_eesp_sa_field_name(~0u) == NULL);
+    /* A psp-sa field is not one of them. */
+    CHECK(parse_str("eesp-sa spi=1 suite=aes-gcm-16 key=" SECRET20 " vc=1", &kf, &err) == PE_ERR_KEYFILE_SYNTAX);
+    CHECK(strstr(err.message, "eesp-sa: unknown field 'vc'") != NULL);
+}
+
 /* Enough eesp-sa lines to rehash the index; two destinations per SPI; the duplicate at the end. */
 static void test_eesp_many(void)
 {
@@ -1621,6 +1645,7 @@ int main(void)
     test_eesp_addresses();
     test_psp_rx_from_file();
     test_eesp_non_duplicates();
+    test_eesp_sa_field_names();
     test_eesp_many();
     test_esp_defaults();
     test_esp_all_fields();

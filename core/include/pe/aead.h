@@ -1,5 +1,5 @@
 /*
- * AEAD over OpenSSL EVP, shared by PSP and EESP.
+ * AEAD over OpenSSL EVP, shared by PSP, EESP and ESP.
  *
  * A pe_aead holds one cipher context with the key already scheduled; each
  * packet only sets the nonce, so the per-packet cost is one AEAD pass and no

@@ -13,19 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pe/link.h"
 #include "pe/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Link types (LINKTYPE_* of the tcpdump registry) the core understands. */
-#define PE_LINKTYPE_ETHERNET 1u
-#define PE_LINKTYPE_RAW 101u
-#define PE_LINKTYPE_IPV4 228u
-#define PE_LINKTYPE_IPV6 229u
-#define PE_LINKTYPE_LINUX_SLL 113u  /* Linux "cooked" capture (tcpdump -i any) */
-#define PE_LINKTYPE_LINUX_SLL2 276u /* its successor, with the interface index */
 
 typedef enum pe_capture_format {
     PE_CAPTURE_PCAP = 0,    /* classic pcap, microsecond timestamps */
@@ -80,13 +73,6 @@ pe_status pe_capture_write(pe_capture_writer *w, uint64_t ts_sec, uint32_t ts_ns
                            const uint8_t *data, size_t len);
 /* Flushes and closes; returns PE_ERR_CAP_IO if any write failed.  Always frees w. */
 pe_status pe_capture_writer_close(pe_capture_writer *w);
-
-/*
- * Frame helpers shared by every protocol.
- * pe_frame_ip_offset: where the IP packet starts in a frame of `linktype`
- * (skipping Ethernet and VLAN tags), PE_ERR_CAP_NOT_IP when it carries no IP.
- */
-pe_status pe_frame_ip_offset(uint32_t linktype, const uint8_t *frame, size_t len, size_t *ip_off);
 
 /*
  * Bulk transform.  The callback gets one IP packet and either writes a new

@@ -327,15 +327,8 @@ pe_status pe_eesp_decap_flags(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, un
                               size_t cap, size_t *out_len, pe_eesp_info *info);
 pe_status pe_eesp_decap_replay(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid);
 
-/* Where the EESP octets of an IP packet are (§14): after the IP (extension) headers, or in UDP. */
-typedef struct pe_eesp_location {
-    unsigned ip_version;
-    int udp_encap;
-    size_t offset;       /* the Base Header */
-    size_t len;          /* EESP octets, to the end of the IP payload */
-    size_t l4_offset;    /* IP protocol: = offset; UDP: the UDP header */
-    size_t proto_field;  /* the octet that names the protocol after the IP headers */
-} pe_eesp_location;
+/* Where the EESP octets of an IP packet are (§14): offset is the Base Header's. */
+typedef pe_ipsec_location pe_eesp_location;
 /* UDP: match the source port too (tools that look at both directions of a flow). */
 #define PE_EESP_LOCATE_EITHER_PORT 1u
 /* UDP: verify a non-zero UDP checksum (PE_ERR_UDP_CHECKSUM), before demultiplexing. */

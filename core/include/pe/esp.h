@@ -192,6 +192,26 @@ pe_status pe_esp_decap_flags(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsi
 pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid,
                               uint64_t seq_used, uint8_t *out, size_t cap, size_t *out_len);
 
+/* Where the ESP octets of an IP packet are: offset is the SPI's. */
+typedef pe_ipsec_location pe_esp_location;
+/* UDP: match the source port too (tools that look at both directions of a flow). */
+#define PE_ESP_LOCATE_EITHER_PORT 1u
+/* UDP: verify a non-zero UDP checksum (PE_ERR_UDP_CHECKSUM), before demultiplexing. */
+#define PE_ESP_LOCATE_UDP_CHECKSUM 2u
+/* UDP: a host without EESP (pe_esp_rx_config.eesp_on_port off): what eesp.md §14 calls EESP is ESP too. */
+#define PE_ESP_LOCATE_NO_EESP 4u
+/*
+ * IP protocol 50 (not a fragment), or UDP to `udp_port` whose payload
+ * RFC 3948 and eesp.md §14 make ESP; rx (or NULL) is the receiver whose
+ * SAs' SPIs are ESP whatever their first octet (§14 step 3).  Otherwise
+ * PE_ERR_NOT_ESP, one of the UDP 4500 statuses (nat-keepalive,
+ * ike-non-esp-marker, eesp-in-udp), an IP/UDP malformation, or
+ * PE_ERR_IP_FRAGMENT for a (first) fragment that is ours.  pe_esp_decap
+ * locates ESP by the same steps, with the receiver's port and settings.
+ */
+pe_status pe_esp_locate(const uint8_t *pkt, size_t len, uint16_t udp_port, unsigned flags, const pe_esp_rx *rx,
+                        pe_esp_location *loc);
+
 /*
  * RFC 4303 Appendix A2.2: the 64-bit sequence number a received low half
  * stands for, given the highest number accepted so far (`top`) and the

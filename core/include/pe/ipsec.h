@@ -44,6 +44,9 @@ typedef struct pe_ipsec_suite {
     int integrity_only; /* AES-GMAC: payload in clear */
 } pe_ipsec_suite;
 
+/* The longest key || salt (KEYMAT) of the suite table (core/tests/test_ipsec.c checks it against the rows). */
+#define PE_IPSEC_KEYMAT_MAX (32u + 4u)
+
 /* Suite for an ENCR ID and AES key size in bits (ignored for ChaCha20-Poly1305: 256). */
 pe_status pe_ipsec_suite_get(unsigned encr, unsigned key_bits, pe_ipsec_suite *suite);
 const char *pe_ipsec_suite_name(const pe_ipsec_suite *suite);
@@ -105,6 +108,91 @@ typedef int (*pe_esp_spi_held_fn)(const void *ctx, uint32_t spi);
  */
 pe_udp4500_kind pe_ipsec_udp_classify(const uint8_t *payload, size_t len, pe_esp_spi_held_fn esp_spi_held,
                                      const void *ctx);
+
+/*
+ * The SPI (+ destination) -> SA table (RFC 4301 §4.1, eesp.md §16 step 3)
+ * of the ESP and EESP receivers, for the core's own layers: the key file
+ * (core/src/io) may keep its SAs in one too.  Not part of the bindings.
+ */
+
+/* What an SA is looked up by: its SPI, and the destination it is bound to (dst_family 0: any). */
+typedef struct pe_ipsec_sa_key {
+    uint32_t spi;
+    int dst_family; /* 0, 4 or 6 */
+    uint8_t dst[16]; /* network order; the first 4 octets for IPv4 */
+} pe_ipsec_sa_key;
+
+/*
+ * SAs of any kind (void *: the table's, made and released through a
+ * pe_ipsec_sa_ops, or a caller's own values with ops NULL) in the order
+ * added.  An open-addressing index by SPI points at the first SA of
+ * each SPI, and next_same_spi chains the others of that SPI in the order
+ * added: a lookup costs the same however many SAs there are.  Memory grows
+ * with pe_ipsec_sa_table_reserve only (the index stays above twice the SAs
+ * held); lookups never allocate.
+ */
+typedef struct pe_ipsec_sa_table {
+    void **sas;
+    pe_ipsec_sa_key *keys;  /* keys[i] is sas[i]'s */
+    size_t *next_same_spi;  /* 1 + index of the next SA with the same SPI, 0 for none */
+    size_t n, cap;
+    size_t *ix;             /* 1 + index of the first SA of an SPI, 0 empty */
+    size_t ix_cap;          /* 0, or a power of two */
+} pe_ipsec_sa_table;
+
+/*
+ * Per protocol, as Linux's xfrm_type has init_state and destructor: how its
+ * receiving SAs are made from its SA config, copied for another thread
+ * (pe_*_rx_clone) and released.  The SAs' memory (size octets each) is the
+ * table's.
+ */
+typedef struct pe_ipsec_sa_ops {
+    size_t size;
+    pe_status (*init)(void *sa, const void *cfg);
+    pe_status (*clone)(void *dst, const void *src);
+    void (*release)(void *sa);
+} pe_ipsec_sa_ops;
+
+/*
+ * One more SA, made by ops->init from cfg: PE_ERR_INVALID_ARGUMENT when the
+ * table holds its SPI for the same destination already (the same family and
+ * address, or both any) -- before the config is looked at --, PE_ERR_NOMEM,
+ * or what init refuses.
+ */
+pe_status pe_ipsec_sa_table_add(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops, const pe_ipsec_sa_key *key,
+                                const void *cfg);
+/*
+ * The steps of pe_ipsec_sa_table_add for a caller that keeps its entries
+ * itself (the key file's, say, whose entries are (void *)(1 + index) into
+ * its own array, and whose table it frees with ops NULL): the SA already
+ * held for exactly this SPI and destination, or NULL (for a message that
+ * names it); room for one more SA with this key (the same refusals), after
+ * which one pe_ipsec_sa_table_insert cannot fail.
+ */
+void *pe_ipsec_sa_table_same(const pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key);
+pe_status pe_ipsec_sa_table_reserve(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key);
+void pe_ipsec_sa_table_insert(pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key, void *sa);
+/* By SPI, and destination where the SA is bound to one (which beats an SA for any); dst may be NULL. */
+void *pe_ipsec_sa_table_find(const pe_ipsec_sa_table *t, uint32_t spi, int family, const uint8_t *dst);
+/* Whether an SA has this SPI, for any destination. */
+int pe_ipsec_sa_table_holds_spi(const pe_ipsec_sa_table *t, uint32_t spi);
+/*
+ * dst (zeroed) becomes a copy of src whose SAs are ops->clone's copies, at
+ * the same indices.  On an error dst holds the SAs copied so far (free it).
+ */
+pe_status pe_ipsec_sa_table_clone(pe_ipsec_sa_table *dst, const pe_ipsec_sa_table *src, const pe_ipsec_sa_ops *ops);
+/* ops->release on each SA, their memory wiped and freed (not with ops NULL), then the table's own. */
+void pe_ipsec_sa_table_free(pe_ipsec_sa_table *t, const pe_ipsec_sa_ops *ops);
+
+/* Where the ESP or EESP octets of an IP packet are (pe_esp_locate, pe_eesp_locate): after the IP (extension) headers, or in UDP. */
+typedef struct pe_ipsec_location {
+    unsigned ip_version;
+    int udp_encap;
+    size_t offset;       /* the SPI (ESP) or Base Header (EESP) */
+    size_t len;          /* octets from there to the end of the IP payload */
+    size_t l4_offset;    /* IP protocol: = offset; UDP: the UDP header */
+    size_t proto_field;  /* the octet that names the protocol after the IP headers */
+} pe_ipsec_location;
 
 #ifdef __cplusplus
 }

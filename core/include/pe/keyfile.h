@@ -191,6 +191,13 @@ pe_status pe_keyfile_load(const char *path, pe_keyfile *kf, pe_keyfile_error *er
  */
 pe_status pe_keyfile_read_text(const char *path, char **text, size_t *len, pe_keyfile_error *err);
 void pe_keyfile_text_free(char *text, size_t len);
+
+/*
+ * The field names an eesp-sa line takes, i = 0, 1, ... (NULL past the last),
+ * as the parser checks them: front ends that read or write eesp-sa lines
+ * (pecore.keys, the Lua scripts) take the list from here.
+ */
+const char *pe_keyfile_eesp_sa_field_name(unsigned i);
 /* Frees and wipes key material. */
 void pe_keyfile_free(pe_keyfile *kf);
 

@@ -1,8 +1,8 @@
 /*
  * Anti-replay sliding window (RFC 4303 §3.4.3 with RFC 6479's ring of words),
- * one per EESP Sub SA.  Checking and updating are separate because the
- * window may move only after the ICV verified (eesp.md §11): check before
- * decryption, update after.
+ * one per EESP Sub SA and one per ESP SA.  Checking and updating are
+ * separate because the window may move only after the ICV verified
+ * (eesp.md §11, RFC 4303 §3.4.3): check before decryption, update after.
  */
 #ifndef PE_REPLAY_H
 #define PE_REPLAY_H

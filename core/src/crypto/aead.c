@@ -14,19 +14,6 @@
 #define PE_CCM_AAD_MAX 4096
 
 
-static const char *cipher_name(pe_aead_alg alg, size_t key_len)
-{
-    switch (alg) {
-    case PE_AEAD_AES_GCM:
-        return key_len == 16 ? "AES-128-GCM" : key_len == 24 ? "AES-192-GCM" : key_len == 32 ? "AES-256-GCM" : NULL;
-    case PE_AEAD_AES_CCM:
-        return key_len == 16 ? "AES-128-CCM" : key_len == 24 ? "AES-192-CCM" : key_len == 32 ? "AES-256-CCM" : NULL;
-    case PE_AEAD_CHACHA20_POLY1305:
-        return key_len == 32 ? "ChaCha20-Poly1305" : NULL;
-    }
-    return NULL;
-}
-
 static int tag_len_ok(pe_aead_alg alg, size_t tag_len)
 {
     if (alg == PE_AEAD_CHACHA20_POLY1305)
@@ -52,7 +39,7 @@ pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8
                        size_t key_len, size_t tag_len)
 {
     memset(a, 0, sizeof *a);
-    const char *name = cipher_name(alg, key_len);
+    const char *name = pe_evp_cipher_name(alg, key_len);
     if (!name)
         return PE_ERR_KEY_LENGTH;
     if (!tag_len_ok(alg, tag_len))
@@ -122,15 +109,9 @@ void pe_aead_free(pe_aead *a)
     memset(a, 0, sizeof *a);
 }
 
-static int feed_aad(EVP_CIPHER_CTX *ctx, pe_aead_alg alg, const pe_iov *aad, size_t n_aad)
+static int ccm_feed_aad(EVP_CIPHER_CTX *ctx, const pe_iov *aad, size_t n_aad)
 {
     int outl;
-    if (alg != PE_AEAD_AES_CCM) {
-        for (size_t i = 0; i < n_aad; i++)
-            if (aad[i].len && EVP_CipherUpdate(ctx, NULL, &outl, aad[i].base, (int)aad[i].len) != 1)
-                return 0;
-        return 1;
-    }
     size_t total = 0;
     for (size_t i = 0; i < n_aad; i++)
         total += aad[i].len;
@@ -203,9 +184,9 @@ static int open_nonce(pe_aead *a, const uint8_t *nonce)
     return EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) == 1;
 }
 
-/* Everything up to the payload pass: nonce, CCM lengths/tag, AAD. */
-static pe_status begin(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad, size_t len,
-                       const uint8_t *tag)
+/* CCM, everything up to the payload pass: the tag (open), nonce, payload length, AAD. */
+static pe_status ccm_begin(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad, size_t len,
+                           const uint8_t *tag)
 {
     EVP_CIPHER_CTX *ctx = a->ctx;
     int outl;
@@ -213,13 +194,13 @@ static pe_status begin(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
         return PE_ERR_INVALID_ARGUMENT;
     if (len > (size_t)INT32_MAX)
         return PE_ERR_INVALID_ARGUMENT;
-    if (a->alg == PE_AEAD_AES_CCM && a->dir == PE_AEAD_OPEN && !set_tag(ctx, tag, a->tag_len))
+    if (a->dir == PE_AEAD_OPEN && !set_tag(ctx, tag, a->tag_len))
         return PE_ERR_CRYPTO_BACKEND;
     if (EVP_CipherInit_ex2(ctx, NULL, NULL, nonce, -1, NULL) != 1)
         return PE_ERR_CRYPTO_BACKEND;
-    if (a->alg == PE_AEAD_AES_CCM && EVP_CipherUpdate(ctx, NULL, &outl, NULL, (int)len) != 1)
+    if (EVP_CipherUpdate(ctx, NULL, &outl, NULL, (int)len) != 1)
         return PE_ERR_CRYPTO_BACKEND;
-    if (!feed_aad(ctx, a->alg, aad, n_aad))
+    if (!ccm_feed_aad(ctx, aad, n_aad))
         return PE_ERR_CRYPTO_BACKEND;
     return PE_OK;
 }
@@ -258,7 +239,7 @@ static pe_status stream_seal(EVP_CIPHER_CTX *ctx, size_t tag_len, const uint8_t 
 static pe_status ccm_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad, const uint8_t *pt,
                           size_t len, uint8_t *ct, uint8_t *tag)
 {
-    pe_status st = begin(a, nonce, aad, n_aad, len, NULL);
+    pe_status st = ccm_begin(a, nonce, aad, n_aad, len, NULL);
     if (st != PE_OK)
         return st;
     EVP_CIPHER_CTX *ctx = a->ctx;
@@ -318,7 +299,7 @@ pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
         return PE_ERR_INVALID_ARGUMENT;
     int outl = 0, finl = 0;
     if (a->alg == PE_AEAD_AES_CCM) {
-        pe_status st = begin(a, nonce, aad, n_aad, len, tag);
+        pe_status st = ccm_begin(a, nonce, aad, n_aad, len, tag);
         if (st != PE_OK)
             return st;
         /*

@@ -16,6 +16,13 @@ static const char *const hash_names[3] = {
     [PE_HASH_SHA256] = "SHA256", [PE_HASH_SHA384] = "SHA384", [PE_HASH_SHA512] = "SHA512"};
 
 static EVP_CIPHER *ciphers[3][3];
+
+const char *pe_evp_cipher_name(pe_aead_alg alg, size_t key_len)
+{
+    if ((unsigned)alg > PE_AEAD_CHACHA20_POLY1305 || (key_len != 16 && key_len != 24 && key_len != 32))
+        return NULL;
+    return cipher_names[alg][(key_len - 16) / 8];
+}
 static EVP_MAC_CTX *cmac_template;
 static EVP_KDF_CTX *hkdf_template[3];
 /*
@@ -78,7 +85,7 @@ static int ready(void)
 
 EVP_CIPHER *pe_evp_cipher(pe_aead_alg alg, size_t key_len)
 {
-    if ((unsigned)alg > PE_AEAD_CHACHA20_POLY1305 || (key_len != 16 && key_len != 24 && key_len != 32) || !ready())
+    if (!pe_evp_cipher_name(alg, key_len) || !ready())
         return NULL;
     return ciphers[alg][(key_len - 16) / 8];
 }

@@ -24,6 +24,8 @@
 #include "pe/aead.h"
 #include "pe/kdf.h"
 
+/* OpenSSL's name of the cipher for an AEAD and key length (the one list of them), or NULL for none. */
+const char *pe_evp_cipher_name(pe_aead_alg alg, size_t key_len);
 /* The cipher for an AEAD and key length, or NULL. Not to be freed. */
 EVP_CIPHER *pe_evp_cipher(pe_aead_alg alg, size_t key_len);
 /*

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "eesp_internal.h"
+#include "ipsec_internal.h"
 #include "keytable.h"
 #include "pe/eesp.h"
 #include "pe/ip.h"
@@ -13,7 +14,7 @@
 _Static_assert(PE_UDP4500_EESP_V0_OCTET0 == (PE_EESP_ESP_COMPAT | PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT),
                "the UDP 4500 rule (pe/ipsec.h) lets exactly a version-0 Base Header be EESP");
 
-#define KEYMAT_MAX (32u + 4u)
+#define KEYMAT_MAX PE_IPSEC_KEYMAT_MAX
 #define ROOT_MAX 64u
 #define NH_NO_NEXT 59u /* dummy packet */
 
@@ -41,19 +42,15 @@ typedef struct eesp_sa {
     uint16_t udp_sport, udp_dport;
     uint8_t outer[PE_IPV6_HDR_LEN];
     size_t outer_len;
-    int dst_family;   /* receiver: 0 any destination, else 4 or 6 */
-    uint8_t dst[16];
     pe_aead_dir dir;
     pe_keytable subs; /* live Sub SA state by Session ID, least recently used evicted (eesp.h) */
     uint64_t *last_seq; /* by Session ID, from the first eviction on: sender counter / receiver window top */
-    size_t next_same_spi; /* receiver: 1 + index in rx->sas of the next SA with this SPI, 0 for none */
 } eesp_sa;
 
 void pe_eesp_sa_config_init(pe_eesp_sa_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->encr = PE_ENCR_AES_GCM_16;
-    cfg->key_bits = 128;
+    pe_ipsec_default_suite(&cfg->encr, &cfg->key_bits);
     cfg->seq_present = 1;
     cfg->anti_replay = 1;
     cfg->max_sub_sa_id = PE_EESP_NO_LIMIT;
@@ -121,8 +118,7 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_ipsec_suite *
         return PE_ERR_INVALID_ARGUMENT;
     if (c->extra_options_len + (c->crypt_offset >= 0 ? 4u : 0u) > 255)
         return PE_ERR_EESP_OPTIONS; /* Opt Len is one octet */
-    if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
-                             (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
+    if (!pe_ipsec_outer_header_ok(c->outer_header, c->outer_header_len))
         return PE_ERR_INVALID_ARGUMENT;
     return c->extra_options_len ? check_extra_options(c->extra_options, c->extra_options_len) : PE_OK;
 }
@@ -157,20 +153,17 @@ static pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir di
     sa->udp_encap = !!c->udp_encap;
     sa->udp_sport = c->udp_sport;
     sa->udp_dport = c->udp_dport;
-    if (c->outer_header) {
-        memcpy(sa->outer, c->outer_header, c->outer_header_len);
-        sa->outer_len = c->outer_header_len;
-    }
-    sa->dst_family = c->dst_family;
-    memcpy(sa->dst, c->dst, sizeof sa->dst);
+    sa->outer_len = pe_ipsec_outer_header_copy(sa->outer, c->outer_header, c->outer_header_len);
     sa->dir = dir;
     sa->subs.lru = 1;
     sa->subs.limit = c->max_live_sub_sas ? c->max_live_sub_sas : PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS;
     return PE_OK;
 }
 
-static void sa_free(eesp_sa *sa)
+/* (void *: also the receivers' pe_ipsec_sa_ops release) */
+static void sa_free(void *p)
 {
+    eesp_sa *sa = p;
     pe_keytable_free(&sa->subs);
     free(sa->last_seq);
     pe_wipe(sa, sizeof *sa);
@@ -332,9 +325,8 @@ pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out)
 
 void pe_eesp_tx_free(pe_eesp_tx *tx)
 {
-    if (!tx)
-        return;
-    sa_free(&tx->sa);
+    if (tx)
+        sa_free(&tx->sa);
     free(tx);
 }
 
@@ -419,7 +411,7 @@ static pe_status build_options(const eesp_sa *sa, size_t after_opts, int carrier
     n += sa->extra_options_len;
     /* A Crypt Offset's PayloadOffset counts 4-octet units, so it needs 4 even unaligned. */
     size_t align = sa->align_options ? (carrier_v6 ? 8 : 4) : (co ? 4 : 1);
-    /* align is a power of two: a mask, where `% align` compiled to two divisions (~20 ns a packet). */
+    /* align is a power of two: a mask, where `% align` compiled to two divisions (docs/performance.md). */
     size_t pad = (0 - (PE_EESP_BASE_LEN + n + after_opts)) & (align - 1);
     if (n + pad > 255)
         return PE_ERR_EESP_OPTIONS;
@@ -722,12 +714,22 @@ pe_status pe_eesp_encap_with_seq(pe_eesp_tx *tx, uint64_t seq, const uint8_t *pk
 }
 
 /* The SA without its Sub SAs' state: each copy derives the Sub SA keys it meets, once. */
-static pe_status sa_clone(eesp_sa *dst, const eesp_sa *src)
+static pe_status sa_clone(void *d, const void *s)
 {
+    eesp_sa *dst = d;
+    const eesp_sa *src = s;
     *dst = *src;
     dst->last_seq = NULL; /* the original's: counters and window tops stay with it */
     return pe_keytable_clone(&dst->subs, &src->subs, 0);
 }
+
+/* A receiver's SAs, made, copied and released by the table (ipsec_internal.h). */
+static pe_status rx_sa_init(void *sa, const void *cfg)
+{
+    return sa_init(sa, cfg, PE_AEAD_OPEN);
+}
+
+static const pe_ipsec_sa_ops eesp_sa_ops = {sizeof(eesp_sa), rx_sa_init, sa_clone, sa_free};
 
 pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out)
 {
@@ -747,19 +749,10 @@ pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out)
 /* ---------------------------------------------------------------- receiving */
 
 struct pe_eesp_rx {
+    pe_ipsec_rx ipsec; /* first: the port, the checksum settings, the SAs (eesp_sa); a clone has no Sub SA windows */
     uint8_t ip_protocol;
-    uint16_t udp_port;
-    int check_udp_checksum;
     uint32_t *esp_spis; /* sorted: the ESP SAs of the port (§14 step 3) */
     size_t n_esp_spis;
-    int udp_zero_checksum_v6;
-    size_t n_sas, cap_sas;
-    eesp_sa **sas;
-    /* SPI index (open addressing): 1 + index in sas of the first SA with an SPI, 0 empty; the others with
-     * that SPI follow its next_same_spi chain.  A lookup costs the same however many SAs there are. */
-    size_t *spi_ix;
-    size_t ix_cap; /* power of two, above twice the SPIs held */
-    int clone; /* pe_eesp_rx_clone's: no Sub SA windows of the original, so it opens without them only */
 };
 
 void pe_eesp_rx_config_init(pe_eesp_rx_config *cfg)
@@ -775,13 +768,10 @@ pe_status pe_eesp_rx_new(const pe_eesp_rx_config *cfg, pe_eesp_rx **out)
     *out = NULL;
     if (cfg->ip_protocol == PE_IPPROTO_UDP) /* as check_config: UDP is the encapsulation, not EESP */
         return PE_ERR_EESP_CONFIG;
-    *out = calloc(1, sizeof **out);
+    *out = pe_ipsec_rx_new(sizeof **out, cfg->udp_port, cfg->check_udp_checksum, cfg->udp_zero_checksum_v6);
     if (!*out)
         return PE_ERR_NOMEM;
     (*out)->ip_protocol = cfg->ip_protocol;
-    (*out)->udp_port = cfg->udp_port;
-    (*out)->check_udp_checksum = cfg->check_udp_checksum;
-    (*out)->udp_zero_checksum_v6 = cfg->udp_zero_checksum_v6;
     return PE_OK;
 }
 
@@ -789,51 +779,20 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
 {
     if (!rx)
         return;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        sa_free(rx->sas[i]);
-        free(rx->sas[i]);
-    }
-    free(rx->sas);
-    free(rx->spi_ix);
     free(rx->esp_spis);
-    free(rx);
+    pe_ipsec_rx_free(&rx->ipsec, &eesp_sa_ops);
 }
 
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
 {
-    pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->udp_port,
-                             .check_udp_checksum = rx->check_udp_checksum,
-                             .udp_zero_checksum_v6 = rx->udp_zero_checksum_v6};
+    pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->ipsec.udp_port,
+                             .check_udp_checksum = rx->ipsec.check_udp_checksum,
+                             .udp_zero_checksum_v6 = rx->ipsec.udp_zero_checksum_v6};
     pe_status st = pe_eesp_rx_new(&cfg, out);
-    if (st == PE_OK)
-        (*out)->clone = 1;
     for (size_t i = 0; st == PE_OK && i < rx->n_esp_spis; i++)
         st = pe_eesp_rx_add_esp_spi(*out, rx->esp_spis[i]);
-    for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
-        eesp_sa *sa = malloc(sizeof *sa);
-        eesp_sa **sas = realloc((*out)->sas, (i + 1) * sizeof *sas);
-        if (sas)
-            (*out)->sas = sas;
-        if (!sa || !sas) {
-            free(sa);
-            st = PE_ERR_NOMEM;
-        } else if ((st = sa_clone(sa, rx->sas[i])) != PE_OK) {
-            pe_wipe(sa, sizeof *sa);
-            free(sa);
-        } else {
-            (*out)->sas[i] = sa;
-            (*out)->n_sas = (*out)->cap_sas = i + 1;
-        }
-    }
-    /* The SAs sit at the same indices, so the SPI index and the next_same_spi chains carry over as they are. */
-    if (st == PE_OK && rx->ix_cap) {
-        if (!((*out)->spi_ix = malloc(rx->ix_cap * sizeof *rx->spi_ix)))
-            st = PE_ERR_NOMEM;
-        else {
-            memcpy((*out)->spi_ix, rx->spi_ix, rx->ix_cap * sizeof *rx->spi_ix);
-            (*out)->ix_cap = rx->ix_cap;
-        }
-    }
+    if (st == PE_OK)
+        st = pe_ipsec_rx_clone_sas(&(*out)->ipsec, &rx->ipsec, &eesp_sa_ops);
     if (st != PE_OK && *out) {
         pe_eesp_rx_free(*out);
         *out = NULL;
@@ -841,98 +800,15 @@ pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
     return st;
 }
 
-static int same_dst(const eesp_sa *a, int family, const uint8_t *dst)
-{
-    return a->dst_family == family && memcmp(a->dst, dst, family == 4 ? 4 : 16) == 0;
-}
-
-static size_t *ix_slot(const pe_eesp_rx *rx, uint32_t spi)
-{
-    size_t mask = rx->ix_cap - 1;
-    for (size_t i = (size_t)(spi * 2654435761u) & mask;; i = (i + 1) & mask) {
-        size_t e = rx->spi_ix[i];
-        if (!e || rx->sas[e - 1]->spi == spi)
-            return &rx->spi_ix[i];
-    }
-}
-
-/* The first SA added with this SPI (the others follow its chain), or NULL. */
-static eesp_sa *first_with_spi(const pe_eesp_rx *rx, uint32_t spi)
-{
-    if (!rx->ix_cap)
-        return NULL;
-    size_t e = *ix_slot(rx, spi);
-    return e ? rx->sas[e - 1] : NULL;
-}
-
-/* Room in the index for one more SPI: grown (and refilled from the chain heads) only when SAs are added. */
-static pe_status ix_reserve(pe_eesp_rx *rx)
-{
-    if (rx->ix_cap && (rx->n_sas + 1) * 2 < rx->ix_cap)
-        return PE_OK;
-    size_t cap = rx->ix_cap ? rx->ix_cap * 2 : 16;
-    size_t *ix = calloc(cap, sizeof *ix);
-    if (!ix)
-        return PE_ERR_NOMEM;
-    free(rx->spi_ix);
-    rx->spi_ix = ix;
-    rx->ix_cap = cap;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        size_t *slot = ix_slot(rx, rx->sas[i]->spi);
-        if (!*slot)
-            *slot = i + 1; /* the first one added: the chain from it is unchanged */
-    }
-    return PE_OK;
-}
-
 /* §16 step 3: by SPI and destination; an SA bound to the packet's destination beats one for any. */
 static eesp_sa *find_sa(const pe_eesp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
 {
-    eesp_sa *any = NULL;
-    for (eesp_sa *sa = first_with_spi(rx, spi); sa; sa = sa->next_same_spi ? rx->sas[sa->next_same_spi - 1] : NULL) {
-        if (sa->dst_family == 0)
-            any = sa;
-        else if (dst && same_dst(sa, family, dst))
-            return sa;
-    }
-    return any;
+    return pe_ipsec_sa_table_find(&rx->ipsec.sas, spi, family, dst);
 }
 
 pe_status pe_eesp_rx_add_sa(pe_eesp_rx *rx, const pe_eesp_sa_config *cfg)
 {
-    eesp_sa *last = NULL;
-    for (eesp_sa *o = first_with_spi(rx, cfg->spi); o; o = o->next_same_spi ? rx->sas[o->next_same_spi - 1] : NULL) {
-        if (o->dst_family == cfg->dst_family && (cfg->dst_family == 0 || same_dst(o, cfg->dst_family, cfg->dst)))
-            return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
-        last = o;
-    }
-    pe_status ist = ix_reserve(rx);
-    if (ist != PE_OK)
-        return ist;
-    if (rx->n_sas == rx->cap_sas) {
-        size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
-        eesp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
-        if (!sas)
-            return PE_ERR_NOMEM;
-        rx->sas = sas;
-        rx->cap_sas = cap;
-    }
-    eesp_sa *sa = malloc(sizeof *sa);
-    if (!sa)
-        return PE_ERR_NOMEM;
-    pe_status st = sa_init(sa, cfg, PE_AEAD_OPEN);
-    if (st != PE_OK) {
-        pe_wipe(sa, sizeof *sa);
-        free(sa);
-        return st;
-    }
-    sa->next_same_spi = 0;
-    rx->sas[rx->n_sas++] = sa;
-    if (last)
-        last->next_same_spi = rx->n_sas; /* appended: lookups see the SAs of an SPI in the order added */
-    else
-        *ix_slot(rx, sa->spi) = rx->n_sas;
-    return PE_OK;
+    return pe_ipsec_rx_add_sa(&rx->ipsec, &eesp_sa_ops, cfg->spi, cfg->dst_family, cfg->dst, cfg);
 }
 
 pe_status pe_eesp_rx_add_esp_spi(pe_eesp_rx *rx, uint32_t spi)
@@ -967,60 +843,24 @@ static int holds_esp_spi(const void *ctx, uint32_t spi)
 }
 
 /* Where the EESP packet is: after the IP (extension) headers, or in UDP 4500 (§14). */
-static pe_status locate(const uint8_t *pkt, const pe_ip_info *ip, uint8_t ip_protocol, uint16_t udp_port,
-                        unsigned flags, int csum_mode, int zero_ok_v6, pe_status *udp_checksum,
-                        pe_esp_spi_held_fn esp_spi_held, const void *esp_ctx, pe_eesp_location *loc)
+static void locator(uint8_t ip_protocol, uint16_t udp_port, int csum_mode, int zero_ok_v6, const pe_eesp_rx *rx,
+                    pe_ipsec_locator *how)
 {
-    loc->ip_version = ip->version;
-    loc->udp_encap = 0;
-    loc->l4_offset = ip->l4_offset;
-    loc->proto_field = ip->proto_field;
-    if (ip->protocol == ip_protocol) {
-        if (ip->is_fragment)
-            return PE_ERR_IP_FRAGMENT;
-        loc->offset = ip->l4_offset;
-        loc->len = ip->len - ip->l4_offset;
-        return PE_OK;
-    }
-    if (ip->protocol != PE_IPPROTO_UDP || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
-        return PE_ERR_NOT_EESP;
-    const uint8_t *u = pkt + ip->l4_offset;
-    int ours = pe_get16(u + 2) == udp_port || ((flags & PE_EESP_LOCATE_EITHER_PORT) && pe_get16(u) == udp_port);
-    if (ip->is_fragment) /* a first fragment to our port is ours, and dropped (§14) */
-        return ours && pe_ip_first_fragment(pkt, ip) ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_EESP;
-    if (!ours)
-        return PE_ERR_NOT_EESP;
-    size_t udp_len = pe_get16(u + 4);
-    if (udp_len != ip->len - ip->l4_offset)
-        return PE_ERR_UDP_LENGTH;
-    if (csum_mode != PE_UDP_CHECKSUM_IGNORE) {
-        pe_status cs = pe_udp_checksum_verdict(pkt, ip, u, udp_len, zero_ok_v6);
-        if (cs != PE_OK && csum_mode != PE_UDP_CHECKSUM_NOTE)
-            return cs;
-        *udp_checksum = cs;
-    }
-    switch (pe_ipsec_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, esp_spi_held, esp_ctx)) {
-    case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
-    case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
-    case PE_UDP4500_ESP: return PE_ERR_ESP_IN_UDP;
-    case PE_UDP4500_EESP: break;
-    }
-    loc->udp_encap = 1;
-    loc->offset = ip->l4_offset + PE_UDP_HDR_LEN;
-    loc->len = udp_len - PE_UDP_HDR_LEN;
-    return PE_OK;
+    *how = (pe_ipsec_locator){.ip_protocol = ip_protocol, .udp_port = udp_port, .csum_mode = csum_mode,
+                              .zero_ok_v6 = zero_ok_v6, .not_ours = PE_ERR_NOT_EESP,
+                              .kind = PE_UDP4500_EESP, .other_kind = PE_ERR_ESP_IN_UDP,
+                              .esp_spi_held = rx && rx->n_esp_spis ? holds_esp_spi : NULL, .esp_ctx = rx};
 }
 
 pe_status pe_eesp_locate(const uint8_t *pkt, size_t len, uint8_t ip_protocol, uint16_t udp_port, unsigned flags,
                          pe_eesp_location *loc)
 {
-    memset(loc, 0, sizeof *loc);
+    pe_ipsec_locator how;
+    locator(ip_protocol, udp_port, 0, 0, NULL, &how);
+    pe_ipsec_locator_flags(&how, !!(flags & PE_EESP_LOCATE_EITHER_PORT), !!(flags & PE_EESP_LOCATE_UDP_CHECKSUM));
     pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
     pe_status udp_checksum;
-    /* The flag verifies a non-zero checksum only: locating says nothing of a receiver's RFC 6936 mode. */
-    int csum = flags & PE_EESP_LOCATE_UDP_CHECKSUM ? PE_UDP_CHECKSUM_VERIFY : PE_UDP_CHECKSUM_IGNORE;
-    return st != PE_OK ? st : locate(pkt, &ip, ip_protocol, udp_port, flags, csum, 1, &udp_checksum, NULL, NULL, loc);
+    return pe_ipsec_locate(pkt, len, &how, &ip, &udp_checksum, loc);
 }
 
 /* §16 step 12: the optimized format recovers Next Header and Pad Length from the inner packet. */
@@ -1089,15 +929,17 @@ static pe_status after_icv(const eesp_sa *sa, const pe_eesp_hdr *h, const uint8_
  * Scalars only: hdr.option[] is valid up to hdr.n_options (as pe_eesp_hdr_parse
  * leaves it), and clearing its 4 KiB cost most of a small packet's decap.
  * The part after hdr is cleared in two halves of at most 64 octets: one
- * memset of its 112 octets compiled (gcc 12, -O2) to a `rep stos` whose
- * start-up cost 10 ns of a 335 ns decap at 64 octets; halves are plain stores.
+ * memset of its 112 octets compiled (gcc 12, -O2) to a `rep stos`, whose
+ * start-up cost shows in a small packet's decap (docs/performance.md);
+ * halves are plain stores.
  */
-static void info_reset(pe_eesp_info *info)
+static pe_eesp_info *info_reset(pe_eesp_info *info)
 {
     memset(&info->hdr, 0, offsetof(pe_eesp_hdr, option));
     memset(&info->hdr.n_unknown, 0, sizeof info->hdr - offsetof(pe_eesp_hdr, n_unknown));
     memset(&info->udp_encap, 0, offsetof(pe_eesp_info, suite) - offsetof(pe_eesp_info, udp_encap));
     memset(&info->suite, 0, sizeof *info - offsetof(pe_eesp_info, suite));
+    return info;
 }
 
 /*
@@ -1210,7 +1052,7 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if ((st = rx_sub_sa(sa, h->session_id, &slot, &staged)) != PE_OK)
         return st;
     int replay = sa->anti_replay && !(flags & PE_EESP_OPEN_NO_REPLAY);
-    if (replay && rx->clone)
+    if (replay && rx->ipsec.clone)
         return PE_ERR_INVALID_ARGUMENT;
     if (sa->seq_present) {
         seq = pe_get64(e + PE_EESP_BASE_LEN + h->opt_len);
@@ -1272,9 +1114,7 @@ pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_v
                        unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_eesp_info *info)
 {
     pe_eesp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
+    info = info_reset(info ? info : &local);
     return open_eesp(rx, eesp, len, ip_version, dst, flags, out, cap, 0, out_len, info, NULL);
 }
 
@@ -1282,39 +1122,26 @@ static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned 
                        size_t *out_len, pe_eesp_info *info, const opened *done)
 {
     pe_eesp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
-
+    info = info_reset(info ? info : &local);
     pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
-    if (st != PE_OK)
-        return st;
     pe_eesp_location loc;
     /* the replay step (done) runs past a checksum the worker read already: as a note, if anything */
-    int csum_mode = flags & PE_EESP_DECAP_UDP_NOTE || done ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
-    st = locate(pkt, &ip, rx->ip_protocol, rx->udp_port, 0, csum_mode, rx->udp_zero_checksum_v6,
-                &info->udp_checksum, rx->n_esp_spis ? holds_esp_spi : NULL, rx, &loc);
+    int csum_mode = flags & PE_EESP_DECAP_UDP_NOTE || done ? PE_UDP_CHECKSUM_NOTE : rx->ipsec.check_udp_checksum;
+    pe_ipsec_locator how;
+    locator(rx->ip_protocol, rx->ipsec.udp_port, csum_mode, rx->ipsec.udp_zero_checksum_v6, rx, &how);
+    pe_status st = pe_ipsec_locate(pkt, len, &how, &ip, &info->udp_checksum, &loc);
     info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;
-    size_t eesp_off = loc.offset, keep = ip.l4_offset;
     /* Tunnel mode hands out the inner packet alone; transport mode keeps the IP header in front. */
     size_t inner_len;
-    st = open_eesp(rx, pkt + eesp_off, ip.len - eesp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), flags,
-                   out, cap, keep, &inner_len, info, done);
+    st = open_eesp(rx, pkt + loc.offset, loc.len, (int)ip.version, pe_ipsec_ip_dst(pkt, &ip), flags, out, cap,
+                   ip.l4_offset, &inner_len, info, done);
     if (st != PE_OK || done)
         return st;
-    if (info->mode == PE_EESP_TUNNEL) {
-        *out_len = inner_len;
-        return PE_OK;
-    }
-    memcpy(out, pkt, keep); /* overwrites the PIH octets, which were read already */
-    out[ip.proto_field] = info->next_header; /* with UDP encapsulation the UDP header goes too */
-    pe_ip_set_length(out, keep + inner_len);
-    if (ip.version == 4)
-        pe_ipv4_set_checksum(out);
-    *out_len = keep + inner_len;
+    /* Transport mode: the IP header overwrites the PIH octets, which were read already. */
+    *out_len = info->mode == PE_EESP_TUNNEL ? inner_len
+                                            : pe_ipsec_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
     return PE_OK;
 }
 

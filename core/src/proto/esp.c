@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipsec_internal.h"
 #include "pe/esp.h"
 #include "pe/ip.h"
 #include "pe/replay.h"
 #include "pe/wipe.h"
 
-#define KEYMAT_MAX (32u + 4u)
 #define SEQ32_MAX 0xffffffffu
 /* Payloads shorter than this are copied into place and sealed in one cipher call (seal_into). */
 #ifndef PE_ESP_GATHER_MAX
@@ -36,16 +36,13 @@ typedef struct esp_sa {
     uint16_t udp_sport, udp_dport;
     uint8_t outer[PE_IPV6_HDR_LEN];
     size_t outer_len;
-    int dst_family;
-    uint8_t dst[16];
     size_t tfc_pad_len; /* sender */
 } esp_sa;
 
 void pe_esp_sa_config_init(pe_esp_sa_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->encr = PE_ENCR_AES_GCM_16;
-    cfg->key_bits = 128;
+    pe_ipsec_default_suite(&cfg->encr, &cfg->key_bits);
     cfg->anti_replay = 1;
     cfg->udp_sport = PE_ESP_UDP_PORT;
     cfg->udp_dport = PE_ESP_UDP_PORT;
@@ -67,8 +64,7 @@ static pe_status check_config(const pe_esp_sa_config *c, const pe_ipsec_suite *s
     /* RFC 4303 §2.7: only where the payload says its own length -- tunnel mode, for every next header */
     if (c->tfc_pad_len && (c->mode != PE_ESP_TUNNEL || c->tfc_pad_len > PE_ESP_MAX_TFC_PAD))
         return PE_ERR_ESP_CONFIG;
-    if (c->outer_header && !((c->outer_header_len == PE_IPV4_HDR_LEN && c->outer_header[0] == 0x45) ||
-                             (c->outer_header_len == PE_IPV6_HDR_LEN && (c->outer_header[0] >> 4) == 6)))
+    if (!pe_ipsec_outer_header_ok(c->outer_header, c->outer_header_len))
         return PE_ERR_INVALID_ARGUMENT;
     return PE_OK;
 }
@@ -94,12 +90,7 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
     sa->udp_encap = !!c->udp_encap;
     sa->udp_sport = c->udp_sport;
     sa->udp_dport = c->udp_dport;
-    if (c->outer_header) {
-        memcpy(sa->outer, c->outer_header, c->outer_header_len);
-        sa->outer_len = c->outer_header_len;
-    }
-    sa->dst_family = c->dst_family;
-    memcpy(sa->dst, c->dst, sizeof sa->dst);
+    sa->outer_len = pe_ipsec_outer_header_copy(sa->outer, c->outer_header, c->outer_header_len);
     sa->tfc_pad_len = c->tfc_pad_len;
     if (dir == PE_AEAD_OPEN) {
         sa->top = c->replay_top;
@@ -116,8 +107,10 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
     return PE_OK;
 }
 
-static void sa_free(esp_sa *sa)
+/* (void *: also the receivers' pe_ipsec_sa_ops release) */
+static void sa_free(void *p)
 {
+    esp_sa *sa = p;
     pe_aead_free(&sa->aead);
     pe_replay_free(&sa->replay);
     pe_wipe(sa, sizeof *sa);
@@ -128,8 +121,10 @@ static void sa_free(esp_sa *sa)
  * own AEAD context, keyed as the original's, and a window rebuilt from the
  * original's top alone (a clone opens without the window; ESN inference reads it).
  */
-static pe_status sa_clone(esp_sa *dst, const esp_sa *src)
+static pe_status sa_clone(void *d, const void *s)
 {
+    esp_sa *dst = d;
+    const esp_sa *src = s;
     *dst = *src;
     memset(&dst->aead, 0, sizeof dst->aead);
     memset(&dst->replay, 0, sizeof dst->replay);
@@ -144,6 +139,14 @@ static pe_status sa_clone(esp_sa *dst, const esp_sa *src)
         pe_wipe(dst, sizeof *dst);
     return st;
 }
+
+/* A receiver's SAs, made, copied and released by the table (ipsec_internal.h). */
+static pe_status rx_sa_init(void *sa, const void *cfg)
+{
+    return sa_init(sa, cfg, PE_AEAD_OPEN);
+}
+
+static const pe_ipsec_sa_ops esp_sa_ops = {sizeof(esp_sa), rx_sa_init, sa_clone, sa_free};
 
 /* RFC 4106 §4, RFC 4309 §4, RFC 7634 §2: salt || IV; RFC 8750: the IV is the 64-bit sequence number. */
 static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[12])
@@ -217,9 +220,8 @@ pe_status pe_esp_tx_new(const pe_esp_sa_config *cfg, pe_esp_tx **out)
 
 void pe_esp_tx_free(pe_esp_tx *tx)
 {
-    if (!tx)
-        return;
-    sa_free(&tx->sa);
+    if (tx)
+        sa_free(&tx->sa);
     free(tx);
 }
 
@@ -440,13 +442,8 @@ pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt,
 /* ---------------------------------------------------------------- receiving */
 
 struct pe_esp_rx {
-    uint16_t udp_port;
-    int check_udp_checksum;
-    int udp_zero_checksum_v6;
+    pe_ipsec_rx ipsec; /* first: the port, the checksum settings, the SAs (esp_sa) */
     int eesp_on_port;
-    size_t n_sas, cap_sas;
-    esp_sa **sas;
-    int clone; /* pe_esp_rx_clone's: its windows are not the original's, so it opens without them only */
 };
 
 void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
@@ -459,125 +456,61 @@ void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
 
 pe_status pe_esp_rx_new(const pe_esp_rx_config *cfg, pe_esp_rx **out)
 {
-    *out = calloc(1, sizeof **out);
+    *out = pe_ipsec_rx_new(sizeof **out, cfg->udp_port, cfg->check_udp_checksum, cfg->udp_zero_checksum_v6);
     if (!*out)
         return PE_ERR_NOMEM;
-    (*out)->udp_port = cfg->udp_port;
-    (*out)->check_udp_checksum = cfg->check_udp_checksum;
-    (*out)->udp_zero_checksum_v6 = cfg->udp_zero_checksum_v6;
     (*out)->eesp_on_port = cfg->eesp_on_port;
     return PE_OK;
 }
 
 void pe_esp_rx_free(pe_esp_rx *rx)
 {
-    if (!rx)
-        return;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        sa_free(rx->sas[i]);
-        free(rx->sas[i]);
-    }
-    free(rx->sas);
-    free(rx);
-}
-
-static int same_dst(const esp_sa *a, int family, const uint8_t *dst)
-{
-    return a->dst_family == family && memcmp(a->dst, dst, family == 4 ? 4 : 16) == 0;
+    if (rx)
+        pe_ipsec_rx_free(&rx->ipsec, &esp_sa_ops);
 }
 
 /* RFC 4301 §4.1: by SPI, and destination where the SA is bound to one (which beats an SA for any). */
 static esp_sa *find_sa(const pe_esp_rx *rx, uint32_t spi, int family, const uint8_t *dst)
 {
-    esp_sa *any = NULL;
-    for (size_t i = 0; i < rx->n_sas; i++) {
-        esp_sa *sa = rx->sas[i];
-        if (sa->spi != spi)
-            continue;
-        if (sa->dst_family == 0)
-            any = sa;
-        else if (dst && same_dst(sa, family, dst))
-            return sa;
-    }
-    return any;
+    return pe_ipsec_sa_table_find(&rx->ipsec.sas, spi, family, dst);
 }
 
 int pe_esp_rx_holds_spi(const void *rx, uint32_t spi)
 {
-    const pe_esp_rx *r = rx;
-    for (size_t i = 0; i < r->n_sas; i++)
-        if (r->sas[i]->spi == spi)
-            return 1;
-    return 0;
+    return pe_ipsec_sa_table_holds_spi(&((const pe_esp_rx *)rx)->ipsec.sas, spi);
 }
 
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg)
 {
-    for (size_t i = 0; i < rx->n_sas; i++)
-        if (rx->sas[i]->spi == cfg->spi && rx->sas[i]->dst_family == cfg->dst_family &&
-            (cfg->dst_family == 0 || same_dst(rx->sas[i], cfg->dst_family, cfg->dst)))
-            return PE_ERR_INVALID_ARGUMENT; /* the same SPI and destination twice */
-    if (rx->n_sas == rx->cap_sas) {
-        size_t cap = rx->cap_sas ? rx->cap_sas * 2 : 4;
-        esp_sa **sas = realloc(rx->sas, cap * sizeof *sas);
-        if (!sas)
-            return PE_ERR_NOMEM;
-        rx->sas = sas;
-        rx->cap_sas = cap;
-    }
-    esp_sa *sa = malloc(sizeof *sa);
-    if (!sa)
-        return PE_ERR_NOMEM;
-    pe_status st = sa_init(sa, cfg, PE_AEAD_OPEN);
-    if (st != PE_OK) {
-        pe_wipe(sa, sizeof *sa);
-        free(sa);
-        return st;
-    }
-    rx->sas[rx->n_sas++] = sa;
-    return PE_OK;
+    return pe_ipsec_rx_add_sa(&rx->ipsec, &esp_sa_ops, cfg->spi, cfg->dst_family, cfg->dst, cfg);
 }
 
 /* Where the ESP packet is: after the IP (extension) headers, or in UDP (RFC 3948 §2, eesp.md §14). */
-static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, const pe_ip_info *ip, int csum_mode,
-                        size_t *esp_off, int *udp, pe_status *udp_checksum)
+static void locator(const pe_esp_rx *rx, uint16_t udp_port, int csum_mode, int eesp_on_port, pe_ipsec_locator *how)
 {
-    *udp = 0;
-    if (ip->protocol == PE_ESP_IPPROTO) {
-        if (ip->is_fragment)
-            return PE_ERR_IP_FRAGMENT; /* RFC 4303 §3.4.1: reassembly comes first */
-        *esp_off = ip->l4_offset;
-        return PE_OK;
-    }
-    if (ip->protocol != PE_IPPROTO_UDP || ip->len - ip->l4_offset < PE_UDP_HDR_LEN)
-        return PE_ERR_NOT_ESP;
-    const uint8_t *u = pkt + ip->l4_offset;
-    if (ip->is_fragment)
-        return pe_ip_first_fragment(pkt, ip) && pe_get16(u + 2) == rx->udp_port ? PE_ERR_IP_FRAGMENT : PE_ERR_NOT_ESP;
-    if (pe_get16(u + 2) != rx->udp_port)
-        return PE_ERR_NOT_ESP;
-    size_t udp_len = pe_get16(u + 4);
-    if (udp_len != ip->len - ip->l4_offset)
-        return PE_ERR_UDP_LENGTH;
-    if (csum_mode != PE_UDP_CHECKSUM_IGNORE) {
-        pe_status cs = pe_udp_checksum_verdict(pkt, ip, u, udp_len, rx->udp_zero_checksum_v6);
-        if (cs != PE_OK && csum_mode != PE_UDP_CHECKSUM_NOTE)
-            return cs;
-        *udp_checksum = cs;
-    }
-    /* One classifier for both protocols, so that each passes over exactly what the other takes. */
-    switch (pe_ipsec_udp_classify(u + PE_UDP_HDR_LEN, udp_len - PE_UDP_HDR_LEN, pe_esp_rx_holds_spi, rx)) {
-    case PE_UDP4500_KEEPALIVE: return PE_ERR_NAT_KEEPALIVE;
-    case PE_UDP4500_IKE: return PE_ERR_IKE_MARKER;
-    case PE_UDP4500_EESP:
-        if (rx->eesp_on_port)
-            return PE_ERR_EESP_IN_UDP;
-        break;
-    case PE_UDP4500_ESP: break;
-    }
-    *udp = 1;
-    *esp_off = ip->l4_offset + PE_UDP_HDR_LEN;
-    return PE_OK;
+    *how = (pe_ipsec_locator){.ip_protocol = PE_ESP_IPPROTO, .udp_port = udp_port, .csum_mode = csum_mode,
+                              .zero_ok_v6 = rx ? rx->ipsec.udp_zero_checksum_v6 : 1, .not_ours = PE_ERR_NOT_ESP,
+                              .kind = PE_UDP4500_ESP, .other_kind = eesp_on_port ? PE_ERR_EESP_IN_UDP : PE_OK,
+                              .esp_spi_held = rx ? pe_esp_rx_holds_spi : NULL, .esp_ctx = rx};
+}
+
+static pe_status locate(const pe_esp_rx *rx, const uint8_t *pkt, size_t len, int csum_mode, pe_ip_info *ip,
+                        pe_ipsec_location *loc, pe_status *udp_checksum)
+{
+    pe_ipsec_locator how;
+    locator(rx, rx->ipsec.udp_port, csum_mode, rx->eesp_on_port, &how);
+    return pe_ipsec_locate(pkt, len, &how, ip, udp_checksum, loc);
+}
+
+pe_status pe_esp_locate(const uint8_t *pkt, size_t len, uint16_t udp_port, unsigned flags, const pe_esp_rx *rx,
+                        pe_esp_location *loc)
+{
+    pe_ipsec_locator how;
+    locator(rx, udp_port, 0, !(flags & PE_ESP_LOCATE_NO_EESP), &how);
+    pe_ipsec_locator_flags(&how, !!(flags & PE_ESP_LOCATE_EITHER_PORT), !!(flags & PE_ESP_LOCATE_UDP_CHECKSUM));
+    pe_ip_info ip;
+    pe_status udp_checksum;
+    return pe_ipsec_locate(pkt, len, &how, &ip, &udp_checksum, loc);
 }
 
 static uint64_t sa_top(const esp_sa *sa)
@@ -660,7 +593,7 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (seq == 0)
         return PE_ERR_ESP_SEQ_ZERO;
     int replay = sa->anti_replay && !(flags & PE_ESP_OPEN_NO_REPLAY);
-    if (replay && rx->clone)
+    if (replay && rx->ipsec.clone)
         return PE_ERR_INVALID_ARGUMENT;
     if (replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
         return st;
@@ -704,44 +637,31 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
 }
 
 /* In two parts, each short enough to be plain stores: one memset of the whole was a `rep stos` (see eesp.c). */
-static void info_reset(pe_esp_info *info)
+static pe_esp_info *info_reset(pe_esp_info *info)
 {
     memset(info, 0, offsetof(pe_esp_info, suite));
     memset(&info->suite, 0, sizeof *info - offsetof(pe_esp_info, suite));
+    return info;
 }
 
 pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_version, const uint8_t *dst,
                       unsigned flags, uint8_t *out, size_t cap, size_t *out_len, pe_esp_info *info)
 {
     pe_esp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
+    info = info_reset(info ? info : &local);
     return open_esp(rx, esp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
 }
 
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
 {
-    pe_esp_rx_config cfg = {.udp_port = rx->udp_port, .check_udp_checksum = rx->check_udp_checksum,
-                            .udp_zero_checksum_v6 = rx->udp_zero_checksum_v6, .eesp_on_port = rx->eesp_on_port};
+    pe_esp_rx_config cfg = {.udp_port = rx->ipsec.udp_port, .check_udp_checksum = rx->ipsec.check_udp_checksum,
+                            .udp_zero_checksum_v6 = rx->ipsec.udp_zero_checksum_v6,
+                            .eesp_on_port = rx->eesp_on_port};
     pe_status st = pe_esp_rx_new(&cfg, out);
     if (st != PE_OK)
         return st;
     pe_esp_rx *c = *out;
-    if (rx->n_sas && !(c->sas = calloc(rx->n_sas, sizeof *c->sas)))
-        st = PE_ERR_NOMEM;
-    c->cap_sas = rx->n_sas;
-    c->clone = 1;
-    for (size_t i = 0; st == PE_OK && i < rx->n_sas; i++) {
-        esp_sa *sa = malloc(sizeof *sa);
-        if (!sa || (st = sa_clone(sa, rx->sas[i])) != PE_OK) {
-            free(sa);
-            st = st == PE_OK ? PE_ERR_NOMEM : st;
-            break;
-        }
-        c->sas[c->n_sas++] = sa;
-    }
-    if (st != PE_OK) {
+    if ((st = pe_ipsec_rx_clone_sas(&c->ipsec, &rx->ipsec, &esp_sa_ops)) != PE_OK) {
         pe_esp_rx_free(c);
         *out = NULL;
     }
@@ -767,20 +687,18 @@ pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_
                               uint64_t seq_used, uint8_t *out, size_t cap, size_t *out_len)
 {
     pe_ip_info ip;
-    size_t esp_off;
-    int udp;
+    pe_ipsec_location loc;
     pe_status udp_checksum = PE_OK;
     if (status == PE_ERR_UDP_CHECKSUM || status == PE_ERR_UDP_ZERO_CHECKSUM)
         return status; /* refused before the SA, on the worker's reading of the checksum */
     /* Past the checksum on the worker: as a note, if anything, from here on. */
-    if (pe_ip_parse(pkt, len, &ip) != PE_OK ||
-        locate(rx, pkt, &ip, PE_UDP_CHECKSUM_IGNORE, &esp_off, &udp, &udp_checksum) != PE_OK)
+    if (locate(rx, pkt, len, PE_UDP_CHECKSUM_IGNORE, &ip, &loc, &udp_checksum) != PE_OK)
         return status; /* not ESP here: nothing depends on the windows */
-    const uint8_t *e = pkt + esp_off;
-    size_t elen = ip.len - esp_off;
+    const uint8_t *e = pkt + loc.offset;
+    size_t elen = loc.len;
     if (elen < PE_ESP_HDR_LEN)
         return status;
-    esp_sa *sa = find_sa(rx, pe_get32(e), (int)ip.version, pkt + (ip.version == 4 ? 16 : 24));
+    esp_sa *sa = find_sa(rx, pe_get32(e), (int)ip.version, pe_ipsec_ip_dst(pkt, &ip));
     if (!sa || PE_ESP_HDR_LEN + sa->suite.iv_len + PE_ESP_TRAILER_LEN + sa->suite.icv_len > elen)
         return status; /* refused before step 3 */
     /* Step 3 as one thread would run it now: the high half from this receiver's top. */
@@ -809,33 +727,21 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
                        size_t *out_len, pe_esp_info *info)
 {
     pe_esp_info local;
-    if (!info)
-        info = &local;
-    info_reset(info);
-
+    info = info_reset(info ? info : &local);
     pe_ip_info ip;
-    pe_status st = pe_ip_parse(pkt, len, &ip);
+    pe_ipsec_location loc;
+    int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->ipsec.check_udp_checksum;
+    pe_status st = locate(rx, pkt, len, csum_mode, &ip, &loc, &info->udp_checksum);
+    info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
-        return st;
-    size_t esp_off;
-    int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->check_udp_checksum;
-    if ((st = locate(rx, pkt, &ip, csum_mode, &esp_off, &info->udp_encap, &info->udp_checksum)) != PE_OK)
         return st;
     /* Tunnel mode hands out the inner packet alone; transport mode puts the IP header back in front. */
-    size_t keep = ip.l4_offset, inner_len;
-    st = open_esp(rx, pkt + esp_off, ip.len - esp_off, (int)ip.version, pkt + (ip.version == 4 ? 16 : 24), flags,
-                  out, cap, keep, &inner_len, info);
+    size_t inner_len;
+    st = open_esp(rx, pkt + loc.offset, loc.len, (int)ip.version, pe_ipsec_ip_dst(pkt, &ip), flags, out, cap,
+                  ip.l4_offset, &inner_len, info);
     if (st != PE_OK)
         return st;
-    if (info->mode == PE_ESP_TUNNEL) {
-        *out_len = inner_len;
-        return PE_OK;
-    }
-    memcpy(out, pkt, keep);
-    out[ip.proto_field] = info->next_header; /* with UDP encapsulation the UDP header goes too */
-    pe_ip_set_length(out, keep + inner_len);
-    if (ip.version == 4)
-        pe_ipv4_set_checksum(out);
-    *out_len = keep + inner_len;
+    *out_len = info->mode == PE_ESP_TUNNEL ? inner_len
+                                           : pe_ipsec_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
     return PE_OK;
 }
