@@ -71,6 +71,17 @@ def test_salt_from_the_front_of_the_keymat() -> None:
     assert rep.reason == "authentication-failed"  # the core's word, from the IP packet
 
 
+def test_a_pyesp_sa_object_serves_as_the_sa() -> None:
+    import pyesp
+
+    seq, iv = 3, b"\x11" * 8
+    km = KEY + SALT4
+    head = struct.pack(">II", SPI, seq) + iv
+    esp = seal(AESGCM, km[4:], km[:4] + iv, struct.pack(">II", SPI, seq), head)
+    rep = EspDiagnoser([pyesp.SA(SPI, "aes-gcm-16", km, mode="transport")]).diagnose(ipv4(esp))
+    assert rep.verdict == "diagnosed" and rep.mistake_ids == ["key-salt-split"], rep.format()
+
+
 def test_ccm_salt_split_uses_the_three_octet_salt() -> None:
     seq, iv = 9, b"\x22" * 8
     km = KEY + SALT3

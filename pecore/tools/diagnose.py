@@ -23,7 +23,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pecore.capture import CaptureError, looks_like_capture, read_capture, read_capture_bytes
 from pecore.errors import CoreError
@@ -446,6 +446,20 @@ def new_report(protocol: str, frame: Optional[int], ip: Optional[bytes]) -> Pack
         except (ValueError, IndexError):
             pass
     return rep
+
+
+def sa_settings_of(spec: object, sa_type: type, entry_type: type, what: str,
+                   error: type) -> Tuple[Mapping[str, object], Optional[str]]:
+    """An SA's settings (the face's SA keyword arguments) and destination, from a face's SA object (``sa_type``),
+    a key-file entry (``entry_type``) or a settings mapping; ``what`` names them in ``error``'s message."""
+    if isinstance(spec, sa_type):
+        settings = spec._settings  # type: ignore[attr-defined]  # the settings the SA was made from
+        return settings, settings.get("dst")
+    if isinstance(spec, entry_type):
+        return spec.settings, spec.dst  # type: ignore[attr-defined]
+    if isinstance(spec, Mapping):
+        return spec, spec.get("dst")  # type: ignore[return-value]
+    raise error(f"an SA is a {what}, a key-file entry or a settings mapping, not {type(spec).__name__}")
 
 
 def same_addr(a: str, b: str) -> bool:

@@ -63,6 +63,7 @@ from pecore.tools.diagnose import (
     ip_lengths,
     load_input,
     parse_hex,
+    sa_settings_of,
     same_addr,
     search,
 )
@@ -178,13 +179,7 @@ class _Sa:
 
 
 def _settings_of(spec: SaSpec) -> Tuple[Mapping[str, object], Optional[str]]:
-    if isinstance(spec, SA):
-        return spec._settings, spec._settings.get("dst")  # type: ignore[return-value]
-    if isinstance(spec, EespSaEntry):
-        return spec.settings, spec.dst
-    if isinstance(spec, Mapping):
-        return spec, spec.get("dst")  # type: ignore[return-value]
-    raise ConfigurationError(f"an SA is a pyeesp.SA, a key-file entry or a settings mapping, not {type(spec).__name__}")
+    return sa_settings_of(spec, SA, EespSaEntry, "pyeesp.SA", ConfigurationError)
 
 
 # ----------------------------------------------------------------------- packets
