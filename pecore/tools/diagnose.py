@@ -23,11 +23,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from pecore.capture import CaptureError, looks_like_capture, read_capture, read_capture_bytes
 from pecore.errors import CoreError
 from pecore.tools.cli import addresses
+
+T = TypeVar("T")
 
 VERIFIES = "verifies"
 DIAGNOSED = "diagnosed"
@@ -460,6 +462,16 @@ def sa_settings_of(spec: object, sa_type: type, entry_type: type, what: str,
     if isinstance(spec, Mapping):
         return spec, spec.get("dst")  # type: ignore[return-value]
     raise error(f"an SA is a {what}, a key-file entry or a settings mapping, not {type(spec).__name__}")
+
+
+def diagnosis_sas(specs: Iterable[object], sa_type: type, entry_type: type, what: str, error: type,
+                  make: Callable[[Mapping[str, object], Optional[str]], T]) -> List[T]:
+    """A diagnoser's record (``make(settings, dst)``) of each SA it is given (see :func:`sa_settings_of`); at least
+    one, else ``error``."""
+    out = [make(*sa_settings_of(spec, sa_type, entry_type, what, error)) for spec in specs]
+    if not out:
+        raise error("no SA to diagnose against")
+    return out
 
 
 def same_addr(a: str, b: str) -> bool:

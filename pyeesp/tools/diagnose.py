@@ -59,11 +59,11 @@ from pecore.tools.diagnose import (
     add_common_arguments,
     bswap,
     dedupe,
+    diagnosis_sas,
     emit,
     ip_lengths,
     load_input,
     parse_hex,
-    sa_settings_of,
     same_addr,
     search,
 )
@@ -178,10 +178,6 @@ class _Sa:
         return km[: -self.salt_len], km[-self.salt_len :]
 
 
-def _settings_of(spec: SaSpec) -> Tuple[Mapping[str, object], Optional[str]]:
-    return sa_settings_of(spec, SA, EespSaEntry, "pyeesp.SA", ConfigurationError)
-
-
 # ----------------------------------------------------------------------- packets
 
 
@@ -267,12 +263,7 @@ class EespDiagnoser:
     """Diagnoses EESP packets against a set of SAs (``pyeesp.SA`` objects, key-file entries or settings mappings)."""
 
     def __init__(self, sas: Iterable[SaSpec], *, max_mistakes: int = 2, udp_port: int = UDP_PORT) -> None:
-        self.sas: List[_Sa] = []
-        for spec in sas:
-            settings, dst = _settings_of(spec)
-            self.sas.append(_Sa(settings, dst))
-        if not self.sas:
-            raise ConfigurationError("no SA to diagnose against")
+        self.sas: List[_Sa] = diagnosis_sas(sas, SA, EespSaEntry, "pyeesp.SA", ConfigurationError, _Sa)
         self.protocols = {sa.ip_protocol for sa in self.sas}
         self.udp_port = udp_port
         self.max_mistakes = max_mistakes

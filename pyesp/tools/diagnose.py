@@ -26,8 +26,8 @@ from pecore.keys import EspSaEntry
 from pecore.protocol import ESP_UDP_PORT, eesp_suite, locate_esp
 from pecore.tools._tables import SUITES, SuiteInfo
 from pecore.tools.diagnose import (DIAGNOSED, MALFORMED, NO_KEY, UNDIAGNOSED, VERIFIES, Choice, DiagnoseInputError,
-                                   Mistake, PacketReport, Report, add_common_arguments, diagnose_all, emit, new_report,
-                                   parse_hex, sa_settings_of, same_addr, search)
+                                   Mistake, PacketReport, Report, add_common_arguments, diagnose_all, diagnosis_sas,
+                                   emit, new_report, parse_hex, same_addr, search)
 from pecore.util import key_bytes
 from pyesp.errors import ConfigurationError, EspError
 from pyesp.sa import SA, Receiver
@@ -76,20 +76,11 @@ class _Sa:
         self.dst = dst
 
 
-def _settings_of(spec: SaSpec) -> Tuple[Mapping[str, object], Optional[str]]:
-    return sa_settings_of(spec, SA, EspSaEntry, "pyesp.SA", ConfigurationError)
-
-
 class EspDiagnoser:
     """Diagnoses ESP packets against a set of SAs (``pyesp.SA`` objects, key-file entries or settings mappings)."""
 
     def __init__(self, sas: Iterable[SaSpec], *, max_mistakes: int = 2, udp_port: int = ESP_UDP_PORT) -> None:
-        self.sas: List[_Sa] = []
-        for spec in sas:
-            settings, dst = _settings_of(spec)
-            self.sas.append(_Sa(settings, dst))
-        if not self.sas:
-            raise ConfigurationError("no SA to diagnose against")
+        self.sas: List[_Sa] = diagnosis_sas(sas, SA, EspSaEntry, "pyesp.SA", ConfigurationError, _Sa)
         self.max_mistakes = max_mistakes
         self.udp_port = udp_port
         self.hints: dict = {}
