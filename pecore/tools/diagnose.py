@@ -516,6 +516,21 @@ def add_common_arguments(p: argparse.ArgumentParser, protocol: str) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print only failing packets and the summary")
 
 
+def run_ipsec_diagnose(args: argparse.Namespace, inline: bool, line_kind: str, diagnoser: Callable[..., object]) -> int:
+    """``pyeesp|pyesp diagnose``: the SA given on the command line (``inline``), else the key file's ``line_kind``
+    lines that --spi / --dst pick, through ``diagnoser(entries, max_mistakes=...)``; prints the report."""
+    from pecore.tools.cli import UsageError
+
+    entries = args.sa_entries(args)
+    if not inline:
+        entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
+                   and (args.dst is None or same_addr(e.dst or "", args.dst))]
+        if not entries:
+            raise UsageError(f"no {line_kind} line matches --spi/--dst")
+    d = diagnoser(entries, max_mistakes=args.max_mistakes)
+    return emit(d.diagnose_source(args.input, limit=args.limit), args)  # type: ignore[attr-defined]
+
+
 def emit(report: Report, args: argparse.Namespace) -> int:
     """Print a report (text or JSON) and return the exit status."""
     if not report.packets:

@@ -60,10 +60,10 @@ from pecore.tools.diagnose import (
     bswap,
     dedupe,
     diagnosis_sas,
-    emit,
     ip_lengths,
     load_input,
     parse_hex,
+    run_ipsec_diagnose,
     same_addr,
     search,
 )
@@ -863,16 +863,7 @@ def diagnose_capture(path: str, sas: Iterable[SaSpec], *, max_mistakes: int = 2,
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from pecore.tools.cli import UsageError
-
-    entries = args.sa_entries(args)
-    if not (args.key or args.root_key):  # --spi / --dst narrow the key file's SAs
-        entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
-                   and (args.dst is None or same_addr(e.dst or "", args.dst))]
-        if not entries:
-            raise UsageError("no eesp-sa line matches --spi/--dst")
-    d = EespDiagnoser(entries, max_mistakes=args.max_mistakes)
-    return emit(d.diagnose_source(args.input, limit=args.limit), args)
+    return run_ipsec_diagnose(args, bool(args.key or args.root_key), "eesp-sa", EespDiagnoser)
 
 
 def register(sub, sa_options, sa_entries) -> None:

@@ -27,7 +27,7 @@ from pecore.protocol import ESP_UDP_PORT, eesp_suite, locate_esp
 from pecore.tools._tables import SUITES, SuiteInfo
 from pecore.tools.diagnose import (DIAGNOSED, MALFORMED, NO_KEY, UNDIAGNOSED, VERIFIES, Choice, DiagnoseInputError,
                                    Mistake, PacketReport, Report, add_common_arguments, diagnose_all, diagnosis_sas,
-                                   emit, new_report, parse_hex, same_addr, search)
+                                   new_report, parse_hex, run_ipsec_diagnose, same_addr, search)
 from pecore.util import key_bytes
 from pyesp.errors import ConfigurationError, EspError
 from pyesp.sa import SA, Receiver
@@ -240,16 +240,7 @@ def diagnose(packet: Union[bytes, str], sas: Iterable[SaSpec], *, max_mistakes: 
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from pecore.tools.cli import UsageError
-
-    entries = args.sa_entries(args)
-    if not args.key:  # --spi / --dst narrow the key file's SAs
-        entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
-                   and (args.dst is None or same_addr(e.dst or "", args.dst))]
-        if not entries:
-            raise UsageError("no esp-sa line matches --spi/--dst")
-    d = EspDiagnoser(entries, max_mistakes=args.max_mistakes)
-    return emit(d.diagnose_source(args.input, limit=args.limit), args)
+    return run_ipsec_diagnose(args, bool(args.key), "esp-sa", EspDiagnoser)
 
 
 def register(sub, sa_options, sa_entries) -> None:
