@@ -420,8 +420,6 @@ ALLOWED_COMPARISONS = {
     ("core/src/io/keyfile_ipsec.c", "strcmp", "v, words[k]"): "keywords",
     ("core/src/io/keyfile_ipsec.c", "strcmp", 'v, "*"'): "address wildcard",
     ("core/src/io/keyfile_eesp.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",
-    ("core/src/io/keyfile_eesp.c", "memcmp", "a->dst, b->dst"): "duplicate-SA check on addresses",
-    ("core/src/io/keyfile_esp.c", "memcmp", "a->dst, b->dst"): "duplicate-SA check on addresses",
     ("core/src/io/keyfile.c", "strcmp", "l->names[i], tok"): "key-file field names",
     ("core/src/io/keyfile.c", "strcmp", "l.kind, known_kinds[k].kind"): "line kinds",
     ("core/src/io/keyfile.c", "memcmp", 's, "\\xEF\\xBB\\xBF"'): "byte-order mark",
