@@ -102,7 +102,7 @@ static pe_status check_config(const pe_eesp_sa_config *c, const pe_ipsec_suite *
     return c->extra_options_len ? check_extra_options(c->extra_options, c->extra_options_len) : PE_OK;
 }
 
-pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir dir)
+pe_status pe_eesp_sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir dir)
 {
     memset(sa, 0, sizeof *sa);
     pe_status st = pe_ipsec_suite_get(c->encr, c->key_bits, &sa->suite);
@@ -140,7 +140,7 @@ pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir dir)
 }
 
 /* (void *: also the receivers' pe_ipsec_sa_ops release) */
-void sa_free(void *p)
+void pe_eesp_sa_free(void *p)
 {
     eesp_sa *sa = p;
     pe_keytable_free(&sa->subs);
@@ -164,7 +164,7 @@ static pe_status sub_sa_keymat(const eesp_sa *sa, uint16_t sid, uint8_t keymat[K
  * recently used Sub SA, whose sequence number is kept first (eesp.h); the
  * record for all Session IDs is made on the first eviction, never per packet.
  */
-pe_status keep_sub_sa(eesp_sa *sa, pe_key_slot **slot)
+pe_status pe_eesp_keep_sub_sa(eesp_sa *sa, pe_key_slot **slot)
 {
     pe_keytable *t = &sa->subs;
     if (!sa->last_seq && t->count >= t->limit && !(sa->last_seq = calloc(0x10000, sizeof *sa->last_seq)))
@@ -196,7 +196,7 @@ static pe_status stage_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
 }
 
 /* Sending: the Sub SA's state, deriving its key on first use and after an eviction (counter restored). */
-pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
+pe_status pe_eesp_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
 {
     if ((*out = pe_keytable_find(&sa->subs, sid))) {
         pe_keytable_touch(&sa->subs, *out);
@@ -206,15 +206,15 @@ pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out)
     if (st != PE_OK)
         return st;
     (*out)->counter = last_seq_of(sa, sid);
-    return keep_sub_sa(sa, out);
+    return pe_eesp_keep_sub_sa(sa, out);
 }
 
 /*
  * Receiving: the Sub SA's state, or for a Session ID not live a staged key
- * (*staged set) that keep_sub_sa keeps once a packet verified: forged
+ * (*staged set) that pe_eesp_keep_sub_sa keeps once a packet verified: forged
  * Session IDs build no state (keytable.h).
  */
-pe_status rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged)
+pe_status pe_eesp_rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged)
 {
     *staged = 0;
     if ((*out = pe_keytable_find(&sa->subs, sid)))
@@ -225,7 +225,7 @@ pe_status rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged)
 }
 
 /* The SA without its Sub SAs' state: each copy derives the Sub SA keys it meets, once. */
-pe_status sa_clone(void *d, const void *s)
+pe_status pe_eesp_sa_clone(void *d, const void *s)
 {
     eesp_sa *dst = d;
     const eesp_sa *src = s;

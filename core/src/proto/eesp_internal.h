@@ -49,12 +49,12 @@ typedef struct eesp_sa {
     uint64_t *last_seq; /* by Session ID, from the first eviction on: sender counter / receiver window top */
 } eesp_sa;
 
-pe_status sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir dir);
-void sa_free(void *p);
-pe_status sa_clone(void *d, const void *s);
-pe_status keep_sub_sa(eesp_sa *sa, pe_key_slot **slot);
-pe_status sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out);
-pe_status rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged);
+pe_status pe_eesp_sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir dir);
+void pe_eesp_sa_free(void *p);
+pe_status pe_eesp_sa_clone(void *d, const void *s);
+pe_status pe_eesp_keep_sub_sa(eesp_sa *sa, pe_key_slot **slot);
+pe_status pe_eesp_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out);
+pe_status pe_eesp_rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged);
 
 /* D6, D9: without an SSKDF only Session ID 0 exists; with one, the announced maximum. */
 static inline pe_status check_sub_sa_id(const eesp_sa *sa, uint32_t sid)

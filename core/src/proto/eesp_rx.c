@@ -25,10 +25,10 @@
 /* A receiver's SAs, made, copied and released by the table (ipsec_internal.h). */
 static pe_status rx_sa_init(void *sa, const void *cfg)
 {
-    return sa_init(sa, cfg, PE_AEAD_OPEN);
+    return pe_eesp_sa_init(sa, cfg, PE_AEAD_OPEN);
 }
 
-static const pe_ipsec_sa_ops eesp_sa_ops = {sizeof(eesp_sa), rx_sa_init, sa_clone, sa_free};
+static const pe_ipsec_sa_ops eesp_sa_ops = {sizeof(eesp_sa), rx_sa_init, pe_eesp_sa_clone, pe_eesp_sa_free};
 
 struct pe_eesp_rx {
     pe_ipsec_rx ipsec; /* first: the port, the checksum settings, the SAs (eesp_sa); a clone has no Sub SA windows */
@@ -232,7 +232,7 @@ static pe_status keep_verified(eesp_sa *sa, pe_key_slot **slot, int staged, int 
 {
     pe_status st = PE_OK;
     if (staged)
-        st = keep_sub_sa(sa, slot);
+        st = pe_eesp_keep_sub_sa(sa, slot);
     else
         pe_keytable_touch(&sa->subs, *slot); /* only verified packets keep a Sub SA live */
     if (st != PE_OK)
@@ -331,7 +331,7 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     uint64_t seq = 0;
     pe_key_slot *slot;
     int staged;
-    if ((st = rx_sub_sa(sa, h->session_id, &slot, &staged)) != PE_OK)
+    if ((st = pe_eesp_rx_sub_sa(sa, h->session_id, &slot, &staged)) != PE_OK)
         return st;
     int replay = sa->anti_replay && !(flags & PE_EESP_OPEN_NO_REPLAY);
     if (replay && rx->ipsec.clone)

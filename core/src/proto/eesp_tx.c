@@ -34,13 +34,13 @@ pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out)
     pe_eesp_tx *tx = calloc(1, sizeof *tx);
     if (!tx)
         return PE_ERR_NOMEM;
-    pe_status st = sa_init(&tx->sa, cfg, PE_AEAD_SEAL);
+    pe_status st = pe_eesp_sa_init(&tx->sa, cfg, PE_AEAD_SEAL);
     /* §13, §15 step 4: the option is sent only within the peer's announced maximum. */
     if (st == PE_OK && cfg->crypt_offset >= 0 &&
         (cfg->max_crypt_offset == PE_EESP_NO_LIMIT || cfg->crypt_offset > cfg->max_crypt_offset))
         st = PE_ERR_EESP_CRYPT_OFFSET_NOT_ALLOWED;
     if (st != PE_OK) {
-        sa_free(&tx->sa);
+        pe_eesp_sa_free(&tx->sa);
         free(tx);
         return st;
     }
@@ -52,7 +52,7 @@ pe_status pe_eesp_tx_new(const pe_eesp_sa_config *cfg, pe_eesp_tx **out)
 void pe_eesp_tx_free(pe_eesp_tx *tx)
 {
     if (tx)
-        sa_free(&tx->sa);
+        pe_eesp_sa_free(&tx->sa);
     free(tx);
 }
 
@@ -68,7 +68,7 @@ pe_status pe_eesp_tx_set_next_seq(pe_eesp_tx *tx, uint16_t sub_sa_id, uint64_t n
     pe_key_slot *slot;
     pe_status st = check_sub_sa_id(&tx->sa, sub_sa_id);
     if (st == PE_OK)
-        st = sub_sa(&tx->sa, sub_sa_id, &slot);
+        st = pe_eesp_sub_sa(&tx->sa, sub_sa_id, &slot);
     if (st != PE_OK)
         return st;
     /* Only forward: a number once sent (and its IV) must never come again. */
@@ -233,7 +233,7 @@ static pe_status too_long(const eesp_layout *l, const pe_eesp_packet_opts *o)
 /* The Sub SA's state and the packet's sequence number, spent from here on whatever happens. */
 static pe_status next_seq(eesp_sa *sa, uint16_t sid, pe_key_slot **slot, uint64_t *seq)
 {
-    pe_status st = sub_sa(sa, sid, slot);
+    pe_status st = pe_eesp_sub_sa(sa, sid, slot);
     if (st != PE_OK)
         return st;
     if ((*slot)->counter == UINT64_MAX)
@@ -349,7 +349,7 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
     pe_key_slot *slot;
     uint64_t seq;
     if (given) {
-        if ((st = sub_sa(sa, sid, &slot)) != PE_OK)
+        if ((st = pe_eesp_sub_sa(sa, sid, &slot)) != PE_OK)
             return st;
         seq = *given;
     } else {
@@ -445,7 +445,7 @@ pe_status pe_eesp_tx_clone(const pe_eesp_tx *tx, pe_eesp_tx **out)
     if (!*out)
         return PE_ERR_NOMEM;
     (*out)->capture_sub_sas = tx->capture_sub_sas;
-    pe_status st = sa_clone(&(*out)->sa, &tx->sa);
+    pe_status st = pe_eesp_sa_clone(&(*out)->sa, &tx->sa);
     if (st != PE_OK) {
         pe_wipe(*out, sizeof **out);
         free(*out);
