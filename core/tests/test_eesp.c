@@ -44,18 +44,6 @@
 #include "check.h"
 #include "pe/transforms.h"
 
-/* A CHECK with a printf-style context, for the big loops. */
-#define CHECKF(cond, ...)                                                                          \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s [", __FILE__, __LINE__, #cond);              \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "]\n");                                                                \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
 /* ------------------------------------------------------------------ helpers */
 
 static void print_hex(const uint8_t *p, size_t n)
