@@ -40,7 +40,7 @@ static void check_hex(const char *file, int line, const char *what, const uint8_
     }
 }
 
-/* =================================================================== 1. KATs */
+/* ====================================================================== KATs */
 
 static void test_sskdf(void)
 {

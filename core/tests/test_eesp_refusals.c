@@ -84,7 +84,7 @@ static size_t craft_eesp(const craft *k, uint8_t *e)
     return data_end + s.icv_len;
 }
 
-/* ======================================================= 3. rejections */
+/* ========================================================== rejections */
 
 /* Replace the (empty) options of a packet by `opts`: Base | opts | the rest.  The ICV is then wrong. */
 static size_t with_opts(uint8_t *m, const uint8_t *e, size_t elen, const char *opts_hex)

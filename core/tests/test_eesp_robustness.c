@@ -17,24 +17,9 @@
  * whose failure is a memory error that ends the process.
  */
 #include "eesp_tests.h"
+#include "rnd.h"
 
-/* ======================================================= 4. robustness */
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
-static size_t rnd_below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
-static void rnd_fill(uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)rnd();
-}
+/* ========================================================== robustness */
 
 /* pe_eesp_hdr_parse's verdict, computed independently. */
 static pe_status ref_hdr_parse(const uint8_t *b, size_t len, size_t *n_opt, size_t *n_unk, int *has_co)

@@ -54,7 +54,7 @@ static size_t d14_point(const uint8_t *p, size_t *nh_field)
     return at;
 }
 
-/* ============================================================ 2. round trips */
+/* =============================================================== round trips */
 
 static const struct {
     unsigned encr, bits;
