@@ -517,7 +517,7 @@ def test_tags_are_verified_by_openssl_aead_final():
         if path.name != "aead.c":
             assert not re.search(r"return\s+PE_ERR_AUTH\b", text), f"{path.name} decides an ICV outside pe_aead_open"
     # Receivers verify with pe_aead_open and never recompute a tag to compare it.
-    for fname, func in (("psp.c", "pe_psp_open"), ("eesp.c", "open_eesp")):
+    for fname, func in (("psp.c", "pe_psp_open"), ("eesp_rx.c", "open_eesp")):
         body = _function_body(_strip_comments((ROOT / "core/src/proto" / fname).read_text()), func)
         assert "pe_aead_open(" in body and "pe_aead_seal(" not in body, func
 
