@@ -2,7 +2,7 @@
 given size, fed by a pipe and read from a pipe, with the decrypting process's own peak RSS (wait4's rusage, so no
 other child counts).  The reader streams, so the figure must not depend on the capture's size.
 
-Used by bench/run (section capture-memory: 1 GiB, full runs only) and by tests/test_capture_stream.py (a few
+Used by bench/run (section capture-memory: 1 GiB, full runs only) and by tests/capture/test_capture_stream.py (a few
 hundred MB, under 64 MiB).  Alone: `python bench/capture_memory.py --mb 1024`.
 """
 from __future__ import annotations

@@ -383,19 +383,7 @@ pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
                        const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag);
 pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                        const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt);
-typedef enum {
-    PE_ENCR_AES_CCM_8 = 14,
-    PE_ENCR_AES_CCM_12 = 15,
-    PE_ENCR_AES_CCM_16 = 16,
-    PE_ENCR_AES_GCM_8 = 18,
-    PE_ENCR_AES_GCM_12 = 19,
-    PE_ENCR_AES_GCM_16 = 20,
-    PE_ENCR_NULL_AUTH_AES_GMAC = 21,
-    PE_ENCR_CHACHA20_POLY1305 = 28,
-    PE_ENCR_AES_CCM_8_IIV = 29,
-    PE_ENCR_AES_GCM_16_IIV = 30,
-    PE_ENCR_CHACHA20_POLY1305_IIV = 31,
-} pe_ipsec_encr;
+typedef int... pe_ipsec_encr; /* the IDs are the suite table's (pe_ipsec_suite_at), never named here */
 typedef struct {
     pe_ipsec_encr encr;
     pe_aead_alg alg;

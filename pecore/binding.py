@@ -3,7 +3,7 @@
 Every runtime module of pecore that calls the core imports ``ffi`` and ``lib`` from here and from nowhere else.
 The protocol faces (pypsp, pyeesp, pyesp) never do: they go through pecore's face machinery (``pecore.face``,
 ``pecore.ops``), and the tooling (``*.tools``: CLIs, diagnose, vectors) through the runtime API, so what an
-importer of the library uses can be read without the tools.  tests/test_layers.py, tests/test_face_layers.py
+importer of the library uses can be read without the tools.  tests/architecture/test_layers.py, tests/architecture/test_face_layers.py
 and the import-linter contracts in pyproject.toml keep it so.
 """
 from pecore._native import ffi, lib

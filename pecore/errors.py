@@ -56,7 +56,7 @@ def code_table(by_category: Mapping[str, Type[CoreError]],
     """A package's status → exception class table: the class of the status's category, or a refinement of it.
 
     Every class must stand for the category of every status it is raised for: the faces never disagree on
-    what a status means (tests/test_categories.py walks every status).
+    what a status means (tests/architecture/test_categories.py walks every status).
     """
     table: Dict[str, Type[CoreError]] = {}
     for code, category in CATEGORY_BY_CODE.items():

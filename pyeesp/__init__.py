@@ -19,7 +19,7 @@ from pyeesp.sa import SA, SUITES, Decrypted, Receiver, derive_sub_sa_key, suite_
 
 __version__ = "0.1.0"
 
-# A literal list, sorted (tests/test_typing.py), so that type checkers see what is exported; it holds every
+# A literal list, sorted (tests/architecture/test_typing.py), so that type checkers see what is exported; it holds every
 # name of pyeesp.errors.__all__.
 __all__ = [
     "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted",

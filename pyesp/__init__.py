@@ -18,7 +18,7 @@ from pyesp.sa import SA, SUITES, Decrypted, Receiver, suite_id
 
 __version__ = "0.1.0"
 
-# A literal list, sorted (tests/test_typing.py), so that type checkers see what is exported; it holds every
+# A literal list, sorted (tests/architecture/test_typing.py), so that type checkers see what is exported; it holds every
 # name of pyesp.errors.__all__.
 __all__ = [
     "AuthenticationError", "CaptureError", "ConfigurationError", "CutByCaptureError", "Decrypted",

@@ -14,7 +14,7 @@ Suites (scapy's ``crypt_algo`` with ``crypt_icv_size``): "AES-GCM" 8/12/16 (RFC 
 (RFC 8750) and no combined-mode suite with a separate ``auth_algo``; those are refused.  scapy 2.8 writes and
 expects a 16-octet AES-GCM ICV whatever ``crypt_icv_size`` says (RFC 4106 §6 sends 8 or 12 octets for
 GCM-8/12): :func:`to_scapy` still passes the RFC's size, so an SA from it interoperates with the core for
-GCM-16 and the other suites only (tests/test_esp_interop.py asserts that difference).
+GCM-16 and the other suites only (tests/esp/test_esp_interop.py asserts that difference).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cma
               clang-14 libclang-rt-14-dev llvm-14
               # scripts/valgrind.sh (docs/security.md)
               valgrind
-              # tests/test_lua_pure.py: the Lua dissectors' shared crypto under a plain Lua 5.4, and the scripts'
+              # tests/wireshark/test_lua_pure.py: the Lua dissectors' shared crypto under a plain Lua 5.4, and the scripts'
               # syntax under Lua 5.2 (Wireshark 4.0's)
               lua5.4 lua5.2
               # scripts/wireshark-chroot.sh: the tshark tests against Wireshark 4.4 and 4.6 in Debian chroots

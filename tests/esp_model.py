@@ -5,7 +5,7 @@ RFC 4106 (AES-GCM), RFC 4309 (AES-CCM), RFC 4543 (AES-GMAC, with draft-mcgrew-gc
 IV is authenticated), RFC 7634 (ChaCha20-Poly1305), RFC 8750 (implicit IV) and RFC 3948 (UDP encapsulation).
 It shares no code with the C core or with pecore: only the standard library, pyca/cryptography and what the
 three models share (tests/model_common.py: the error type, the IP checksum). It favours
-being obviously right over being fast. tests/test_esp_model.py anchors it on published vectors.
+being obviously right over being fast. tests/esp/test_esp_model.py anchors it on published vectors.
 
 One ESP packet, as this model names its parts::
 

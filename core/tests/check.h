@@ -45,6 +45,18 @@ static long checks;
         }                                                                                          \
     } while (0)
 
+/* A CHECK with a printf-style context, for the big loops. */
+#define CHECKF(cond, ...)                                                                          \
+    do {                                                                                           \
+        checks++;                                                                                  \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s [", __FILE__, __LINE__, #cond);              \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "]\n");                                                                \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
 /* Hex test data to octets; spaces and other separators are skipped. */
 static inline size_t unhex(const char *s, uint8_t *out)
 {

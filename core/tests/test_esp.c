@@ -6,7 +6,7 @@
  *     numbers; AES-GMAC) and RFC 7634 Appendix A (ChaCha20-Poly1305), opened
  *     by the core.  Both documents use random IVs, so only the receiving side can
  *     be checked byte for byte against them; the sending side is checked by
- *     round trips and by the third-party cross-checks (tests/test_esp_interop.py).
+ *     round trips and by the third-party cross-checks (tests/esp/test_esp_interop.py).
  *  2. Round trips for every suite x mode x IP version x ESN x UDP.
  *  3. ESN across the 2^32 boundary, the Appendix A2.2 inference, senders
  *     that refuse to wrap.
@@ -34,17 +34,6 @@
 #include "pe/transforms.h"
 
 #include "check.h"
-
-#define CHECKF(cond, ...)                                                                          \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s [", __FILE__, __LINE__, #cond);              \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "]\n");                                                                \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -22,17 +22,6 @@
 
 #include "check.h"
 
-#define CHECKF(cond, ...)                                                                          \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s [", __FILE__, __LINE__, #cond);              \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "]\n");                                                                \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
 /* ------------------------------------------------------------------ packet lists */
 
 typedef struct plist {

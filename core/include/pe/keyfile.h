@@ -95,8 +95,8 @@ typedef struct pe_psp_sa_entry {
     uint64_t first_iv;
 } pe_psp_sa_entry;
 
-/* eesp-sa: key||salt is at most 32 + 4 octets, a root key at most 64 (SSKDF_HKDF_SHA2_512). */
-#define PE_KEYFILE_EESP_KEY_MAX 36
+/* eesp-sa and esp-sa: key||salt as the longest suite's; an eesp-sa root key at most 64 (SSKDF_HKDF_SHA2_512). */
+#define PE_KEYFILE_EESP_KEY_MAX PE_IPSEC_KEYMAT_MAX
 #define PE_KEYFILE_EESP_ROOT_KEY_MAX 64
 #define PE_KEYFILE_ADDR_ANY 0 /* src_family / dst_family: no address given, or '*' */
 #define PE_KEYFILE_ADDR_IPV4 4

@@ -278,69 +278,25 @@ const char *pe_kf_line_get(const pe_keyfile_line *l, const char *name)
 /* ------------------------------------------------------------------------ */
 /* Duplicate detection                                                       */
 
-static size_t spi_bucket(uint32_t spi, size_t nbuckets)
+/*
+ * One more entry in t, from this line: PE_OK, PE_ERR_KEYFILE_DUPLICATE with
+ * the line of the entry t holds for the same SPI and destination (for the
+ * caller's message), or PE_ERR_NOMEM with its message set.  The table looks
+ * for the clash before it allocates, so a duplicate is never reported as
+ * out of memory.
+ */
+pe_status pe_kf_sa_add(parser *p, pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key, size_t line, size_t *clash_line)
 {
-    return (size_t)((spi * 2654435761u) ^ (spi >> 16)) & (nbuckets - 1);
-}
+    pe_status st = pe_ipsec_sa_table_reserve(t, key);
 
-static int spi_rehash(spi_index *ix, size_t nbuckets)
-{
-    size_t *head = calloc(nbuckets, sizeof *head);
-    size_t i;
-
-    if (!head)
-        return -1;
-    free(ix->head);
-    ix->head = head;
-    ix->nbuckets = nbuckets;
-    for (i = 0; i < ix->n; i++) {
-        size_t b = spi_bucket(ix->spi[i], nbuckets);
-        ix->next[i] = head[b];
-        head[b] = i + 1;
+    if (st == PE_ERR_INVALID_ARGUMENT) {
+        *clash_line = (size_t)(uintptr_t)pe_ipsec_sa_table_same(t, key);
+        return PE_ERR_KEYFILE_DUPLICATE;
     }
-    return 0;
-}
-
-int pe_kf_spi_add(spi_index *ix, uint32_t spi)
-{
-    uint32_t *spis = pe_kf_grow(ix->spi, &ix->cap_spi, ix->n + 1, sizeof *spis);
-    size_t *next, b;
-
-    if (!spis)
-        return -1;
-    ix->spi = spis;
-    if (!(next = pe_kf_grow(ix->next, &ix->cap_next, ix->n + 1, sizeof *next)))
-        return -1;
-    ix->next = next;
-    if (ix->n + 1 > ix->nbuckets && spi_rehash(ix, ix->nbuckets ? ix->nbuckets * 2 : 64) != 0)
-        return -1;
-    b = spi_bucket(spi, ix->nbuckets);
-    ix->spi[ix->n] = spi;
-    ix->next[ix->n] = ix->head[b];
-    ix->head[b] = ix->n + 1;
-    ix->n++;
-    return 0;
-}
-
-/* Iterate entries with this SPI: start with it = 0, returns entry + 1 or 0 at the end. */
-size_t pe_kf_spi_next(const spi_index *ix, uint32_t spi, size_t it)
-{
-    size_t j;
-
-    if (!ix->nbuckets)
-        return 0;
-    j = it ? ix->next[it - 1] : ix->head[spi_bucket(spi, ix->nbuckets)];
-    while (j && ix->spi[j - 1] != spi)
-        j = ix->next[j - 1];
-    return j;
-}
-
-static void spi_index_free(spi_index *ix)
-{
-    free(ix->spi);
-    free(ix->next);
-    free(ix->head);
-    memset(ix, 0, sizeof *ix);
+    if (st != PE_OK)
+        return pe_kf_nomem(p, line);
+    pe_ipsec_sa_table_insert(t, key, (void *)(uintptr_t)line);
+    return PE_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -611,10 +567,12 @@ pe_status pe_keyfile_parse(const char *text, size_t len, pe_keyfile *kf, pe_keyf
     p.kf = kf;
     p.err = err;
     st = parse_text(&p, len);
-    spi_index_free(&p.key_ix);
-    spi_index_free(&p.sa_ix);
-    spi_index_free(&p.eesp_ix);
-    spi_index_free(&p.esp_ix);
+    /* ops NULL: the values are line numbers and indices, nothing to free. */
+    pe_ipsec_sa_table_free(&p.key_ix, NULL);
+    pe_ipsec_sa_table_free(&p.sa_ix, NULL);
+    pe_ipsec_sa_table_free(&p.eesp_ix, NULL);
+    pe_ipsec_sa_table_free(&p.esp_ix, NULL);
+    free(p.psp_key_next);
     if (st != PE_OK)
         pe_keyfile_free(kf);
     return st;

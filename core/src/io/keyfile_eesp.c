@@ -148,13 +148,6 @@ static pe_status eesp_sa_fields(parser *p, const pe_keyfile_line *l, pe_eesp_sa_
     return PE_OK;
 }
 
-static int same_dst(const pe_eesp_sa_entry *a, const pe_eesp_sa_entry *b)
-{
-    if (a->has_dst != b->has_dst)
-        return 0;
-    return !a->has_dst || (a->dst_family == b->dst_family && memcmp(a->dst, b->dst, sizeof a->dst) == 0);
-}
-
 /* The fields of an eesp-sa line, in docs/keys.md's order: the one list, which front ends read too. */
 static const char *const eesp_sa_field_names[] = {"spi",           "suite",        "key-bits",    "key",
                                                   "root-key",      "sskdf",        "mode",        "format",
@@ -171,7 +164,6 @@ const char *pe_keyfile_eesp_sa_field_name(unsigned i)
 pe_status pe_kf_parse_eesp_sa(parser *p, const pe_keyfile_line *l)
 {
     pe_eesp_sa_entry *sas, *e;
-    size_t it = 0;
     pe_status st;
 
     if ((st = pe_kf_check_fields(p, l, eesp_sa_field_names)) != PE_OK)
@@ -193,19 +185,9 @@ pe_status pe_kf_parse_eesp_sa(parser *p, const pe_keyfile_line *l)
     e->align_options = 1;
     if ((st = eesp_sa_fields(p, l, e)) != PE_OK)
         goto out;
-    while ((it = pe_kf_spi_next(&p->eesp_ix, e->spi, it)) != 0) {
-        const pe_eesp_sa_entry *o = &p->kf->eesp_sas[it - 1];
-        if (same_dst(o, e)) {
-            st = pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line,
-                            "eesp-sa: SPI %08x already defined for %s on line %zu", (unsigned)e->spi,
-                            e->has_dst ? "this destination" : "any destination", o->line);
-            goto out;
-        }
-    }
-    if (pe_kf_spi_add(&p->eesp_ix, e->spi) != 0) {
-        st = pe_kf_nomem(p, l->line);
+    st = pe_kf_ipsec_sa_add(p, &p->eesp_ix, "eesp-sa", l->line, e->spi, e->has_dst, e->dst_family, e->dst);
+    if (st != PE_OK)
         goto out;
-    }
     p->kf->n_eesp_sas++;
     return PE_OK;
 out:

@@ -94,13 +94,6 @@ static pe_status esp_sa_fields(parser *p, const pe_keyfile_line *l, pe_esp_sa_en
     return PE_OK;
 }
 
-static int esp_same_dst(const pe_esp_sa_entry *a, const pe_esp_sa_entry *b)
-{
-    if (a->has_dst != b->has_dst)
-        return 0;
-    return !a->has_dst || (a->dst_family == b->dst_family && memcmp(a->dst, b->dst, sizeof a->dst) == 0);
-}
-
 pe_status pe_kf_parse_esp_sa(parser *p, const pe_keyfile_line *l)
 {
     static const char *const allowed[] = {"spi",       "suite",     "key-bits",      "key",         "mode",
@@ -108,7 +101,6 @@ pe_status pe_kf_parse_esp_sa(parser *p, const pe_keyfile_line *l)
                                           "udp-sport", "udp-dport", "src",           "dst",         "tfc-pad",
                                           NULL};
     pe_esp_sa_entry *sas, *e;
-    size_t it = 0;
     pe_status st;
 
     if ((st = pe_kf_check_fields(p, l, allowed)) != PE_OK)
@@ -126,19 +118,9 @@ pe_status pe_kf_parse_esp_sa(parser *p, const pe_keyfile_line *l)
     if ((st = esp_sa_fields(p, l, e)) != PE_OK)
         goto out;
     /* The same rule as eesp-sa: one SA per SPI and destination (what pe_esp_rx_add_sa refuses too). */
-    while ((it = pe_kf_spi_next(&p->esp_ix, e->spi, it)) != 0) {
-        const pe_esp_sa_entry *o = &p->kf->esp_sas[it - 1];
-        if (esp_same_dst(o, e)) {
-            st = pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line,
-                            "esp-sa: SPI %08x already defined for %s on line %zu", (unsigned)e->spi,
-                            e->has_dst ? "this destination" : "any destination", o->line);
-            goto out;
-        }
-    }
-    if (pe_kf_spi_add(&p->esp_ix, e->spi) != 0) {
-        st = pe_kf_nomem(p, l->line);
+    st = pe_kf_ipsec_sa_add(p, &p->esp_ix, "esp-sa", l->line, e->spi, e->has_dst, e->dst_family, e->dst);
+    if (st != PE_OK)
         goto out;
-    }
     p->kf->n_esp_sas++;
     return PE_OK;
 out:

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pe/ipsec.h"
 #include "pe/keyfile.h"
 
 #if defined(__GNUC__)
@@ -23,25 +24,24 @@ pe_status pe_kf_fail(pe_keyfile_error *err, pe_status st, size_t line, const cha
 enum { HEX_OK, HEX_BAD, HEX_ODD };
 
 /*
- * SPI -> entries, chained through `next`.  A hash keeps duplicate checks
- * linear for files with hundreds of thousands of SAs, and lets each duplicate
- * be reported at its own line, in file order, like the other errors.
+ * The duplicate checks look SPIs up in the SA table the ESP and EESP
+ * receivers use (pe_ipsec_sa_table): the same rule of one SA per SPI and
+ * destination, a check costing the same however many other SPIs came before
+ * (it walks the entries of its own SPI), and each duplicate reported at its
+ * own line, in file order.  The tables'
+ * values are the line each entry came from (psp-sa, eesp-sa, esp-sa), or 1 +
+ * the index of the first psp-key of an SPI, whose others chain through
+ * psp_key_next (1 + index, 0 ends) in the order read.
  */
-typedef struct spi_index {
-    uint32_t *spi; /* per entry */
-    size_t *next;  /* per entry: previous entry in the same bucket, + 1 (0 ends) */
-    size_t *head;  /* per bucket: latest entry, + 1 (0 = empty) */
-    size_t n, cap_spi, cap_next, nbuckets;
-} spi_index;
-
 typedef struct parser {
     pe_keyfile *kf;
     pe_keyfile_error *err;
-    size_t cap_lines, cap_keys, cap_sas, cap_eesp, cap_esp;
-    spi_index key_ix, sa_ix, eesp_ix, esp_ix;
+    size_t cap_lines, cap_keys, cap_sas, cap_eesp, cap_esp, cap_key_next;
+    pe_ipsec_sa_table key_ix, sa_ix, eesp_ix, esp_ix;
+    size_t *psp_key_next;
 } parser;
 
-/* keyfile.c: errors, memory, the lexer's values, the SPI index and the field checks */
+/* keyfile.c: errors, memory, the lexer's values, the duplicate check and the field checks */
 void pe_kf_error_reset(pe_keyfile_error *err);
 void *pe_kf_grow(void *arr, size_t *cap, size_t need, size_t elem);
 
@@ -54,8 +54,7 @@ int pe_kf_parse_dec(const char *v, uint64_t max, uint64_t *out);
 const char *pe_kf_line_get(const pe_keyfile_line *l, const char *name);
 
 /* Duplicate detection */
-int pe_kf_spi_add(spi_index *ix, uint32_t spi);
-size_t pe_kf_spi_next(const spi_index *ix, uint32_t spi, size_t it);
+pe_status pe_kf_sa_add(parser *p, pe_ipsec_sa_table *t, const pe_ipsec_sa_key *key, size_t line, size_t *clash_line);
 
 /* Fields */
 pe_status pe_kf_nomem(parser *p, size_t line);
@@ -77,6 +76,8 @@ pe_status pe_kf_addr_field(parser *p, const pe_keyfile_line *l, const char *name
                            uint8_t addr[16]);
 pe_status pe_kf_suite_fields(parser *p, const pe_keyfile_line *l, unsigned *encr, unsigned *key_bits,
                              pe_ipsec_suite *s);
+pe_status pe_kf_ipsec_sa_add(parser *p, pe_ipsec_sa_table *t, const char *kind, size_t line, uint32_t spi,
+                             int has_dst, int dst_family, const uint8_t dst[16]);
 
 /* The line kinds */
 pe_status pe_kf_parse_psp_master(parser *p, const pe_keyfile_line *l);

@@ -186,6 +186,24 @@ pe_status pe_kf_addr_field(parser *p, const pe_keyfile_line *l, const char *name
     return PE_OK;
 }
 
+/*
+ * eesp-sa and esp-sa alike: one SA per SPI and destination, the rule of the
+ * receivers' SA table (pe_ipsec_rx_add_sa), checked in one table per kind.
+ */
+pe_status pe_kf_ipsec_sa_add(parser *p, pe_ipsec_sa_table *t, const char *kind, size_t line, uint32_t spi,
+                             int has_dst, int dst_family, const uint8_t dst[16])
+{
+    pe_ipsec_sa_key key = {.spi = spi, .dst_family = has_dst ? dst_family : PE_KEYFILE_ADDR_ANY};
+    size_t clash = 0;
+    pe_status st;
+
+    memcpy(key.dst, dst, sizeof key.dst);
+    if ((st = pe_kf_sa_add(p, t, &key, line, &clash)) == PE_ERR_KEYFILE_DUPLICATE)
+        return pe_kf_fail(p->err, st, line, "%s: SPI %08x already defined for %s on line %zu", kind, (unsigned)spi,
+                          has_dst ? "this destination" : "any destination", clash);
+    return st;
+}
+
 /* Suite and key size, for eesp-sa and esp-sa alike: one suite table (pe_ipsec_suite_get) for both. */
 pe_status pe_kf_suite_fields(parser *p, const pe_keyfile_line *l, unsigned *encr, unsigned *key_bits,
                               pe_ipsec_suite *s)

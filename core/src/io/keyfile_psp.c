@@ -70,17 +70,39 @@ static int psp_keys_clash(const pe_psp_key_entry *a, const pe_psp_key_entry *b)
     return 0;
 }
 
-static pe_status psp_key_check_dup(parser *p, const pe_psp_key_entry *e)
+/*
+ * A key is refused when some version would find both it and an earlier key
+ * of its SPI; the message names the latest such key.  The keys an SPI holds
+ * serve apart versions, so they are at most four and the walk along their
+ * chain stays short.  An accepted key goes at the chain's end, or starts its
+ * SPI's chain in the table.
+ */
+static pe_status psp_key_add(parser *p, const pe_psp_key_entry *e)
 {
-    size_t it = 0;
+    pe_ipsec_sa_key key = {.spi = e->spi};
+    size_t i = p->kf->n_psp_keys, first = (size_t)(uintptr_t)pe_ipsec_sa_table_same(&p->key_ix, &key);
+    size_t it, last = 0, clash = 0, *next;
 
-    while ((it = pe_kf_spi_next(&p->key_ix, e->spi, it)) != 0) {
-        const pe_psp_key_entry *o = &p->kf->psp_keys[it - 1];
-        if (psp_keys_clash(o, e))
-            return pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, e->line,
-                              "psp-key: SPI %08x already has a key for the same version (line %zu)", (unsigned)e->spi,
-                              o->line);
+    for (it = first; it; it = p->psp_key_next[it - 1]) {
+        if (psp_keys_clash(&p->kf->psp_keys[it - 1], e))
+            clash = it;
+        last = it;
     }
+    if (clash)
+        return pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, e->line,
+                          "psp-key: SPI %08x already has a key for the same version (line %zu)", (unsigned)e->spi,
+                          p->kf->psp_keys[clash - 1].line);
+    if (!(next = pe_kf_grow(p->psp_key_next, &p->cap_key_next, i + 1, sizeof *next)))
+        return pe_kf_nomem(p, e->line);
+    p->psp_key_next = next;
+    next[i] = 0;
+    if (last) {
+        next[last - 1] = i + 1;
+        return PE_OK;
+    }
+    if (pe_ipsec_sa_table_reserve(&p->key_ix, &key) != PE_OK)
+        return pe_kf_nomem(p, e->line);
+    pe_ipsec_sa_table_insert(&p->key_ix, &key, (void *)(uintptr_t)(i + 1));
     return PE_OK;
 }
 
@@ -122,12 +144,8 @@ pe_status pe_kf_parse_psp_key(parser *p, const pe_keyfile_line *l)
                         pe_psp_key_len((unsigned)e->version));
         goto out;
     }
-    if ((st = psp_key_check_dup(p, e)) != PE_OK)
+    if ((st = psp_key_add(p, e)) != PE_OK)
         goto out;
-    if (pe_kf_spi_add(&p->key_ix, e->spi) != 0) {
-        st = pe_kf_nomem(p, l->line);
-        goto out;
-    }
     p->kf->n_psp_keys++;
     return PE_OK;
 out:
@@ -194,7 +212,8 @@ pe_status pe_kf_parse_psp_sa(parser *p, const pe_keyfile_line *l)
     static const char *const allowed[] = {"spi",    "version", "mode",     "crypt-offset", "crypt-offset-ipv4",
                                           "crypt-offset-ipv6", "vc", "sample", "drop", "first-iv", NULL};
     pe_psp_sa_entry e, *sas;
-    size_t it;
+    pe_ipsec_sa_key key = {0};
+    size_t clash = 0;
     pe_status st;
 
     if ((st = pe_kf_check_fields(p, l, allowed)) != PE_OK)
@@ -204,14 +223,15 @@ pe_status pe_kf_parse_psp_sa(parser *p, const pe_keyfile_line *l)
     e.crypt_offset = e.crypt_offset_ipv4 = e.crypt_offset_ipv6 = PE_PSP_CRYPT_OFFSET_UNSET;
     if ((st = parse_sa_fields(p, l, &e)) != PE_OK)
         return st;
-    if ((it = pe_kf_spi_next(&p->sa_ix, e.spi, 0)) != 0)
-        return pe_kf_fail(p->err, PE_ERR_KEYFILE_DUPLICATE, l->line, "psp-sa: SPI %08x already defined on line %zu",
-                          (unsigned)e.spi, p->kf->psp_sas[it - 1].line);
+    /* One SA per SPI: PSP binds none to a destination. */
+    key.spi = e.spi;
+    if ((st = pe_kf_sa_add(p, &p->sa_ix, &key, l->line, &clash)) == PE_ERR_KEYFILE_DUPLICATE)
+        return pe_kf_fail(p->err, st, l->line, "psp-sa: SPI %08x already defined on line %zu", (unsigned)e.spi, clash);
+    if (st != PE_OK)
+        return st;
     if (!(sas = pe_kf_grow(p->kf->psp_sas, &p->cap_sas, p->kf->n_psp_sas + 1, sizeof *sas)))
         return pe_kf_nomem(p, l->line);
     p->kf->psp_sas = sas;
-    if (pe_kf_spi_add(&p->sa_ix, e.spi) != 0)
-        return pe_kf_nomem(p, l->line);
     p->kf->psp_sas[p->kf->n_psp_sas++] = e;
     return PE_OK;
 }
