@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("pyesp")
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305  # noqa: E402
 
+from conftest import REPO_ROOT  # noqa: E402
 from pyesp.tools.diagnose import EspDiagnoser, infer_seq  # noqa: E402
 
 M32 = 0xFFFFFFFF
@@ -188,14 +189,12 @@ def test_cli(tmp_path) -> None:
 def test_every_mistake_the_esp_vectors_catalogue_is_named() -> None:
     """vectors/esp_*: each crafted mistake (KeySplitMistake, NonceMistake, EsnAadMistake, AadMistake) is
     diagnosed as its mistake, and every valid test of a stateless group verifies."""
-    from pathlib import Path
-
     from pyesp.tools.vectors import sa_settings
 
     flag_ids = {"KeySplitMistake": "key-salt-split", "NonceMistake": "nonce-", "EsnAadMistake": "esn-aad-",
                 "AadMistake": "gmac-aad-"}
     named = {f: 0 for f in flag_ids}
-    for path in sorted((Path(__file__).resolve().parents[1] / "vectors").glob("esp_*_test.json")):
+    for path in sorted((REPO_ROOT / "vectors").glob("esp_*_test.json")):
         for g in json.loads(path.read_text())["testGroups"]:
             for t in g["tests"]:
                 flags = [f for f in t["flags"] if f in flag_ids]
