@@ -15,8 +15,11 @@ The core's AEAD suites (core/src/proto/ipsec.c's suite_rows, with core/include/p
 IKEv2 name, AEAD, salt, IV, ICV, implicit IV, integrity only, key lengths) are written into src/pecrypto.lua
 between "-- BEGIN SUITE TABLE" / "-- END SUITE TABLE", and PSP's crypto versions (core/src/proto/psp_hdr.c's
 versions, with core/include/pe/psp.h's numbers) between "-- BEGIN PSP VERSION TABLE" / "-- END PSP VERSION
-TABLE": only the decryption code reads them.  A status, a suite or a PSP version added to the core reaches the
-Lua side by running this script; tests/test_lua_pure.py compares every table with the core's own functions.
+TABLE", and the field names of an eesp-sa line (core/src/io/keyfile_eesp.c's eesp_sa_field_names, which
+pe_keyfile_eesp_sa_field_name returns) between "-- BEGIN EESP-SA FIELDS" / "-- END EESP-SA FIELDS": only the
+decryption code and its key-file reader read them.  A status, a suite, a PSP version or an eesp-sa field added to
+the core reaches the Lua side by running this script; tests/wireshark/test_lua_pure.py compares every table with
+the core's own functions.
 
     python3 dissectors/lua/build_scripts.py          # rewrite src/pecrypto.lua's table, psp.lua and eesp.lua
     python3 dissectors/lua/build_scripts.py --check  # exit 1 if a file is not what this would write
@@ -37,6 +40,7 @@ IPSEC_H = CORE / "include" / "pe" / "ipsec.h"
 IPSEC_C = CORE / "src" / "proto" / "ipsec.c"
 PSP_H = CORE / "include" / "pe" / "psp.h"
 PSP_HDR_C = CORE / "src" / "proto" / "psp_hdr.c"
+KEYFILE_EESP_C = CORE / "src" / "io" / "keyfile_eesp.c"
 SCRIPTS = [LUA_DIR / "psp.lua", LUA_DIR / "eesp.lua"]
 BEGIN = "-- BEGIN GENERATED pecrypto"
 END = "-- END GENERATED pecrypto"
@@ -46,6 +50,8 @@ SUITE_BEGIN = "-- BEGIN SUITE TABLE"
 SUITE_END = "-- END SUITE TABLE"
 VERSION_BEGIN = "-- BEGIN PSP VERSION TABLE"
 VERSION_END = "-- END PSP VERSION TABLE"
+FIELDS_BEGIN = "-- BEGIN EESP-SA FIELDS"
+FIELDS_END = "-- END EESP-SA FIELDS"
 #: What the inlined copy has between the status-table markers: the tables the script defines once, as arguments.
 TABLE_ARGS = "local CATEGORY_LIST, STATUS_LIST = ...\n"
 LINE_MAX = 118
@@ -129,6 +135,28 @@ def core_psp_versions(header: str, source: str) -> List[Tuple[int, str, int, int
         return int(token) if token.isdigit() else values[token]
 
     return [(values[v], name, number(key), number(icv), gmac == "1") for v, name, key, icv, gmac in rows]
+
+
+def core_eesp_sa_fields(source: str) -> List[str]:
+    """The names an eesp-sa line takes, in the parser's order."""
+    table = re.search(r"\beesp_sa_field_names\[\] = \{(.*?)\};", source, re.S)
+    body = table.group(1) if table else ""
+    names = re.findall(C_STRING, body)
+    # the list is the strings and its NULL end, nothing else: anything this reads past would be a lost field
+    if not names or re.sub(C_STRING, "", body).replace(",", "").split() != ["NULL"]:
+        raise SystemExit(f"{KEYFILE_EESP_C}: cannot read eesp_sa_field_names")
+    return names
+
+
+def eesp_sa_fields_block(source: str) -> str:
+    out, line = ["local EESP_SA_FIELDS = {"], "   "
+    for name in core_eesp_sa_fields(source):
+        cell = f' "{name}",'
+        if len(line) + len(cell) > LINE_MAX:
+            out.append(line)
+            line = "   "
+        line += cell
+    return "\n".join(out + [line, "}"]) + "\n"
 
 
 def lua_cell(c) -> str:
@@ -224,6 +252,8 @@ def main(argv=None) -> int:
     versions = psp_version_block(PSP_H.read_text(encoding="utf-8"), PSP_HDR_C.read_text(encoding="utf-8"))
     source = with_block(with_block(old_source, TABLE_BEGIN, TABLE_END, table), SUITE_BEGIN, SUITE_END, suites)
     source = with_block(source, VERSION_BEGIN, VERSION_END, versions)
+    fields = eesp_sa_fields_block(KEYFILE_EESP_C.read_text(encoding="utf-8"))
+    source = with_block(source, FIELDS_BEGIN, FIELDS_END, fields)
     outputs = [(SOURCE, old_source, source)]
     for path in SCRIPTS:
         old = path.read_text(encoding="utf-8")
@@ -232,8 +262,8 @@ def main(argv=None) -> int:
     if args.check:
         if stale:
             names = ", ".join(str(p.relative_to(LUA_DIR)) for p in stale)
-            print(f"out of date with core/include/pe/status.h, ipsec.h, psp.h, src/proto/ipsec.c, psp_hdr.c or "
-                  f"src/pecrypto.lua: {names}; run {Path(__file__).name}", file=sys.stderr)
+            print(f"out of date with core/include/pe/status.h, ipsec.h, psp.h, src/proto/ipsec.c, psp_hdr.c, "
+                  f"src/io/keyfile_eesp.c or src/pecrypto.lua: {names}; run {Path(__file__).name}", file=sys.stderr)
             return 1
         return 0
     for path, old, new in outputs:

@@ -1049,10 +1049,19 @@ local function eesp_suite_fields(l, e)
     eesp_key_fields(l, e, e.suite)
 end
 
+-- The fields an eesp-sa line takes (pe_keyfile_eesp_sa_field_name): build_scripts.py writes them, test_lua_pure.py
+-- checks them.
+-- BEGIN EESP-SA FIELDS
+local EESP_SA_FIELDS = {
+    "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad", "anti-replay",
+    "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict", "ip-protocol",
+    "udp-encap", "src", "dst", "sub-sas", "max-live-sub-sas",
+}
+-- END EESP-SA FIELDS
+M.EESP_SA_FIELDS = EESP_SA_FIELDS
+
 local function parse_eesp_sa(kf, l)
-    l:check_fields({ "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad",
-        "anti-replay", "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict",
-        "ip-protocol", "udp-encap", "src", "dst", "sub-sas", "max-live-sub-sas" })
+    l:check_fields(EESP_SA_FIELDS)
     local e = { line = l.line }
     e.spi = l:spi_field()
     eesp_suite_fields(l, e)

@@ -378,6 +378,7 @@ local commands = {
     categories = function() return pecrypto.CATEGORY_LIST end,
     suites = function() return pecrypto.SUITE_LIST end,
     psp_versions = function() return pecrypto.PSP_VERSION_LIST end,
+    eesp_sa_fields = function() return pecrypto.EESP_SA_FIELDS end,
     category = function(name) return pecrypto.status_category(name) end,
     detect = function(text) return pecrypto.looks_like_refcfg(h2s(text)) end,
     state = function()
@@ -661,6 +662,16 @@ def test_psp_version_table_matches_core(lua: Harness) -> None:
             core.append([r.version, ffi.string(r.name).decode(), r.key_len, r.icv_len, bool(r.gmac)])
     assert len(core) == 4
     assert lua.call("psp_versions") == core
+
+
+def test_eesp_sa_fields_match_core(lua: Harness) -> None:
+    """The fields an eesp-sa line takes, in the Lua reader as in the core's (pe_keyfile_eesp_sa_field_name):
+    build_scripts.py reads core/src/io/keyfile_eesp.c's list."""
+    core = []
+    while lib.pe_keyfile_eesp_sa_field_name(len(core)) != ffi.NULL:
+        core.append(ffi.string(lib.pe_keyfile_eesp_sa_field_name(len(core))).decode())
+    assert len(core) > 20 and "max-live-sub-sas" in core
+    assert lua.call("eesp_sa_fields") == core
 
 
 # ---------------------------------------------------------------------------------------------- 1. key files
@@ -1961,7 +1972,7 @@ def test_scripts_are_generated_from_the_source() -> None:
         assert text.count("-- BEGIN GENERATED pecrypto") == 1 and source in text, script.name
         # each table once: the status tables as plain code (handed to the inlined source), the suites in the source
         for table in ("local CATEGORY_LIST = {", "local STATUS_LIST = {", "local SUITE_LIST = {",
-                      "local PSP_VERSION_LIST = {"):
+                      "local PSP_VERSION_LIST = {", "local EESP_SA_FIELDS = {"):
             assert text.count(table) == 1, (script.name, table)
 
 
