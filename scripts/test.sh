@@ -75,7 +75,8 @@ rm -rf build/sdist && mkdir -p build/sdist
 .venv/bin/python -m build --sdist --no-isolation --outdir build/sdist . >/dev/null
 # (a listing file, not a pipe: grep -q closing early would make tar die of SIGPIPE under pipefail)
 tar tzf build/sdist/*.tar.gz > build/sdist/contents.txt
-for f in core/include/pe/psp.h core/include/pe/eesp.h core/src/proto/psp.c core/src/proto/eesp.c core/src/proto/keytable.h; do
+for f in core/include/pe/psp.h core/include/pe/eesp.h core/include/pe/ipsec.h core/src/proto/psp.c core/src/proto/eesp.c \
+         core/src/proto/keytable.h core/src/proto/ipsec_internal.h pecore/_cdef.py; do
     grep -q "/$f\$" build/sdist/contents.txt || { echo "sdist lacks $f" >&2; false; }
 done
 grep -q "/LICENSE\$" build/sdist/contents.txt || { echo "sdist lacks LICENSE" >&2; false; }
