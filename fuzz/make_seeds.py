@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import pyeesp  # noqa: E402
 import pypsp  # noqa: E402
 from pecore.capture import CaptureWriter, read_capture  # noqa: E402
-from pecore.protocol import checksum  # noqa: E402
+from pecore.protocol import checksum, eesp_suite  # noqa: E402
 
 FUZZ = ROOT / "fuzz"
 CORPUS = FUZZ / "corpus"
@@ -227,12 +227,6 @@ def eesp_sequences(rng: random.Random):
             yield f"{s['spi']:04x}-{kw['suite']}-{kw['mode']}", pkts, [p for p in plains if p]
 
 
-SUITE_LAYOUT = {  # suite: (explicit IV octets, ICV octets), eesp.md §10
-    "aes-gcm-16": (8, 16), "aes-gcm-12": (8, 12), "aes-gcm-8": (8, 8), "aes-ccm-12": (8, 12), "aes-gmac": (8, 16),
-    "chacha20-poly1305": (8, 16), "aes-gcm-16-iiv": (0, 16), "aes-ccm-8-iiv": (0, 8), "chacha20-poly1305-iiv": (0, 16),
-}
-
-
 def eesp_plain_form(s: dict, sa, wire: bytes) -> bytes | None:
     """The packet as the re-seal mode wants it: headers as sent, the plaintext where the ciphertext was."""
     try:
@@ -241,7 +235,9 @@ def eesp_plain_form(s: dict, sa, wire: bytes) -> bytes | None:
         return None
     e = eesp_octets(wire)
     e_off = len(wire) - len(e)
-    iv_len, icv_len = SUITE_LAYOUT[s["suite"]]
+    suite = eesp_suite(s["suite"])  # explicit IV and ICV octets from the core's table (eesp.md §10)
+    assert suite is not None, s["suite"]
+    iv_len, icv_len = suite.iv_len, suite.icv_len
     payload_off = 8 + e[1] + (8 if s.get("seq", True) else 0) + iv_len
     region = len(e) - payload_off - icv_len
     pih = 4 if dec.full_format else 0

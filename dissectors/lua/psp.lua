@@ -194,125 +194,10 @@ local concat = table.concat
 -- The core's categories (pe_category_name, pe_category_description) and statuses (pe_status_name, its category,
 -- pe_status_message), in core/include/pe/status.h's order; tests/test_lua_pure.py checks this copy.  The block is
 -- Lua 5.2 on purpose: build_scripts.py also copies it into psp.lua and eesp.lua as plain code, so that every path
--- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category.
+-- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category; their
+-- inlined copy of this module has, between the markers, a line that takes those two tables as its arguments.
 -- BEGIN STATUS TABLE
-local CATEGORY_LIST = {
-    { "ok", "success" },
-    { "malformed", "the packet breaks its format (IP, UDP, PSP or EESP), also when its ICV verified" },
-    { "authentication", "the ICV did not verify: wrong key, or altered in transit" },
-    { "replay", "a sequence number already received, or left of the replay window" },
-    { "policy", "well-formed, and dropped by the receiver's settings or by design (a dummy packet)" },
-    { "no-key", "no key or SA for the packet's SPI" },
-    { "not-this-protocol",
-        "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)" },
-    { "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest" },
-    { "configuration", "the caller's settings, keys or key file are wrong" },
-    { "io", "a capture file could not be read or written, or is not a capture" },
-    { "limit", "a size or counter limit was reached (output room, IV or sequence space)" },
-    { "internal", "out of memory, or OpenSSL failed" },
-}
-local STATUS_LIST = {
-    { "ok", "ok", "success" },
-    { "out-of-memory", "internal", "out of memory" },
-    { "invalid-argument", "configuration", "invalid argument" },
-    { "buffer-too-small", "limit", "output buffer too small" },
-    { "crypto-backend", "internal", "OpenSSL reported an internal failure" },
-    { "bad-key-length", "configuration", "key length does not match the algorithm" },
-    { "authentication-failed", "authentication", "ICV verification failed" },
-    { "no-key", "no-key", "no key configured for this SPI" },
-    { "iv-exhausted", "limit", "IV counter exhausted: refusing to wrap and reuse an IV" },
-    { "unsupported", "configuration", "operation not supported" },
-    { "batch-stopped", "limit", "not processed: the batch stopped at an earlier packet that failed" },
-    { "ip-truncated", "malformed", "IP packet truncated" },
-    { "ip-bad-version", "not-this-protocol", "not an IPv4 or IPv6 packet" },
-    { "ip-bad-header-length", "malformed", "bad IPv4 header length (IHL)" },
-    { "ip-bad-length", "malformed", "IP length field disagrees with the packet length" },
-    { "ip-fragment", "malformed", "IP fragment: reassemble before processing" },
-    { "ip-bad-extension-header", "malformed", "malformed or truncated IPv6 extension header" },
-    { "ip-too-long", "limit", "result would exceed the maximum IP packet length" },
-    { "not-udp", "not-this-protocol", "not a UDP packet" },
-    { "udp-wrong-port", "not-this-protocol", "UDP destination port is not the configured port" },
-    { "udp-truncated", "malformed", "UDP header truncated" },
-    { "udp-bad-length", "malformed", "UDP length disagrees with the IP length" },
-    { "udp-bad-checksum", "malformed", "UDP checksum is wrong" },
-    { "udp-zero-checksum", "malformed", "UDP checksum 0 over IPv6, outside RFC 6936 zero-checksum mode" },
-    { "psp-truncated", "malformed", "PSP packet shorter than its header and ICV" },
-    { "psp-always-one-bit-clear", "malformed", "PSP always-1 bit is clear" },
-    { "psp-unsupported-version", "malformed", "PSP version is not supported (only 0-3)" },
-    { "psp-version-disabled", "policy", "PSP version is disabled on this receiver" },
-    { "psp-bad-hdr-ext-len", "malformed", "PSP Hdr Ext Len is 0 or runs past the packet" },
-    { "psp-vc-without-room", "malformed", "PSP V bit set but Hdr Ext Len leaves no room for the VC" },
-    { "psp-crypt-offset-past-payload", "malformed", "PSP crypt offset points past the end of the payload" },
-    { "psp-crypt-offset-out-of-range", "configuration", "PSP crypt offset must be 0..63 words" },
-    { "psp-gmac-crypt-offset", "configuration", "PSP GMAC versions (2, 3) send crypt offset 0" },
-    { "psp-too-long", "malformed", "PSP packet longer than any UDP payload can be" },
-    { "psp-bad-mode", "malformed", "packet does not fit the PSP mode (tunnel needs IPv4/IPv6 inside)" },
-    { "psp-bad-inner-packet", "malformed",
-        "PSP tunnel payload is not one whole IPv4/IPv6 packet (header or length fields)" },
-    { "not-eesp", "not-this-protocol", "not an EESP packet (other IP protocol or UDP port)" },
-    { "nat-keepalive", "not-this-protocol", "UDP 4500 NAT keepalive, not EESP" },
-    { "ike-non-esp-marker", "not-this-protocol", "UDP 4500 IKE message (non-ESP marker), not EESP" },
-    { "esp-in-udp", "not-this-protocol", "UDP 4500 ESP packet (an ESP SA's SPI, or octet 0 not 0x80), not EESP" },
-    { "eesp-truncated", "malformed", "EESP packet shorter than its headers and ICV" },
-    { "eesp-compat-bit-clear", "not-this-protocol", "EESP ESP-compatibility bit is clear (ESP, not EESP)" },
-    { "eesp-unsupported-version", "malformed", "EESP version is not the negotiated version 0" },
-    { "eesp-reserved-bits-set", "malformed", "EESP Base Header reserved bits are not zero" },
-    { "eesp-options-overrun", "malformed", "EESP options run past Opt Len, or would not fit in it" },
-    { "eesp-bad-crypt-offset-option", "malformed", "EESP Crypt Offset option has a bad length or appears twice" },
-    { "eesp-bad-payload-offset", "malformed", "EESP PayloadOffset disagrees with the header lengths" },
-    { "eesp-crypt-offset-past-payload", "malformed", "EESP crypt offset reaches past the payload" },
-    { "eesp-crypt-offset-not-allowed", "policy",
-        "EESP Crypt Offset option not allowed or above the announced maximum" },
-    { "eesp-unknown-option", "policy", "EESP packet carries an unknown option (strict receiver)" },
-    { "eesp-no-sa", "no-key", "no EESP SA for this SPI" },
-    { "eesp-sub-sa-out-of-range", "policy", "EESP Session ID is above the maximum Sub SA ID" },
-    { "eesp-sequence-zero", "malformed", "EESP sequence number 0 is never valid" },
-    { "replay-duplicate", "replay", "sequence number already received (replay)" },
-    { "replay-too-old", "replay", "sequence number is left of the replay window" },
-    { "sequence-exhausted", "limit", "sequence number would wrap: rekey the SA" },
-    { "eesp-bad-pad-length", "malformed", "EESP Pad Length does not fit the packet" },
-    { "eesp-bad-inner-packet", "malformed",
-        "EESP inner packet is not the IPv4/IPv6 packet the mode and format call for (version, length)" },
-    { "eesp-dummy-packet", "policy", "EESP dummy packet (Next Header 59): authenticated and discarded" },
-    { "sskdf-undefined", "configuration", "SSKDF_AES256_CMAC is not defined by draft-ietf-ipsecme-eesp-ikev2-02" },
-    { "eesp-bad-suite", "configuration", "unknown EESP AEAD suite or key size" },
-    { "eesp-bad-config", "configuration", "EESP SA settings contradict each other" },
-    { "eesp-iiv-needs-seq", "configuration", "implicit-IV suites need the Sequence Number (SN = None is refused)" },
-    { "eesp-gmac-linux-xfrm", "configuration",
-        "AES-GMAC with aad linux-xfrm (the Linux XFRM AAD) is undefined (D12)" },
-    { "eesp-optimized-needs-ip", "configuration", "the optimized format can only carry an IPv4/IPv6 packet" },
-    { "eesp-explicit-iv-with-implicit-iv-suite", "configuration",
-        "an explicit IV was given for a suite whose IV is the Sequence Number (RFC 8750)" },
-    { "eesp-pad-length-out-of-range", "configuration",
-        "the requested EESP Pad Length does not fit (0..255, and within the IP length)" },
-    { "not-esp", "not-this-protocol", "not an ESP packet (other IP protocol or UDP port)" },
-    { "eesp-in-udp", "not-this-protocol", "UDP 4500 EESP packet (octet 0 0x80, no ESP SA's SPI), not ESP" },
-    { "esp-truncated", "malformed", "ESP packet shorter than its header, IV, trailer and ICV" },
-    { "esp-no-sa", "no-key", "no ESP SA for this SPI" },
-    { "esp-sequence-zero", "malformed", "ESP sequence number 0 is never sent" },
-    { "esp-bad-pad-length", "malformed", "ESP Pad Length runs past the payload" },
-    { "esp-bad-padding", "malformed", "ESP padding octets are not 1, 2, 3, ..." },
-    { "esp-bad-next-header", "malformed", "ESP Next Header does not fit the SA's mode (tunnel: 4 or 41)" },
-    { "esp-bad-inner-packet", "malformed",
-        "ESP tunnel payload is not one whole IPv4/IPv6 packet of the announced version" },
-    { "esp-dummy-packet", "policy", "ESP dummy packet (Next Header 59): authenticated and discarded" },
-    { "esp-bad-suite", "configuration", "unknown ESP AEAD suite or key size" },
-    { "esp-bad-config", "configuration", "ESP SA settings contradict each other" },
-    { "capture-io", "io", "capture file could not be read" },
-    { "capture-write-failed", "io", "output capture could not be written (errno tells why)" },
-    { "capture-bad-format", "io", "not a pcap or pcapng file, or a corrupt block" },
-    { "capture-truncated", "io", "capture file ends in the middle of a record" },
-    { "capture-unsupported-linktype", "io", "capture link type is not Ethernet or raw IP" },
-    { "capture-packet-cut", "cut-by-capture", "packet was cut by the capture snap length" },
-    { "not-ip", "not-this-protocol", "frame does not carry IPv4 or IPv6" },
-    { "capture-aborted", "io", "capture processing was aborted by the caller" },
-    { "capture-record-too-large", "io", "capture record longer than the reader's limit (16 MiB)" },
-    { "capture-cannot-convert", "io",
-        "pcap cannot hold this pcapng input (interfaces of several link types or FCS lengths, or a time past 2106)" },
-    { "keyfile-syntax", "configuration", "key file syntax error" },
-    { "keyfile-bad-value", "configuration", "key file value is invalid" },
-    { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
-}
+local CATEGORY_LIST, STATUS_LIST = ...
 -- END STATUS TABLE
 local STATUS_MESSAGE, STATUS_CATEGORY = {}, {}
 for _, row in ipairs(STATUS_LIST) do
@@ -552,8 +437,21 @@ end
 -- PSP ----------------------------------------------------------------------------------------------------------
 
 local PSP_HDR_LEN, PSP_ICV_LEN, PSP_VC_LEN = 16, 16, 8
-local PSP_KEY_LEN = { [0] = 16, [1] = 32, [2] = 16, [3] = 32 }
-local PSP_VERSION_NAME = { [0] = "AES-GCM-128", [1] = "AES-GCM-256", [2] = "AES-GMAC-128", [3] = "AES-GMAC-256" }
+-- The core's PSP crypto versions (pe_psp_version_info_get): build_scripts.py writes them, test_lua_pure.py checks.
+-- BEGIN PSP VERSION TABLE
+local PSP_VERSION_LIST = {
+    -- version, name, derived key octets, ICV octets, AES-GMAC
+    { 0, "AES-GCM-128", 16, 16, false },
+    { 1, "AES-GCM-256", 32, 16, false },
+    { 2, "AES-GMAC-128", 16, 16, true },
+    { 3, "AES-GMAC-256", 32, 16, true },
+}
+-- END PSP VERSION TABLE
+M.PSP_VERSION_LIST = PSP_VERSION_LIST
+local PSP_KEY_LEN, PSP_VERSION_NAME, PSP_GMAC = {}, {}, {}
+for _, r in ipairs(PSP_VERSION_LIST) do
+    PSP_VERSION_NAME[r[1]], PSP_KEY_LEN[r[1]], PSP_GMAC[r[1]] = r[2], r[3], r[5]
+end
 -- The largest UDP payload (PE_IP_MAX_LEN - UDP header): the core refuses anything longer before any work.
 local PSP_MAX_LEN = 65535 - 8
 -- Keys derived from the master keys are cached like the core's (psp.c RX_CACHE_LIMIT): bounded, since SPIs
@@ -578,25 +476,34 @@ function M.psp_derive_key(encrypt_block, spi, version, label)
     return concat(out)
 end
 
--- EESP suites (core/src/proto/eesp_hdr.c) -----------------------------------------------------------------------------
+-- ESP and EESP suites (core/src/proto/ipsec.c) ---------------------------------------------------------------------
 
+-- The core's suite table (pe_ipsec_suite_*), in its order: build_scripts.py writes it, test_lua_pure.py checks it.
+-- BEGIN SUITE TABLE
+local SUITE_LIST = {
+    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, integrity only, key octets
+    { 14, "aes-ccm-8", "ENCR_AES_CCM_8", "aes-ccm", 3, 8, 8, false, false, { 16, 24, 32 } },
+    { 15, "aes-ccm-12", "ENCR_AES_CCM_12", "aes-ccm", 3, 8, 12, false, false, { 16, 24, 32 } },
+    { 16, "aes-ccm-16", "ENCR_AES_CCM_16", "aes-ccm", 3, 8, 16, false, false, { 16, 24, 32 } },
+    { 18, "aes-gcm-8", "ENCR_AES_GCM_8", "aes-gcm", 4, 8, 8, false, false, { 16, 24, 32 } },
+    { 19, "aes-gcm-12", "ENCR_AES_GCM_12", "aes-gcm", 4, 8, 12, false, false, { 16, 24, 32 } },
+    { 20, "aes-gcm-16", "ENCR_AES_GCM_16", "aes-gcm", 4, 8, 16, false, false, { 16, 24, 32 } },
+    { 21, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", "aes-gcm", 4, 8, 16, false, true, { 16, 24, 32 } },
+    { 28, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", "chacha20-poly1305", 4, 8, 16, false, false, { 32 } },
+    { 29, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", "aes-ccm", 3, 0, 8, true, false, { 16, 24, 32 } },
+    { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, true, false, { 16, 24, 32 } },
+    { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, true, false, { 32 } },
+}
+-- END SUITE TABLE
+M.SUITE_LIST = SUITE_LIST
 local SUITES = {}
-for _, r in ipairs({
-    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, integrity only
-    { 14, "aes-ccm-8", "ENCR_AES_CCM_8", "aes-ccm", 3, 8, 8, false },
-    { 15, "aes-ccm-12", "ENCR_AES_CCM_12", "aes-ccm", 3, 8, 12, false },
-    { 16, "aes-ccm-16", "ENCR_AES_CCM_16", "aes-ccm", 3, 8, 16, false },
-    { 18, "aes-gcm-8", "ENCR_AES_GCM_8", "aes-gcm", 4, 8, 8, false },
-    { 19, "aes-gcm-12", "ENCR_AES_GCM_12", "aes-gcm", 4, 8, 12, false },
-    { 20, "aes-gcm-16", "ENCR_AES_GCM_16", "aes-gcm", 4, 8, 16, false },
-    { 21, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", "aes-gcm", 4, 8, 16, true },
-    { 28, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", "chacha20-poly1305", 4, 8, 16, false },
-    { 29, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", "aes-ccm", 3, 0, 8, false },
-    { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, false },
-    { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, false },
-}) do
+for _, r in ipairs(SUITE_LIST) do
+    local key_bits = {}
+    for i, n in ipairs(r[10]) do
+        key_bits[i] = 8 * n
+    end
     SUITES[#SUITES + 1] = { encr = r[1], project = r[2], name = r[3], alg = r[4], salt_len = r[5], iv_len = r[6],
-        icv_len = r[7], integrity_only = r[8] }
+        icv_len = r[7], implicit_iv = r[8], integrity_only = r[9], key_bits = key_bits }
 end
 local SUITE_BY_ENCR = {}
 for _, s in ipairs(SUITES) do
@@ -1113,13 +1020,20 @@ local function suite_fields(l, e)
     if kb then
         bits = parse_dec(kb, 0xffff) or 0
     end
-    if s.alg == "chacha20-poly1305" then
-        if kb and bits ~= 256 then
-            l:bad_value("key-bits", "must be 256 (or absent) for ChaCha20-Poly1305")
+    local sizes = s.key_bits
+    if #sizes == 1 then  -- ChaCha20-Poly1305: its one key size, which key-bits may repeat
+        if kb and bits ~= sizes[1] then
+            l:bad_value("key-bits", fmt("must be %d (or absent) for ChaCha20-Poly1305", sizes[1]))
         end
-        bits = 256
-    elseif bits ~= 128 and bits ~= 192 and bits ~= 256 then
-        l:bad_value("key-bits", "must be 128, 192 or 256")
+        bits = sizes[1]
+    else
+        local ok = false
+        for _, b in ipairs(sizes) do
+            ok = ok or b == bits
+        end
+        if not ok then
+            l:bad_value("key-bits", "must be " .. concat(sizes, ", ", 1, #sizes - 1) .. " or " .. sizes[#sizes])
+        end
     end
     e.key_bits = bits
 end
@@ -1129,10 +1043,19 @@ local function eesp_suite_fields(l, e)
     eesp_key_fields(l, e, e.suite)
 end
 
+-- The fields an eesp-sa line takes (pe_keyfile_eesp_sa_field_name): build_scripts.py writes them, test_lua_pure.py
+-- checks them.
+-- BEGIN EESP-SA FIELDS
+local EESP_SA_FIELDS = {
+    "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad", "anti-replay",
+    "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict", "ip-protocol",
+    "udp-encap", "src", "dst", "sub-sas", "max-live-sub-sas",
+}
+-- END EESP-SA FIELDS
+M.EESP_SA_FIELDS = EESP_SA_FIELDS
+
 local function parse_eesp_sa(kf, l)
-    l:check_fields({ "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad",
-        "anti-replay", "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict",
-        "ip-protocol", "udp-encap", "src", "dst", "sub-sas", "max-live-sub-sas" })
+    l:check_fields(EESP_SA_FIELDS)
     local e = { line = l.line }
     e.spi = l:spi_field()
     eesp_suite_fields(l, e)
@@ -1548,7 +1471,7 @@ local function psp_open(self, p)
     local hdr_st
     if b3 & 0x01 == 0 then
         hdr_st = "psp-always-one-bit-clear"
-    elseif version > 3 then
+    elseif not PSP_KEY_LEN[version] then -- not a version of the table
         hdr_st = "psp-unsupported-version"
     elseif hel < 1 then
         hdr_st = "psp-bad-hdr-ext-len"
@@ -1582,7 +1505,7 @@ local function psp_open(self, p)
     local nonce = sub(p, 5, 16) -- SPI || IV as on the wire
     local tag = sub(p, len - PSP_ICV_LEN + 1)
     local body -- P: extension area and payload, decrypted
-    if version >= 2 then
+    if PSP_GMAC[version] then
         -- GMAC (§4.2): everything before the ICV is authenticated and nothing is encrypted.
         if not open(nonce, sub(p, 1, len - PSP_ICV_LEN), "", tag) then
             return finish(info, "authentication-failed")
@@ -2087,7 +2010,7 @@ do
     if not load_keyfile and GcryptCipher and math.type then
         -- Lua 5.3+ with Wireshark's gcrypt binding: compile the inlined decryption code.
         local ok, res = pcall(function()
-            local pecrypto = assert(load(PECRYPTO_SOURCE, "=pecrypto.lua", "t"))()
+            local pecrypto = assert(load(PECRYPTO_SOURCE, "=pecrypto.lua", "t"))(CATEGORY_LIST, STATUS_LIST)
             local backend = pecrypto.gcrypt_backend()
             return function(path)
                 return pecrypto.load_keyfile(path, backend)

@@ -75,24 +75,26 @@ def eesp_entries():
     return out
 
 
-#: The ESP SAs of fuzz_esp.py (no ESP vectors to take them from): SPI, suite, key octets, and settings.  Every
+#: The ESP SAs of fuzz_esp.py (no ESP vectors to take them from): SPI, suite, key bits, and settings.  Every
 #: suite family, both modes, ESN (resumed above 2^32), UDP encapsulation, and one SPI with its top bit set.
 ESP_SAS = (
-    (0x101, "aes-gcm-16", 20, dict(mode="tunnel")),
-    (0x102, "aes-ccm-8", 19, dict(mode="transport", esn=True, first_seq=(5 << 32) + 1)),
-    (0x103, "chacha20-poly1305", 36, dict(mode="transport", udp_encap=True)),
-    (0x104, "aes-gmac", 36, dict(mode="tunnel", esn=True)),
-    (0x105, "aes-gcm-16-iiv", 20, dict(mode="tunnel", udp_encap=True)),
-    (0x106, "aes-gcm-8", 28, dict(mode="transport", anti_replay=False)),
-    (0x80000107, "aes-ccm-16", 35, dict(mode="tunnel")),  # octet 0 0x80: ESP on UDP 4500 only as an SA held (§14)
+    (0x101, "aes-gcm-16", 128, dict(mode="tunnel")),
+    (0x102, "aes-ccm-8", 128, dict(mode="transport", esn=True, first_seq=(5 << 32) + 1)),
+    (0x103, "chacha20-poly1305", 256, dict(mode="transport", udp_encap=True)),
+    (0x104, "aes-gmac", 256, dict(mode="tunnel", esn=True)),
+    (0x105, "aes-gcm-16-iiv", 128, dict(mode="tunnel", udp_encap=True)),
+    (0x106, "aes-gcm-8", 192, dict(mode="transport", anti_replay=False)),
+    (0x80000107, "aes-ccm-16", 256, dict(mode="tunnel")),  # octet 0 0x80: ESP on UDP 4500 only as an SA held (§14)
 )
 
 
 def esp_sas():
-    """One pyesp.SA per row of ESP_SAS (keys 00 01 02 ...)."""
+    """One pyesp.SA per row of ESP_SAS (KEYMAT 00 01 02 ...: the key, then the suite's salt, by the core's table)."""
     import pyesp
+    from pecore.protocol import eesp_suite
 
-    return [pyesp.SA(spi, suite, bytes(range(n)), **kw) for spi, suite, n, kw in ESP_SAS]
+    return [pyesp.SA(spi, suite, bytes(range(eesp_suite(suite).keymat_len(bits))), **kw)  # type: ignore[union-attr]
+            for spi, suite, bits, kw in ESP_SAS]
 
 
 def replays_protected(entry) -> bool:

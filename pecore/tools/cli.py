@@ -325,9 +325,8 @@ def _how_far(e: BaseException) -> str:
 def tooling_wanted(sub: "argparse._SubParsersAction", argv: Optional[Sequence[str]]) -> bool:
     """Whether a CLI must register its tooling subcommands (keys, diagnose, vectors) too: yes unless the command
     line names one of the subcommands registered so far.  Their modules take longer to import than the rest of
-    the CLI together (about 40 ms measured with ``python -X importtime -m pypsp --version``), which every
-    ``encrypt``/``decrypt``/``show`` would otherwise pay; help, a typo and the tooling commands themselves get
-    every subcommand."""
+    the CLI together (docs/performance.md), which every ``encrypt``/``decrypt``/``show`` would otherwise pay;
+    help, a typo and the tooling commands themselves get every subcommand."""
     args = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in args if not a.startswith("-")), None)
     return command not in sub.choices

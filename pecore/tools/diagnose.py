@@ -16,16 +16,20 @@ reading the input (capture file or hex) and the text / JSON output.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import itertools
 import json
 import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from pecore.capture import CaptureError, looks_like_capture, read_capture, read_capture_bytes
 from pecore.errors import CoreError
+from pecore.tools.cli import addresses
+
+T = TypeVar("T")
 
 VERIFIES = "verifies"
 DIAGNOSED = "diagnosed"
@@ -435,6 +439,60 @@ def _classify(data: bytes, locate, is_part, protocol: str) -> InputPacket:
     )
 
 
+def new_report(protocol: str, frame: Optional[int], ip: Optional[bytes]) -> PacketReport:
+    """An undiagnosed report on one packet, with the addresses of the IP packet around it when there is one."""
+    rep = PacketReport(protocol, UNDIAGNOSED, frame=frame)
+    if ip is not None:
+        try:
+            rep.src, rep.dst = addresses(ip)
+        except (ValueError, IndexError):
+            pass
+    return rep
+
+
+def sa_settings_of(spec: object, sa_type: type, entry_type: type, what: str,
+                   error: type) -> Tuple[Mapping[str, object], Optional[str]]:
+    """An SA's settings (the face's SA keyword arguments) and destination, from a face's SA object (``sa_type``),
+    a key-file entry (``entry_type``) or a settings mapping; ``what`` names them in ``error``'s message."""
+    if isinstance(spec, sa_type):
+        settings = spec._settings  # type: ignore[attr-defined]  # the settings the SA was made from
+        return settings, settings.get("dst")
+    if isinstance(spec, entry_type):
+        return spec.settings, spec.dst  # type: ignore[attr-defined]
+    if isinstance(spec, Mapping):
+        return spec, spec.get("dst")  # type: ignore[return-value]
+    raise error(f"an SA is a {what}, a key-file entry or a settings mapping, not {type(spec).__name__}")
+
+
+def diagnosis_sas(specs: Iterable[object], sa_type: type, entry_type: type, what: str, error: type,
+                  make: Callable[[Mapping[str, object], Optional[str]], T]) -> List[T]:
+    """A diagnoser's record (``make(settings, dst)``) of each SA it is given (see :func:`sa_settings_of`); at least
+    one, else ``error``."""
+    out = [make(*sa_settings_of(spec, sa_type, entry_type, what, error)) for spec in specs]
+    if not out:
+        raise error("no SA to diagnose against")
+    return out
+
+
+def same_addr(a: str, b: str) -> bool:
+    """Whether two address strings name one address (2001:db8::1 and 2001:DB8:0::1 do)."""
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return a == b
+
+
+def diagnose_all(diagnoser, source: "str | bytes", protocol: str, limit: int = 0) -> Report:
+    """Every packet of a source (capture path, hex, '-' or bytes) through ``diagnoser``'s ``locate``, ``is_part``
+    and ``diagnose_part``."""
+    desc, packets, skipped = load_input(source, diagnoser.locate, diagnoser.is_part, protocol, limit)
+    report = Report(protocol, desc)
+    for p in packets:
+        report.packets.append(diagnoser.diagnose_part(p.part, frame=p.frame, ip=p.ip))
+    report.skipped = skipped[0]
+    return report
+
+
 # ---------------------------------------------------------------------- CLI glue
 
 
@@ -456,6 +514,21 @@ def add_common_arguments(p: argparse.ArgumentParser, protocol: str) -> None:
                    help=f"combine up to N mistakes in one explanation (0..{MAX_MISTAKES_LIMIT}, default {DEFAULT_MAX_MISTAKES})")
     p.add_argument("--limit", type=int, default=0, metavar="N", help=f"stop after N {protocol} packets (0: all)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only failing packets and the summary")
+
+
+def run_ipsec_diagnose(args: argparse.Namespace, inline: bool, line_kind: str, diagnoser: Callable[..., object]) -> int:
+    """``pyeesp|pyesp diagnose``: the SA given on the command line (``inline``), else the key file's ``line_kind``
+    lines that --spi / --dst pick, through ``diagnoser(entries, max_mistakes=...)``; prints the report."""
+    from pecore.tools.cli import UsageError
+
+    entries = args.sa_entries(args)
+    if not inline:
+        entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
+                   and (args.dst is None or same_addr(e.dst or "", args.dst))]
+        if not entries:
+            raise UsageError(f"no {line_kind} line matches --spi/--dst")
+    d = diagnoser(entries, max_mistakes=args.max_mistakes)
+    return emit(d.diagnose_source(args.input, limit=args.limit), args)  # type: ignore[attr-defined]
 
 
 def emit(report: Report, args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ import sys
 from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple
 
 from pecore.keys import EspSaEntry, KeyFile, KeyFileError, parse_key_file
+from pecore.tools._tables import SUITES
 
 __all__ = ["KeyImportError", "UnsupportedSaError", "from_xfrm", "from_esp_sa", "from_psp_netlink", "to_esp_sa", "WIRESHARK_LAYOUTS",
            "layout_for", "register"]
@@ -67,7 +68,7 @@ def _esp_line(spi: int, suite: str, key: bytes, key_bits: int, *, src: Optional[
               dst: Optional[str] = None, mode: str = "tunnel", esn: bool = False, anti_replay: bool = True,
               replay_window: Optional[int] = None, first_seq: int = 1, udp: Optional[Tuple[int, int]] = None) -> str:
     f = [f"esp-sa spi=0x{spi:08x} suite={suite}"]
-    if suite not in ("chacha20-poly1305", "chacha20-poly1305-iiv"):
+    if len(SUITES[suite].key_sizes) > 1:  # a suite with one key size takes no key-bits
         f.append(f"key-bits={key_bits}")
     f.append(f"key={key.hex()}")
     f.append(f"mode={mode}")
@@ -92,34 +93,32 @@ def _esp_line(spi: int, suite: str, key: bytes, key_bits: int, *, src: Optional[
     return " ".join(f)
 
 
-def _salt_len(suite: str) -> int:
-    return 3 if suite.startswith("aes-ccm") else 4
+#: How the messages name the construction of a suite that takes one key size.
+_SINGLE_KEY_WHAT = {"chacha": "ChaCha20-Poly1305"}
 
 
 def _key_bits(suite: str, key: bytes, fail) -> int:
-    n = len(key) - _salt_len(suite)
-    if suite.startswith("chacha20"):
-        if n != 32:
-            fail("a ChaCha20-Poly1305 key is 32 octets and a 4-octet salt")
-        return 256
-    if n not in (16, 24, 32):
-        fail(f"the key of {suite} is a 128-, 192- or 256-bit AES key and a {_salt_len(suite)}-octet salt")
-    return n * 8
+    """The key size of a suite's KEYMAT (key || salt), by the core's salt and key lengths."""
+    s = SUITES[suite]
+    n = len(key) - s.salt
+    if 8 * n in s.key_sizes:
+        return 8 * n
+    if len(s.key_sizes) == 1:
+        fail(f"a {_SINGLE_KEY_WHAT.get(s.kind, suite)} key is {s.key_sizes[0] // 8} octets and a {s.salt}-octet salt")
+    sizes = [f"{b}-" for b in s.key_sizes[:-1]]
+    fail(f"the key of {suite} is a {', '.join(sizes)} or {s.key_sizes[-1]}-bit AES key and a {s.salt}-octet salt")
+    raise AssertionError("fail() returns")  # pragma: no cover
 
 
 # ---------------------------------------------------------------------------------------------- ip xfrm state
 
-#: Linux crypto API AEAD names (include/uapi/linux/pfkeyv2.h users, net/xfrm/xfrm_algo.c) and ICV bits -> suite.
-XFRM_AEADS: Dict[Tuple[str, int], str] = {
-    ("rfc4106(gcm(aes))", 64): "aes-gcm-8",
-    ("rfc4106(gcm(aes))", 96): "aes-gcm-12",
-    ("rfc4106(gcm(aes))", 128): "aes-gcm-16",
-    ("rfc4309(ccm(aes))", 64): "aes-ccm-8",
-    ("rfc4309(ccm(aes))", 96): "aes-ccm-12",
-    ("rfc4309(ccm(aes))", 128): "aes-ccm-16",
-    ("rfc7539esp(chacha20,poly1305)", 128): "chacha20-poly1305",
-    ("rfc4543(gcm(aes))", 128): "aes-gmac",
-}
+#: Linux crypto API AEAD templates (net/xfrm/xfrm_algo.c) of each construction with an explicit IV; Linux has no
+#: RFC 8750 implicit-IV suites.
+_XFRM_TEMPLATES = {"gcm": "rfc4106(gcm(aes))", "ccm": "rfc4309(ccm(aes))", "chacha": "rfc7539esp(chacha20,poly1305)",
+                   "gmac": "rfc4543(gcm(aes))"}
+#: ``ip xfrm``'s AEAD name and ICV bits -> suite, for every suite of the core's table that Linux has.
+XFRM_AEADS: Dict[Tuple[str, int], str] = {(_XFRM_TEMPLATES[s.kind], 8 * s.icv): s.name for s in SUITES.values()
+                                          if not s.iiv and s.kind in _XFRM_TEMPLATES}
 
 #: The headers under which iproute2 prints more deeply indented lines of their own (ip/ipxfrm.c): only the ESN
 #: replay state says something the key file holds.  Read by indentation, as ``stats:`` holds a line that starts

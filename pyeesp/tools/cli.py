@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence
 
 from pecore.keys import EespSaEntry
 from pecore.protocol import eesp_suite, locate_eesp
+from pecore.tools._tables import KEY_SIZES
 from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, int_arg,
                               key_file_sas, one_sa, protocol_arg, record_head, record_info, run_main, show_capture,
                               spi_arg, tooling_wanted, transform_capture)
@@ -29,7 +30,7 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spi", type=spi_arg, help="pick this SA from the key file, or define one with the options below")
     g.add_argument("--dst", help="with --spi: pick the key file's SA for this destination")
     g.add_argument("--suite", default=None, help=f"AEAD suite: {', '.join(SUITES)} (default aes-gcm-16)")
-    g.add_argument("--key-bits", type=int, default=None, choices=(128, 192, 256),
+    g.add_argument("--key-bits", type=int, default=None, choices=KEY_SIZES,
                    help="AES key size (default: what the --key's length says; 128 with --root-key)")
     g.add_argument("--key", metavar="HEX", help="key || salt (no Sub SAs)")
     g.add_argument("--root-key", metavar="HEX", help="root key for Sub SA keys (with --sskdf)")

@@ -39,11 +39,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import ipaddress
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from pecore import primitives as prim
+from pecore.tools._tables import SUITES
 from pecore.tools.cli import addresses
 from pecore.tools.diagnose import (
     DIAGNOSED,
@@ -59,10 +59,12 @@ from pecore.tools.diagnose import (
     add_common_arguments,
     bswap,
     dedupe,
-    emit,
+    diagnosis_sas,
     ip_lengths,
     load_input,
     parse_hex,
+    run_ipsec_diagnose,
+    same_addr,
     search,
 )
 from pecore.keys import EespSaEntry
@@ -76,18 +78,6 @@ SPEC = "eesp.md"
 BASE_LEN, SEQ_LEN, IV_LEN, PIH_LEN = 8, 8, 8, 4
 UDP_PORT = 4500
 
-
-
-def _suite_info(encr: int) -> Tuple[str, int, int, bool]:
-    """Kind ("gcm", "gmac", "ccm", "chacha"), ICV length, salt length and implicit IV, from the core's table."""
-    s = eesp_suite(encr)
-    assert s is not None  # suite_id() accepted it
-    kind = "gmac" if s.integrity_only else {"aes-gcm": "gcm", "aes-ccm": "ccm", "chacha20-poly1305": "chacha"}[s.aead]
-    return kind, s.icv_len, s.salt_len, s.implicit_iv
-
-
-_ALG = {"gcm": prim.AES_GCM, "gmac": prim.AES_GCM, "ccm": prim.AES_CCM, "chacha": prim.CHACHA20_POLY1305}
-_NONCE_LEN = {"gcm": 12, "gmac": 12, "ccm": 11, "chacha": 12}
 _HASHES = {"hkdf-sha256": "sha256", "hkdf-sha384": "sha384", "hkdf-sha512": "sha512"}
 
 #: Core statuses raised before the payload is looked at, which no crypto mistake explains.
@@ -120,7 +110,9 @@ class _Sa:
         self.spi = int(s["spi"])  # type: ignore[arg-type]
         self.encr = suite_id(s.get("suite", "aes-gcm-16"))  # type: ignore[arg-type]
         self.suite = eesp_suite(self.encr).name  # type: ignore[union-attr]
-        self.kind, self.icv_len, self.salt_len, self.iiv = _suite_info(self.encr)
+        self.info = SUITES[self.suite]  # the core's row
+        self.kind, self.icv_len, self.salt_len = self.info.kind, self.info.icv, self.info.salt
+        self.iiv = self.info.iiv
         self.keymat: Optional[bytes] = None
         self.root: Optional[bytes] = None
         self.hash = None
@@ -184,16 +176,6 @@ class _Sa:
 
     def split(self, km: bytes) -> Tuple[bytes, bytes]:
         return km[: -self.salt_len], km[-self.salt_len :]
-
-
-def _settings_of(spec: SaSpec) -> Tuple[Mapping[str, object], Optional[str]]:
-    if isinstance(spec, SA):
-        return spec._settings, spec._settings.get("dst")  # type: ignore[return-value]
-    if isinstance(spec, EespSaEntry):
-        return spec.settings, spec.dst
-    if isinstance(spec, Mapping):
-        return spec, spec.get("dst")  # type: ignore[return-value]
-    raise ConfigurationError(f"an SA is a pyeesp.SA, a key-file entry or a settings mapping, not {type(spec).__name__}")
 
 
 # ----------------------------------------------------------------------- packets
@@ -281,12 +263,7 @@ class EespDiagnoser:
     """Diagnoses EESP packets against a set of SAs (``pyeesp.SA`` objects, key-file entries or settings mappings)."""
 
     def __init__(self, sas: Iterable[SaSpec], *, max_mistakes: int = 2, udp_port: int = UDP_PORT) -> None:
-        self.sas: List[_Sa] = []
-        for spec in sas:
-            settings, dst = _settings_of(spec)
-            self.sas.append(_Sa(settings, dst))
-        if not self.sas:
-            raise ConfigurationError("no SA to diagnose against")
+        self.sas: List[_Sa] = diagnosis_sas(sas, SA, EespSaEntry, "pyeesp.SA", ConfigurationError, _Sa)
         self.protocols = {sa.ip_protocol for sa in self.sas}
         self.udp_port = udp_port
         self.max_mistakes = max_mistakes
@@ -309,7 +286,7 @@ class EespDiagnoser:
         return bool(data) and data[0] & 0x80 != 0
 
     def _sas_for(self, spi: int, dst: Optional[str]) -> List[_Sa]:
-        out = [sa for sa in self.sas if sa.spi == spi and (sa.dst is None or dst is None or _same_addr(sa.dst, dst))]
+        out = [sa for sa in self.sas if sa.spi == spi and (sa.dst is None or dst is None or same_addr(sa.dst, dst))]
         return sorted(out, key=lambda sa: sa.dst is None)  # an SA bound to the destination first
 
     # ---------------------------------------------------------------- choices
@@ -507,7 +484,7 @@ class EespDiagnoser:
         seq_end = opt_end + (SEQ_LEN if st.seq else 0)
         hdr_len = seq_end + (IV_LEN if st.iv else 0)
         data_end = len(eesp) - st.icv_len
-        if data_end < hdr_len or (sa.kind == "chacha" and len(key) != 32) or len(key) not in (16, 24, 32):
+        if data_end < hdr_len or 8 * len(key) not in sa.info.key_sizes:
             return None
         seq = eesp[opt_end:seq_end] if st.seq else None
         iv = eesp[seq_end:hdr_len] if st.iv else None
@@ -517,7 +494,7 @@ class EespDiagnoser:
         if noncev == "iv-le":
             src = src[::-1]
         nonce = src + salt if noncev == "salt-after" else salt + src
-        if len(nonce) != _NONCE_LEN[sa.kind]:
+        if len(nonce) != sa.info.nonce_len:
             return None
         clear = 4 * opts.co[1] if opts.co else 0
         if aadv == "co-octets":
@@ -547,7 +524,7 @@ class EespDiagnoser:
             if aadv == "no-opts":
                 head = head[:BASE_LEN] + head[opt_end:]
             aad = head + (b"" if aadv == "clear-out" else eesp[hdr_len:enc])
-        return (_ALG[sa.kind], key, nonce, aad, eesp[enc:data_end], tag, eesp[hdr_len:enc])
+        return (sa.info.alg, key, nonce, aad, eesp[enc:data_end], tag, eesp[hdr_len:enc])
 
     @staticmethod
     def _open(desc) -> Optional[bytes]:
@@ -859,13 +836,6 @@ def _format_reason(sa: _Sa, opts: _Options) -> str:
     return f"{sa.mode} mode"
 
 
-def _same_addr(a: str, b: str) -> bool:
-    try:
-        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
-    except ValueError:
-        return a == b
-
-
 def _hex_only(text: object) -> bytes:
     if not isinstance(text, str):
         raise DiagnoseInputError(f"a packet is bytes or a hex string, not {type(text).__name__}")
@@ -893,16 +863,7 @@ def diagnose_capture(path: str, sas: Iterable[SaSpec], *, max_mistakes: int = 2,
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from pecore.tools.cli import UsageError
-
-    entries = args.sa_entries(args)
-    if not (args.key or args.root_key):  # --spi / --dst narrow the key file's SAs
-        entries = [e for e in entries if (args.spi is None or e.spi == args.spi)
-                   and (args.dst is None or _same_addr(e.dst or "", args.dst))]
-        if not entries:
-            raise UsageError("no eesp-sa line matches --spi/--dst")
-    d = EespDiagnoser(entries, max_mistakes=args.max_mistakes)
-    return emit(d.diagnose_source(args.input, limit=args.limit), args)
+    return run_ipsec_diagnose(args, bool(args.key or args.root_key), "eesp-sa", EespDiagnoser)
 
 
 def register(sub, sa_options, sa_entries) -> None:

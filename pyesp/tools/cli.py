@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence
 
 from pecore.keys import EspSaEntry
 from pecore.protocol import ESP_UDP_PORT, locate_esp
+from pecore.tools._tables import KEY_SIZES
 from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, iv_arg,
                               key_file_sas, one_sa, record_head, record_info, run_main, show_capture, spi_arg,
                               tooling_wanted, transform_capture)
@@ -29,7 +30,7 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spi", type=spi_arg, help="pick this SA from the key file, or define one with the options below")
     g.add_argument("--dst", help="with --spi: pick the key file's SA for this destination")
     g.add_argument("--suite", default=None, help=f"AEAD suite: {', '.join(SUITES)} (default aes-gcm-16)")
-    g.add_argument("--key-bits", type=int, default=None, choices=(128, 192, 256),
+    g.add_argument("--key-bits", type=int, default=None, choices=KEY_SIZES,
                    help="AES key size (default: what the --key's length says)")
     g.add_argument("--key", metavar="HEX", help="key || salt (the KEYMAT of this direction)")
     g.add_argument("--mode", default="tunnel", choices=("tunnel", "transport"))
@@ -123,9 +124,11 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
 
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export
+        from pyesp.tools.diagnose import register as register_diagnose
         from pyesp.tools.vectors import register as register_vectors  # vectors generate|check
 
         register_keys(sub)
+        register_diagnose(sub, _sa_options, _entries)
         register_vectors(sub)
     return p
 

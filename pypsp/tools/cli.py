@@ -14,6 +14,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from pecore.keys import KeyFile, load_key_file, load_psp_ref_config
 from pecore.protocol import locate_psp
+from pecore.tools._tables import PSP_KEY_LEN, PSP_VERSION_NUMBERS
 from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, addresses, decrypt_info,
                               int_arg, iv_arg, port_arg, record_head, record_info, run_main, show_capture, spi_arg,
                               tooling_wanted, transform_capture, words_arg)
@@ -86,7 +87,7 @@ class Keys:
         key = self.derived.get((spi, version))
         if key is None:
             key = self.derived.get((spi, None))
-            if key is not None and len(key) != (16 if version in (0, 2) else 32):
+            if key is not None and len(key) != PSP_KEY_LEN.get(version):
                 key = None
         return key
 
@@ -238,7 +239,7 @@ def _encrypt_options(e: argparse.ArgumentParser) -> None:
     _add_key_options(e)
     sa = e.add_argument_group("sending SA (overrides the key file / reference config)")
     sa.add_argument("--spi", type=_spi)
-    sa.add_argument("--version", type=int, choices=range(4))
+    sa.add_argument("--version", type=int, choices=PSP_VERSION_NUMBERS)
     sa.add_argument("--mode", choices=("transport", "tunnel"))
     sa.add_argument("--crypt-offset", type=words_arg, metavar="WORDS")
     sa.add_argument("--crypt-offset-ipv4", type=words_arg, metavar="WORDS", help="tunnel mode, inner IPv4")
@@ -271,7 +272,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     d.add_argument("--master-key", metavar="HEX", help="the 32-octet master key (default: from the key options by the SPI's MSB)")
     _add_key_options(d, derived=False)
     d.add_argument("--spi", type=_spi, required=True)
-    d.add_argument("--version", type=int, choices=range(4), required=True)
+    d.add_argument("--version", type=int, choices=PSP_VERSION_NUMBERS, required=True)
     d.add_argument("--label", type=_int, help="override the KDF label (default 0x50763000 | version << 8)")
     d.set_defaults(func=cmd_derive_key)
 

@@ -30,6 +30,7 @@ import struct
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pecore import primitives as prim
+from pecore.tools._tables import PSP_KEY_LEN, PSP_VERSION_NUMBERS
 from pecore.tools.cli import addresses
 from pecore.tools.diagnose import (
     DIAGNOSED,
@@ -58,7 +59,7 @@ from pypsp.header import VERSION_NAMES, Header
 
 HDR_LEN = 16
 ICV_LEN = 16
-KEY_LEN = {v.version: v.key_len for v in PSP_VERSIONS}
+KEY_LEN = PSP_KEY_LEN
 GMAC = tuple(v.version for v in PSP_VERSIONS if v.gmac)
 SPEC = "psp.md"
 
@@ -188,7 +189,7 @@ class PspDiagnoser:
             return b"".join(prim.cmac_aes256(mk, struct.pack(fmt, *f)) for f in fields)
 
         out = [("kdf", (), kdf(label))]
-        for w in range(4):
+        for w in PSP_VERSION_NUMBERS:
             if w == v:
                 continue
             if w == 0:

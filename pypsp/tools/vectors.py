@@ -26,6 +26,8 @@ import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
+from pecore.protocol import PSP_VERSIONS
+from pecore.tools._tables import PSP_KEY_LEN, PSP_VERSION_NUMBERS, psp_gmac
 from pecore.tools.vectors import (
     Checker, ERROR, Family, Group, HEX, Inner, Outcome, Rng, SealedPacket, Test, VectorFile, assemble,
     check_kat_doc, dropped, first_diff, hex_of, hex_of_any, hopopts, ip_packet, ipv4_header, ipv4_recheck,
@@ -44,10 +46,10 @@ SOURCE_SCAPY = {"name": "scapy", "version": "2.7.0 scapy/contrib/psp.py docstrin
 REF_MK0 = bytes.fromhex("34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca")
 REF_MK1 = bytes.fromhex("563952565d3a78ae773ec1b779f2f2d99f4a7f53a6fbb9b07d5b71f39364d739")
 
-KEY_LEN = {0: 16, 1: 32, 2: 16, 3: 32}
+KEY_LEN = PSP_KEY_LEN  # derived key octets, from the core
 #: A derived test keeps these flags of the packet it was made from (they describe its keys and header).
 KEEP_FLAGS = ("MasterKey1", "DerivedKey", "Vc")
-ALG = {0: "AES-GCM-128", 1: "AES-GCM-256", 2: "AES-GMAC-128", 3: "AES-GMAC-256"}
+ALG = {v.version: v.name for v in PSP_VERSIONS}
 
 # --------------------------------------------------------------------------------------------------------
 # notes (flags)
@@ -160,7 +162,7 @@ PACKET_TEST = test_object(
         "properties": {
             "masterKey0": hex_of(32),
             "masterKey1": hex_of(32),
-            "derivedKey": hex_of_any(16, 32),
+            "derivedKey": hex_of_any(*sorted(set(KEY_LEN.values()))),
             "spi": _SPI,
             "iv": _IV,
             "cryptOffset": {"type": "integer", "minimum": 0, "maximum": 63, "description": "in 4-octet words"},
@@ -205,7 +207,7 @@ KDF_TEST = test_object(
         },
     },
     {"type": "object", "required": ["derivedKey"], "additionalProperties": False,
-     "properties": {"derivedKey": hex_of_any(16, 32)}},
+     "properties": {"derivedKey": hex_of_any(*sorted(set(KEY_LEN.values())))}},
 )
 
 SCHEMAS = {
@@ -270,7 +272,7 @@ class PspGroupBuilder:
         self.version = group.fields["version"]
         self.mode = group.fields["mode"]
         self.vc = group.fields["vc"]
-        self.gmac = self.version >= 2
+        self.gmac = psp_gmac(self.version)
         self.master_keys: Optional[Tuple[Optional[bytes], Optional[bytes]]] = None
         self.psp_keys: Dict[Tuple[int, int], bytes] = {}
 
@@ -522,9 +524,9 @@ def _header_mutations(gb: PspGroupBuilder, s: Sealed, tag: str) -> None:
                "authentication-failed")
     gb.invalid(f"{tag}: crypt offset +1 after sealing", ["ModifiedAad"], s,
                put(s.wire, s.at + 2, bytes([s.secured[2] + 1])), "authentication-failed")
-    other = {0: 2, 1: 3, 2: 0, 3: 1}[v]
+    other = next(x for x in PSP_VERSION_NUMBERS if KEY_LEN[x] == KEY_LEN[v] and psp_gmac(x) != psp_gmac(v))
     gb.invalid(f"{tag}: version {v} -> {other} after sealing (same key size, "
-               f"{'GMAC' if other >= 2 else 'GCM'} run on the receiver)", ["ModifiedAad"], s,
+               f"{'GMAC' if psp_gmac(other) else 'GCM'} run on the receiver)", ["ModifiedAad"], s,
                put(s.wire, s.at + 3, bytes([(s.secured[3] & 0xC3) | other << 2])), "authentication-failed")
     other = v ^ 1
     gb.invalid(f"{tag}: version {v} -> {other} after sealing (other key length)", ["ModifiedAad"], s,
@@ -535,7 +537,7 @@ def _header_mutations(gb: PspGroupBuilder, s: Sealed, tag: str) -> None:
         gb.invalid(f"{tag}: version field {bad} (reserved)", ["BadVersion"], s,
                    put(s.wire, s.at + 3, bytes([(s.secured[3] & 0xC3) | bad << 2])), "psp-unsupported-version")
     gb.invalid(f"{tag}: receiver accepts only the other versions", ["BadVersion"], s, s.wire, "psp-version-disabled",
-               acceptedVersions=[x for x in range(4) if x != v])
+               acceptedVersions=[x for x in PSP_VERSION_NUMBERS if x != v])
     if not gb.vc:
         gb.invalid(f"{tag}: V bit set after sealing, Hdr Ext Len 1 leaves no room for a VC", ["BadHdrExtLen"], s,
                    s.eflip(3, 0x02), "psp-vc-without-room")
@@ -634,7 +636,7 @@ def _udp_checksum(gb: PspGroupBuilder, s: Sealed, tag: str) -> None:
 
 def _transport_group(fb: PspFileBuilder) -> None:
     v = fb.version
-    gmac = v >= 2
+    gmac = psp_gmac(v)
     gb = fb.group("transport", False, "transport mode, no VC: offsets, S/D, SPIs, IVs, keys; mutations")
     inner = fb.inner
     co1 = 0 if gmac else 1
@@ -720,7 +722,7 @@ def _transport_group(fb: PspFileBuilder) -> None:
 
 def _transport_vc_group(fb: PspFileBuilder) -> None:
     v = fb.version
-    gmac = v >= 2
+    gmac = psp_gmac(v)
     gb = fb.group("transport", True, "transport mode with a Virtualization Cookie")
     inner = fb.inner
     offsets = [0] if gmac else [0, 1, 2, 3, 4]
@@ -762,7 +764,7 @@ def _transport_vc_group(fb: PspFileBuilder) -> None:
 
 def _tunnel_group(fb: PspFileBuilder, vc: bool) -> None:
     v = fb.version
-    gmac = v >= 2
+    gmac = psp_gmac(v)
     gb = fb.group("tunnel", vc, "tunnel mode" + (" with a Virtualization Cookie" if vc else "")
                   + ": outer header copied from the inner one unless the comment says otherwise")
     inner = fb.inner
@@ -821,7 +823,7 @@ def _tunnel_group(fb: PspFileBuilder, vc: bool) -> None:
 def _nokey_group(fb: PspFileBuilder) -> None:
     gb = fb.group("transport", False, "receiver with master key 0 only")
     mks = (fb.mks[0], None)
-    co = 0 if fb.version >= 2 else 1
+    co = 0 if psp_gmac(fb.version) else 1
     gb.valid("SPI MSB 0: master key 0 present", [], fb.inner.udp(4, 12), spi=fb.spi(0), co=co, mks=mks)
     s = gb.valid("", [], fb.inner.udp(4, 12), spi=fb.spi(1), co=co, add=False)
     gb.invalid("SPI MSB 1 selects master key 1, which the receiver lacks", ["NoKey"], s, s.wire, "no-key")
@@ -894,7 +896,7 @@ def kdf_file(seed: int) -> VectorFile:
                           0x1A345678, version, kdf(REF_MK0, 0x1A345678, version)))
     own = Group({"type": "PspKdfTest", "source": SOURCE_SELF, "comment": "every version, SPI edges, both master keys"},
                 pcap=False)
-    for version in range(4):
+    for version in PSP_VERSION_NUMBERS:
         for spi in (0x00000000, 0x00000001, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0x12345678, 0x9A345678):
             mk = mks[spi >> 31]
             own.add(_kdf_test(f"version {version}, SPI {spi:08x} (master key {spi >> 31})", ["KdfKat"]
@@ -943,7 +945,7 @@ def kdf_file(seed: int) -> VectorFile:
 
 
 def generate(seed: int) -> List[VectorFile]:
-    return [kdf_file(seed)] + [packet_file(seed, v) for v in range(4)]
+    return [kdf_file(seed)] + [packet_file(seed, v) for v in PSP_VERSION_NUMBERS]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -964,7 +966,7 @@ def check_packet_test(ck: Checker, group: dict, t: dict) -> None:
     derived = _b(inp.get("derivedKey"))
     wire = bytes.fromhex(inp["ciphertextPacket"])
     dec = pypsp.Decryptor(master_keys=mks if any(mks) else None, keys={spi: derived} if derived else None,
-                          versions=inp.get("acceptedVersions", (0, 1, 2, 3)))
+                          versions=inp.get("acceptedVersions", PSP_VERSION_NUMBERS))
     problems: List[str] = []
     got: Optional[str] = None
     try:

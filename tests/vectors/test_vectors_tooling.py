@@ -113,8 +113,8 @@ def test_failure_mid_generation_leaves_the_previous_files(generated, tmp_path, m
         real = CaptureWriter.write
         monkeypatch.setattr(CaptureWriter, "write", lambda self, *a, **kw: boom(self, *a, **kw))
     else:
-        real = pv.dumps
-        monkeypatch.setattr(pv, "dumps", boom)
+        real = pv.output.dumps  # the name write_vector_files calls
+        monkeypatch.setattr(pv.output, "dumps", boom)
     argv = ["vectors", "generate", "--out", str(out), "--seed", "2", "--no-check"]
     if exc is KeyboardInterrupt:
         assert main(argv) == 130  # the CLI's Ctrl-C status

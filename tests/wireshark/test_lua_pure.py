@@ -29,6 +29,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -375,6 +376,9 @@ local commands = {
     end,
     statuses = function() return pecrypto.STATUS_LIST end,
     categories = function() return pecrypto.CATEGORY_LIST end,
+    suites = function() return pecrypto.SUITE_LIST end,
+    psp_versions = function() return pecrypto.PSP_VERSION_LIST end,
+    eesp_sa_fields = function() return pecrypto.EESP_SA_FIELDS end,
     category = function(name) return pecrypto.status_category(name) end,
     detect = function(text) return pecrypto.looks_like_refcfg(h2s(text)) end,
     state = function()
@@ -631,6 +635,43 @@ def test_status_table_matches_core(lua: Harness) -> None:
     for name, category, _ in core:
         assert lua.call("category", name) == category, name
     assert lua.call("category", "no-such-status") == "internal"  # as pe_status_category out of range
+
+
+def test_suite_table_matches_core(lua: Harness) -> None:
+    """The source's copy of the core's suite table (pe_ipsec_suite_at), row for row: build_scripts.py reads it from
+    core/src/proto/ipsec.c, and the key-file parser and the EESP open take every suite name and length from it."""
+    alg = {lib.PE_AEAD_AES_GCM: "aes-gcm", lib.PE_AEAD_AES_CCM: "aes-ccm",
+           lib.PE_AEAD_CHACHA20_POLY1305: "chacha20-poly1305"}
+    core = []
+    for i in range(lib.pe_ipsec_suite_count()):
+        r = lib.pe_ipsec_suite_at(i)
+        core.append([r.encr, ffi.string(r.name).decode(), ffi.string(r.ikev2_name).decode(), alg[r.alg], r.salt_len,
+                     r.iv_len, r.icv_len, bool(r.implicit_iv), bool(r.integrity_only),
+                     [r.key_lens[k] for k in range(r.n_key_lens)]])
+    assert len(core) >= 11
+    assert lua.call("suites") == core
+
+
+def test_psp_version_table_matches_core(lua: Harness) -> None:
+    """The source's copy of the core's PSP crypto versions (pe_psp_version_info_get), row for row: the key lengths,
+    names and GMAC rule of the pure path come from it (build_scripts.py reads core/src/proto/psp_hdr.c)."""
+    core = []
+    for v in range(16):
+        r = lib.pe_psp_version_info_get(v)
+        if r != ffi.NULL:
+            core.append([r.version, ffi.string(r.name).decode(), r.key_len, r.icv_len, bool(r.gmac)])
+    assert len(core) == 4
+    assert lua.call("psp_versions") == core
+
+
+def test_eesp_sa_fields_match_core(lua: Harness) -> None:
+    """The fields an eesp-sa line takes, in the Lua reader as in the core's (pe_keyfile_eesp_sa_field_name):
+    build_scripts.py reads core/src/io/keyfile_eesp.c's list."""
+    core = []
+    while lib.pe_keyfile_eesp_sa_field_name(len(core)) != ffi.NULL:
+        core.append(ffi.string(lib.pe_keyfile_eesp_sa_field_name(len(core))).decode())
+    assert len(core) > 20 and "max-live-sub-sas" in core
+    assert lua.call("eesp_sa_fields") == core
 
 
 # ---------------------------------------------------------------------------------------------- 1. key files
@@ -1919,10 +1960,20 @@ def test_scripts_are_generated_from_the_source() -> None:
     proc = subprocess.run([os.environ.get("PYTHON", "python3"), str(LUA_DIR / "build_scripts.py"), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    source = SOURCE.read_text()
+    sys.path.insert(0, str(LUA_DIR))
+    try:
+        import build_scripts
+    finally:
+        sys.path.remove(str(LUA_DIR))
+    source = build_scripts.inlined(SOURCE.read_text())
+    assert "local CATEGORY_LIST, STATUS_LIST = ...\n" in source
     for script in (PSP_LUA, EESP_LUA):
         text = script.read_text()
         assert text.count("-- BEGIN GENERATED pecrypto") == 1 and source in text, script.name
+        # each table once: the status tables as plain code (handed to the inlined source), the suites in the source
+        for table in ("local CATEGORY_LIST = {", "local STATUS_LIST = {", "local SUITE_LIST = {",
+                      "local PSP_VERSION_LIST = {", "local EESP_SA_FIELDS = {"):
+            assert text.count(table) == 1, (script.name, table)
 
 
 @pytest.mark.parametrize("luac", ["luac5.2", "luac5.4"])

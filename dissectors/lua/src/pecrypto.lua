@@ -32,7 +32,8 @@ local concat = table.concat
 -- The core's categories (pe_category_name, pe_category_description) and statuses (pe_status_name, its category,
 -- pe_status_message), in core/include/pe/status.h's order; tests/test_lua_pure.py checks this copy.  The block is
 -- Lua 5.2 on purpose: build_scripts.py also copies it into psp.lua and eesp.lua as plain code, so that every path
--- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category.
+-- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category; their
+-- inlined copy of this module has, between the markers, a line that takes those two tables as its arguments.
 -- BEGIN STATUS TABLE
 local CATEGORY_LIST = {
     { "ok", "success" },
@@ -390,8 +391,21 @@ end
 -- PSP ----------------------------------------------------------------------------------------------------------
 
 local PSP_HDR_LEN, PSP_ICV_LEN, PSP_VC_LEN = 16, 16, 8
-local PSP_KEY_LEN = { [0] = 16, [1] = 32, [2] = 16, [3] = 32 }
-local PSP_VERSION_NAME = { [0] = "AES-GCM-128", [1] = "AES-GCM-256", [2] = "AES-GMAC-128", [3] = "AES-GMAC-256" }
+-- The core's PSP crypto versions (pe_psp_version_info_get): build_scripts.py writes them, test_lua_pure.py checks.
+-- BEGIN PSP VERSION TABLE
+local PSP_VERSION_LIST = {
+    -- version, name, derived key octets, ICV octets, AES-GMAC
+    { 0, "AES-GCM-128", 16, 16, false },
+    { 1, "AES-GCM-256", 32, 16, false },
+    { 2, "AES-GMAC-128", 16, 16, true },
+    { 3, "AES-GMAC-256", 32, 16, true },
+}
+-- END PSP VERSION TABLE
+M.PSP_VERSION_LIST = PSP_VERSION_LIST
+local PSP_KEY_LEN, PSP_VERSION_NAME, PSP_GMAC = {}, {}, {}
+for _, r in ipairs(PSP_VERSION_LIST) do
+    PSP_VERSION_NAME[r[1]], PSP_KEY_LEN[r[1]], PSP_GMAC[r[1]] = r[2], r[3], r[5]
+end
 -- The largest UDP payload (PE_IP_MAX_LEN - UDP header): the core refuses anything longer before any work.
 local PSP_MAX_LEN = 65535 - 8
 -- Keys derived from the master keys are cached like the core's (psp.c RX_CACHE_LIMIT): bounded, since SPIs
@@ -416,25 +430,34 @@ function M.psp_derive_key(encrypt_block, spi, version, label)
     return concat(out)
 end
 
--- EESP suites (core/src/proto/eesp_hdr.c) -----------------------------------------------------------------------------
+-- ESP and EESP suites (core/src/proto/ipsec.c) ---------------------------------------------------------------------
 
+-- The core's suite table (pe_ipsec_suite_*), in its order: build_scripts.py writes it, test_lua_pure.py checks it.
+-- BEGIN SUITE TABLE
+local SUITE_LIST = {
+    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, integrity only, key octets
+    { 14, "aes-ccm-8", "ENCR_AES_CCM_8", "aes-ccm", 3, 8, 8, false, false, { 16, 24, 32 } },
+    { 15, "aes-ccm-12", "ENCR_AES_CCM_12", "aes-ccm", 3, 8, 12, false, false, { 16, 24, 32 } },
+    { 16, "aes-ccm-16", "ENCR_AES_CCM_16", "aes-ccm", 3, 8, 16, false, false, { 16, 24, 32 } },
+    { 18, "aes-gcm-8", "ENCR_AES_GCM_8", "aes-gcm", 4, 8, 8, false, false, { 16, 24, 32 } },
+    { 19, "aes-gcm-12", "ENCR_AES_GCM_12", "aes-gcm", 4, 8, 12, false, false, { 16, 24, 32 } },
+    { 20, "aes-gcm-16", "ENCR_AES_GCM_16", "aes-gcm", 4, 8, 16, false, false, { 16, 24, 32 } },
+    { 21, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", "aes-gcm", 4, 8, 16, false, true, { 16, 24, 32 } },
+    { 28, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", "chacha20-poly1305", 4, 8, 16, false, false, { 32 } },
+    { 29, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", "aes-ccm", 3, 0, 8, true, false, { 16, 24, 32 } },
+    { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, true, false, { 16, 24, 32 } },
+    { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, true, false, { 32 } },
+}
+-- END SUITE TABLE
+M.SUITE_LIST = SUITE_LIST
 local SUITES = {}
-for _, r in ipairs({
-    -- encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, integrity only
-    { 14, "aes-ccm-8", "ENCR_AES_CCM_8", "aes-ccm", 3, 8, 8, false },
-    { 15, "aes-ccm-12", "ENCR_AES_CCM_12", "aes-ccm", 3, 8, 12, false },
-    { 16, "aes-ccm-16", "ENCR_AES_CCM_16", "aes-ccm", 3, 8, 16, false },
-    { 18, "aes-gcm-8", "ENCR_AES_GCM_8", "aes-gcm", 4, 8, 8, false },
-    { 19, "aes-gcm-12", "ENCR_AES_GCM_12", "aes-gcm", 4, 8, 12, false },
-    { 20, "aes-gcm-16", "ENCR_AES_GCM_16", "aes-gcm", 4, 8, 16, false },
-    { 21, "aes-gmac", "ENCR_NULL_AUTH_AES_GMAC", "aes-gcm", 4, 8, 16, true },
-    { 28, "chacha20-poly1305", "ENCR_CHACHA20_POLY1305", "chacha20-poly1305", 4, 8, 16, false },
-    { 29, "aes-ccm-8-iiv", "ENCR_AES_CCM_8_IIV", "aes-ccm", 3, 0, 8, false },
-    { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, false },
-    { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, false },
-}) do
+for _, r in ipairs(SUITE_LIST) do
+    local key_bits = {}
+    for i, n in ipairs(r[10]) do
+        key_bits[i] = 8 * n
+    end
     SUITES[#SUITES + 1] = { encr = r[1], project = r[2], name = r[3], alg = r[4], salt_len = r[5], iv_len = r[6],
-        icv_len = r[7], integrity_only = r[8] }
+        icv_len = r[7], implicit_iv = r[8], integrity_only = r[9], key_bits = key_bits }
 end
 local SUITE_BY_ENCR = {}
 for _, s in ipairs(SUITES) do
@@ -951,13 +974,20 @@ local function suite_fields(l, e)
     if kb then
         bits = parse_dec(kb, 0xffff) or 0
     end
-    if s.alg == "chacha20-poly1305" then
-        if kb and bits ~= 256 then
-            l:bad_value("key-bits", "must be 256 (or absent) for ChaCha20-Poly1305")
+    local sizes = s.key_bits
+    if #sizes == 1 then  -- ChaCha20-Poly1305: its one key size, which key-bits may repeat
+        if kb and bits ~= sizes[1] then
+            l:bad_value("key-bits", fmt("must be %d (or absent) for ChaCha20-Poly1305", sizes[1]))
         end
-        bits = 256
-    elseif bits ~= 128 and bits ~= 192 and bits ~= 256 then
-        l:bad_value("key-bits", "must be 128, 192 or 256")
+        bits = sizes[1]
+    else
+        local ok = false
+        for _, b in ipairs(sizes) do
+            ok = ok or b == bits
+        end
+        if not ok then
+            l:bad_value("key-bits", "must be " .. concat(sizes, ", ", 1, #sizes - 1) .. " or " .. sizes[#sizes])
+        end
     end
     e.key_bits = bits
 end
@@ -967,10 +997,19 @@ local function eesp_suite_fields(l, e)
     eesp_key_fields(l, e, e.suite)
 end
 
+-- The fields an eesp-sa line takes (pe_keyfile_eesp_sa_field_name): build_scripts.py writes them, test_lua_pure.py
+-- checks them.
+-- BEGIN EESP-SA FIELDS
+local EESP_SA_FIELDS = {
+    "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad", "anti-replay",
+    "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict", "ip-protocol",
+    "udp-encap", "src", "dst", "sub-sas", "max-live-sub-sas",
+}
+-- END EESP-SA FIELDS
+M.EESP_SA_FIELDS = EESP_SA_FIELDS
+
 local function parse_eesp_sa(kf, l)
-    l:check_fields({ "spi", "suite", "key-bits", "key", "root-key", "sskdf", "mode", "format", "seq", "aad",
-        "anti-replay", "replay-window", "max-sub-sa-id", "max-crypt-offset", "crypt-offset", "align", "strict",
-        "ip-protocol", "udp-encap", "src", "dst", "sub-sas", "max-live-sub-sas" })
+    l:check_fields(EESP_SA_FIELDS)
     local e = { line = l.line }
     e.spi = l:spi_field()
     eesp_suite_fields(l, e)
@@ -1386,7 +1425,7 @@ local function psp_open(self, p)
     local hdr_st
     if b3 & 0x01 == 0 then
         hdr_st = "psp-always-one-bit-clear"
-    elseif version > 3 then
+    elseif not PSP_KEY_LEN[version] then -- not a version of the table
         hdr_st = "psp-unsupported-version"
     elseif hel < 1 then
         hdr_st = "psp-bad-hdr-ext-len"
@@ -1420,7 +1459,7 @@ local function psp_open(self, p)
     local nonce = sub(p, 5, 16) -- SPI || IV as on the wire
     local tag = sub(p, len - PSP_ICV_LEN + 1)
     local body -- P: extension area and payload, decrypted
-    if version >= 2 then
+    if PSP_GMAC[version] then
         -- GMAC (§4.2): everything before the ICV is authenticated and nothing is encrypted.
         if not open(nonce, sub(p, 1, len - PSP_ICV_LEN), "", tag) then
             return finish(info, "authentication-failed")
