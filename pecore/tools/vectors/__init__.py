@@ -22,8 +22,8 @@ packages above it.  It holds what they need once, a module per concern:
 - :mod:`.check`: the per-tcId check report shared by ``pypsp``, ``pyeesp`` and ``pyesp vectors check`` (text or
   ``--json``), the comparisons of a delivered packet and of a key-derivation answer that their checkers make
   alike, and the packet checker (:class:`PacketDocChecker`) around each ESP-framed family's receiver and sender;
-- :mod:`.counts`: the counts table of ``vectors/README.md`` (``python -m pecore.vectors counts``);
-- :mod:`.cli`: the ``vectors`` subcommand of the CLIs and ``python -m pecore.vectors``.
+- :mod:`.counts`: the counts table of ``vectors/README.md`` (``python -m pecore.tools.vectors counts``);
+- :mod:`.cli`: the ``vectors`` subcommand of the CLIs and ``python -m pecore.tools.vectors``.
 
 Files are never left half written: each is written to a temporary file beside it and renamed into place, and
 ``vectors generate`` renames its files only once every one of them is complete, so an exception or Ctrl-C

@@ -1,5 +1,5 @@
 """The ``vectors generate | check`` subcommand of the ``pypsp``, ``pyeesp`` and ``pyesp`` CLIs, and ``python -m
-pecore.vectors`` (counts, validate)."""
+pecore.tools.vectors`` (counts, validate)."""
 from __future__ import annotations
 
 import argparse
@@ -96,7 +96,7 @@ def register(sub: Any, family: Family) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pecore.vectors", description="Vector-file utilities.")
+    p = argparse.ArgumentParser(prog="python -m pecore.tools.vectors", description="Vector-file utilities.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("counts", help="counts per vector file and family")
     c.add_argument("--dir", default="vectors")
