@@ -106,9 +106,10 @@ def _opt(value: int) -> Optional[int]:
     return None if value < 0 else value
 
 
-_SUITE_NAMES = {14: "aes-ccm-8", 15: "aes-ccm-12", 16: "aes-ccm-16", 18: "aes-gcm-8", 19: "aes-gcm-12",
-                20: "aes-gcm-16", 21: "aes-gmac", 28: "chacha20-poly1305", 29: "aes-ccm-8-iiv",
-                30: "aes-gcm-16-iiv", 31: "chacha20-poly1305-iiv"}
+def _suite_name(encr: int):  # type: ignore[no-untyped-def]
+    """The suite table's name of an ENCR ID (pe_ipsec_suite_by_id), or the number where the core has no row."""
+    row = lib.pe_ipsec_suite_by_id(encr)
+    return encr if row == ffi.NULL else ffi.string(row.name).decode()
 
 
 def _address(family: int, raw) -> Optional[str]:
@@ -124,7 +125,7 @@ def _address(family: int, raw) -> Optional[str]:
 def _eesp_entry(e) -> EespSaEntry:
     settings: Dict[str, object] = dict(
         spi=e.spi,
-        suite=_SUITE_NAMES.get(e.encr, e.encr),
+        suite=_suite_name(e.encr),
         key_bits=e.key_bits,
         mode=("transport", "tunnel")[e.mode],
         format=("auto", "full", "optimized")[e.format],
@@ -161,7 +162,7 @@ def _eesp_entry(e) -> EespSaEntry:
 def _esp_entry(e) -> EspSaEntry:
     settings: Dict[str, object] = dict(
         spi=e.spi,
-        suite=_SUITE_NAMES.get(e.encr, e.encr),
+        suite=_suite_name(e.encr),
         key_bits=e.key_bits,
         key=bytes(e.key[0 : e.key_len]),
         mode=("transport", "tunnel")[e.mode],

@@ -18,6 +18,17 @@ import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
+
+
+def from_test_folder(folder: str, module: str):  # type: ignore[no-untyped-def]
+    """A test module of another tests/<folder>, for the few tests that share its harness: imported under its own
+    name, as pytest imports it (rootdir-relative "prepend" mode), so it is never loaded twice."""
+    import importlib
+
+    path = str(TESTS_DIR / folder)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return importlib.import_module(module)
 SHARED_DIR = REPO_ROOT.parent / "shared"
 DATA_DIR = TESTS_DIR / "data"
 

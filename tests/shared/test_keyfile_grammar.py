@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+from conftest import from_test_folder
 from pecore._native import ffi, lib
 from pecore.errors import status_name
 from pecore.keys import KeyFileError, load_key_file, parse_key_file
@@ -364,7 +365,8 @@ def test_the_pure_lua_reader_loads_what_the_api_loads(staged):
     process for the whole corpus: the same verdict, line, message and code, and the same packets opened by its
     own PSP/EESP open logic (AEADs served by Python, as in tests/wireshark/test_lua_pure.py)."""
     try:
-        from test_lua_pure import LUA54, Harness
+        lua_pure = from_test_folder("wireshark", "test_lua_pure")
+        LUA54, Harness = lua_pure.LUA54, lua_pure.Harness
     except pytest.skip.Exception as e:
         pytest.skip(str(e))
     if LUA54 is None:
@@ -401,7 +403,7 @@ def test_the_pure_lua_scripts_in_tshark_46_load_what_the_api_loads(staged):
     if chroot and os.geteuid() != 0:
         pytest.skip("PE_TSHARK_CHROOT needs root (chroot)")
     try:
-        from test_lua_pure import Tshark
+        Tshark = from_test_folder("wireshark", "test_lua_pure").Tshark
     except pytest.skip.Exception as e:
         pytest.skip(str(e))
     import wireshark as ws
