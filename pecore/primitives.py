@@ -8,11 +8,12 @@ from typing import Sequence
 
 from pecore.binding import ffi, lib
 from pecore.errors import CoreError, status_message, status_name
+from pecore.util import aead_alg_names
 
 AES_GCM = "aes-gcm"
 AES_CCM = "aes-ccm"
 CHACHA20_POLY1305 = "chacha20-poly1305"
-_ALGS = {AES_GCM: lib.PE_AEAD_AES_GCM, AES_CCM: lib.PE_AEAD_AES_CCM, CHACHA20_POLY1305: lib.PE_AEAD_CHACHA20_POLY1305}
+_ALGS = {name: alg for alg, name in aead_alg_names().items()}
 _HASHES = {"sha256": lib.PE_HASH_SHA256, "sha384": lib.PE_HASH_SHA384, "sha512": lib.PE_HASH_SHA512}
 
 

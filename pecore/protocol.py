@@ -13,10 +13,9 @@ from typing import Optional, Tuple, Union
 
 from pecore.binding import ffi, lib
 from pecore.errors import status_name
-from pecore.util import Buffer, packet_buffer
+from pecore.util import Buffer, aead_alg_names, packet_buffer
 
-_AEAD_NAMES = {lib.PE_AEAD_AES_GCM: "aes-gcm", lib.PE_AEAD_AES_CCM: "aes-ccm",
-               lib.PE_AEAD_CHACHA20_POLY1305: "chacha20-poly1305"}
+_AEAD_NAMES = aead_alg_names()
 
 PSP_UDP_PORT = 1000
 EESP_UDP_PORT = 4500

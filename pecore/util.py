@@ -12,6 +12,13 @@ Key = Union[bytes, bytearray, memoryview, str]
 Buffer = Union[bytes, bytearray, memoryview]
 
 
+def aead_alg_names() -> Dict[int, str]:
+    """The core's AEADs (pe_aead_alg) by value: PE_AEAD_AES_GCM is "aes-gcm", the rule by which
+    dissectors/lua/build_scripts.py names them too, so a new algorithm is named nowhere else."""
+    elements = ffi.typeof("pe_aead_alg").elements
+    return {v: n[len("PE_AEAD_"):].lower().replace("_", "-") for v, n in sorted(elements.items())}
+
+
 def key_bytes(key: Key, what: str, error: Type[Exception]) -> bytes:
     """Keys are bytes or hex strings (with optional 0x, spaces or colons)."""
     if isinstance(key, str):
