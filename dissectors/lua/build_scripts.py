@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""Inline dissectors/lua/src/pecrypto.lua into psp.lua and eesp.lua, with the core's status and suite tables.
+"""Inline the pure-Lua decryption (dissectors/lua/src/) into psp.lua and eesp.lua, with the core's tables.
 
 Each script must stay one file that a user copies into a plugin folder, yet the decryption code is shared:
-it lives once in src/pecrypto.lua and is copied here between the marker lines as a Lua long string, which the
-scripts compile only on Lua 5.3+ (Wireshark 4.6 has GcryptCipher; 4.0's Lua 5.2 could not parse the source).
+it lives once in the modules src/pecrypto.lua lists (local MODULES), which are one chunk joined in that order, and
+that chunk is copied here between the marker lines as a Lua long string, which the scripts compile only on Lua
+5.3+ (Wireshark 4.6 has GcryptCipher; 4.0's Lua 5.2 could not parse the source).
 
 The core's categories and statuses (core/include/pe/status.h: name, category, message) are written into
-src/pecrypto.lua between its "-- BEGIN STATUS TABLE" / "-- END STATUS TABLE" lines, and that block (Lua 5.2) is
+the module that has the "-- BEGIN STATUS TABLE" / "-- END STATUS TABLE" lines, and that block (Lua 5.2) is
 copied into the scripts before the string as plain code: every path of the scripts, the Lua 5.2 one without
 pelua too, takes a status's expert item from its category there.  In the inlined string the block is replaced by
 a line that takes those tables as the chunk's arguments, so each script holds the table once.
 
 The core's AEAD suites (core/src/proto/ipsec.c's suite_rows, with core/include/pe/ipsec.h's ENCR IDs: name,
-IKEv2 name, AEAD, salt, IV, ICV, implicit IV, integrity only, key lengths) are written into src/pecrypto.lua
+IKEv2 name, AEAD, salt, IV, ICV, implicit IV, integrity only, key lengths) are written into a module
 between "-- BEGIN SUITE TABLE" / "-- END SUITE TABLE", and PSP's crypto versions (core/src/proto/psp_hdr.c's
 versions, with core/include/pe/psp.h's numbers) between "-- BEGIN PSP VERSION TABLE" / "-- END PSP VERSION
 TABLE", and the field names of an eesp-sa line (core/src/io/keyfile_eesp.c's eesp_sa_field_names, which
@@ -21,7 +22,7 @@ decryption code and its key-file reader read them.  A status, a suite, a PSP ver
 the core reaches the Lua side by running this script; tests/wireshark/test_lua_pure.py compares every table with
 the core's own functions.
 
-    python3 dissectors/lua/build_scripts.py          # rewrite src/pecrypto.lua's table, psp.lua and eesp.lua
+    python3 dissectors/lua/build_scripts.py          # rewrite the modules' tables, psp.lua and eesp.lua
     python3 dissectors/lua/build_scripts.py --check  # exit 1 if a file is not what this would write
 """
 from __future__ import annotations
@@ -30,10 +31,12 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 LUA_DIR = Path(__file__).resolve().parent
-SOURCE = LUA_DIR / "src" / "pecrypto.lua"
+SOURCE_DIR = LUA_DIR / "src"
+#: The module that lists the others (local MODULES), in the order they are joined.
+SOURCE = SOURCE_DIR / "pecrypto.lua"
 CORE = LUA_DIR.parent.parent / "core"
 STATUS_H = CORE / "include" / "pe" / "status.h"
 IPSEC_H = CORE / "include" / "pe" / "ipsec.h"
@@ -214,24 +217,47 @@ def between(text: str, begin: str, end: str, name: str) -> Tuple[int, int]:
     return starts[0], ends[0]
 
 
-def with_block(source: str, begin: str, end: str, table: str) -> str:
+def with_block(source: str, begin: str, end: str, table: str, name: str) -> str:
     """The source with the block between the `begin` and `end` marker lines replaced by `table`."""
     lines = source.splitlines(keepends=True)
-    start, stop = between(source, begin, end, "src/pecrypto.lua")
+    start, stop = between(source, begin, end, name)
     return "".join(lines[: start + 1]) + table + "".join(lines[stop:])
 
 
-def inlined(source: str) -> str:
-    """The source as the scripts hold it: the status tables come in as the chunk's arguments (the script has them
-    as plain code already)."""
-    return with_block(source, TABLE_BEGIN, TABLE_END, TABLE_ARGS)
+def module_names(joiner: str) -> List[str]:
+    """The modules src/pecrypto.lua joins, in its order."""
+    listed = re.search(r"^local MODULES = \{(.*?)^\}", joiner, re.S | re.M)
+    names = re.findall(r'^\s*"([\w.]+\.lua)",', listed.group(1), re.M) if listed else []
+    if not names:
+        raise SystemExit(f"{SOURCE}: found no module names in its local MODULES")
+    return names
+
+
+def read_modules(joiner: str) -> Dict[str, str]:
+    return {name: (SOURCE_DIR / name).read_text(encoding="utf-8") for name in module_names(joiner)}
+
+
+def inlined(joiner: str, modules: Optional[Dict[str, str]] = None) -> str:
+    """The modules `joiner` (src/pecrypto.lua's text) lists, joined as the scripts hold them (from the files, or
+    `modules`): the status tables come in as the chunk's arguments (the script has them as plain code already)."""
+    texts = read_modules(joiner) if modules is None else modules
+    source = "".join(texts[name] for name in module_names(joiner))
+    return with_block(source, TABLE_BEGIN, TABLE_END, TABLE_ARGS, "the joined modules")
+
+
+def with_table(modules: Dict[str, str], begin: str, end: str, table: str) -> None:
+    """Writes `table` between the marker lines of the one module that has them."""
+    holders = [name for name, text in modules.items() if any(ln.startswith(begin) for ln in text.splitlines())]
+    if len(holders) != 1:
+        raise SystemExit(f"{SOURCE_DIR}: needs exactly one module with a '{begin}' line, not {len(holders)}")
+    modules[holders[0]] = with_block(modules[holders[0]], begin, end, table, f"src/{holders[0]}")
 
 
 def block(source: str, table: str) -> str:
     return (
-        f"{BEGIN} (from src/pecrypto.lua by build_scripts.py: edit that file, then run the script)\n"
+        f"{BEGIN} (from the modules src/pecrypto.lua lists, by build_scripts.py: edit them, then run it)\n"
         f"{table}"
-        f"local PECRYPTO_SOURCE = {long_string(inlined(source))}\n"
+        f"local PECRYPTO_SOURCE = {long_string(source)}\n"
         f"{END}\n"
     )
 
@@ -248,13 +274,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     table = table_block(STATUS_H.read_text(encoding="utf-8"))
     suites = suite_block(IPSEC_H.read_text(encoding="utf-8"), IPSEC_C.read_text(encoding="utf-8"))
-    old_source = SOURCE.read_text(encoding="utf-8")
     versions = psp_version_block(PSP_H.read_text(encoding="utf-8"), PSP_HDR_C.read_text(encoding="utf-8"))
-    source = with_block(with_block(old_source, TABLE_BEGIN, TABLE_END, table), SUITE_BEGIN, SUITE_END, suites)
-    source = with_block(source, VERSION_BEGIN, VERSION_END, versions)
     fields = eesp_sa_fields_block(KEYFILE_EESP_C.read_text(encoding="utf-8"))
-    source = with_block(source, FIELDS_BEGIN, FIELDS_END, fields)
-    outputs = [(SOURCE, old_source, source)]
+    joiner = SOURCE.read_text(encoding="utf-8")
+    old_modules = read_modules(joiner)
+    modules = dict(old_modules)
+    for begin, end, rows in ((TABLE_BEGIN, TABLE_END, table), (SUITE_BEGIN, SUITE_END, suites),
+                             (VERSION_BEGIN, VERSION_END, versions), (FIELDS_BEGIN, FIELDS_END, fields)):
+        with_table(modules, begin, end, rows)
+    source = inlined(joiner, modules)
+    outputs = [(SOURCE_DIR / name, old_modules[name], modules[name]) for name in modules]
     for path in SCRIPTS:
         old = path.read_text(encoding="utf-8")
         outputs.append((path, old, render(old, source, table, path.name)))
@@ -263,7 +292,8 @@ def main(argv=None) -> int:
         if stale:
             names = ", ".join(str(p.relative_to(LUA_DIR)) for p in stale)
             print(f"out of date with core/include/pe/status.h, ipsec.h, psp.h, src/proto/ipsec.c, psp_hdr.c, "
-                  f"src/io/keyfile_eesp.c or src/pecrypto.lua: {names}; run {Path(__file__).name}", file=sys.stderr)
+                  f"src/io/keyfile_eesp.c or the modules src/pecrypto.lua lists: {names}; run {Path(__file__).name}",
+                  file=sys.stderr)
             return 1
         return 0
     for path, old, new in outputs:

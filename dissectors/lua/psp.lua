@@ -41,7 +41,7 @@ if not proto_ok then
     return
 end
 
--- BEGIN GENERATED pecrypto (from src/pecrypto.lua by build_scripts.py: edit that file, then run the script)
+-- BEGIN GENERATED pecrypto (from the modules src/pecrypto.lua lists, by build_scripts.py: edit them, then run it)
 local CATEGORY_LIST = {
     { "ok", "success" },
     { "malformed", "the packet breaks its format (IP, UDP, PSP or EESP), also when its ICV verified" },
@@ -162,10 +162,11 @@ local STATUS_LIST = {
 local PECRYPTO_SOURCE = [=[
 -- pecrypto: PSP and EESP decryption in pure Lua, for psp.lua and eesp.lua when the pelua C module is absent.
 --
--- This is Lua 5.3+ source (native 64-bit integers and bit operators).  It is not loaded as a file:
--- dissectors/lua/build_scripts.py inlines it into psp.lua and eesp.lua as a string, which the scripts compile
--- only when the Lua is 5.3+ and Wireshark has GcryptCipher (4.6 and later).  Lua 5.2 (Wireshark 4.0) never
--- parses it, so the operators below cost the 5.2 scripts nothing.  Edit this file, then run build_scripts.py.
+-- This is Lua 5.3+ source (native 64-bit integers and bit operators), in modules of one concern each: this file
+-- (statuses, octets) and the others src/pecrypto.lua lists, one chunk joined in that order.  It is not loaded as
+-- files: dissectors/lua/build_scripts.py inlines the joined chunk into psp.lua and eesp.lua as a string, which the
+-- scripts compile only when the Lua is 5.3+ and Wireshark has GcryptCipher (4.6 and later).  Lua 5.2 (Wireshark
+-- 4.0) never parses it, so the operators cost the 5.2 scripts nothing.  Edit the modules, then run build_scripts.py.
 --
 -- It mirrors the project's C core (core/src/proto/psp.c, eesp.c, eesp_hdr.c, kdf.c, keyfile.c) step by step, with the
 -- same status names (pe_status_name) and messages, so that a dissector shows the same thing whether pelua or this
@@ -192,7 +193,7 @@ local concat = table.concat
 -- Statuses -----------------------------------------------------------------------------------------------------
 
 -- The core's categories (pe_category_name, pe_category_description) and statuses (pe_status_name, its category,
--- pe_status_message), in core/include/pe/status.h's order; tests/test_lua_pure.py checks this copy.  The block is
+-- pe_status_message), in core/include/pe/status.h's order; test_lua_pure.py checks this copy.  The block is
 -- Lua 5.2 on purpose: build_scripts.py also copies it into psp.lua and eesp.lua as plain code, so that every path
 -- of theirs (pelua, this module, headers only on Lua 5.2) picks a status's expert item from its category; their
 -- inlined copy of this module has, between the markers, a line that takes those two tables as its arguments.
@@ -240,6 +241,9 @@ local function xor_with(s, octet)
     end
     return char(table.unpack(t))
 end
+
+-- pecrypto, SHA-256/384/512, HMAC and HKDF-Expand.
+-- One chunk with the modules before it in src/pecrypto.lua's list, whose locals it uses.
 
 -- SHA-2 (FIPS 180-4) ----------------------------------------------------------------------------------------------
 
@@ -399,6 +403,9 @@ function M.hkdf_expand(hash_name, prk, info, length)
     return sub(concat(out), 1, length)
 end
 
+-- pecrypto, AES-CMAC and PSP's key derivation, with the core's PSP versions.
+-- One chunk with the modules before it in src/pecrypto.lua's list, whose locals it uses.
+
 -- CMAC (RFC 4493, SP 800-38B) -------------------------------------------------------------------------------------
 
 -- Doubling in GF(2^128): shift left one bit, reduce by x^128 + x^7 + x^2 + x + 1.
@@ -476,6 +483,9 @@ function M.psp_derive_key(encrypt_block, spi, version, label)
     return concat(out)
 end
 
+-- pecrypto, the core's ESP/EESP suites and the Sub SA key derivation.
+-- One chunk with the modules before it in src/pecrypto.lua's list, whose locals it uses.
+
 -- ESP and EESP suites (core/src/proto/ipsec.c) ---------------------------------------------------------------------
 
 -- The core's suite table (pe_ipsec_suite_*), in its order: build_scripts.py writes it, test_lua_pure.py checks it.
@@ -520,6 +530,9 @@ function M.derive_sub_sa_key(sskdf, root, session_id, length)
     assert(#root == SSKDF_ROOT_LEN[sskdf], "root key length does not fit the SSKDF")
     return M.hkdf_expand(SSKDF_HASH[sskdf], root, pack(">I2", session_id), length)
 end
+
+-- pecrypto, the key-file and reference-config readers.
+-- One chunk with the modules before it in src/pecrypto.lua's list, whose locals it uses.
 
 -- Key files (docs/keys.md, core/src/io/keyfile.c) ------------------------------------------------------------------
 --
@@ -1396,11 +1409,14 @@ end
 
 -- A file with no '=' whose first token is one or two hex digits can only be a reference config: a key-file
 -- line always holds name=value fields.  The core's rule (pe_psp_refcfg_detect), which the plugin and pelua ask:
--- the same whitespace (C's isspace in the C locale) and hex digits; tests/test_lua_pure.py holds them together.
+-- the same whitespace (C's isspace in the C locale) and hex digits; test_lua_pure.py holds them together.
 function M.looks_like_refcfg(text)
     local first = text:match("^[ \t\n\v\f\r]*([^ \t\n\v\f\r]+)")
     return first ~= nil and not text:find("=", 1, true) and #first <= 2 and not first:find("[^0-9a-fA-F]")
 end
+
+-- pecrypto, the receivers: PSP and EESP open, and keys from a key file.
+-- One chunk with the modules before it in src/pecrypto.lua's list, whose locals it uses.
 
 -- Receiving ----------------------------------------------------------------------------------------------------
 
@@ -1916,6 +1932,9 @@ function M.load_keyfile(path, backend)
     end
     return keys
 end
+
+-- pecrypto, the backend over Wireshark 4.6's GcryptCipher.
+-- One chunk with the modules before it in src/pecrypto.lua's list, whose locals it uses.
 
 -- Wireshark 4.6's GcryptCipher ----------------------------------------------------------------------------------------
 
