@@ -67,7 +67,8 @@ if ((py)); then
     if ((${#pytest_args[@]} == 0)); then
         if ((quick)); then
             # Between them these call every function of the extension's cdef (docs/security.md#valgrind).
-            pytest_args=(tests/shared/test_primitives.py tests/psp/test_psp_api.py tests/eesp/test_eesp_api.py tests/eesp/test_eesp_replay.py
+            pytest_args=(tests/shared/test_primitives.py tests/psp/test_psp_api.py tests/eesp/test_eesp_api.py tests/eesp/test_eesp_api_config.py
+                         tests/eesp/test_eesp_api_receiver.py tests/eesp/test_eesp_replay.py
                          tests/psp/test_psp_capture.py tests/eesp/test_eesp_capture.py tests/psp/test_psp_cli.py tests/eesp/test_eesp_cli.py
                          tests/shared/test_security.py)
         else

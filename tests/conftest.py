@@ -72,7 +72,8 @@ def pytest_configure(config):
 
 # Modules that drive tshark: their Python side only makes captures, so the run
 # against the sanitizer-built extension leaves them out (-m "not tshark").
-TSHARK_MODULES = {"test_wireshark_plugin", "test_lua_dissectors"}
+TSHARK_MODULES = {"test_wireshark_plugin", "test_wireshark_plugin_eesp", "test_wireshark_plugin_reference",
+                  "test_wireshark_plugin_display", "test_lua_dissectors", "test_lua_beside_plugin"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,7 +2,7 @@
 
 Walks every status name the core has and checks that the Python exception classes of every package (pypsp,
 pyeesp, pyesp) stand for its category; the dissectors' expert items are checked against the same table by the tshark tests
-(tests/wireshark/test_wireshark_plugin.py, tests/wireshark/test_lua_dissectors.py).
+(tests/wireshark/test_wireshark_plugin_display.py, tests/wireshark/test_lua_beside_plugin.py).
 """
 from __future__ import annotations
 

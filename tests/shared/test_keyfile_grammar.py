@@ -363,10 +363,10 @@ def test_the_lua_scripts_with_pelua_load_what_the_api_loads(staged):
 def test_the_pure_lua_reader_loads_what_the_api_loads(staged):
     """pecrypto.load_keyfile (the reader psp.lua/eesp.lua use without pelua, on Wireshark 4.6) under lua5.4, one
     process for the whole corpus: the same verdict, line, message and code, and the same packets opened by its
-    own PSP/EESP open logic (AEADs served by Python, as in tests/wireshark/test_lua_pure.py)."""
+    own PSP/EESP open logic (AEADs served by Python, as in tests/wireshark/test_lua_pure_open.py)."""
     try:
-        lua_pure = from_test_folder("wireshark", "test_lua_pure")
-        LUA54, Harness = lua_pure.LUA54, lua_pure.Harness
+        luaharness = from_test_folder("wireshark", "luaharness")
+        LUA54, Harness = luaharness.LUA54, luaharness.Harness
     except pytest.skip.Exception as e:
         pytest.skip(str(e))
     if LUA54 is None:
@@ -398,12 +398,12 @@ def test_the_pure_lua_reader_loads_what_the_api_loads(staged):
 @pytest.mark.tshark
 def test_the_pure_lua_scripts_in_tshark_46_load_what_the_api_loads(staged):
     """psp.lua and eesp.lua without pelua inside a tshark whose Lua has GcryptCipher (4.6+: the system's, or the
-    sid chroot's with PE_TSHARK_CHROOT, as tests/wireshark/test_lua_pure.py runs it)."""
+    sid chroot's with PE_TSHARK_CHROOT, as tests/wireshark/test_lua_pure_tshark.py runs it)."""
     chroot = os.environ.get("PE_TSHARK_CHROOT")
     if chroot and os.geteuid() != 0:
         pytest.skip("PE_TSHARK_CHROOT needs root (chroot)")
     try:
-        Tshark = from_test_folder("wireshark", "test_lua_pure").Tshark
+        Tshark = from_test_folder("wireshark", "luaharness").Tshark
     except pytest.skip.Exception as e:
         pytest.skip(str(e))
     import wireshark as ws
