@@ -185,8 +185,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("derive-key", help="derive a Sub SA's key || salt (HKDF-Expand over the Session ID)")
     _sa_options(d)
-    d.add_argument("--sub-sa-id", "--session-id", dest="sub_sa_id", type=int_arg, required=True,
-                   help="the Sub SA ID (0..65535; --session-id is its old name)")
+    d.add_argument("--sub-sa-id", dest="sub_sa_id", type=int_arg, required=True, help="the Sub SA ID (0..65535)")
     d.add_argument("--length", type=int, help="octets to derive (default: key + salt of the suite)")
     d.set_defaults(func=cmd_derive_key)
 

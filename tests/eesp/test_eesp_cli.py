@@ -66,23 +66,23 @@ show_json = show_json_runner(run)
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["--root-key", ROOT, "--session-id", "0"],
+        (["--root-key", ROOT, "--sub-sa-id", "0"],
          "472a557f71f01e8d125da03ec21f6b770f62b36f  (key 472a557f71f01e8d125da03ec21f6b77 salt 0f62b36f)"),
         (["--root-key", ROOT, "--sub-sa-id", "1"],
          "bfb9feca177e0964367d975ca7e41bd64f44224a  (key bfb9feca177e0964367d975ca7e41bd6 salt 4f44224a)"),
-        (["--root-key", ROOT, "--session-id", "0x1", "--key-bits", "256"],
+        (["--root-key", ROOT, "--sub-sa-id", "0x1", "--key-bits", "256"],
          "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfdaeb0b4a1  (key "
          "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfd salt aeb0b4a1)"),
-        (["--root-key", ROOT, "--session-id", "1", "--suite", "chacha20-poly1305"],
+        (["--root-key", ROOT, "--sub-sa-id", "1", "--suite", "chacha20-poly1305"],
          "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfdaeb0b4a1  (key "
          "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfd salt aeb0b4a1)"),
-        (["--root-key", ROOT, "--session-id", "1", "--suite", "ENCR_AES_CCM_8"],
+        (["--root-key", ROOT, "--sub-sa-id", "1", "--suite", "ENCR_AES_CCM_8"],
          "bfb9feca177e0964367d975ca7e41bd64f4422  (key bfb9feca177e0964367d975ca7e41bd6 salt 4f4422)"),
-        (["--root-key", ROOT, "--session-id", "1", "--length", "36"],
+        (["--root-key", ROOT, "--sub-sa-id", "1", "--length", "36"],
          "bfb9feca177e0964367d975ca7e41bd64f44224af8851afaa04f7a2d92707dfdaeb0b4a1"),
-        (["--root-key", ROOT384, "--sskdf", "hkdf-sha384", "--session-id", "1", "--length", "36"],
+        (["--root-key", ROOT384, "--sskdf", "hkdf-sha384", "--sub-sa-id", "1", "--length", "36"],
          "bc435472e3a65f445e39ed5960b0f5c1f3a2e83994592b3a52d3cc860f9e6c4258d74111"),
-        (["--root-key", ROOT512, "--sskdf", "hkdf-sha512", "--session-id", "1", "--length", "36"],
+        (["--root-key", ROOT512, "--sskdf", "hkdf-sha512", "--sub-sa-id", "1", "--length", "36"],
          "988a26eeb4c69dfd7829f454d63e66913bc60577a13f33b91e65886236739c0a9134f558"),
     ],
 )
@@ -92,27 +92,35 @@ def test_derive_key_spec_table(capsys, args, expected):
     assert out.strip() == expected
 
 
+def test_derive_key_has_no_old_session_id_option(capsys):
+    """--session-id was the old name of --sub-sa-id; the package was never released, so the alias is gone."""
+    with pytest.raises(SystemExit) as e:
+        run(capsys, "derive-key", "--root-key", ROOT, "--sub-sa-id", "0", "--session-id", "0")
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and not out and "unrecognized arguments: --session-id" in err
+
+
 def test_derive_key_from_key_file(capsys, keyfile):
-    rc, out, _ = run(capsys, "derive-key", "--key-file", keyfile, "--spi", "1000", "--session-id", "1")
+    rc, out, _ = run(capsys, "derive-key", "--key-file", keyfile, "--spi", "1000", "--sub-sa-id", "1")
     assert rc == 0 and out.split()[0] == "bfb9feca177e0964367d975ca7e41bd64f44224a"
-    rc, out, _ = run(capsys, "derive-key", "-k", keyfile, "--spi", "0x1000", "--session-id", "0")
+    rc, out, _ = run(capsys, "derive-key", "-k", keyfile, "--spi", "0x1000", "--sub-sa-id", "0")
     assert rc == 0 and out.split()[0] == KEY0
     # a line without a root key has nothing to derive; several lines need --spi
-    rc, _, err = run(capsys, "derive-key", "-k", keyfile, "--spi", "2000", "--session-id", "0")
+    rc, _, err = run(capsys, "derive-key", "-k", keyfile, "--spi", "2000", "--sub-sa-id", "0")
     assert rc == 2 and "pyeesp: error:" in err and "root key" in err and "00002000" in err
-    rc, _, err = run(capsys, "derive-key", "-k", keyfile, "--session-id", "0")
+    rc, _, err = run(capsys, "derive-key", "-k", keyfile, "--sub-sa-id", "0")
     assert rc == 2 and "--spi" in err
-    rc, _, err = run(capsys, "derive-key", "-k", keyfile, "--spi", "9999", "--session-id", "0")
+    rc, _, err = run(capsys, "derive-key", "-k", keyfile, "--spi", "9999", "--sub-sa-id", "0")
     assert rc == 2 and "00009999" in err
 
 
 def test_derive_key_errors(capsys):
-    rc, _, err = run(capsys, "derive-key", "--root-key", ROOT[:-2], "--session-id", "1")
+    rc, _, err = run(capsys, "derive-key", "--root-key", ROOT[:-2], "--sub-sa-id", "1")
     assert rc == 2 and "bad-key-length" in err and ROOT[:-2] not in err
-    rc, _, err = run(capsys, "derive-key", "--root-key", ROOT, "--session-id", "70000")
+    rc, _, err = run(capsys, "derive-key", "--root-key", ROOT, "--sub-sa-id", "70000")
     assert rc == 2 and "sub_sa_id" in err
     with pytest.raises(SystemExit) as ei:  # argparse: SSKDF_AES256_CMAC is not even offered
-        main(["derive-key", "--root-key", ROOT, "--session-id", "1", "--sskdf", "aes256-cmac"])
+        main(["derive-key", "--root-key", ROOT, "--sub-sa-id", "1", "--sskdf", "aes256-cmac"])
     assert ei.value.code == 2
     capsys.readouterr()
 
@@ -394,7 +402,7 @@ def test_bad_key_file_names_the_line_and_no_key_material(capsys, tmp_path, line,
     bad = tmp_path / "bad.keys"
     bad.write_text(f"# first a comment\n\n{line}\n")
     for command in (["decrypt", clear, tmp_path / "o"], ["encrypt", clear, tmp_path / "o", "--spi", "1"],
-                    ["show", clear], ["derive-key", "--session-id", "1"]):
+                    ["show", clear], ["derive-key", "--sub-sa-id", "1"]):
         rc, out, err = run(capsys, *command, "--key-file", bad)
         assert rc == 2, (command, err)
         assert err.startswith("pyeesp: error:") and "bad.keys:3" in err and f"[{code}]" in err, err
@@ -480,7 +488,7 @@ def test_key_file_with_one_spi_for_two_destinations(capsys, tmp_path):
 def test_console_script_entry_point(tmp_path):
     exe = Path(sys.executable).with_name("pyeesp")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pyeesp"]
-    res = subprocess.run(cmd + ["derive-key", "--root-key", ROOT, "--session-id", "1"],
+    res = subprocess.run(cmd + ["derive-key", "--root-key", ROOT, "--sub-sa-id", "1"],
                          capture_output=True, text=True, env=dict(os.environ), check=False, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split()[0] == "bfb9feca177e0964367d975ca7e41bd64f44224a"
