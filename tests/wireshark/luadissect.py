@@ -276,13 +276,22 @@ def pelua_built() -> Path:
     return PELUA
 
 
+def home() -> Optional[Path]:
+    """The throwaway HOME of this run, read when a test runs (an import would copy the None it starts as)."""
+    return _HOME
+
+
 @pytest.fixture(scope="session", autouse=True)
 def tshark_home():
+    # Imported by each Lua dissector test module, so it may be set up once per module: each instance removes
+    # only its own folder, and the last one standing stays in _HOME.
     global _HOME
-    _HOME = ws.shared_dir("pe-lua-home-")
-    yield _HOME
-    shutil.rmtree(_HOME, ignore_errors=True)
-    _HOME = None
+    mine = ws.shared_dir("pe-lua-home-")
+    before, _HOME = _HOME, mine
+    yield mine
+    shutil.rmtree(mine, ignore_errors=True)
+    if _HOME == mine:
+        _HOME = before
 
 
 @pytest.fixture(scope="session")

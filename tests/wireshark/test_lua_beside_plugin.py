@@ -30,7 +30,7 @@ from luadissect import (  # noqa: E402
     MK1,
     NO_ENGINE,
     SCRIPTS,
-    _HOME,
+    home,
     _sample_traffic,
     check_category_items,
     clear_packets,
@@ -221,7 +221,7 @@ def beside_runs(work: Path, keyfile: Path, bad_input_capture: Path, zero_checksu
     runs.append(("invalid-argument", both, ["-o", f"psp.keyfile:{huge}", "-o", f"eesp.keyfile:{huge}"], True))
     out = []
     for label, cap, opts, keyed in runs:
-        pkts = ws.packets_json(cap, extra=["--no-duplicate-keys", *opts], profile=_HOME, plugin="plain")
+        pkts = ws.packets_json(cap, extra=["--no-duplicate-keys", *opts], profile=home(), plugin="plain")
         out.append((label, cap, opts, keyed, pkts))
     return out
 
@@ -231,7 +231,7 @@ def compare_with_plugin(runs, engine: str, no_pelua_dir: Path) -> Tuple[set, set
     decrypts = engine == "pelua" or lua_has_gcrypt()
     seen, names = set(), set()
     for label, cap, opts, keyed, plugin_pkts in runs:
-        lua_pkts = ws.packets_json(cap, extra=["--no-duplicate-keys", *opts], profile=_HOME,
+        lua_pkts = ws.packets_json(cap, extra=["--no-duplicate-keys", *opts], profile=home(),
                                    **lua_engine_kw(engine, no_pelua_dir))
         assert len(lua_pkts) == len(plugin_pkts), label
         for n, (p, q) in enumerate(zip(plugin_pkts, lua_pkts), 1):
