@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shlex
 import subprocess
+import tempfile
 import sysconfig
 
 from cffi import FFI
@@ -82,9 +83,32 @@ def check_build_needs(include_dirs=(), cc=None) -> None:
                          f"{NEEDS}")
 
 
+def ipsec_mb_found(cc=None) -> bool:
+    """True when intel-ipsec-mb's header and library link here (the fast backend, pe/backend.h).
+
+    PE_IPSEC_MB=0 builds without it.  Without it the core is whole on OpenSSL; the build says so once.
+    """
+    if os.environ.get("PE_IPSEC_MB") == "0":
+        return False
+    cc = shlex.split(cc or os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    probe = "#include <intel-ipsec-mb.h>\nint main(void) { return imb_get_version() == 0; }\n"
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run([*cc, *shlex.split(os.environ.get("CFLAGS", "")), "-x", "c", "-", "-o",
+                                os.path.join(d, "probe"), "-lIPSec_MB"], input=probe, capture_output=True, text=True,
+                               timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0
+
+
 _ssl_include, _ssl_libdirs = _openssl_flags()
 if os.environ.get("PE_SKIP_BUILD_CHECK") != "1":
     check_build_needs(_ssl_include)
+IPSEC_MB = ipsec_mb_found()
+if not IPSEC_MB:
+    print("psp-eesp: intel-ipsec-mb not found, building the OpenSSL crypto backend only "
+          "(Debian/Ubuntu: apt-get install libipsec-mb-dev; Fedora: dnf install intel-ipsec-mb-devel)")
 
 ffibuilder = FFI()
 ffibuilder.cdef(_cdef.generate(INCLUDE) + EXTRA_CDEF)
@@ -103,7 +127,8 @@ ffibuilder.set_source(
     sources=sorted(glob.glob(os.path.join(CORE, "src", "**", "*.c"), recursive=True)),
     include_dirs=[INCLUDE, os.path.join(CORE, "src"), *_ssl_include],
     library_dirs=_ssl_libdirs,
-    libraries=["crypto"],
+    libraries=["crypto", *(["IPSec_MB"] if IPSEC_MB else [])],
+    define_macros=[("PE_HAVE_IPSEC_MB", None)] if IPSEC_MB else [],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-unused-parameter", "-pthread"]
     + (os.environ.get("PE_EXTRA_CFLAGS", "").split()),
     extra_link_args=["-pthread"] + os.environ.get("PE_EXTRA_LDFLAGS", "").split(),

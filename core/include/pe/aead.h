@@ -1,10 +1,12 @@
 /*
- * AEAD over OpenSSL EVP, shared by PSP, EESP and ESP.
+ * AEAD shared by PSP, EESP and ESP, on the crypto backend of pe/backend.h.
  *
  * A pe_aead holds one cipher context with the key already scheduled; each
  * packet only sets the nonce, so the per-packet cost is one AEAD pass and no
  * allocation.  A context serves one direction (seal or open) and one thread.
- * Tags are verified by OpenSSL (constant time), never by memcmp.
+ * Tags are compared in constant time (OpenSSL's own check, or CRYPTO_memcmp
+ * over the tag ipsec-mb computed), never by memcmp; a failed check wipes the
+ * plaintext output on both backends and leaves no error behind.
  */
 #ifndef PE_AEAD_H
 #define PE_AEAD_H
@@ -12,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pe/backend.h"
 #include "pe/status.h"
 
 #ifdef __cplusplus
@@ -45,10 +48,20 @@ typedef struct pe_aead {
      */
     uint8_t fixed[4];
     int fixed_set;
+    void *imb; /* the ipsec-mb key state (aead_imb.c) when that backend holds the key; NULL on OpenSSL */
 } pe_aead;
 
 pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
                        size_t key_len, size_t tag_len);
+/*
+ * The same on a chosen backend (pe_aead_init takes pe_backend_current()), for
+ * tests that hold the two equal.  A key ipsec-mb has no code for (AES-192-CCM)
+ * goes to OpenSSL; PE_ERR_UNSUPPORTED when the backend is not available here.
+ */
+pe_status pe_aead_init_on(pe_aead *a, pe_backend backend, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
+                          size_t key_len, size_t tag_len);
+/* The backend that holds the context's key. */
+pe_backend pe_aead_backend(const pe_aead *a);
 /*
  * A new key of the same length for an initialised context: no allocation and
  * no cipher fetch, for receivers that try keys they may not keep.
@@ -76,7 +89,7 @@ pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
 #define PE_AEAD_MAX_PT_PARTS 3
 pe_status pe_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                          const pe_iov *pt, size_t n_pt, uint8_t *ct, uint8_t *tag);
-/* pt may equal ct.  PE_ERR_AUTH when the tag does not verify (pt contents then undefined). */
+/* pt may equal ct.  PE_ERR_AUTH when the tag does not verify: the len octets at pt are then wiped. */
 pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                        const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt);
 

@@ -8,6 +8,9 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
+#include "pe/wipe.h"
+
+#include "aead_imb.h"
 #include "evp_cache.h"
 
 /* CCM takes its AAD in one call, so split AAD is gathered here first. */
@@ -35,8 +38,8 @@ static int set_key(EVP_CIPHER_CTX *ctx, const pe_aead *a, const uint8_t *key)
     return EVP_CipherInit_ex2(ctx, NULL, key, NULL, (int)a->dir, NULL) == 1;
 }
 
-pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
-                       size_t key_len, size_t tag_len)
+pe_status pe_evp_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key, size_t key_len,
+                           size_t tag_len)
 {
     memset(a, 0, sizeof *a);
     const char *name = pe_evp_cipher_name(alg, key_len);
@@ -76,8 +79,46 @@ fail:
     return PE_ERR_CRYPTO_BACKEND;
 }
 
+pe_status pe_aead_init_on(pe_aead *a, pe_backend backend, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key,
+                          size_t key_len, size_t tag_len)
+{
+    memset(a, 0, sizeof *a);
+    if (!pe_backend_available(backend))
+        return PE_ERR_UNSUPPORTED;
+    if (backend == PE_BACKEND_OPENSSL)
+        return pe_evp_aead_init(a, alg, dir, key, key_len, tag_len);
+    if (!pe_evp_cipher_name(alg, key_len))
+        return PE_ERR_KEY_LENGTH;
+    if (!tag_len_ok(alg, tag_len))
+        return PE_ERR_INVALID_ARGUMENT;
+    a->alg = alg;
+    a->dir = dir;
+    a->key_len = key_len;
+    a->tag_len = tag_len;
+    a->nonce_len = alg == PE_AEAD_AES_CCM ? 11 : 12;
+    pe_status st = pe_imb_aead_key(a, key);
+    if (st == PE_ERR_UNSUPPORTED)
+        return pe_evp_aead_init(a, alg, dir, key, key_len, tag_len);
+    if (st != PE_OK)
+        memset(a, 0, sizeof *a);
+    return st;
+}
+
+pe_status pe_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key, size_t key_len,
+                       size_t tag_len)
+{
+    return pe_aead_init_on(a, pe_backend_current(), alg, dir, key, key_len, tag_len);
+}
+
+pe_backend pe_aead_backend(const pe_aead *a)
+{
+    return a->imb ? PE_BACKEND_IPSEC_MB : PE_BACKEND_OPENSSL;
+}
+
 pe_status pe_aead_rekey(pe_aead *a, const uint8_t *key, size_t key_len)
 {
+    if (a->imb && key_len == a->key_len)
+        return pe_imb_aead_rekey(a, key);
     if (!a->ctx || key_len != a->key_len)
         return PE_ERR_INVALID_ARGUMENT;
     if (a->fixed_set > 0)
@@ -88,6 +129,8 @@ pe_status pe_aead_rekey(pe_aead *a, const uint8_t *key, size_t key_len)
 pe_status pe_aead_dup(const pe_aead *src, pe_aead *dst)
 {
     memset(dst, 0, sizeof *dst);
+    if (src->imb)
+        return pe_imb_aead_dup(src, dst);
     if (!src->ctx)
         return PE_ERR_INVALID_ARGUMENT;
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
@@ -104,6 +147,7 @@ pe_status pe_aead_dup(const pe_aead *src, pe_aead *dst)
 
 void pe_aead_free(pe_aead *a)
 {
+    pe_imb_aead_free(a);
     /* EVP_CIPHER_CTX_free cleanses the key schedule. */
     EVP_CIPHER_CTX_free((EVP_CIPHER_CTX *)a->ctx);
     memset(a, 0, sizeof *a);
@@ -258,11 +302,13 @@ static pe_status ccm_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, s
 pe_status pe_aead_seal(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size_t n_aad,
                        const uint8_t *pt, size_t len, uint8_t *ct, uint8_t *tag)
 {
-    if (a->dir != PE_AEAD_SEAL || !a->ctx || len > (size_t)INT32_MAX)
+    if (a->dir != PE_AEAD_SEAL || !(a->ctx || a->imb) || len > (size_t)INT32_MAX)
         return PE_ERR_INVALID_ARGUMENT;
+    pe_iov part = {pt, len};
+    if (a->imb)
+        return pe_imb_aead_seal_v(a, nonce, aad, n_aad, &part, 1, len, ct, tag);
     if (a->alg == PE_AEAD_AES_CCM)
         return ccm_seal(a, nonce, aad, n_aad, pt, len, ct, tag);
-    pe_iov part = {pt, len};
     return stream_seal(a->ctx, a->tag_len, nonce, aad, n_aad, &part, 1, len, ct, tag);
 }
 
@@ -286,8 +332,10 @@ pe_status pe_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, si
         }
         return pe_aead_seal(a, nonce, aad, n_aad, ct, len, ct, tag);
     }
-    if (!a->ctx || len > (size_t)INT32_MAX)
+    if (!(a->ctx || a->imb) || len > (size_t)INT32_MAX)
         return PE_ERR_INVALID_ARGUMENT;
+    if (a->imb)
+        return pe_imb_aead_seal_v(a, nonce, aad, n_aad, pt, n_pt, len, ct, tag);
     return stream_seal(a->ctx, a->tag_len, nonce, aad, n_aad, pt, n_pt, len, ct, tag);
 }
 
@@ -295,8 +343,10 @@ pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
                        const uint8_t *ct, size_t len, const uint8_t *tag, uint8_t *pt)
 {
     EVP_CIPHER_CTX *ctx = a->ctx;
-    if (a->dir != PE_AEAD_OPEN || !ctx || len > (size_t)INT32_MAX)
+    if (a->dir != PE_AEAD_OPEN || !(ctx || a->imb) || len > (size_t)INT32_MAX)
         return PE_ERR_INVALID_ARGUMENT;
+    if (a->imb)
+        return pe_imb_aead_open(a, nonce, aad, n_aad, ct, len, tag, pt);
     int outl = 0, finl = 0;
     if (a->alg == PE_AEAD_AES_CCM) {
         pe_status st = ccm_begin(a, nonce, aad, n_aad, len, tag);
@@ -311,6 +361,8 @@ pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
         ERR_set_mark();
         int ok = EVP_CipherUpdate(ctx, len ? pt : none, &outl, len ? ct : none, (int)len) == 1;
         ERR_pop_to_mark();
+        if (!ok && len)
+            pe_wipe(pt, len);
         return ok ? PE_OK : PE_ERR_AUTH;
     }
     /* As stream_seal: straight to EVP_Decrypt*, the nonce, AAD, payload, then the tag checked by final. */
@@ -325,7 +377,10 @@ pe_status pe_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, size
     if (!set_tag(ctx, tag, a->tag_len))
         return PE_ERR_CRYPTO_BACKEND;
     uint8_t none[16];
-    if (EVP_DecryptFinal_ex(ctx, len ? pt + outl : none, &finl) != 1)
+    if (EVP_DecryptFinal_ex(ctx, len ? pt + outl : none, &finl) != 1) {
+        if (len)
+            pe_wipe(pt, len);
         return PE_ERR_AUTH;
+    }
     return PE_OK;
 }

@@ -189,7 +189,7 @@ pe_status pe_keytable_stage(pe_keytable *t, uint64_t id, pe_aead_alg alg, pe_aea
     pe_key_slot *p = &t->pending;
     pe_aead a = p->aead;
     pe_status st;
-    if (a.ctx && a.alg == alg && a.dir == dir && a.key_len == key_len && a.tag_len == tag_len) {
+    if ((a.ctx || a.imb) && a.alg == alg && a.dir == dir && a.key_len == key_len && a.tag_len == tag_len) {
         st = pe_aead_rekey(&a, key, key_len);
     } else {
         pe_aead_free(&a);

@@ -1,0 +1,188 @@
+#include "pe/backend.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "imb.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_int current = PE_BACKEND_OPENSSL;
+static const char *imb_absent = "intel-ipsec-mb: not built in (no intel-ipsec-mb.h when the core was compiled)";
+static char imb_text[96], openssl_text[96], version_text[PE_BACKEND_COUNT][320];
+static int env_forced_openssl;
+
+#ifdef PE_HAVE_IPSEC_MB
+static IMB_MGR *direct;
+static pthread_key_t jobs_key;
+static int jobs_key_ok;
+
+static const char *arch_name(IMB_ARCH arch)
+{
+    switch (arch) {
+    case IMB_ARCH_NOAESNI: return "no-aesni";
+    case IMB_ARCH_SSE: return "sse";
+    case IMB_ARCH_AVX: return "avx";
+    case IMB_ARCH_AVX2: return "avx2";
+    case IMB_ARCH_AVX512: return "avx512";
+    default: return "none";
+    }
+}
+
+static void free_jobs(void *mgr)
+{
+    free_mb_mgr(mgr);
+}
+
+/* A manager on the best code path for this CPU; NULL when that path has no AES-NI (ipsec-mb would emulate it). */
+static IMB_MGR *new_mgr(IMB_ARCH *arch)
+{
+    IMB_MGR *m = alloc_mb_mgr(0);
+    IMB_ARCH a = IMB_ARCH_NONE;
+    if (!m)
+        return NULL;
+    init_mb_mgr_auto(m, &a);
+    if (imb_get_errno(m) != 0 || a < IMB_ARCH_SSE) {
+        free_mb_mgr(m);
+        return NULL;
+    }
+    if (arch)
+        *arch = a;
+    return m;
+}
+#endif
+
+static void find(void)
+{
+    snprintf(openssl_text, sizeof openssl_text, "%s", OpenSSL_version(OPENSSL_VERSION));
+    const char *why_not = imb_absent;
+#ifdef PE_HAVE_IPSEC_MB
+    IMB_ARCH arch = IMB_ARCH_NONE;
+    direct = new_mgr(&arch);
+    jobs_key_ok = direct && pthread_key_create(&jobs_key, free_jobs) == 0;
+    if (direct && !jobs_key_ok) {
+        free_mb_mgr(direct);
+        direct = NULL;
+    }
+    snprintf(imb_text, sizeof imb_text, "intel-ipsec-mb %s (%s)", imb_get_version_str(),
+             direct ? arch_name(arch) : "no AES-NI here");
+    why_not = imb_text;
+#else
+    snprintf(imb_text, sizeof imb_text, "%s", imb_absent);
+#endif
+    int imb_ok = 0;
+#ifdef PE_HAVE_IPSEC_MB
+    imb_ok = direct != NULL; /* not pe_backend_available: that waits for this very once */
+#endif
+    const char *env = getenv("PE_CRYPTO_BACKEND");
+    env_forced_openssl = env && strcmp(env, "openssl") == 0;
+    atomic_store(&current, imb_ok && !env_forced_openssl ? PE_BACKEND_IPSEC_MB : PE_BACKEND_OPENSSL);
+    snprintf(version_text[PE_BACKEND_IPSEC_MB], sizeof version_text[0],
+             "crypto backend ipsec-mb: %s for the AEADs; %s for the rest", imb_text, openssl_text);
+    const char *reason = env_forced_openssl ? "PE_CRYPTO_BACKEND=openssl"
+                         : imb_ok ? "chosen by pe_backend_set"
+                                                                     : why_not;
+    snprintf(version_text[PE_BACKEND_OPENSSL], sizeof version_text[0], "crypto backend openssl: %s (ipsec-mb not used: %s)",
+             openssl_text, reason);
+}
+
+static void ready(void)
+{
+    pthread_once(&once, find);
+}
+
+int pe_backend_built(pe_backend b)
+{
+#ifdef PE_HAVE_IPSEC_MB
+    return b == PE_BACKEND_OPENSSL || b == PE_BACKEND_IPSEC_MB;
+#else
+    return b == PE_BACKEND_OPENSSL;
+#endif
+}
+
+int pe_backend_available(pe_backend b)
+{
+    if (b == PE_BACKEND_OPENSSL)
+        return 1;
+#ifdef PE_HAVE_IPSEC_MB
+    return b == PE_BACKEND_IPSEC_MB && pe_imb_direct() != NULL;
+#else
+    return 0;
+#endif
+}
+
+pe_backend pe_backend_current(void)
+{
+    ready();
+    return (pe_backend)atomic_load(&current);
+}
+
+pe_status pe_backend_set(pe_backend b)
+{
+    ready();
+    if (!pe_backend_available(b))
+        return PE_ERR_UNSUPPORTED;
+    atomic_store(&current, b);
+    return PE_OK;
+}
+
+const char *pe_backend_name(pe_backend b)
+{
+    switch (b) {
+    case PE_BACKEND_OPENSSL: return "openssl";
+    case PE_BACKEND_IPSEC_MB: return "ipsec-mb";
+    }
+    return NULL;
+}
+
+const char *pe_backend_describe(pe_backend b)
+{
+    ready();
+    switch (b) {
+    case PE_BACKEND_OPENSSL: return openssl_text;
+    case PE_BACKEND_IPSEC_MB: return imb_text;
+    }
+    return NULL;
+}
+
+const char *pe_version(void)
+{
+    return version_text[pe_backend_current()];
+}
+
+#ifdef PE_HAVE_IPSEC_MB
+IMB_MGR *pe_imb_direct(void)
+{
+    ready();
+    return direct;
+}
+
+IMB_MGR *pe_imb_jobs(void)
+{
+    if (!pe_imb_direct())
+        return NULL;
+    IMB_MGR *m = pthread_getspecific(jobs_key);
+    if (!m) {
+        m = new_mgr(NULL);
+        if (m && pthread_setspecific(jobs_key, m) != 0) {
+            free_mb_mgr(m);
+            m = NULL;
+        }
+    }
+    return m;
+}
+
+int pe_imb_run_one(IMB_MGR *mgr, IMB_JOB *job)
+{
+    /* The queue is empty between calls, so the one job a flush hands back is this one. */
+    IMB_JOB *done = IMB_SUBMIT_JOB(mgr);
+    while (done != job)
+        if (!(done = IMB_FLUSH_JOB(mgr)))
+            return 0;
+    return job->status == IMB_STATUS_COMPLETED;
+}
+#endif
