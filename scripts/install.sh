@@ -19,6 +19,8 @@ APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cma
               debootstrap rsync
               # tests/indep_readers.py: libpcap (through ctypes) as one of the readers that check our captures
               libpcap0.8)
+# The fast crypto backend (pe/backend.h); Debian builds intel-ipsec-mb for amd64 only, elsewhere OpenSSL does it all.
+[[ "$(dpkg --print-architecture)" == amd64 ]] && APT_PACKAGES+=(libipsec-mb-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
