@@ -428,9 +428,15 @@ ALLOWED_COMPARISONS = {
     ("dissectors/plugin/packet-eesp.c", "memcmp", "x->dst, y->dst"): "destination address lookup",
     ("dissectors/plugin/packet-eesp.c", "strcmp", 'esp_sa->fields[c].name, "spi"'): "Wireshark's esp_sa column names",
     ("dissectors/plugin/packet-eesp.c", "strcmp", 'row, "*"'): "an esp_sa SPI wildcard (a public header field)",
+    ("core/src/crypto/backend.c", "strcmp", 'env, "openssl"'): "the PE_CRYPTO_BACKEND environment variable",
     ("core/src/crypto/aead.c", "CRYPTO_memcmp", "a->fixed, nonce"):
         "an AES-GCM nonce's fixed field (salt or SPI) against the context's; constant time: a salt is key material",
 }
+
+
+# The crypto layer's files that verify a tag they computed themselves (ipsec-mb computes a tag and leaves the
+# comparison to its caller): there, and only with CRYPTO_memcmp, a tag comparison is the check itself.
+TAG_VERIFIERS = {"core/src/crypto/aead_imb.c"}
 
 
 def _c_sources():
@@ -476,6 +482,8 @@ def test_no_memcmp_or_strcmp_on_tags_anywhere_in_c():
             args = _call_args(src, m.end())
             key = (rel, m.group(1), _first_two(args))
             code = re.sub(r'"(\\.|[^"\\])*"', '""', args)  # identifiers only, not string literals
+            if rel in TAG_VERIFIERS and m.group(1) == "CRYPTO_memcmp":
+                continue
             assert not TAG_WORDS.search(code), f"{rel}: {m.group(1)}({args}) compares a tag: leave that to OpenSSL"
             found[key] = args
     unknown = sorted(set(found) - set(ALLOWED_COMPARISONS))
@@ -505,16 +513,23 @@ def test_tags_are_verified_by_openssl_aead_final():
     assert "OSSL_CIPHER_PARAM_AEAD_TAG" in set_tag and "set_octets(" in set_tag
     assert "EVP_CIPHER_CTX_set_params(" in _function_body(src, "set_octets")
     assert "set_tag(ctx, tag," in body and re.search(r"EVP_(Cipher|Decrypt)Final_ex", body)
-    assert re.search(r"EVP_(Cipher|Decrypt)Final_ex\([^;]*\)\s*!=\s*1\)\s*return PE_ERR_AUTH", body)
+    assert re.search(r"EVP_(Cipher|Decrypt)Final_ex\([^;]*\)\s*!=\s*1\)\s*\{\s*if \(len\)\s*pe_wipe\(pt, len\);\s*"
+                     r"return PE_ERR_AUTH;", body)
     # CCM: the tag is set before the payload pass (in ccm_begin()), which verifies it.
     begin = _function_body(src, "ccm_begin")
     assert "set_tag(ctx, tag," in begin and "PE_AEAD_OPEN" in begin
     assert re.search(r"int ok = EVP_CipherUpdate\([^;]*\)\s*==\s*1;", body)
-    assert re.search(r"return ok \? PE_OK : PE_ERR_AUTH;", body)
-    # The only place that decides "authentication failed" is pe_aead_open.
+    assert re.search(r"if \(!ok && len\)\s*pe_wipe\(pt, len\);\s*return ok \? PE_OK : PE_ERR_AUTH;", body)
+    # The only places that decide "authentication failed" are pe_aead_open and the verifiers it dispatches to,
+    # which compare in constant time and wipe what they decrypted.
+    for rel in TAG_VERIFIERS:
+        text = _strip_comments((ROOT / rel).read_text())
+        for m in re.finditer(r"return\s+PE_ERR_AUTH\b", text):
+            before = text[max(0, m.start() - 400) : m.start()]
+            assert "CRYPTO_memcmp(" in before and "pe_wipe(" in before, f"{rel}: PE_ERR_AUTH without the check and wipe"
     for path in sorted((ROOT / "core/src").rglob("*.c")):
         text = _strip_comments(path.read_text())
-        if path.name != "aead.c":
+        if path.name != "aead.c" and path.relative_to(ROOT).as_posix() not in TAG_VERIFIERS:
             assert not re.search(r"return\s+PE_ERR_AUTH\b", text), f"{path.name} decides an ICV outside pe_aead_open"
     # Receivers verify with pe_aead_open and never recompute a tag to compare it.
     for fname, func in (("psp.c", "pe_psp_open"), ("eesp_rx.c", "open_eesp")):
