@@ -19,6 +19,12 @@ cmake -S core -B build/core -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/core -j "$JOBS" >/dev/null
 ctest --test-dir build/core --output-on-failure
 
+step "C core: unit tests with OpenSSL as the only backend (forced at run time, and built without intel-ipsec-mb)"
+PE_CRYPTO_BACKEND=openssl ctest --test-dir build/core --output-on-failure
+cmake -S core -B build/core-openssl -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_IPSEC_MB=OFF >/dev/null
+cmake --build build/core-openssl -j "$JOBS" >/dev/null
+ctest --test-dir build/core-openssl --output-on-failure
+
 step "C core: unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S core -B build/core-asan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=ON >/dev/null
 cmake --build build/core-asan -j "$JOBS" >/dev/null
