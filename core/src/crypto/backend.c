@@ -82,7 +82,7 @@ static void find(void)
     env_forced_openssl = env && strcmp(env, "openssl") == 0;
     atomic_store(&current, imb_ok && !env_forced_openssl ? PE_BACKEND_IPSEC_MB : PE_BACKEND_OPENSSL);
     snprintf(version_text[PE_BACKEND_IPSEC_MB], sizeof version_text[0],
-             "crypto backend ipsec-mb: %s for the AEADs; %s for the rest", imb_text, openssl_text);
+             "crypto backend ipsec-mb: %s for the AEADs, AES-CMAC (PSP KDF) and HMAC-SHA-256 (HKDF); %s for the rest", imb_text, openssl_text);
     const char *reason = env_forced_openssl ? "PE_CRYPTO_BACKEND=openssl"
                          : imb_ok ? "chosen by pe_backend_set"
                                                                      : why_not;

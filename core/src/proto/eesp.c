@@ -136,6 +136,8 @@ pe_status pe_eesp_sa_init(eesp_sa *sa, const pe_eesp_sa_config *c, pe_aead_dir d
     sa->dir = dir;
     sa->subs.lru = 1;
     sa->subs.limit = c->max_live_sub_sas ? c->max_live_sub_sas : PE_EESP_DEFAULT_MAX_LIVE_SUB_SAS;
+    if (sa->sskdf != PE_SSKDF_NONE)
+        return pe_hkdf_prk_new(pe_eesp_sskdf_hash(sa->sskdf), sa->key, sa->key_len, &sa->root);
     return PE_OK;
 }
 
@@ -144,6 +146,7 @@ void pe_eesp_sa_free(void *p)
 {
     eesp_sa *sa = p;
     pe_keytable_free(&sa->subs);
+    pe_hkdf_prk_free(sa->root);
     free(sa->last_seq);
     pe_wipe(sa, sizeof *sa);
 }
@@ -156,7 +159,9 @@ static pe_status sub_sa_keymat(const eesp_sa *sa, uint16_t sid, uint8_t keymat[K
         memcpy(keymat, sa->key, keymat_len);
         return PE_OK;
     }
-    return pe_eesp_derive_sub_sa_key(sa->sskdf, sa->key, sa->key_len, sid, keymat, keymat_len);
+    uint8_t info[2];
+    sub_sa_info(sid, info);
+    return pe_hkdf_expand_keyed(sa->root, info, sizeof info, keymat, keymat_len);
 }
 
 /*
@@ -231,5 +236,11 @@ pe_status pe_eesp_sa_clone(void *d, const void *s)
     const eesp_sa *src = s;
     *dst = *src;
     dst->last_seq = NULL; /* the original's: counters and window tops stay with it */
-    return pe_keytable_clone(&dst->subs, &src->subs, 0);
+    dst->root = NULL;
+    pe_status st = src->root ? pe_hkdf_prk_dup(src->root, &dst->root) : PE_OK;
+    if (st == PE_OK && (st = pe_keytable_clone(&dst->subs, &src->subs, 0)) != PE_OK) {
+        pe_hkdf_prk_free(dst->root);
+        dst->root = NULL;
+    }
+    return st;
 }

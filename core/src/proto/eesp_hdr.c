@@ -46,11 +46,15 @@ pe_status pe_eesp_derive_sub_sa_key(pe_eesp_sskdf sskdf, const uint8_t *root, si
     if (root_len != nk)
         return PE_ERR_KEY_LENGTH;
     uint8_t info[2];
-    pe_put16(info, session_id); /* D4: 2 octets, big-endian */
-    pe_hash h = sskdf == PE_SSKDF_HKDF_SHA2_256 ? PE_HASH_SHA256
-              : sskdf == PE_SSKDF_HKDF_SHA2_384 ? PE_HASH_SHA384
-                                                 : PE_HASH_SHA512;
-    return pe_hkdf_expand(h, root, root_len, info, sizeof info, out, out_len);
+    sub_sa_info(session_id, info);
+    return pe_hkdf_expand(pe_eesp_sskdf_hash(sskdf), root, root_len, info, sizeof info, out, out_len);
+}
+
+pe_hash pe_eesp_sskdf_hash(pe_eesp_sskdf sskdf)
+{
+    return sskdf == PE_SSKDF_HKDF_SHA2_256 ? PE_HASH_SHA256
+         : sskdf == PE_SSKDF_HKDF_SHA2_384 ? PE_HASH_SHA384
+                                            : PE_HASH_SHA512;
 }
 
 /* Every TLV must end within Opt Len; checked over the whole area before any option's content (§16 step 4). */

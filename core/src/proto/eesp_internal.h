@@ -11,7 +11,9 @@
 
 #include "ipsec_internal.h"
 #include "keytable.h"
+#include "pe/bytes.h"
 #include "pe/eesp.h"
+#include "pe/kdf.h"
 
 /* Step 2: 8 octets, ESP-compat bit, version, R bits. */
 pe_status pe_eesp_base_parse(const uint8_t *buf, size_t len, pe_eesp_hdr *h);
@@ -26,6 +28,7 @@ typedef struct eesp_sa {
     pe_eesp_sskdf sskdf;
     uint8_t key[ROOT_MAX]; /* key || salt without SSKDF, else the root key */
     size_t key_len;
+    pe_hkdf_prk *root; /* with an SSKDF: the root key made ready, so a Sub SA's derivation does no HMAC set-up */
     pe_eesp_mode mode;
     pe_eesp_format format;
     int seq_present;
@@ -55,6 +58,14 @@ pe_status pe_eesp_sa_clone(void *d, const void *s);
 pe_status pe_eesp_keep_sub_sa(eesp_sa *sa, pe_key_slot **slot);
 pe_status pe_eesp_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out);
 pe_status pe_eesp_rx_sub_sa(eesp_sa *sa, uint16_t sid, pe_key_slot **out, int *staged);
+/* The SSKDF's hash (an SSKDF with a root length: eesp_hdr.c). */
+pe_hash pe_eesp_sskdf_hash(pe_eesp_sskdf sskdf);
+
+/* §12, D4: HKDF-Expand's info is the Session ID, 2 octets big-endian. */
+static inline void sub_sa_info(uint16_t sid, uint8_t info[2])
+{
+    pe_put16(info, sid);
+}
 
 /* D6, D9: without an SSKDF only Session ID 0 exists; with one, the announced maximum. */
 static inline pe_status check_sub_sa_id(const eesp_sa *sa, uint32_t sid)

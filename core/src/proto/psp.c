@@ -7,6 +7,7 @@
 #include "pe/kdf.h"
 #include "pe/psp.h"
 #include "pe/wipe.h"
+#include "psp_internal.h"
 
 /* ------------------------------------------------------------------ sending */
 
@@ -421,8 +422,8 @@ pe_status pe_psp_tx_clone(const pe_psp_tx *tx, pe_psp_tx **out)
 #define RX_SCRATCH_LEN (PE_IP_MAX_LEN + 64u)
 
 struct pe_psp_rx {
-    uint8_t master_key[2][32];
-    int has_master_key[2];
+    uint8_t master_key[2][32];     /* for pe_psp_rx_clone */
+    pe_kdf_cmac_key *kdf_key[2];   /* the same, made ready for a derivation per SPI; NULL: none */
     uint32_t kdf_labels[4];
     unsigned versions;
     uint16_t udp_dport;
@@ -454,9 +455,13 @@ pe_status pe_psp_rx_new(const pe_psp_rx_config *cfg, pe_psp_rx **out)
     }
     const uint8_t *mk[2] = {cfg->master_key0, cfg->master_key1};
     for (int i = 0; i < 2; i++) {
-        if (mk[i]) {
-            memcpy(rx->master_key[i], mk[i], 32);
-            rx->has_master_key[i] = 1;
+        if (!mk[i])
+            continue;
+        memcpy(rx->master_key[i], mk[i], 32);
+        pe_status st = pe_kdf_cmac_key_new(mk[i], &rx->kdf_key[i]);
+        if (st != PE_OK) {
+            pe_psp_rx_free(rx);
+            return st;
         }
     }
     memcpy(rx->kdf_labels, cfg->kdf_labels, sizeof rx->kdf_labels);
@@ -474,6 +479,8 @@ void pe_psp_rx_free(pe_psp_rx *rx)
         return;
     pe_keytable_free(&rx->user_keys);
     pe_keytable_free(&rx->cache);
+    pe_kdf_cmac_key_free(rx->kdf_key[0]);
+    pe_kdf_cmac_key_free(rx->kdf_key[1]);
     free(rx->scratch);
     pe_wipe(rx, sizeof *rx);
     free(rx);
@@ -483,8 +490,8 @@ pe_status pe_psp_rx_clone(const pe_psp_rx *rx, pe_psp_rx **out)
 {
     pe_psp_rx_config cfg;
     pe_psp_rx_config_init(&cfg);
-    cfg.master_key0 = rx->has_master_key[0] ? rx->master_key[0] : NULL;
-    cfg.master_key1 = rx->has_master_key[1] ? rx->master_key[1] : NULL;
+    cfg.master_key0 = rx->kdf_key[0] ? rx->master_key[0] : NULL;
+    cfg.master_key1 = rx->kdf_key[1] ? rx->master_key[1] : NULL;
     memcpy(cfg.kdf_labels, rx->kdf_labels, sizeof cfg.kdf_labels);
     cfg.versions = rx->versions;
     cfg.udp_dport = rx->udp_dport;
@@ -553,11 +560,11 @@ static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead *
         return PE_OK;
     }
     int phase = (spi & PE_PSP_SPI_KEY_PHASE) ? 1 : 0;
-    if (!rx->has_master_key[phase])
+    if (!rx->kdf_key[phase])
         return PE_ERR_NO_KEY;
     uint8_t key[32];
     size_t key_len = pe_psp_key_len(version);
-    pe_status st = pe_psp_derive_key(rx->master_key[phase], spi, version, rx->kdf_labels[version], key, key_len);
+    pe_status st = pe_psp_derive_key_keyed(rx->kdf_key[phase], spi, version, rx->kdf_labels[version], key, key_len);
     if (st == PE_OK)
         st = pe_keytable_stage(&rx->cache, id, PE_AEAD_AES_GCM, PE_AEAD_OPEN, key, key_len, PE_PSP_ICV_LEN, &slot);
     pe_wipe(key, sizeof key);

@@ -4,6 +4,7 @@
 #include "pe/ip.h"
 #include "pe/kdf.h"
 #include "pe/psp.h"
+#include "psp_internal.h"
 
 /* §3: crypto versions 0-3. */
 static const pe_psp_version_info versions[] = {
@@ -97,13 +98,29 @@ uint32_t pe_psp_kdf_label(unsigned version)
     return 0x50763000u | ((uint32_t)(version & 0xf) << 8);
 }
 
-pe_status pe_psp_derive_key(const uint8_t master_key[32], uint32_t spi, unsigned version,
-                            uint32_t label, uint8_t *out, size_t out_len)
+/* psp.md §5: the key length the version takes, and the label it uses unless one is configured. */
+static pe_status kdf_inputs(unsigned version, uint32_t *label, size_t out_len)
 {
     size_t need = pe_psp_key_len(version);
     if (!need)
         return PE_ERR_PSP_VERSION;
     if (out_len != need)
         return PE_ERR_KEY_LENGTH;
-    return pe_kdf_ctr_cmac_aes256(master_key, label ? label : pe_psp_kdf_label(version), spi, out, out_len);
+    if (!*label)
+        *label = pe_psp_kdf_label(version);
+    return PE_OK;
+}
+
+pe_status pe_psp_derive_key(const uint8_t master_key[32], uint32_t spi, unsigned version,
+                            uint32_t label, uint8_t *out, size_t out_len)
+{
+    pe_status st = kdf_inputs(version, &label, out_len);
+    return st != PE_OK ? st : pe_kdf_ctr_cmac_aes256(master_key, label, spi, out, out_len);
+}
+
+pe_status pe_psp_derive_key_keyed(pe_kdf_cmac_key *master_key, uint32_t spi, unsigned version, uint32_t label,
+                                  uint8_t *out, size_t out_len)
+{
+    pe_status st = kdf_inputs(version, &label, out_len);
+    return st != PE_OK ? st : pe_kdf_ctr_cmac_keyed(master_key, label, spi, out, out_len);
 }
