@@ -10,6 +10,7 @@
  */
 #include "aead_imb.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,13 +38,35 @@ typedef struct gcm_fns {
 } gcm_fns;
 
 typedef struct imb_key {
-    struct gcm_key_data gcm __attribute__((aligned(64)));
-    uint32_t ccm_enc[4 * 15] __attribute__((aligned(16)));
-    uint32_t ccm_dec[4 * 15] __attribute__((aligned(16)));
+    union {
+        struct gcm_key_data gcm; /* GCM and GMAC: round keys and GHASH table */
+        struct {
+            uint32_t enc[4 * 15] __attribute__((aligned(16)));
+            uint32_t dec[4 * 15] __attribute__((aligned(16)));
+        } ccm;
+    } u;
     uint8_t key[32]; /* ChaCha20's key, and the fallback's */
     gcm_fns gcm_fn;
-    pe_aead evp; /* OpenSSL with the same key, for what ipsec-mb cannot take; made on first need */
+    pe_aead evp;     /* OpenSSL with the same key, for what ipsec-mb cannot take; made on first need */
+    void *block;     /* what malloc gave: a cold key pays malloc, not aligned_alloc's slower path */
 } imb_key;
+
+static imb_key *new_key(void)
+{
+    void *block = malloc(sizeof(imb_key) + 63);
+    if (!block)
+        return NULL;
+    imb_key *k = (imb_key *)(((uintptr_t)block + 63) & ~(uintptr_t)63);
+    k->block = block;
+    return k;
+}
+
+static void free_key(imb_key *k)
+{
+    void *block = k->block;
+    pe_wipe(k, sizeof *k);
+    free(block);
+}
 
 static gcm_fns gcm_for(const IMB_MGR *m, size_t key_len)
 {
@@ -75,11 +98,11 @@ static void schedule(imb_key *k, const pe_aead *a, IMB_MGR *m, const uint8_t *ke
     memcpy(k->key, key, a->key_len);
     if (a->alg == PE_AEAD_AES_GCM) {
         k->gcm_fn = gcm_for(m, a->key_len);
-        k->gcm_fn.pre(key, &k->gcm);
+        k->gcm_fn.pre(key, &k->u.gcm);
     } else if (a->alg == PE_AEAD_AES_CCM && a->key_len == 16) {
-        IMB_AES_KEYEXP_128(m, key, k->ccm_enc, k->ccm_dec);
+        IMB_AES_KEYEXP_128(m, key, k->u.ccm.enc, k->u.ccm.dec);
     } else if (a->alg == PE_AEAD_AES_CCM) {
-        IMB_AES_KEYEXP_256(m, key, k->ccm_enc, k->ccm_dec);
+        IMB_AES_KEYEXP_256(m, key, k->u.ccm.enc, k->u.ccm.dec);
     }
 }
 
@@ -88,10 +111,10 @@ pe_status pe_imb_aead_key(pe_aead *a, const uint8_t *key)
     IMB_MGR *m = pe_imb_direct();
     if (!m || !imb_has(a))
         return PE_ERR_UNSUPPORTED;
-    imb_key *k = aligned_alloc(64, (sizeof(imb_key) + 63) / 64 * 64);
+    imb_key *k = new_key();
     if (!k)
         return PE_ERR_NOMEM;
-    memset(k, 0, sizeof *k);
+    memset(&k->evp, 0, sizeof k->evp);
     schedule(k, a, m, key);
     a->imb = k;
     return PE_OK;
@@ -112,10 +135,12 @@ pe_status pe_imb_aead_rekey(pe_aead *a, const uint8_t *key)
 pe_status pe_imb_aead_dup(const pe_aead *src, pe_aead *dst)
 {
     const imb_key *s = src->imb;
-    imb_key *k = aligned_alloc(64, (sizeof(imb_key) + 63) / 64 * 64);
+    imb_key *k = new_key();
     if (!k)
         return PE_ERR_NOMEM;
+    void *block = k->block;
     memcpy(k, s, sizeof *k);
+    k->block = block;
     memset(&k->evp, 0, sizeof k->evp); /* the copy makes its own OpenSSL context when it needs one */
     *dst = *src;
     dst->imb = k;
@@ -128,8 +153,7 @@ void pe_imb_aead_free(pe_aead *a)
     if (!k)
         return;
     pe_aead_free(&k->evp);
-    pe_wipe(k, sizeof *k);
-    free(k);
+    free_key(k);
     a->imb = NULL;
 }
 
@@ -165,11 +189,11 @@ static void gmac(const imb_key *k, const uint8_t *nonce, const pe_iov *aad, size
                  size_t tag_len)
 {
     struct gcm_context_data ctx;
-    k->gcm_fn.gmac_init(&k->gcm, &ctx, nonce, 12);
+    k->gcm_fn.gmac_init(&k->u.gcm, &ctx, nonce, 12);
     for (size_t i = 0; i < n_aad; i++)
         if (aad[i].len)
-            k->gcm_fn.gmac_update(&k->gcm, &ctx, aad[i].base, aad[i].len);
-    k->gcm_fn.gmac_final(&k->gcm, &ctx, tag, tag_len);
+            k->gcm_fn.gmac_update(&k->u.gcm, &ctx, aad[i].base, aad[i].len);
+    k->gcm_fn.gmac_final(&k->u.gcm, &ctx, tag, tag_len);
 }
 
 /* CCM, one job: 1 when ipsec-mb did it (the tag, sealed or computed, in tag_out). */
@@ -185,8 +209,8 @@ static int ccm_job(const pe_aead *a, const imb_key *k, int seal, const uint8_t *
     job->hash_alg = IMB_AUTH_AES_CCM;
     job->cipher_direction = seal ? IMB_DIR_ENCRYPT : IMB_DIR_DECRYPT;
     job->chain_order = seal ? IMB_ORDER_HASH_CIPHER : IMB_ORDER_CIPHER_HASH;
-    job->enc_keys = k->ccm_enc;
-    job->dec_keys = k->ccm_enc; /* CCM runs AES forwards both ways */
+    job->enc_keys = k->u.ccm.enc;
+    job->dec_keys = k->u.ccm.enc; /* CCM runs AES forwards both ways */
     job->key_len_in_bytes = a->key_len;
     job->src = len ? in : none;
     job->dst = len ? out : (uint8_t *)none;
@@ -225,17 +249,17 @@ pe_status pe_imb_aead_seal_v(pe_aead *a, const uint8_t *nonce, const pe_iov *aad
     }
     if (a->alg == PE_AEAD_AES_GCM && n_pt == 1) {
         struct gcm_context_data ctx;
-        k->gcm_fn.enc(&k->gcm, &ctx, ct, pt[0].base, len, nonce, whole, aad_len, tag, a->tag_len);
+        k->gcm_fn.enc(&k->u.gcm, &ctx, ct, pt[0].base, len, nonce, whole, aad_len, tag, a->tag_len);
         return PE_OK;
     }
     size_t off = 0;
     if (a->alg == PE_AEAD_AES_GCM) {
         struct gcm_context_data ctx;
-        k->gcm_fn.init(&k->gcm, &ctx, nonce, whole, aad_len);
+        k->gcm_fn.init(&k->u.gcm, &ctx, nonce, whole, aad_len);
         for (size_t i = 0; i < n_pt; off += pt[i].len, i++)
             if (pt[i].len)
-                k->gcm_fn.enc_update(&k->gcm, &ctx, ct + off, pt[i].base, pt[i].len);
-        k->gcm_fn.enc_final(&k->gcm, &ctx, tag, a->tag_len);
+                k->gcm_fn.enc_update(&k->u.gcm, &ctx, ct + off, pt[i].base, pt[i].len);
+        k->gcm_fn.enc_final(&k->u.gcm, &ctx, tag, a->tag_len);
         return PE_OK;
     }
     struct chacha20_poly1305_context_data cctx;
@@ -270,7 +294,7 @@ pe_status pe_imb_aead_open(pe_aead *a, const uint8_t *nonce, const pe_iov *aad, 
             goto evp;
     } else if (a->alg == PE_AEAD_AES_GCM) {
         struct gcm_context_data ctx;
-        k->gcm_fn.dec(&k->gcm, &ctx, pt, ct, len, nonce, whole, aad_len, calc, a->tag_len);
+        k->gcm_fn.dec(&k->u.gcm, &ctx, pt, ct, len, nonce, whole, aad_len, calc, a->tag_len);
     } else {
         struct chacha20_poly1305_context_data cctx;
         IMB_CHACHA20_POLY1305_INIT(m, k->key, &cctx, nonce, whole, aad_len);
