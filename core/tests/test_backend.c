@@ -283,6 +283,22 @@ static void test_suite(const suite *s)
     free_pair(&p);
 }
 
+/* pe_backend_set to an available backend: current, pe_version's line and a new key follow it. */
+static void switch_to(pe_backend b, pe_aead_alg alg, size_t key_len)
+{
+    char head[64];
+    uint8_t key[32] = {3};
+    pe_aead a;
+    snprintf(head, sizeof head, "crypto backend %s: ", pe_backend_name(b));
+    CHECK_ST(pe_backend_set(b), PE_OK);
+    CHECK(pe_backend_current() == b);
+    CHECK(strncmp(pe_version(), head, strlen(head)) == 0);
+    CHECK(strstr(pe_version(), pe_backend_describe(b)) != NULL);
+    CHECK_ST(pe_aead_init(&a, alg, PE_AEAD_OPEN, key, key_len, 16), PE_OK);
+    CHECK(pe_aead_backend(&a) == b);
+    pe_aead_free(&a);
+}
+
 /* The selection API.  Leaves the current backend as it found it. */
 static void test_selection(void)
 {
@@ -303,22 +319,9 @@ static void test_selection(void)
     CHECK_ST(pe_aead_init_on(&a, (pe_backend)7, PE_AEAD_AES_GCM, PE_AEAD_SEAL, key, 16, 16), PE_ERR_UNSUPPORTED);
     CHECK(a.ctx == NULL && a.imb == NULL);
 
-    CHECK_ST(pe_backend_set(PE_BACKEND_OPENSSL), PE_OK);
-    CHECK(pe_backend_current() == PE_BACKEND_OPENSSL);
-    CHECK(strncmp(pe_version(), "crypto backend openssl: ", 24) == 0);
-    CHECK(strstr(pe_version(), pe_backend_describe(PE_BACKEND_OPENSSL)) != NULL);
-    CHECK_ST(pe_aead_init(&a, PE_AEAD_AES_GCM, PE_AEAD_SEAL, key, 16, 16), PE_OK);
-    CHECK(pe_aead_backend(&a) == PE_BACKEND_OPENSSL);
-    pe_aead_free(&a);
-
+    switch_to(PE_BACKEND_OPENSSL, PE_AEAD_AES_GCM, 16);
     if (pe_backend_available(PE_BACKEND_IPSEC_MB)) {
-        CHECK_ST(pe_backend_set(PE_BACKEND_IPSEC_MB), PE_OK);
-        CHECK(pe_backend_current() == PE_BACKEND_IPSEC_MB);
-        CHECK(strncmp(pe_version(), "crypto backend ipsec-mb: ", 25) == 0);
-        CHECK(strstr(pe_version(), pe_backend_describe(PE_BACKEND_IPSEC_MB)) != NULL);
-        CHECK_ST(pe_aead_init(&a, PE_AEAD_CHACHA20_POLY1305, PE_AEAD_OPEN, key, 32, 16), PE_OK);
-        CHECK(pe_aead_backend(&a) == PE_BACKEND_IPSEC_MB);
-        pe_aead_free(&a);
+        switch_to(PE_BACKEND_IPSEC_MB, PE_AEAD_CHACHA20_POLY1305, 32);
     } else {
         CHECK_ST(pe_backend_set(PE_BACKEND_IPSEC_MB), PE_ERR_UNSUPPORTED);
         CHECK(pe_backend_current() == PE_BACKEND_OPENSSL);
