@@ -38,7 +38,7 @@ FUZZ = ROOT / "fuzz"
 CORPUS = FUZZ / "corpus"
 REF = Path(os.environ.get("PE_REFERENCE_DIR", "/work/shared/reference")) / "psp"
 TARGETS = ["psp_hdr", "psp_open", "psp_decap", "eesp_hdr", "eesp_decap", "eesp_open", "keyfile", "capture", "ip",
-           "diff"]
+           "diff", "backend_diff"]
 MAX_PER_TARGET = 90
 
 MK0 = bytes.fromhex("34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca")
@@ -470,8 +470,36 @@ def main() -> None:
         blob = bytes([sel]) + bytes(rng.randrange(256) for _ in range(rng.randrange(40, 400)))
         c.add("diff", f"random-{k:02d}-{'eesp' if sel else 'psp'}", blob)
 
+    for name, blob in backend_diff_seeds():
+        c.add("backend_diff", name, blob)
+
     c.write()
     write_dicts()
+
+
+def backend_diff_seeds():
+    """fuzz_backend_diff's inputs (layout in its header comment): each of its 19 suites once with every AAD
+    and plaintext split, and the shapes aead_imb.c treats apart - no payload (GMAC), a split AAD past its
+    512-octet room, CCM's AAD past the 46 octets ipsec-mb takes - with each flip target."""
+    rng = random.Random(20261202)
+    shapes = [  # (AAD parts, AAD octets, plaintext parts, plaintext octets, in-place mask)
+        (1, 8, 1, 64, 0), (2, 20, 3, 1500, 5), (4, 600, 2, 300, 2), (0, 0, 0, 0, 0), (3, 513, 1, 17, 1),
+        (1, 47, 2, 2000, 3), (2, 46, 3, 1, 7), (4, 3, 1, 0, 0)]
+    for suite in range(19):
+        key_len = 16 if suite in (0, 1, 2, 9, 10, 11) else 24 if suite in (3, 4, 5, 12, 13, 14) else 32
+        nonce_len = 11 if 9 <= suite <= 17 else 12
+        for k, (n_aad, aad_len, n_pt, pt_len, in_place) in enumerate(shapes):
+            if (suite + k) % 3:  # a third of the pairs: 51 seeds
+                continue
+            flags = n_aad | n_pt << 3 | in_place << 5
+            flags2 = (k & 1) | (suite & 1) << 1 | (k % 4) << 2 | (0x10 if k == 3 else 0) | (0x20 if k == 5 else 0)
+            head = bytes([suite, flags, flags2]) + rng.randbytes(key_len + nonce_len)
+            head += struct.pack("!H", aad_len) + b"".join(struct.pack("!H", rng.randrange(aad_len + 1))
+                                                           for _ in range(3))
+            head += struct.pack("!H", pt_len) + b"".join(struct.pack("!H", rng.randrange(pt_len + 1))
+                                                          for _ in range(3))
+            head += struct.pack("!HB", rng.randrange(65536), rng.randrange(8))
+            yield f"s{suite:02d}-aad{aad_len}x{n_aad}-pt{pt_len}x{n_pt}", head + rng.randbytes(aad_len + pt_len)
 
 
 def pcap_swap(data: bytes) -> bytes:

@@ -250,6 +250,47 @@ def decap_batch(decap, rx, info, fields: Callable[[Any], Dict[str, Any]], packet
     return results
 
 
-def openssl_version() -> str:
-    """The OpenSSL the core runs on, as OpenSSL names itself (e.g. "OpenSSL 3.0.15 3 Sep 2024")."""
-    return ffi.string(lib.OpenSSL_version(lib.OPENSSL_VERSION)).decode()
+class CryptoBackendError(CoreError, ValueError):
+    """A crypto backend the core does not know (``invalid-argument``), or one not built in or not able to run
+    on this machine (``unsupported``)."""
+
+    category = "configuration"
+
+
+def crypto_backends() -> Dict[str, bool]:
+    """The core's crypto backends (pe/backend.h) by name, each with whether it can run here: ``"openssl"``
+    always can, ``"ipsec-mb"`` when the core was built with intel-ipsec-mb and the CPU has AES-NI."""
+    return {ffi.string(lib.pe_backend_name(b)).decode(): bool(lib.pe_backend_available(b))
+            for b in range(lib.PE_BACKEND_COUNT)}
+
+
+def crypto_backend_id(name: str) -> int:
+    """The core's pe_backend for a name of :func:`crypto_backends`, or :class:`CryptoBackendError`."""
+    for b in range(lib.PE_BACKEND_COUNT):
+        if ffi.string(lib.pe_backend_name(b)).decode() == name:
+            if not lib.pe_backend_available(b):
+                raise CryptoBackendError(f"crypto backend {name!r} is not available here: {crypto_version()}",
+                                         "unsupported")
+            return b
+    raise CryptoBackendError(f"unknown crypto backend {name!r} (one of {', '.join(crypto_backends())})",
+                             "invalid-argument")
+
+
+def crypto_backend() -> str:
+    """The backend keys made from now on take (``"ipsec-mb"`` or ``"openssl"``)."""
+    return ffi.string(lib.pe_backend_name(lib.pe_backend_current())).decode()
+
+
+def set_crypto_backend(name: str) -> None:
+    """Choose the backend for keys made from now on, in the whole process; keys already made keep theirs.
+    The environment variable PE_CRYPTO_BACKEND=openssl chooses OpenSSL at start-up the same way."""
+    st = lib.pe_backend_set(crypto_backend_id(name))
+    if st != lib.PE_OK:
+        raise CryptoBackendError(f"crypto backend {name!r}: {status_message(st)}", status_name(st))
+
+
+def crypto_version() -> str:
+    """The core's pe_version(): the current backend and the libraries behind it, as --version prints it
+    (e.g. "crypto backend ipsec-mb: intel-ipsec-mb 1.3.0 (avx512) for the AEADs; OpenSSL 3.0.19 ... for the
+    rest"), and why ipsec-mb is not used when it is not."""
+    return ffi.string(lib.pe_version()).decode()

@@ -15,7 +15,7 @@ import threading
 from typing import Any, Callable, List, Optional, Sequence, TextIO, Tuple
 
 from pecore.errors import CoreError
-from pecore.util import openssl_version
+from pecore.util import crypto_version
 
 #: Exit statuses of both CLIs (README.md, "Exit status", has the table).
 EXIT_OK = 0
@@ -299,10 +299,24 @@ class JsonLines:
             self.stream.flush()
 
 
+class _VersionAction(argparse.Action):
+    """argparse's "version" action, but the line printed as it is: argparse would wrap it at the terminal's width,
+    splitting the backend's text that scripts and bug reports grep."""
+
+    def __init__(self, option_strings: Sequence[str], version: str, dest: str = argparse.SUPPRESS,
+                 help: str = "show the version and the crypto backend, and exit") -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+        self.version = version
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        print(self.version)
+        parser.exit()
+
+
 def add_version(parser: argparse.ArgumentParser, version: str) -> None:
-    """--version: the package's version and the OpenSSL the core runs on."""
-    openssl = openssl_version()
-    parser.add_argument("--version", action="version", version=f"{parser.prog} {version} (psp-eesp core on {openssl})")
+    """--version: the package's version and the core's crypto backend with the libraries behind it (pe_version)."""
+    parser.add_argument("--version", action=_VersionAction,
+                        version=f"{parser.prog} {version} (psp-eesp core, {crypto_version()})")
 
 
 class Terminated(BaseException):

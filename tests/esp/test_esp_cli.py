@@ -246,7 +246,7 @@ def test_console_script_and_version(tmp_path):
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pyesp"]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     res = subprocess.run(cmd + ["--version"], capture_output=True, text=True, env=env, timeout=120)
-    assert res.returncode == 0 and res.stdout.startswith("pyesp 0.1.0 (psp-eesp core on OpenSSL")
+    assert res.returncode == 0 and res.stdout.startswith("pyesp 0.1.0 (psp-eesp core, crypto backend ")
     res = subprocess.run(cmd + ["decrypt", str(tmp_path / "missing.pcap"), str(tmp_path / "o"), "--spi", "1",
                                 "--key", KEY_GCM], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 2 and res.stderr.startswith("pyesp: error:") and "Traceback" not in res.stderr
