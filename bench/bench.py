@@ -528,9 +528,10 @@ def fmt_ns(x: Optional[float]) -> str:
 def backend_lines(result: dict) -> List[str]:
     """Which backend each set of C rows ran on (pe_version()), and what the raw baseline is."""
     info = result.get("backends") or {}
+    out = [f"Python rows (pecore._native): {result['python_backend']}", ""] if result.get("python_backend") else []
     if not info:
-        return []
-    out = ["Crypto backends (pe_version(), one run of each C bench per backend, PE_CRYPTO_BACKEND set):", ""]
+        return out
+    out += ["Crypto backends (pe_version(), one run of each C bench per backend, PE_CRYPTO_BACKEND set):", ""]
     out += [f"- `{b}`: {i['version']}" for b, i in info.items()]
     base = {i["baseline_name"] for i in info.values()}
     out += ["", f"Raw baseline (\"raw\"): {'; '.join(sorted(base))}. \"EVP\": raw OpenSSL EVP calls as its manual "
@@ -936,6 +937,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     }
     if sections & {"python", "capture", "capture-memory", "eesp-python"}:
         warn_if_extension_stale()
+        import pecore._native as native  # the Python rows run the extension's core, on its default backend
+
+        result["python_backend"] = native.ffi.string(native.lib.pe_version()).decode()
     timings = result["section_seconds"] = {}
 
     def section(name: str, what: str, fn: Callable[[], object]) -> None:
