@@ -2,6 +2,7 @@
 helpers (bench.py's docstring says how rows are timed)."""
 from __future__ import annotations
 
+import statistics
 import struct
 import sys
 import time
@@ -13,6 +14,7 @@ BUILD_DIR = ROOT / "build" / "bench"
 
 C_SIZES = (64, 512, 1500, 9000)
 C_VERSIONS = (0, 1, 2, 3)
+PSP_COLD_SIZES = (64, 1500)  # every packet on a new SPI: key derivation from the master key + key set-up each
 PY_SIZES = (64, 1500)
 PY_VERSIONS = (0, 1)  # scapy's PSP layer only does AES-GCM (versions 0 and 1)
 CAPTURE_SIZE = 1500
@@ -40,10 +42,15 @@ EESP_PY_RING = 1024  # pre-encrypted packets per receiver pass (anti-replay stay
 EESP_SPI = 0x4545
 EESP_ROOT_KEY = bytes(range(0x40, 0x60))  # the C bench's root key
 
-# The targets (docs/performance.md).
-CORE_VS_RAW_MIN = 0.95  # at 1500 octets and above: every protocol, version/suite and direction (warm keys)
-CORE_VS_RAW_SMALL_MIN = 0.90  # at 64 octets, the same rows
-EESP_COLD_MIN = 0.85  # EESP cold keys (a new Sub SA per packet), every size measured
+# The targets (docs/performance.md): the core's warm rows against the raw baseline, the fastest AEAD calls the
+# machine has (intel-ipsec-mb's direct API, keys expanded once; bench/bench_common.h), every protocol, version or
+# suite, and direction.  Judged on the median of JUDGE_MIN_RUNS runs or more, never on one run.
+CORE_VS_RAW_MIN = 0.85  # at 1500 octets
+CORE_VS_RAW_SMALL_MIN = 0.50  # at 64 octets: the protocol at most doubles the bare AEAD
+EESP_COLD_EXTRA_MAX_NS = 600.0  # an EESP packet on a new Sub SA, beyond a warm one (median ns)
+PSP_COLD_EXTRA_MAX_NS = 300.0  # a PSP packet on a new SPI (key derived from the master key), beyond a cached one
+JUDGE_MIN_RUNS = 5
+BACKENDS = ("openssl", "ipsec-mb")  # the core's crypto backends (pe/backend.h), PE_CRYPTO_BACKEND's values
 ESP_SUITES = ("gcm128", "gcm256", "chacha")  # bench/esp_bench.c's tags
 ESP_SIZES = C_SIZES
 EESP_MT_SCALING_MIN = 1.8  # 2 threads vs 1 thread, encrypt and decrypt
@@ -100,17 +107,35 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def core_target(row: dict, keys: str = "warm") -> None:
-    """Sets row["target"] and row["pass"] for a core-vs-raw row where one of the targets applies."""
-    if keys == "cold":
-        row["target"], floor = f">= {EESP_COLD_MIN:.0%}", EESP_COLD_MIN
-    elif row["size"] >= 1500:
-        row["target"], floor = f">= {CORE_VS_RAW_MIN:.0%}", CORE_VS_RAW_MIN
+def paired_ratio(core_runs: List[float], raw_runs: List[float]) -> float:
+    """core/raw of each repeat (the two ran in turns, so a slow spell hit both), and the median of those."""
+    return statistics.median(c / r for c, r in zip(core_runs, raw_runs))
+
+
+def judge(row: dict, ok: bool, runs: int) -> None:
+    """row["pass"]: ok, or None (no verdict) when fewer than JUDGE_MIN_RUNS runs were made."""
+    if runs < JUDGE_MIN_RUNS:
+        row["pass"], row["why"] = None, f"{runs} run{'s' if runs != 1 else ''}, a verdict needs {JUDGE_MIN_RUNS}"
+    else:
+        row["pass"] = ok
+
+
+def core_target(row: dict) -> None:
+    """row["target"] and row["pass"] for a warm core-vs-raw row at 64 or 1500 octets (row["ratio"]: a median)."""
+    if row["size"] == 1500:
+        floor = CORE_VS_RAW_MIN
     elif row["size"] == 64:
-        row["target"], floor = f">= {CORE_VS_RAW_SMALL_MIN:.0%}", CORE_VS_RAW_SMALL_MIN
+        floor = CORE_VS_RAW_SMALL_MIN
     else:
         return
-    row["pass"] = row["ratio"] >= floor
+    row["target"] = f">= {floor:.0%}"
+    judge(row, row["ratio"] >= floor, len(row["core_runs"]))
+
+
+def cold_target(row: dict, max_extra_ns: float) -> None:
+    """row["target"] and row["pass"] for a cold-key row: the median cold packet at most max_extra_ns beyond a warm one."""
+    row["target"] = f"<= {max_extra_ns:.0f} ns more than warm"
+    judge(row, row["extra_ns"] <= max_extra_ns, min(len(row["cold_runs"]), len(row["warm_runs"])))
 
 
 def make_ipv4_udp(size: int) -> bytes:

@@ -11,7 +11,13 @@
  * nonce salt (4) || IV (8), its plaintext the inner packet plus padding (none
  * for the sizes the driver uses, all multiples of 4).
  *
- * Raw EVP baseline: a careful caller of raw EVP as OpenSSL's manual shows one.
+ * The raw baseline (bench_common.h): intel-ipsec-mb's direct API with the key
+ * expanded once, when the core was built with it (one IMB_AESxxx_GCM_ENC or
+ * _DEC with its constant-time tag check, or ChaCha20-Poly1305's
+ * init/update/finalize, per packet, with the same 24-octet AAD, nonce and
+ * ICV); it must give the core's ciphertext and ICV too.  Raw EVP runs beside
+ * it ("evp"; the baseline in a build without ipsec-mb), as information:
+ * a careful caller of raw EVP as OpenSSL's manual shows one.
  * Key set once; per packet set the 12-octet nonce (EVP_*Init_ex), feed the 24
  * octets of AAD, update over the plaintext, final and get the tag (or set the
  * tag and final; EVP_CIPHER_CTX_ctrl).  The core's AEAD layer makes cheaper
@@ -40,7 +46,9 @@
  *       what a careful EVP caller would: EVP_KDF (fetched once) for
  *       HKDF-Expand, a new EVP_CIPHER_CTX (cipher fetched once) keyed with the
  *       result, then the packet.  Contexts live until the pass ends, as in
- *       the core's Sub SA table; freeing them is outside the timer.
+ *       the core's Sub SA table; freeing them is outside the timer.  These
+ *       "evp" cold rows are information: the cold target is the core's cold
+ *       packet against its warm one.
  *
  * Multi-threaded: thread i has its own tx (same SA config) and sends on Sub
  * SA i; or, for decrypt, its own rx and its own ring of packets on Sub SA i,
@@ -55,7 +63,7 @@
  * another job holds a CPU.  Before each repeat the bench can wait, bounded
  * by --mt-wait, for other jobs to go quiet.
  *
- * Output: one JSON object per line, read by bench/bench.py.
+ * Output: a backend line (print_backend_line), then one JSON object per line, read by bench/bench.py.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -254,6 +262,9 @@ typedef struct ectx {
     pe_eesp_rx *rx;
     EVP_CIPHER_CTX *raw_enc, *raw_dec;
     uint64_t raw_seq;
+#ifdef PE_HAVE_IPSEC_MB
+    raw_imb_key imb;
+#endif
     uint8_t *ring;          /* Sub SA 0, seq 1..n_ring */
     size_t n_ring;
     /* cold */
@@ -294,6 +305,40 @@ static size_t raw_encrypt_warm(ectx *c)
     }
     return CHUNK;
 }
+
+#ifdef PE_HAVE_IPSEC_MB
+static int imb_seal_seq(ectx *c, uint64_t seq)
+{
+    uint8_t nonce[12];
+    nonce_of(nonce, c->keymat + c->suite->key_len, seq);
+    return raw_imb_seal(&c->imb, nonce, c->aad, HDR_LEN, c->pt, c->aead_len, c->out, c->out + c->aead_len);
+}
+
+static size_t imb_encrypt_warm(ectx *c)
+{
+    for (unsigned i = 0; i < CHUNK; i++)
+        if (!imb_seal_seq(c, c->raw_seq++))
+            return 0;
+    return CHUNK;
+}
+
+static int imb_open_wire(ectx *c, const uint8_t *wire)
+{
+    const uint8_t *e = wire + OUTER_LEN;
+    uint8_t nonce[12];
+    memcpy(nonce, c->keymat + c->suite->key_len, SALT_LEN);
+    memcpy(nonce + SALT_LEN, e + IV_OFF, 8);
+    return raw_imb_open(&c->imb, nonce, e, HDR_LEN, e + HDR_LEN, c->aead_len, e + HDR_LEN + c->aead_len, c->out);
+}
+
+static size_t imb_decrypt_warm(ectx *c)
+{
+    for (size_t i = 1; i < c->n_ring; i++)
+        if (!imb_open_wire(c, c->ring + i * c->stride))
+            return 0;
+    return c->n_ring - 1;
+}
+#endif
 
 /* A fresh receiver that has taken packet 1 (seq 1) of the ring: keys derived, window set up. */
 static void prep_core_decrypt_warm(ectx *c)
@@ -425,6 +470,11 @@ static void ctx_init(ectx *c, const suite_def *s, size_t size, int cold)
     if (!raw_seal(c->raw_enc, nonce, c->aad, c->pt, c->aead_len, c->out, c->out + c->aead_len) ||
         memcmp(c->out, wire + OUTER_LEN + HDR_LEN, c->aead_len + ICV_LEN) != 0)
         die("raw EVP seal differs from the core's");
+#ifdef PE_HAVE_IPSEC_MB
+    raw_imb_key_init(&c->imb, s->encr == PE_ENCR_CHACHA20_POLY1305 ? RAW_CHACHA : RAW_GCM, c->keymat, kl, ICV_LEN);
+    if (!imb_seal_seq(c, 1) || memcmp(c->out, wire + OUTER_LEN + HDR_LEN, c->aead_len + ICV_LEN) != 0)
+        die("raw ipsec-mb seal differs from the core's");
+#endif
     c->raw_seq = 2;
 
     /* Warm ring, and proof that the receiver's replay check is live. */
@@ -442,6 +492,11 @@ static void ctx_init(ectx *c, const suite_def *s, size_t size, int cold)
     if (!raw_open_wire(c->raw_dec, c->keymat + kl, c->ring + c->stride, c->aead_len, c->out) ||
         memcmp(c->out, c->pkt, size) != 0)
         die("raw EVP open of a ring packet failed");
+#ifdef PE_HAVE_IPSEC_MB
+    memset(c->out, 0, size);
+    if (!imb_open_wire(c, c->ring + c->stride) || memcmp(c->out, c->pkt, size) != 0)
+        die("raw ipsec-mb open of a ring packet failed");
+#endif
 
     if (cold) {
         c->cold_ring = malloc(COLD_SUBS * c->stride);
@@ -497,29 +552,42 @@ static double rate(ectx *c, const contender *k, double min_time)
 
 static void prep_raw_cold(ectx *c) { free_cold_ctx(c); }
 
+/* "raw": the baseline (ipsec-mb when built with it, else EVP); "evp": EVP beside it, as information. */
 static const contender warm_contenders[] = {
+#ifdef PE_HAVE_IPSEC_MB
+    {"raw", "encrypt", "warm", NULL, imb_encrypt_warm},
+    {"evp", "encrypt", "warm", NULL, raw_encrypt_warm},
+#else
     {"raw", "encrypt", "warm", NULL, raw_encrypt_warm},
+#endif
     {"core", "encrypt", "warm", NULL, core_encrypt_warm},
+#ifdef PE_HAVE_IPSEC_MB
+    {"raw", "decrypt", "warm", NULL, imb_decrypt_warm},
+    {"evp", "decrypt", "warm", NULL, raw_decrypt_warm},
+#else
     {"raw", "decrypt", "warm", NULL, raw_decrypt_warm},
+#endif
     {"core", "decrypt", "warm", prep_core_decrypt_warm, core_decrypt_warm},
 };
+#define N_WARM (sizeof warm_contenders / sizeof warm_contenders[0])
 static const contender cold_contenders[] = {
-    {"raw", "encrypt", "cold", prep_raw_cold, raw_encrypt_cold},
+    {"evp", "encrypt", "cold", prep_raw_cold, raw_encrypt_cold},
     {"core", "encrypt", "cold", prep_core_encrypt_cold, core_encrypt_cold},
-    {"raw", "decrypt", "cold", prep_raw_cold, raw_decrypt_cold},
+    {"evp", "decrypt", "cold", prep_raw_cold, raw_decrypt_cold},
     {"core", "decrypt", "cold", prep_core_decrypt_cold, core_decrypt_cold},
 };
-#define N_GROUP 4
+#define N_COLD (sizeof cold_contenders / sizeof cold_contenders[0])
+#define N_GROUP_MAX 6
 
-static void run_group(ectx *c, const contender *ks, double min_time, int repeats)
+static void run_group(ectx *c, const contender *ks, size_t n_group, double min_time, int repeats)
 {
-    double pps[N_GROUP][MAX_REPEATS];
-    for (size_t k = 0; k < N_GROUP; k++)
+    double pps[N_GROUP_MAX][MAX_REPEATS];
+    for (size_t k = 0; k < n_group; k++)
         rate(c, &ks[k], min_time / 10); /* warm caches, branch predictors, clocks */
     for (int r = 0; r < repeats; r++)
-        for (size_t k = 0; k < N_GROUP; k++)
+        for (size_t k = 0; k < n_group; k++)
             pps[k][r] = rate(c, &ks[k], min_time);
-    for (size_t k = 0; k < N_GROUP; k++) {
+    for (size_t k = 0; k < n_group; k++) {
         printf("{\"kind\": \"aead\", \"suite\": \"%s\", \"impl\": \"%s\", \"op\": \"%s\", \"keys\": \"%s\", "
                "\"size\": %zu, \"aead_len\": %zu, \"wire_len\": %zu, \"ring\": %zu, \"pps\": [",
                c->suite->name, ks[k].impl, ks[k].op, ks[k].keys, c->size, c->aead_len, wire_of(c->size),
@@ -537,9 +605,9 @@ static void run_case(const suite_def *s, size_t size, int warm, int cold, double
         die("out of memory");
     ctx_init(c, s, size, cold);
     if (warm)
-        run_group(c, warm_contenders, min_time, repeats);
+        run_group(c, warm_contenders, N_WARM, min_time, repeats);
     if (cold)
-        run_group(c, cold_contenders, min_time, repeats);
+        run_group(c, cold_contenders, N_COLD, min_time, repeats);
     ctx_free(c);
     free(c);
 }
@@ -884,6 +952,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof root_key; i++)
         root_key[i] = (uint8_t)(0x40 + i);
 
+    print_backend_line();
     if (do_aead)
         for (size_t k = 0; k < n_suites; k++)
             for (size_t i = 0; i < n_sizes; i++)

@@ -11,14 +11,18 @@
  * SPI || Sequence Number (8), its nonce salt (4) || IV (8), its plaintext the
  * inner packet and the trailer.
  *
- * Raw EVP baseline: a careful caller of raw EVP as OpenSSL's manual shows one,
- * for the same AEAD work (the core's AEAD layer makes cheaper OpenSSL calls
- * for it: bench/aead_bench.c measures that alone).  Key set once; per packet:
- * the nonce (EVP_*Init_ex), 8 octets of AAD, an
- * update over the inner packet straight from the input and one over the
+ * The raw baseline (bench_common.h): intel-ipsec-mb's direct API with the
+ * key expanded once, when the core was built with it: per packet the header
+ * (SPI, sequence number, IV) written and one IMB_AESxxx_GCM_ENC (or
+ * ChaCha20-Poly1305 init/update/finalize) over the inner packet and trailer
+ * (contiguous: the bare AEAD over the octets ESP encrypts), or one _DEC and a
+ * constant-time tag check.  Raw EVP runs beside it as information ("evp";
+ * the baseline without ipsec-mb): a careful caller as OpenSSL's manual shows
+ * one.  Key set once; per packet: the nonce (EVP_*Init_ex), 8 octets of AAD,
+ * an update over the inner packet straight from the input and one over the
  * trailer octets, final and get the tag (decrypt: one update over the
- * ciphertext, set the tag, final).  The set-up checks that raw EVP opens the
- * core's packet, i.e. both do exactly the same AEAD work.
+ * ciphertext, set the tag, final).  The set-up checks that both raw callers
+ * open the core's packet, i.e. all do exactly the same AEAD work.
  *
  * encrypt: pe_esp_encap of one packet again and again (each call takes the
  *          next sequence number), into one output buffer.
@@ -26,7 +30,7 @@
  *          pass over the ring gets a fresh receiver (outside the timer) so
  *          anti-replay stays on; raw EVP opens the same ring packets.
  *
- * Output: one JSON object per line, read by bench/bench.py.
+ * Output: a backend line (print_backend_line), then one JSON object per line, read by bench/bench.py.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -79,6 +83,10 @@ typedef struct ectx {
     uint8_t *pkt, *out, *ring, trailer[8];
     size_t trailer_len;
     uint32_t raw_seq;
+#ifdef PE_HAVE_IPSEC_MB
+    raw_imb_key imb;
+    uint8_t *pt; /* the inner packet and its trailer, one run */
+#endif
 } ectx;
 
 static void fresh_rx(ectx *c)
@@ -100,19 +108,13 @@ static EVP_CIPHER_CTX *raw_ctx(const suite_def *s, int enc)
     return x;
 }
 
+static void next_header(ectx *c, uint8_t *e, uint8_t nonce[12]);
+
 static int raw_seal(ectx *c, uint8_t *e)
 {
-    uint32_t seq = ++c->raw_seq;
     uint8_t nonce[12];
     int outl, finl;
-    put16(e, (uint16_t)(SPI >> 16));
-    put16(e + 2, (uint16_t)SPI);
-    put16(e + 4, (uint16_t)(seq >> 16));
-    put16(e + 6, (uint16_t)seq);
-    memset(e + IV_OFF, 0, 4);
-    memcpy(e + IV_OFF + 4, e + 4, 4); /* IV = the 64-bit counter */
-    memcpy(nonce, keymat + c->s->key_len, 4);
-    memcpy(nonce + 4, e + IV_OFF, 8);
+    next_header(c, e, nonce);
     uint8_t *ct = e + CT_OFF;
     return EVP_EncryptInit_ex(c->enc, NULL, NULL, NULL, nonce) == 1 &&
            EVP_EncryptUpdate(c->enc, NULL, &outl, e, AAD_LEN) == 1 &&
@@ -135,6 +137,39 @@ static int raw_open(ectx *c, const uint8_t *wire)
            EVP_CIPHER_CTX_ctrl(c->dec, EVP_CTRL_AEAD_SET_TAG, ICV_LEN, (void *)(e + CT_OFF + c->enc_len)) == 1 &&
            EVP_DecryptFinal_ex(c->dec, c->out + outl, &finl) == 1;
 }
+
+/* The SPI, sequence number and IV of the next packet at e; the nonce in nonce. */
+static void next_header(ectx *c, uint8_t *e, uint8_t nonce[12])
+{
+    uint32_t seq = ++c->raw_seq;
+    put16(e, (uint16_t)(SPI >> 16));
+    put16(e + 2, (uint16_t)SPI);
+    put16(e + 4, (uint16_t)(seq >> 16));
+    put16(e + 6, (uint16_t)seq);
+    memset(e + IV_OFF, 0, 4);
+    memcpy(e + IV_OFF + 4, e + 4, 4); /* IV = the 64-bit counter */
+    memcpy(nonce, keymat + c->s->key_len, 4);
+    memcpy(nonce + 4, e + IV_OFF, 8);
+}
+
+#ifdef PE_HAVE_IPSEC_MB
+static int imb_seal_one(ectx *c, uint8_t *e)
+{
+    uint8_t nonce[12];
+    next_header(c, e, nonce);
+    uint8_t *ct = e + CT_OFF;
+    return raw_imb_seal(&c->imb, nonce, e, AAD_LEN, c->pt, c->enc_len, ct, ct + c->enc_len);
+}
+
+static int imb_open_one(ectx *c, const uint8_t *wire)
+{
+    const uint8_t *e = wire + OUTER_LEN;
+    uint8_t nonce[12];
+    memcpy(nonce, keymat + c->s->key_len, 4);
+    memcpy(nonce + 4, e + IV_OFF, 8);
+    return raw_imb_open(&c->imb, nonce, e, AAD_LEN, e + CT_OFF, c->enc_len, e + CT_OFF + c->enc_len, c->out);
+}
+#endif
 
 static void ctx_init(ectx *c, const suite_def *s, size_t size)
 {
@@ -180,6 +215,26 @@ static void ctx_init(ectx *c, const suite_def *s, size_t size)
     /* Same AEAD work: raw EVP opens the core's packet and finds the inner packet and trailer. */
     if (!raw_open(c, c->ring) || memcmp(c->out, c->pkt, size) != 0 || memcmp(c->out + size, c->trailer, c->trailer_len))
         die("raw EVP does not open the core's packet");
+#ifdef PE_HAVE_IPSEC_MB
+    raw_imb_key_init(&c->imb, s->encr == PE_ENCR_CHACHA20_POLY1305 ? RAW_CHACHA : RAW_GCM, keymat, s->key_len, ICV_LEN);
+    c->pt = malloc(c->enc_len);
+    if (!c->pt)
+        die("out of memory");
+    memcpy(c->pt, c->pkt, size);
+    memcpy(c->pt + size, c->trailer, c->trailer_len);
+    memset(c->out, 0, c->enc_len);
+    if (!imb_open_one(c, c->ring) || memcmp(c->out, c->pt, c->enc_len) != 0)
+        die("raw ipsec-mb does not open the core's packet");
+    /* and seals the core's first packet octet for octet */
+    uint8_t *w = malloc(c->wire_len);
+    if (!w)
+        die("out of memory");
+    c->raw_seq = 0;
+    if (!imb_seal_one(c, w + OUTER_LEN) || memcmp(w + OUTER_LEN, c->ring + OUTER_LEN, c->wire_len - OUTER_LEN) != 0)
+        die("raw ipsec-mb's seal differs from the core's");
+    free(w);
+    c->raw_seq = 0;
+#endif
     pe_esp_tx_free(c->tx); /* a fresh sender: sequence numbers from 1 again */
     if (pe_esp_tx_new(&c->cfg, &c->tx) != PE_OK)
         die("sender set-up failed");
@@ -195,6 +250,9 @@ static void ctx_free(ectx *c)
     free(c->pkt);
     free(c->out);
     free(c->ring);
+#ifdef PE_HAVE_IPSEC_MB
+    free(c->pt);
+#endif
 }
 
 typedef size_t (*run_fn)(ectx *c);
@@ -215,6 +273,24 @@ static size_t raw_encrypt(ectx *c)
             return 0;
     return 64;
 }
+
+#ifdef PE_HAVE_IPSEC_MB
+static size_t imb_encrypt(ectx *c)
+{
+    for (int i = 0; i < 64; i++)
+        if (!imb_seal_one(c, c->out + OUTER_LEN))
+            return 0;
+    return 64;
+}
+
+static size_t imb_decrypt(ectx *c)
+{
+    for (size_t i = 0; i < c->n_ring; i++)
+        if (!imb_open_one(c, c->ring + i * c->stride))
+            return 0;
+    return c->n_ring;
+}
+#endif
 
 static size_t core_decrypt(ectx *c)
 {
@@ -277,23 +353,35 @@ int main(int argc, char **argv)
         const char *impl, *op;
         run_fn fn;
         int fresh;
-    } contenders[] = {
+    } contenders[] = { /* "raw": the baseline (ipsec-mb when built with it, else EVP); "evp": EVP beside it */
+#ifdef PE_HAVE_IPSEC_MB
+        {"raw", "encrypt", imb_encrypt, 0},
+        {"evp", "encrypt", raw_encrypt, 0},
+#else
         {"raw", "encrypt", raw_encrypt, 0},
+#endif
         {"core", "encrypt", core_encrypt, 0},
+#ifdef PE_HAVE_IPSEC_MB
+        {"raw", "decrypt", imb_decrypt, 0},
+        {"evp", "decrypt", raw_decrypt, 0},
+#else
         {"raw", "decrypt", raw_decrypt, 0},
+#endif
         {"core", "decrypt", core_decrypt, 1},
     };
+    enum { N_K = sizeof contenders / sizeof contenders[0] };
+    print_backend_line();
     for (size_t si = 0; si < sizeof suites / sizeof suites[0]; si++) {
         if (!strstr(want, suites[si].tag))
             continue;
         for (size_t z = 0; z < n_sizes; z++) {
             ectx c;
             ctx_init(&c, &suites[si], sizes[z]);
-            double pps[4][MAX_REPEATS];
+            static double pps[N_K][MAX_REPEATS];
             for (int r = 0; r < repeats; r++)
-                for (int k = 0; k < 4; k++) /* interleaved: a slow spell hits raw and core alike */
+                for (int k = 0; k < N_K; k++) /* interleaved: a slow spell hits raw and core alike */
                     pps[k][r] = rate(&c, contenders[k].fn, contenders[k].fresh, min_time);
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < N_K; k++) {
                 printf("{\"suite\": \"%s\", \"impl\": \"%s\", \"op\": \"%s\", \"size\": %lu, \"aead_len\": %zu, "
                        "\"wire_len\": %zu, \"pps\": [",
                        suites[si].name, contenders[k].impl, contenders[k].op, sizes[z], c.enc_len, c.wire_len);

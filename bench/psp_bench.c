@@ -1,31 +1,31 @@
 /*
- * Throughput of the core's PSP encap/decap against raw OpenSSL EVP AES-GCM.
+ * Throughput of the core's PSP encap/decap against the raw AEAD calls for the same work.
  *
- * The baseline is a careful caller of raw EVP as OpenSSL's manual shows one:
- * the key is scheduled once, then each packet sets the IV (EVP_*Init_ex),
- * feeds 16 octets of AAD (the PSP header), the payload, and finalises/gets (or
- * sets/checks) the tag (EVP_CIPHER_CTX_ctrl).  The core's AEAD layer makes
- * cheaper OpenSSL calls for the same work (the tag through the context's
- * parameters, an AES-GCM open's nonce as fixed and invocation fields):
- * bench/aead_bench.c measures that difference alone.  The baseline
- * processes exactly the octets the core's AEAD call processes for the same
- * packet (transport mode, IPv4, crypt offset 0: the L4 segment, i.e. the
- * inner packet minus its 20-octet IP header), so the ratio core/raw, with
- * aead_bench's difference taken out, is the cost of everything PSP adds
- * around the AEAD: parsing, header building, the
- * payload copy, the key lookup on receive.  GMAC versions (2, 3) get a GMAC
- * baseline: header and payload all AAD, nothing encrypted.  GMAC leaves the
- * payload in clear, but a caller still has to move it between the packet
- * and the other buffer, as the core does: raw GMAC copies the payload into
- * the output (encrypt) or out of the verified packet (decrypt), so that it
- * does the octet work the core must do and no less.
+ * The baseline (bench_common.h) is the fastest caller this machine has: intel-ipsec-mb's direct
+ * API with the key expanded once (IMB_AESxxx_GCM_PRE, then IMB_AESxxx_GCM_ENC / _DEC per packet;
+ * GMAC versions through the GMAC API), when the core was built with that library.  Raw OpenSSL EVP,
+ * keyed once, each packet setting the IV (EVP_*Init_ex), feeding the AAD and payload, and getting
+ * (or setting and checking) the tag (EVP_CIPHER_CTX_ctrl), as OpenSSL's manual shows, runs beside it
+ * as information ("evp"), and is the baseline in a build without ipsec-mb.  Both process exactly the
+ * octets the core's AEAD call processes for the same packet (transport mode, IPv4, crypt offset 0:
+ * 16 octets of PSP header as AAD, then the L4 segment, i.e. the inner packet minus its 20-octet IP
+ * header), so core/raw is the cost of everything PSP adds around the bare AEAD: parsing, header
+ * building, the payload copy, the key lookup on receive, and the backend's own per-call work.
+ * GMAC versions (2, 3) get a GMAC baseline: header and payload all AAD, nothing encrypted.  GMAC
+ * leaves the payload in clear, but a caller still has to move it between the packet and the other
+ * buffer, as the core does: raw GMAC copies the payload into the output (encrypt) or out of the
+ * verified packet (decrypt), so that it does the octet work the core must do and no less.
  *
- * Both sides work on one packet in a hot cache, so the figures are the CPU
- * cost per packet, not memory bandwidth.  Raw and core runs of a case are
- * interleaved so that a slow spell on a shared machine hits both alike; the
- * driver (bench/bench.py) reports the best of the repeats.
+ * Cold SPIs (--cold-sizes): a receiver holding only the master key opens a ring of COLD_SPIS packets,
+ * each on its own SPI, so each packet pays the key derivation (AES-CMAC) and key set-up; each pass
+ * gets a fresh receiver outside the timer.  "warm-spi" opens the same ring on a receiver that has
+ * opened it once, so every key is cached: the two differ only in the cache's state.
  *
- * Output: one JSON object per line, read by bench/bench.py.
+ * Both sides work on one packet in a hot cache, so the figures are the CPU cost per packet, not
+ * memory bandwidth.  The contenders of a case take turns so that a slow spell on a shared machine
+ * hits them alike; the driver (bench/bench.py) judges medians of the repeats.
+ *
+ * Output: a backend line (print_backend_line), then one JSON object per line, read by bench/bench.py.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -47,6 +47,7 @@
 /* Packets between clock reads: small enough for 9000-octet packets, large enough to hide the clock. */
 #define CHUNK 64u
 #define MAX_REPEATS 64
+#define COLD_SPIS 512u /* packets per cold pass, each on its own SPI */
 
 /* ---- the four contenders ------------------------------------------------------ */
 
@@ -68,6 +69,14 @@ typedef struct bench_ctx {
     uint8_t raw_tag[16];
     uint8_t *out;
     uint64_t iv;
+#ifdef PE_HAVE_IPSEC_MB
+    raw_imb_key imb;
+#endif
+    /* cold SPIs */
+    uint8_t master[32];
+    pe_psp_rx *cold_rx, *warm_rx;
+    uint8_t *cold_ring; /* packet i on SPI i + 1, stride apart */
+    size_t stride;
 } bench_ctx;
 
 typedef int (*batch_fn)(bench_ctx *c, unsigned n);
@@ -159,6 +168,60 @@ static int raw_decrypt(bench_ctx *c, unsigned n)
     return 1;
 }
 
+#ifdef PE_HAVE_IPSEC_MB
+static int imb_encrypt(bench_ctx *c, unsigned n)
+{
+    uint8_t nonce[12], tag[16];
+    for (unsigned i = 0; i < n; i++) {
+        nonce_for(nonce, c->iv++);
+        if (c->gmac) {
+            memcpy(c->out, c->aad_pt + 16, c->aead_len); /* the payload travels in clear, in the output */
+            raw_imb_gmac(&c->imb, nonce, c->aad_pt, 16 + c->aead_len, tag);
+        } else if (!raw_imb_seal(&c->imb, nonce, c->aad_pt, 16, c->aad_pt + 16, c->aead_len, c->out, tag)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int imb_decrypt(bench_ctx *c, unsigned n)
+{
+    uint8_t nonce[12];
+    nonce_for(nonce, 1); /* raw_ct was sealed with IV 1 */
+    for (unsigned i = 0; i < n; i++) {
+        if (c->gmac) {
+            if (!raw_imb_gmac_check(&c->imb, nonce, c->aad_pt, 16 + c->aead_len, c->raw_tag))
+                return 0;
+            memcpy(c->out, c->aad_pt + 16, c->aead_len); /* verified: hand the clear payload out */
+        } else if (!raw_imb_open(&c->imb, nonce, c->aad_pt, 16, c->raw_ct, c->aead_len, c->raw_tag, c->out)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
+/* Cold SPIs: the ring's packets through a receiver that derives every key, or one that has them all cached. */
+static int ring_decap(pe_psp_rx *rx, bench_ctx *c)
+{
+    size_t out_len, wl = c->wire_len - PE_IPV4_HDR_LEN - PE_UDP_HDR_LEN;
+    for (unsigned i = 0; i < COLD_SPIS; i++)
+        if (pe_psp_open(rx, c->cold_ring + i * c->stride, wl, c->out, BUF_CAP, &out_len, NULL) != PE_OK)
+            return 0;
+    return 1;
+}
+
+static pe_psp_rx *master_rx(const bench_ctx *c)
+{
+    pe_psp_rx_config rc;
+    pe_psp_rx *rx;
+    pe_psp_rx_config_init(&rc);
+    rc.master_key0 = c->master;
+    if (pe_psp_rx_new(&rc, &rx) != PE_OK)
+        die("pe_psp_rx_new (master key) failed");
+    return rx;
+}
+
 /* ---- set-up -------------------------------------------------------------------- */
 
 static EVP_CIPHER_CTX *raw_ctx(const bench_ctx *c, int enc)
@@ -175,7 +238,40 @@ static EVP_CIPHER_CTX *raw_ctx(const bench_ctx *c, int enc)
     return x;
 }
 
-static void ctx_init(bench_ctx *c, unsigned version, size_t size)
+static void cold_init(bench_ctx *c)
+{
+    for (size_t i = 0; i < sizeof c->master; i++)
+        c->master[i] = (uint8_t)(0x20 + i);
+    c->stride = (c->wire_len + 63) & ~(size_t)63;
+    c->cold_ring = malloc(COLD_SPIS * c->stride);
+    if (!c->cold_ring)
+        die("out of memory");
+    uint8_t *wire = malloc(BUF_CAP);
+    if (!wire)
+        die("out of memory");
+    for (unsigned i = 0; i < COLD_SPIS; i++) {
+        pe_psp_tx_config tc;
+        pe_psp_tx *tx;
+        size_t len;
+        pe_psp_tx_config_init(&tc);
+        tc.spi = i + 1; /* MSB clear: master key 0 */
+        tc.version = c->version;
+        tc.master_key0 = c->master;
+        if (pe_psp_tx_new(&tc, &tx) != PE_OK || pe_psp_encap(tx, c->pkt, c->size, wire, BUF_CAP, &len) != PE_OK ||
+            len != c->wire_len)
+            die("pe_psp_encap (cold ring) failed");
+        /* The PSP packet alone (the UDP payload): what pe_psp_open takes. */
+        memcpy(c->cold_ring + i * c->stride, wire + PE_IPV4_HDR_LEN + PE_UDP_HDR_LEN,
+               len - PE_IPV4_HDR_LEN - PE_UDP_HDR_LEN);
+        pe_psp_tx_free(tx);
+    }
+    free(wire);
+    c->warm_rx = master_rx(c);
+    if (!ring_decap(c->warm_rx, c)) /* every key derived and cached once */
+        die("pe_psp_open (cold ring) failed");
+}
+
+static void ctx_init(bench_ctx *c, unsigned version, size_t size, int cold)
 {
     memset(c, 0, sizeof *c);
     c->version = version;
@@ -221,7 +317,17 @@ static void ctx_init(bench_ctx *c, unsigned version, size_t size)
     c->raw_dec = raw_ctx(c, 0);
     if (!raw_seal_one(c, 1, c->raw_ct, c->raw_tag))
         die("raw EVP seal failed");
+#ifdef PE_HAVE_IPSEC_MB
+    /* Same work: ipsec-mb opens what EVP sealed, and its seal of IV 1 is EVP's octet for octet. */
+    raw_imb_key_init(&c->imb, RAW_GCM, c->key, c->key_len, 16);
+    c->iv = 1;
+    if (!imb_decrypt(c, 1) || memcmp(c->out, c->aad_pt + 16, c->aead_len) != 0 || !imb_encrypt(c, 1) ||
+        memcmp(c->out, c->raw_ct, c->aead_len) != 0)
+        die("raw ipsec-mb does not do raw EVP's work");
+#endif
     c->iv = 2;
+    if (cold)
+        cold_init(c);
 }
 
 static void ctx_free(bench_ctx *c)
@@ -235,50 +341,101 @@ static void ctx_free(bench_ctx *c)
     free(c->out);
     free(c->aad_pt);
     free(c->raw_ct);
+    pe_psp_rx_free(c->cold_rx);
+    pe_psp_rx_free(c->warm_rx);
+    free(c->cold_ring);
 }
 
 /* ---- timing ---------------------------------------------------------------- */
 
-/* Packets per second over at least `min_time` seconds. */
-static double rate(bench_ctx *c, batch_fn fn, double min_time)
+typedef struct contender {
+    const char *impl, *op, *keys;
+    batch_fn fn;   /* CHUNK packets per call */
+    int cold;      /* 1: a pass over the cold ring on a fresh receiver (prepared off the clock) */
+} contender;
+
+static int cold_pass(bench_ctx *c, unsigned n)
 {
-    unsigned long long n = 0;
-    double t0 = now(), t;
-    do {
-        if (!fn(c, CHUNK))
-            die("a timed operation failed");
-        n += CHUNK;
-    } while ((t = now() - t0) < min_time);
-    return (double)n / t;
+    (void)n;
+    return ring_decap(c->cold_rx, c);
 }
 
-static const struct contender {
-    const char *impl, *op;
-    batch_fn fn;
-} contenders[] = {
-    {"raw", "encrypt", raw_encrypt},
-    {"core", "encrypt", core_encap},
-    {"raw", "decrypt", raw_decrypt},
-    {"core", "decrypt", core_decap},
+static int warm_spi_pass(bench_ctx *c, unsigned n)
+{
+    (void)n;
+    return ring_decap(c->warm_rx, c);
+}
+
+/* Packets per second over at least `min_time` seconds of timed calls. */
+static double rate(bench_ctx *c, const contender *k, double min_time)
+{
+    unsigned long long n = 0;
+    double busy = 0;
+    do {
+        if (k->cold) {
+            pe_psp_rx_free(c->cold_rx);
+            c->cold_rx = master_rx(c);
+        }
+        double t0 = now();
+        if (!k->fn(c, CHUNK))
+            die("a timed operation failed");
+        busy += now() - t0;
+        n += k->cold || k->fn == warm_spi_pass ? COLD_SPIS : CHUNK;
+    } while (busy < min_time);
+    return (double)n / busy;
+}
+
+/* "raw" is the baseline (ipsec-mb when built with it, else EVP); "evp" the EVP rows beside it. */
+static const contender contenders[] = {
+#ifdef PE_HAVE_IPSEC_MB
+    {"raw", "encrypt", "warm", imb_encrypt, 0},
+    {"evp", "encrypt", "warm", raw_encrypt, 0},
+#else
+    {"raw", "encrypt", "warm", raw_encrypt, 0},
+#endif
+    {"core", "encrypt", "warm", core_encap, 0},
+#ifdef PE_HAVE_IPSEC_MB
+    {"raw", "decrypt", "warm", imb_decrypt, 0},
+    {"evp", "decrypt", "warm", raw_decrypt, 0},
+#else
+    {"raw", "decrypt", "warm", raw_decrypt, 0},
+#endif
+    {"core", "decrypt", "warm", core_decap, 0},
 };
 #define N_CONTENDERS (sizeof contenders / sizeof contenders[0])
+static const contender cold_contenders[] = {
+    {"core", "decrypt", "warm-spi", warm_spi_pass, 0},
+    {"core", "decrypt", "cold", cold_pass, 1},
+};
+#define N_COLD 2
 
-static void run_case(unsigned version, size_t size, double min_time, int repeats)
+static void print_row(const bench_ctx *c, const contender *k, const double *pps, int repeats)
+{
+    printf("{\"impl\": \"%s\", \"op\": \"%s\", \"keys\": \"%s\", \"version\": %u, \"size\": %zu, "
+           "\"aead_len\": %zu, \"pps\": [",
+           k->impl, k->op, k->keys, c->version, c->size, c->aead_len);
+    print_runs(pps, repeats);
+    printf("]}\n");
+}
+
+static void run_case(unsigned version, size_t size, int cold, double min_time, int repeats)
 {
     bench_ctx c;
-    double pps[N_CONTENDERS][MAX_REPEATS];
-    ctx_init(&c, version, size);
+    static double pps[N_CONTENDERS][MAX_REPEATS], cpps[N_COLD][MAX_REPEATS];
+    ctx_init(&c, version, size, cold);
     for (size_t k = 0; k < N_CONTENDERS; k++)
-        rate(&c, contenders[k].fn, min_time / 10); /* warm caches, branch predictors, clocks */
+        rate(&c, &contenders[k], min_time / 10); /* warm caches, branch predictors, clocks */
     for (int r = 0; r < repeats; r++)
         for (size_t k = 0; k < N_CONTENDERS; k++)
-            pps[k][r] = rate(&c, contenders[k].fn, min_time);
-    for (size_t k = 0; k < N_CONTENDERS; k++) {
-        printf("{\"impl\": \"%s\", \"op\": \"%s\", \"version\": %u, \"size\": %zu, \"aead_len\": %zu, \"pps\": [",
-               contenders[k].impl, contenders[k].op, version, size, c.aead_len);
+            pps[k][r] = rate(&c, &contenders[k], min_time);
+    for (size_t k = 0; k < N_CONTENDERS; k++)
+        print_row(&c, &contenders[k], pps[k], repeats);
+    if (cold) {
         for (int r = 0; r < repeats; r++)
-            printf("%s%.1f", r ? ", " : "", pps[k][r]);
-        printf("]}\n");
+            for (size_t k = 0; k < N_COLD; k++)
+                cpps[k][r] = rate(&c, &cold_contenders[k], min_time);
+        for (size_t k = 0; k < N_COLD; k++)
+            print_row(&c, &cold_contenders[k], cpps[k], repeats);
     }
     fflush(stdout);
     ctx_free(&c);
@@ -288,18 +445,21 @@ int main(int argc, char **argv)
 {
     double min_time = 0.5;
     int repeats = 5;
-    unsigned long sizes[16] = {64, 512, 1500, 9000}, versions[4] = {0, 1, 2, 3};
-    size_t n_sizes = 4, n_versions = 4;
+    unsigned long sizes[16] = {64, 512, 1500, 9000}, versions[4] = {0, 1, 2, 3}, cold_sizes[16] = {64, 1500};
+    size_t n_sizes = 4, n_versions = 4, n_cold = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
-            die("usage: psp_bench [--min-time S] [--repeats N] [--sizes 64,1500] [--versions 0,1]");
+            die("usage: psp_bench [--min-time S] [--repeats N] [--sizes 64,1500] [--versions 0,1] "
+                "[--cold-sizes 64,1500 (or none)]");
         if (!strcmp(a, "--min-time"))
             min_time = atof(v);
         else if (!strcmp(a, "--repeats"))
             repeats = atoi(v);
         else if (!strcmp(a, "--sizes"))
             n_sizes = parse_list(v, sizes, 16);
+        else if (!strcmp(a, "--cold-sizes"))
+            n_cold = strcmp(v, "none") ? parse_list(v, cold_sizes, 16) : 0;
         else if (!strcmp(a, "--versions"))
             n_versions = parse_list(v, versions, 4);
         else
@@ -314,8 +474,13 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n_versions; i++)
         if (versions[i] > PE_PSP_VERSION_MAX)
             die("versions are 0..3");
+    print_backend_line();
     for (size_t v = 0; v < n_versions; v++)
-        for (size_t s = 0; s < n_sizes; s++)
-            run_case((unsigned)versions[v], sizes[s], min_time, repeats);
+        for (size_t s = 0; s < n_sizes; s++) {
+            int cold = 0;
+            for (size_t i = 0; i < n_cold; i++)
+                cold |= cold_sizes[i] == sizes[s];
+            run_case((unsigned)versions[v], sizes[s], cold, min_time, repeats);
+        }
     return 0;
 }
