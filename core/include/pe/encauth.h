@@ -62,6 +62,9 @@ pe_status pe_encauth_dup(const pe_encauth *src, pe_encauth *dst);
 /* Wipes the keys; safe on a zeroed or freed context. */
 void pe_encauth_free(pe_encauth *a);
 
+/* A fresh CBC IV from OpenSSL's CSPRNG (RFC 3602 §2.3: unpredictable); PE_ERR_CRYPTO_BACKEND if it fails. */
+pe_status pe_encauth_random_iv(uint8_t iv[PE_ENCAUTH_BLOCK]);
+
 /*
  * In place at buf: head_len octets authenticated only, the 16-octet IV, then
  * len octets of plaintext (a multiple of 16) that become the ciphertext; the

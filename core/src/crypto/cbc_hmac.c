@@ -14,6 +14,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
+#include <openssl/rand.h>
 
 #include "pe/wipe.h"
 
@@ -139,6 +140,11 @@ void pe_encauth_free(pe_encauth *a)
     EVP_CIPHER_CTX_free((EVP_CIPHER_CTX *)a->cipher);
     EVP_MAC_CTX_free((EVP_MAC_CTX *)a->mac);
     memset(a, 0, sizeof *a);
+}
+
+pe_status pe_encauth_random_iv(uint8_t iv[PE_ENCAUTH_BLOCK])
+{
+    return RAND_bytes(iv, PE_ENCAUTH_BLOCK) == 1 ? PE_OK : PE_ERR_CRYPTO_BACKEND;
 }
 
 static int args_ok(const pe_encauth *a, pe_aead_dir dir, size_t len, size_t tail_len)
