@@ -122,3 +122,29 @@ def test_eesp_refuses_cbc():
         pyeesp.SA(0x10, "aes-cbc-hmac-sha1-96", key=bytes(36))
     with pytest.raises(EespConfigurationError):
         pyeesp.SA(0x10, 12, key=bytes(36))
+
+
+@pytest.mark.parametrize("suite,bits", [(s, b) for s in SUITES for b in (128, 256)])
+def test_key_file_line(tmp_path, suite, bits):
+    """docs/keys.md: esp-sa with an AES-CBC suite takes the AES key || the integrity key (RFC 7296 §2.17); the
+    line's SA is the same as pyesp.SA's (a packet of one opens on the other)."""
+    from pecore.errors import CoreError
+    from pecore.keys import load_key_file
+
+    enc, auth = keys(suite, bits)
+    f = tmp_path / "k.txt"
+    f.write_text(f"esp-sa spi=4004 suite={suite} key-bits={bits} key={(enc + auth).hex()} mode=transport esn=1\n")
+    (e,) = load_key_file(f).esp_sas
+    assert e.settings["suite"] == suite and e.settings["key_bits"] == bits
+    sa = pyesp.SA(**e.settings)
+    ref = pyesp.SA(0x4004, suite, enc + auth, mode="transport", esn=True)
+    p = inner(False, 21)
+    assert ref.decrypt(sa.encrypt(p)).packet == p
+    for bad in (f"key={(enc + auth)[:-1].hex()}", "key-bits=192 key=" + (bytes(24) + auth).hex()):
+        f.write_text(f"esp-sa spi=4004 suite={suite} {bad}\n")
+        with pytest.raises(CoreError):
+            load_key_file(f)
+    # EESP takes no AES-CBC suite
+    f.write_text(f"eesp-sa spi=4004 suite={suite} key={(enc + auth).hex()}\n")
+    with pytest.raises(CoreError):
+        load_key_file(f)
