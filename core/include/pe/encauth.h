@@ -1,6 +1,6 @@
 /*
- * Encryption and integrity as two transforms, encrypt-then-MAC (RFC 4303
- * §3.3.2.1): AES-CBC (RFC 3602) with HMAC-SHA-1-96 (RFC 2404) or
+ * Encryption and integrity as two transforms, encrypt-then-MAC
+ * (RFC 4303 §3.3.2.1): AES-CBC (RFC 3602) with HMAC-SHA-1-96 (RFC 2404) or
  * HMAC-SHA-256-128 (RFC 4868), ESP's first suites that are not AEADs.
  *
  * A pe_encauth holds the AES key schedule and the HMAC pads, computed once

@@ -299,8 +299,9 @@ static pe_status spend_seq(esp_sa *sa, uint64_t *seq)
 /*
  * RFC 4303 §3.3.2.1 with an integrity transform, once seal_into wrote the
  * header, TFC padding, padding and trailer: a random IV (RFC 3602 §2.3), the
- * payload, and all of them from the payload on encrypted in place, then the ICV over SPI || Seq || IV ||
- * ciphertext, with ESN's high half appended for the ICV only (§2.2.1).
+ * payload, and all of them from the payload on encrypted in place, then the
+ * ICV over SPI || Seq || IV || ciphertext, with ESN's high half appended for
+ * the ICV only (RFC 4303 §2.2.1).
  */
 static pe_status seal_encauth(esp_sa *sa, uint64_t seq, const uint8_t *payload, size_t len, size_t body_len,
                               uint8_t *e)
