@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("scapy")
 
-from scapy.all import IP, TCP, UDP, IPv6, Raw, raw  # noqa: E402
+from scapy.all import UDP, raw  # noqa: E402
 from scapy.layers.ipsec import ESP, SecurityAssociation  # noqa: E402
 
 import pyesp  # noqa: E402
@@ -18,6 +18,7 @@ from pecore.binding import lib  # noqa: E402
 from pyesp.errors import AuthenticationError, EspError  # noqa: E402
 
 from esputil import MATRIX, MATRIX_IDS, scapy_pkt  # noqa: E402
+from test_esp_scapy import inner, outer  # noqa: E402  (the same packets as the AEAD suites' cross-checks)
 
 #: the core's suite -> scapy's auth_algo and the integrity key's octets
 SUITES = {"aes-cbc-hmac-sha1-96": ("HMAC-SHA1-96", 20), "aes-cbc-hmac-sha256-128": ("SHA2-256-128", 32)}
@@ -37,18 +38,6 @@ def keys(suite: str, bits: int):
     enc = bytes((0x3 * i + 7) & 0xFF for i in range(bits // 8))
     auth = bytes((0x11 * i + 5) & 0xFF for i in range(SUITES[suite][1]))
     return enc, auth
-
-
-def inner(v6: bool, n: int) -> bytes:
-    data = Raw(bytes((i * 7) & 0xFF for i in range(n)))
-    if v6:
-        return raw(IPv6(src="2001:db8::1", dst="2001:db8::2") / TCP(sport=40000, dport=40002, flags="PA") / data)
-    return raw(IP(src="192.0.2.1", dst="198.51.100.7", id=9) / UDP(sport=40000, dport=40001) / data)
-
-
-def outer(v6: bool) -> bytes:
-    return raw(IPv6(src="2001:db8:1::1", dst="2001:db8:1::2", nh=0)) if v6 else \
-        raw(IP(src="203.0.113.1", dst="203.0.113.2", proto=0))
 
 
 def pair(suite, bits, mode, v6, esn, udp, first):
@@ -148,3 +137,20 @@ def test_key_file_line(tmp_path, suite, bits):
     f.write_text(f"eesp-sa spi=4004 suite={suite} key={(enc + auth).hex()}\n")
     with pytest.raises(CoreError):
         load_key_file(f)
+
+
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_to_and_from_scapy(suite):
+    """pyesp.scapy's converters split and join the KEYMAT as RFC 7296 §2.17 orders it."""
+    from pyesp.scapy import from_scapy, to_scapy
+
+    sa, _ = pair(suite, 256, "transport", True, True, False, (3 << 32) + 9)
+    ssa = to_scapy(sa)
+    enc, auth = keys(suite, 256)
+    assert (ssa.crypt_algo.name, ssa.auth_algo.name, bytes(ssa.crypt_key), bytes(ssa.auth_key)) == \
+        ("AES-CBC", SUITES[suite][0], enc, auth)
+    p = inner(True, 30)
+    assert raw(ssa.decrypt(scapy_pkt(sa.encrypt(p)))) == p
+    back = from_scapy(ssa)
+    assert back.suite == suite and back._settings["key"] == enc + auth
+    assert raw(ssa.decrypt(scapy_pkt(back.encrypt(p)))) == p
