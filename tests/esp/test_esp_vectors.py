@@ -505,3 +505,29 @@ def test_core_on_every_cbc_vector(path):
     errors = {t["outputs"].get("error") for _g, t in group_tests(load(path))}
     assert {"authentication-failed", "esp-bad-block-length", "esp-truncated", "esp-no-sa", "esp-bad-padding",
             "esp-bad-pad-length", "esp-dummy-packet", "not-esp", "nat-keepalive", "ike-non-esp-marker"} <= errors
+
+
+@pytest.mark.skipif(not Path(wireshark.TSHARK).exists(), reason="tshark is not installed")
+@pytest.mark.skipif(not wireshark.ws_version().startswith("4.0"), reason="the expectations are Wireshark 4.0's")
+@pytest.mark.parametrize("path", CBC_FILES, ids=lambda p: p.name)
+def test_tshark_on_the_cbc_vectors(path):
+    """Wireshark 4.0's ESP dissector, keys through `pyesp keys export` (AES-CBC [RFC3602] with HMAC-SHA-1-96
+    [RFC2404] / HMAC-SHA-256-128 [RFC4868]): every valid 32-bit vector verifies and decrypts to its payload, every
+    ICV/ciphertext/IV/header mutation is marked bad; without ESN in 4.0, the ESN vectors decrypt (CBC does not
+    depend on the ICV) and their ICV is marked bad (the high half is missing from it)."""
+    doc = load(path)
+    stem = path.name.removesuffix("_test.json")
+    seen = dict(good=0, esn_bad=0, mutation_bad=0)
+    for gi, g in enumerate(doc["testGroups"], 1):
+        rows = _tshark_rows(f"{stem}_g{gi:02d}")
+        for t in g["tests"]:
+            good, data = rows[t["tcId"]]
+            flags = set(t["flags"])
+            if t["result"] == "valid" and "TrailingOctets" not in flags:
+                assert data == _esp_payload(g, bytes.fromhex(t["outputs"]["plaintextPacket"])), t["tcId"]
+                assert good == ("0" if g["esn"] else "1"), t["tcId"]
+                seen["esn_bad" if g["esn"] else "good"] += 1
+            elif t["result"] == "invalid" and flags & AUTH_MUTATIONS and not g["esn"]:
+                assert good in ("0", ""), t["tcId"]
+                seen["mutation_bad"] += 1
+    assert seen["good"] >= 20 and seen["esn_bad"] >= 2 and seen["mutation_bad"] >= 14, seen
