@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from pecore.protocol import ESP_SUITES
 from pecore.tools.vectors import (DELIVERY_OUTPUTS, DELIVERY_RULES, HEX, Group, Inner, Rng, SuiteInfo, Test,
                                   VectorFile, assemble, delivered, dropped, hex_of, hex_of_any, key_file_head,
-                                  kept_flags, mark_self_computed, outer_header, test_object, top_schema,
-                                  udp_encap_mutations)
+                                  kept_flags, mark_self_computed, outer_header, shared_notes, test_object,
+                                  top_schema, udp_encap_mutations)
 from pyesp.tools.vectors_framing import IPPROTO_ESP, frame, split
 
 #: ESP's AES-CBC rows of the core's table, by name.
@@ -31,6 +31,7 @@ KEEP_FLAGS = ("MixedTunnel", "Esn")
 _DIGESTS = {"aes-cbc-hmac-sha1-96": hashlib.sha1, "aes-cbc-hmac-sha256-128": hashlib.sha256}
 
 NOTES: Dict[str, Dict[str, str]] = {
+    **shared_notes("MixedTunnel", "ModifiedIcv", "NoSa", "IpFraming"),
     "SelfComputed": {"bugType": "BASIC", "description": "Computed by this project from RFC 4303, 3602, 2404 and 4868 "
                      "with pyca/cryptography's AES-CBC and Python's hmac; checked by the project's core and by "
                      "scapy's SecurityAssociation."},
@@ -43,11 +44,9 @@ NOTES: Dict[str, Dict[str, str]] = {
                 "default padding 1, 2, 3, ... up to the 16-octet boundary (RFC 4303 §2.4, RFC 3602 §2.4)."},
     "ExtraPadding": {"bugType": "EDGE_CASE", "description": "More padding than the block alignment needs, still "
                      "1, 2, 3, ...: valid (RFC 4303 §2.4)."},
-    "ModifiedIcv": {"bugType": "AUTH_BYPASS", "description": "An ICV bit flipped."},
     "ModifiedCiphertext": {"bugType": "AUTH_BYPASS", "description": "A ciphertext bit flipped."},
     "ModifiedAad": {"bugType": "AUTH_BYPASS", "description": "An authenticated clear field (Sequence Number, IV) "
                     "flipped."},
-    "NoSa": {"bugType": "MISSING_STEP", "description": "No SA for the SPI."},
     "Truncated": {"bugType": "MODIFIED_PARAMETER", "description": "The ESP part is cut short (IP and UDP lengths "
                   "follow)."},
     "BlockLength": {"bugType": "MODIFIED_PARAMETER", "description": "The ciphertext is no whole number of AES blocks "
@@ -66,9 +65,6 @@ NOTES: Dict[str, Dict[str, str]] = {
                     "writes (extra padding)."},
     "UdpEncap": {"bugType": "BASIC", "description": "ESP in UDP port 4500 (RFC 3948)."},
     "NotEsp": {"bugType": "FUNCTIONALITY", "description": "Not an ESP packet for this receiver."},
-    "IpFraming": {"bugType": "MODIFIED_PARAMETER", "description": "Broken outer IP/UDP framing."},
-    "MixedTunnel": {"bugType": "EDGE_CASE", "description": "Tunnel mode with inner and outer packets of different IP "
-                    "versions."},
 }
 
 _U64 = hex_of(8)
