@@ -3,8 +3,8 @@
 
 The same Wycheproof layout, framing and receiver-centric tests as the AEAD files (:mod:`pyesp.tools.vectors`),
 with their own schema (``esp_cbc_packet_test_schema_v1.json``): the KEYMAT is the AES key ``key`` and the
-integrity key ``integKey`` (RFC 7296 §2.17 takes them in that order), and the IV is 16 random octets (RFC 3602
-§2.3), drawn from the generator's seeded RNG so that the files are reproducible.  The octets are made here with
+integrity key ``integKey`` (RFC 7296 §2.17 takes them in that order), and the IV is 16 random octets
+(RFC 3602 §2.3), drawn from the generator's seeded RNG so that the files are reproducible.  The octets are made here with
 pyca/cryptography's AES-CBC and the standard library's HMAC, never with the core; ``check`` then runs the core's
 receiver on every vector and its sender, given the vector's IV (``pyesp.SA.set_test_iv``), on the valid ones.
 """
@@ -37,7 +37,7 @@ NOTES: Dict[str, Dict[str, str]] = {
                      "scapy's SecurityAssociation."},
     "EncryptThenMac": {"bugType": "BASIC", "description": "AES-CBC then HMAC (RFC 4303 §3.3.2.1): the ICV covers SPI ‖ "
                        "Sequence Number ‖ IV ‖ ciphertext, and with ESN the high half of the sequence number after "
-                       "them (§2.2.1), which is never sent."},
+                       "them (RFC 4303 §2.2.1), which is never sent."},
     "Esn": {"bugType": "BASIC", "description": "Extended sequence numbers (RFC 4303 §2.2.1): only the low half travels;"
             " the high half is appended for the ICV only, and the receiver infers it."},
     "Padding": {"bugType": "EDGE_CASE", "description": "Payload lengths over a whole AES block: 0-15 octets of "
