@@ -122,10 +122,11 @@ pe_status pe_encauth_dup(const pe_encauth *src, pe_encauth *dst)
         return PE_ERR_INVALID_ARGUMENT;
     EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     EVP_MAC_CTX *m = EVP_MAC_CTX_dup(src->mac);
-    if (!c || !m || EVP_CIPHER_CTX_copy(c, src->cipher) != 1) {
+    pe_status st = !c || !m ? PE_ERR_NOMEM : EVP_CIPHER_CTX_copy(c, src->cipher) != 1 ? PE_ERR_CRYPTO_BACKEND : PE_OK;
+    if (st != PE_OK) {
         EVP_CIPHER_CTX_free(c);
         EVP_MAC_CTX_free(m);
-        return m && c ? PE_ERR_CRYPTO_BACKEND : PE_ERR_NOMEM;
+        return st;
     }
     *dst = *src;
     dst->cipher = c;
