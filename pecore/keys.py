@@ -106,9 +106,10 @@ def _opt(value: int) -> Optional[int]:
     return None if value < 0 else value
 
 
-def _suite_name(encr: int):  # type: ignore[no-untyped-def]
-    """The suite table's name of an ENCR ID (pe_ipsec_suite_by_id), or the number where the core has no row."""
-    row = lib.pe_ipsec_suite_by_id(encr)
+def _suite_name(encr: int, integ: int = 0):  # type: ignore[no-untyped-def]
+    """The suite table's name of an ENCR ID and, for ESP, INTEG ID (pe_ipsec_esp_suite_by_ids), or the number
+    where the core has no row."""
+    row = lib.pe_ipsec_esp_suite_by_ids(encr, integ)
     return encr if row == ffi.NULL else ffi.string(row.name).decode()
 
 
@@ -162,7 +163,7 @@ def _eesp_entry(e) -> EespSaEntry:
 def _esp_entry(e) -> EspSaEntry:
     settings: Dict[str, object] = dict(
         spi=e.spi,
-        suite=_suite_name(e.encr),
+        suite=_suite_name(e.encr, e.integ),
         key_bits=e.key_bits,
         key=bytes(e.key[0 : e.key_len]),
         mode=("transport", "tunnel")[e.mode],

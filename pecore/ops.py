@@ -352,6 +352,11 @@ def esp_add_sa(rx, fields: Mapping[str, Any]) -> int:  # type: ignore[no-untyped
     return lib.pe_esp_rx_add_sa(rx, c_struct("pe_esp_sa_config", lib.pe_esp_sa_config_init, fields, keep))
 
 
+def esp_set_next_iv(tx, iv: bytes) -> int:  # type: ignore[no-untyped-def]
+    """AES-CBC: the IV of the next packet, once (pe_esp_tx_set_next_iv: for reproducible test octets)."""
+    return lib.pe_esp_tx_set_next_iv(tx, iv, len(iv))
+
+
 ESP = _ipsec(
     "esp",
     encap=lambda tx, p, n, _extra, out, cap, out_len: lib.pe_esp_encap(tx, p, n, out, cap, out_len),
@@ -394,7 +399,7 @@ __all__ = [
     "ESP_MODES", "ESP_NH_NO_NEXT", "MAX_IP_LEN", "OK", "PSP", "PSP_HDR_LEN", "PSP_MODES", "PSP_SPORT_CALLBACK",
     "PSP_SPORT_FIXED", "PSP_SPORT_XOR", "UDP4500_KINDS", "eesp_add_esp_spi", "eesp_add_sa", "eesp_derive_sub_sa_key",
     "eesp_header_build", "eesp_header_fields", "eesp_header_parse", "eesp_header_parse_lenient", "eesp_info_fields",
-    "eesp_packet_opts", "eesp_set_capture_sub_sas", "esp_add_sa", "esp_info_fields", "ipsec_suite_lengths", "octets",
+    "eesp_packet_opts", "eesp_set_capture_sub_sas", "esp_add_sa", "esp_info_fields", "esp_set_next_iv", "ipsec_suite_lengths", "octets",
     "psp_add_key", "psp_derive_key", "psp_header_build", "psp_header_fields", "psp_header_parse",
     "psp_header_parse_lenient", "psp_kdf_label", "psp_sport_callback", "udp4500_kind",
 ]

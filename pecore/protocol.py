@@ -45,6 +45,11 @@ class EespSuite:
     implicit_iv: bool        #: RFC 8750: the Sequence Number is the IV
     integrity_only: bool     #: AES-GMAC: payload in clear
     key_lens: Tuple[int, ...]  #: key octets without salt: (16, 24, 32) for AES, (32,) for ChaCha20-Poly1305
+    #: ESP's encryption + integrity rows (:data:`ESP_SUITES`): the IKEv2 INTEG ID (0 with an AEAD), its name and
+    #: the integrity key's octets, which follow the encryption key in the KEYMAT (RFC 7296 §2.17)
+    integ: int = 0
+    ikev2_integ_name: Optional[str] = None
+    integ_key_len: int = 0
 
     @property
     def key_bits(self) -> Tuple[int, ...]:
@@ -55,18 +60,41 @@ class EespSuite:
         key_len = key_bits // 8 if key_bits else self.key_lens[0]
         if key_len not in self.key_lens:
             raise ValueError(f"{self.name} takes keys of {', '.join(map(str, self.key_bits))} bits, not {key_bits}")
-        return key_len + self.salt_len
+        return key_len + self.salt_len + self.integ_key_len
+
+
+#: The cipher of ESP's rows with an integrity transform, in the ``aead`` field's place.
+ESP_CBC_CIPHER = "aes-cbc"
 
 
 def _suite(row) -> EespSuite:
+    integ = int(row.integ)
     return EespSuite(id=row.encr, name=_text(row.name), ikev2_name=_text(row.ikev2_name),
-                     aead=_AEAD_NAMES[row.alg], salt_len=row.salt_len, iv_len=row.iv_len, icv_len=row.icv_len,
-                     implicit_iv=bool(row.implicit_iv), integrity_only=bool(row.integrity_only),
-                     key_lens=tuple(row.key_lens[i] for i in range(row.n_key_lens)))
+                     aead=ESP_CBC_CIPHER if integ else _AEAD_NAMES[row.alg], salt_len=row.salt_len,
+                     iv_len=row.iv_len, icv_len=row.icv_len, implicit_iv=bool(row.implicit_iv),
+                     integrity_only=bool(row.integrity_only),
+                     key_lens=tuple(row.key_lens[i] for i in range(row.n_key_lens)), integ=integ,
+                     ikev2_integ_name=_text(row.ikev2_integ_name) if integ else None,
+                     integ_key_len=row.integ_key_len)
 
 
 #: Every suite, in ENCR ID order.
 EESP_SUITES: Tuple[EespSuite, ...] = tuple(_suite(lib.pe_ipsec_suite_at(i)) for i in range(lib.pe_ipsec_suite_count()))
+#: ESP's suites: the rows above, then AES-CBC with HMAC-SHA1-96 and HMAC-SHA-256-128 (pe_ipsec_esp_suite_at).
+ESP_SUITES: Tuple[EespSuite, ...] = tuple(_suite(lib.pe_ipsec_esp_suite_at(i))
+                                          for i in range(lib.pe_ipsec_esp_suite_count()))
+
+
+def esp_suite(suite: Union[str, int]) -> Optional[EespSuite]:
+    """One of :data:`ESP_SUITES` by the project's name, the IKEv2 name in any case ("ENCR_AES_CBC+AUTH_HMAC_SHA1_96",
+    also without ``ENCR_``) or, for a combined-mode suite, its ENCR ID (ENCR_AES_CBC alone names no suite); None if
+    unknown."""
+    if isinstance(suite, str):
+        key = suite.strip().lower()
+        for row in ESP_SUITES:
+            if key in (row.name, row.ikev2_name.lower(), row.ikev2_name.lower().removeprefix("encr_")):
+                return row
+    return eesp_suite(suite)
 
 
 def eesp_suite(suite: Union[str, int]) -> Optional[EespSuite]:
@@ -310,8 +338,9 @@ def locate_esp(ip_packet: Buffer, port: int = ESP_UDP_PORT, *, either_port: bool
 
 
 __all__ = [
-    "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "ESP_IP_PROTOCOL", "ESP_UDP_PORT",
-    "EespLocation", "EespSuite", "EspLocation", "PSP_UDP_PORT", "PSP_VERSIONS",
-    "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode", "eesp_suite", "encr_id",
-    "keymat_key_bits", "locate_eesp", "locate_esp", "locate_psp", "parse_lenient", "psp_version", "udp_checksum",
+    "CRYPT_OFFSET_FIELD_BITS", "EESP_IP_PROTOCOL", "EESP_SUITES", "EESP_UDP_PORT", "ESP_CBC_CIPHER",
+    "ESP_IP_PROTOCOL", "ESP_SUITES", "ESP_UDP_PORT", "EespLocation", "EespSuite", "EspLocation", "PSP_UDP_PORT",
+    "PSP_VERSIONS", "PspLocation", "PspVersion", "checksum", "crypt_offset_decode", "crypt_offset_encode",
+    "eesp_suite", "encr_id", "esp_suite", "keymat_key_bits", "locate_eesp", "locate_esp", "locate_psp",
+    "parse_lenient", "psp_version", "udp_checksum",
 ]

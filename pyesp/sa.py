@@ -12,7 +12,7 @@ from typing import Iterable, List, Optional, Union
 from pecore import face, ops
 from pecore.errors import status_name
 from pecore.keys import KeyFile
-from pecore.protocol import EESP_SUITES, encr_id, keymat_key_bits
+from pecore.protocol import ESP_SUITES, EespSuite, encr_id, esp_suite, keymat_key_bits
 from pecore.util import (Buffer, Key, check_range, check_sa_added, config_error, destination_fields, key_bytes,
                          open_destination, packet_buffer, udp_checksum_mode)
 from pyesp.errors import ConfigurationError, EspError, error_class, raise_esp
@@ -20,15 +20,41 @@ from pyesp.header import Header
 
 MAX_IP_LEN = ops.MAX_IP_LEN
 
-#: IKEv2 ENCR transform IDs by suite name, from the core's suite table (the same names as EESP's).
-SUITES = {s.name: s.id for s in EESP_SUITES}
+#: IKEv2 ENCR transform IDs by suite name, from the core's suite table (the same names as EESP's), then ESP's
+#: AES-CBC rows (ENCR 12 both: :data:`INTEG` tells them apart).
+SUITES = {s.name: s.id for s in ESP_SUITES}
+#: IKEv2 INTEG transform IDs by suite name: 0 for the AEADs, 2 (HMAC-SHA1-96) or 12 (HMAC-SHA2-256-128) with AES-CBC.
+INTEG = {s.name: s.integ for s in ESP_SUITES}
 _MODES = ops.ESP_MODES
 _SEQ32_MAX = 0xFFFFFFFF
 
 
 def suite_id(suite: Union[str, int]) -> int:
-    """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16") or the ID itself."""
-    return encr_id(suite, "ESP", ConfigurationError)
+    """IKEv2 ENCR ID from a suite name ("aes-gcm-16", "ENCR_AES_GCM_16", "aes-cbc-hmac-sha1-96") or the ID itself."""
+    return suite_row(suite).id
+
+
+def suite_row(suite: Union[str, int]) -> EespSuite:
+    """The core's row of an ESP suite (name, IKEv2 name, or a combined-mode suite's ENCR ID)."""
+    row = esp_suite(suite) if isinstance(suite, str) else None
+    if row is None:
+        row = esp_suite(encr_id(suite, "ESP", ConfigurationError))
+    assert row is not None
+    return row
+
+
+def _encauth_key_bits(row: EespSuite, k: bytes, key_bits: Optional[int]) -> int:
+    """AES-CBC + HMAC: the AES key size of a KEYMAT encryption key || integrity key (RFC 7296 §2.17)."""
+    sizes = [8 * n for n in row.key_lens]
+    if key_bits is not None and key_bits not in sizes:
+        raise ConfigurationError(f"{row.name} takes {' or '.join(map(str, sizes))}-bit keys, not key_bits={key_bits}",
+                                 "esp-bad-suite")
+    lens = row.key_lens if key_bits is None else (key_bits // 8,)
+    if len(k) - row.integ_key_len not in lens:
+        raise ConfigurationError(
+            f"key must be the AES key || the {row.integ_key_len}-octet integrity key for {row.name}: "
+            f"{' or '.join(str(n + row.integ_key_len) for n in lens)} octets, not {len(k)}", "bad-key-length")
+    return 8 * (len(k) - row.integ_key_len)
 
 
 @dataclass(frozen=True)
@@ -72,9 +98,11 @@ def _make_config(spi, suite, key, key_bits, mode, esn, anti_replay, replay_windo
         raise err("key= (KEYMAT: key || salt) is required")
     if mode not in _MODES:
         raise err(f"mode must be one of {list(_MODES)}, not {mode!r}")
-    c: dict = dict(spi=check_range("spi", spi, 0xFFFFFFFF, err), encr=suite_id(suite))
+    row = suite_row(suite)
+    c: dict = dict(spi=check_range("spi", spi, 0xFFFFFFFF, err), encr=row.id, integ=row.integ)
     k = key_bytes(key, "key", err)
-    c["key_bits"] = keymat_key_bits(c["encr"], k, key_bits, "ESP", err)
+    c["key_bits"] = (_encauth_key_bits(row, k, key_bits) if row.integ
+                     else keymat_key_bits(c["encr"], k, key_bits, "ESP", err))
     c.update(key=k, key_len=len(k), mode=_MODES[mode], esn=bool(esn), anti_replay=bool(anti_replay))
     c["replay_window"] = 0 if replay_window is None else check_range("replay_window", replay_window, 1 << 20, err, 64)
     check_range("first_seq", first_seq, 2**64 - 1, err, bottom=1)
@@ -164,8 +192,10 @@ class SA:
 
     - ``suite``: "aes-gcm-16" (also -8, -12; RFC 4106), "aes-ccm-8/12/16" (RFC 4309), "chacha20-poly1305"
       (RFC 7634), "aes-gmac" (RFC 4543), "aes-gcm-16-iiv", "aes-ccm-8-iiv", "chacha20-poly1305-iiv"
-      (RFC 8750), or the IKEv2 ENCR ID (:data:`SUITES`).
-    - ``key``: the KEYMAT block key ‖ salt (bytes or hex): a 4-octet salt, 3 for CCM, ends it.  The AES
+      (RFC 8750), or the IKEv2 ENCR ID (:data:`SUITES`); "aes-cbc-hmac-sha1-96" and "aes-cbc-hmac-sha256-128"
+      (AES-CBC, RFC 3602, with HMAC-SHA-1-96, RFC 2404, or HMAC-SHA-256-128, RFC 4868; encrypt-then-MAC).
+    - ``key``: the KEYMAT block key ‖ salt (bytes or hex): a 4-octet salt, 3 for CCM, ends it; for AES-CBC
+      the AES key ‖ the integrity key (20 octets for SHA-1, 32 for SHA-256; RFC 7296 §2.17).  The AES
       key size follows from its length (or give ``key_bits``).
     - ``mode`` "tunnel" (default, as for EESP and the key file) or "transport"; ``esn``: extended sequence
       numbers (RFC 4303 §2.2.1: the high half is in the AAD, never on the wire).
@@ -183,7 +213,8 @@ class SA:
 
     The IV: every explicit-IV suite sends the 64-bit sequence number as its IV (RFC 4106 §3.1 asks only that
     it never repeat under a key), implicit-IV suites use it without sending it (RFC 8750), so
-    :meth:`next_iv` is :meth:`next_seq`.
+    :meth:`next_iv` is :meth:`next_seq`.  AES-CBC takes a random IV per packet instead (RFC 3602 §2.3);
+    :meth:`set_test_iv` fixes the next one, for reproducible test octets.
 
     ``encrypt`` and ``decrypt`` may be called on the same object (the same keys serve both, as in tests):
     its own receiver listens on ``udp_dport``.  Calls are serialised, so threads may share it.  Sequence numbers and IVs never repeat.
@@ -248,6 +279,13 @@ class SA:
     def set_next_iv(self, next_iv: int) -> None:
         """Let the counter continue at ``next_iv`` (see :meth:`set_next_seq`), as ``pyeesp.SA.set_next_iv``."""
         self.set_next_seq(next_iv)
+
+    def set_test_iv(self, iv: bytes) -> None:
+        """AES-CBC suites: the next packet's 16-octet IV, once, instead of a random one -- for test vectors and
+        cross-checks that need reproducible octets; never for traffic (a predictable CBC IV is an attack)."""
+        st = self._core.call(ops.esp_set_next_iv, bytes(iv))
+        if st != ops.OK:
+            raise ConfigurationError("set_test_iv needs an AES-CBC suite and a 16-octet IV", status_name(st))
 
     def encrypt(self, ip_packet: Buffer) -> bytes:
         """Encapsulate one IPv4/IPv6 packet (any bytes-like object); returns the outer IP packet."""

@@ -10,8 +10,10 @@ classes.
   core's octets (the IV is the 64-bit sequence number, docs/guide-esp.md).
 
 Suites (scapy's ``crypt_algo`` with ``crypt_icv_size``): "AES-GCM" 8/12/16 (RFC 4106), "AES-CCM" 8/12/16
-(RFC 4309), "CHACHA20-POLY1305" (RFC 7634), "AES-NULL-GMAC" (RFC 4543).  scapy has no implicit-IV suites
-(RFC 8750) and no combined-mode suite with a separate ``auth_algo``; those are refused.  scapy 2.8 writes and
+(RFC 4309), "CHACHA20-POLY1305" (RFC 7634), "AES-NULL-GMAC" (RFC 4543); and "AES-CBC" with ``auth_algo``
+"HMAC-SHA1-96" or "SHA2-256-128" (RFC 3602 with RFC 2404 / 4868: the core's aes-cbc-hmac-sha1-96 and
+aes-cbc-hmac-sha256-128, KEYMAT ``crypt_key`` ‖ ``auth_key``).  scapy has no implicit-IV suites (RFC 8750);
+those are refused.  scapy 2.8 writes and
 expects a 16-octet AES-GCM ICV whatever ``crypt_icv_size`` says (RFC 4106 §6 sends 8 or 12 octets for
 GCM-8/12): :func:`to_scapy` still passes the RFC's size, so an SA from it interoperates with the core for
 GCM-16 and the other suites only (tests/esp/test_esp_interop.py asserts that difference).
@@ -30,11 +32,11 @@ from scapy.layers.ipsec import CRYPT_ALGOS, ESP, SecurityAssociation  # noqa: E4
 from scapy.packet import Packet  # noqa: E402
 
 from pecore._scapy import header_template, ip_bytes, ip_packet  # noqa: E402
-from pecore.protocol import eesp_suite  # noqa: E402
+from pecore.protocol import esp_suite  # noqa: E402
 from pecore.util import Key, key_bytes  # noqa: E402
 from pyesp.errors import ConfigurationError, NoSaError  # noqa: E402
 from pyesp.header import UDP_PORT  # noqa: E402
-from pyesp.sa import SA, suite_id  # noqa: E402
+from pyesp.sa import SA, suite_row  # noqa: E402
 
 #: The core's suite name -> scapy's (crypt_algo, crypt_icv_size).
 SCAPY_SUITES = {
@@ -43,6 +45,9 @@ SCAPY_SUITES = {
     "chacha20-poly1305": ("CHACHA20-POLY1305", 16), "aes-gmac": ("AES-NULL-GMAC", 16),
 }
 _FROM_SCAPY = {v: k for k, v in SCAPY_SUITES.items()}
+#: The core's AES-CBC suites -> scapy's ``auth_algo`` beside ``crypt_algo`` "AES-CBC".
+SCAPY_ENCAUTH = {"aes-cbc-hmac-sha1-96": "HMAC-SHA1-96", "aes-cbc-hmac-sha256-128": "SHA2-256-128"}
+_ENCAUTH_FROM_SCAPY = {v: k for k, v in SCAPY_ENCAUTH.items()}
 
 
 def scapy_suite(crypt_algo: str, icv_size: Optional[int] = None) -> str:
@@ -58,9 +63,7 @@ def scapy_suite(crypt_algo: str, icv_size: Optional[int] = None) -> str:
 
 
 def _suite_name(suite: Union[str, int]) -> str:
-    row = eesp_suite(suite_id(suite))
-    assert row is not None  # suite_id() accepted it
-    return row.name
+    return suite_row(suite).name
 
 
 def to_scapy(sa: SA, *, tunnel_header=None) -> SecurityAssociation:  # type: ignore[no-untyped-def]
@@ -76,9 +79,15 @@ def to_scapy(sa: SA, *, tunnel_header=None) -> SecurityAssociation:  # type: ign
         raise TypeError(f"sa must be a pyesp.SA, not {type(sa).__name__}")
     s = sa._settings
     name = _suite_name(s["suite"])  # type: ignore[arg-type]
-    if name not in SCAPY_SUITES:
+    if name not in SCAPY_SUITES and name not in SCAPY_ENCAUTH:
         raise ConfigurationError(f"scapy has no {name} (implicit IV, RFC 8750)", "esp-bad-suite")
-    algo, icv = SCAPY_SUITES[name]
+    key = key_bytes(s["key"], "key", ConfigurationError)  # type: ignore[arg-type]
+    auth: dict = {}
+    if name in SCAPY_ENCAUTH:  # KEYMAT: the AES key, then the integrity key (RFC 7296 §2.17)
+        n = len(key) - esp_suite(name).integ_key_len  # type: ignore[union-attr]
+        algo, icv, key, auth = "AES-CBC", None, key[:n], dict(auth_algo=SCAPY_ENCAUTH[name], auth_key=key[n:])
+    else:
+        algo, icv = SCAPY_SUITES[name]
     if s["tfc_pad"]:
         raise ConfigurationError("scapy's SecurityAssociation has no TFC padding (RFC 4303 §2.7): an SA with "
                                  "tfc_pad would send other packets there", "esp-bad-config")
@@ -97,8 +106,7 @@ def to_scapy(sa: SA, *, tunnel_header=None) -> SecurityAssociation:  # type: ign
     if nxt is None:
         raise ConfigurationError("the SA has sent its last sequence number", "sequence-exhausted")
     return SecurityAssociation(
-        ESP, spi=sa.spi, seq_num=nxt & 0xFFFFFFFF, crypt_algo=algo,
-        crypt_key=key_bytes(s["key"], "key", ConfigurationError), crypt_icv_size=icv,  # type: ignore[arg-type]
+        ESP, spi=sa.spi, seq_num=nxt & 0xFFFFFFFF, crypt_algo=algo, crypt_key=key, crypt_icv_size=icv, **auth,
         tunnel_header=th,
         nat_t_header=UDP(sport=s["udp_sport"], dport=s["udp_dport"]) if s["udp_encap"] else None,
         esn_en=bool(s["esn"]), esn=nxt >> 32)
@@ -114,15 +122,23 @@ def from_scapy(ssa: SecurityAssociation, *, anti_replay: bool = True, replay_win
         raise TypeError(f"ssa must be scapy's SecurityAssociation, not {type(ssa).__name__}")
     if ssa.proto is not ESP:
         raise ConfigurationError("only ESP SAs (scapy's AH is no ESP)")
-    if ssa.auth_algo.name != "NULL":
-        raise ConfigurationError(f"auth_algo {ssa.auth_algo.name}: the core has combined-mode AEADs only")
-    name = scapy_suite(ssa.crypt_algo.name, ssa.crypt_icv_size)
+    auth_key = b""
+    if ssa.crypt_algo.name == "AES-CBC":
+        name = _ENCAUTH_FROM_SCAPY.get(ssa.auth_algo.name, "")
+        if not name:
+            raise ConfigurationError(f"AES-CBC with auth_algo {ssa.auth_algo.name}: the core has HMAC-SHA1-96 and "
+                                     "SHA2-256-128", "esp-bad-suite")
+        auth_key = bytes(ssa.auth_key or b"")
+    elif ssa.auth_algo.name != "NULL":
+        raise ConfigurationError(f"auth_algo {ssa.auth_algo.name}: the core has it with AES-CBC only")
+    else:
+        name = scapy_suite(ssa.crypt_algo.name, ssa.crypt_icv_size)
     if ssa.crypt_key is None:
         raise ConfigurationError("the scapy SA has no crypt_key")
     esn = bool(ssa.esn_en)
     first = ((ssa.esn or 0) << 32 if esn else 0) | ssa.seq_num
     udp = ssa.nat_t_header
-    return SA(ssa.spi, name, bytes(ssa.crypt_key) + bytes(ssa.crypt_salt or b""),
+    return SA(ssa.spi, name, bytes(ssa.crypt_key) + bytes(ssa.crypt_salt or b"") + auth_key,
               mode="tunnel" if ssa.tunnel_header is not None else "transport", esn=esn,
               first_seq=max(first, 1), anti_replay=anti_replay, replay_window=replay_window,
               udp_encap=udp is not None, udp_sport=udp.sport if udp is not None else UDP_PORT,
@@ -202,4 +218,4 @@ class ESPSecurityAssociation:
         return f"<ESPSecurityAssociation spi={self.spi:#010x} suite={self.suite}>"
 
 
-__all__ = ["ESPSecurityAssociation", "SCAPY_SUITES", "from_scapy", "scapy_suite", "to_scapy"]
+__all__ = ["ESPSecurityAssociation", "SCAPY_ENCAUTH", "SCAPY_SUITES", "from_scapy", "scapy_suite", "to_scapy"]

@@ -30,6 +30,7 @@ import sys
 from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple
 
 from pecore.keys import EspSaEntry, KeyFile, KeyFileError, parse_key_file
+from pecore.protocol import ESP_SUITES
 from pecore.tools._tables import SUITES
 
 __all__ = ["KeyImportError", "UnsupportedSaError", "from_xfrm", "from_esp_sa", "from_psp_netlink", "to_esp_sa", "WIRESHARK_LAYOUTS",
@@ -64,11 +65,16 @@ def _addr(text: str) -> Optional[str]:
         return None
 
 
+#: ESP's suites with an integrity transform (AES-CBC + HMAC), by name: the core's rows (pe_ipsec_esp_suite_at), which
+#: EESP and so :data:`SUITES` do not have.
+ENCAUTH_SUITES = {s.name: s for s in ESP_SUITES if s.integ}
+
+
 def _esp_line(spi: int, suite: str, key: bytes, key_bits: int, *, src: Optional[str] = None,
               dst: Optional[str] = None, mode: str = "tunnel", esn: bool = False, anti_replay: bool = True,
               replay_window: Optional[int] = None, first_seq: int = 1, udp: Optional[Tuple[int, int]] = None) -> str:
     f = [f"esp-sa spi=0x{spi:08x} suite={suite}"]
-    if len(SUITES[suite].key_sizes) > 1:  # a suite with one key size takes no key-bits
+    if suite in ENCAUTH_SUITES or len(SUITES[suite].key_sizes) > 1:  # a suite with one key size takes no key-bits
         f.append(f"key-bits={key_bits}")
     f.append(f"key={key.hex()}")
     f.append(f"mode={mode}")
@@ -98,7 +104,14 @@ _SINGLE_KEY_WHAT = {"chacha": "ChaCha20-Poly1305"}
 
 
 def _key_bits(suite: str, key: bytes, fail) -> int:
-    """The key size of a suite's KEYMAT (key || salt), by the core's salt and key lengths."""
+    """The key size of a suite's KEYMAT (key || salt, or AES key || integrity key), by the core's lengths."""
+    if suite in ENCAUTH_SUITES:
+        row = ENCAUTH_SUITES[suite]
+        n = len(key) - row.integ_key_len
+        if n in row.key_lens:
+            return 8 * n
+        fail(f"the key of {suite} is a {' or '.join(str(8 * k) for k in row.key_lens)}-bit AES key and a "
+             f"{row.integ_key_len}-octet integrity key")
     s = SUITES[suite]
     n = len(key) - s.salt
     if 8 * n in s.key_sizes:
@@ -119,6 +132,10 @@ _XFRM_TEMPLATES = {"gcm": "rfc4106(gcm(aes))", "ccm": "rfc4309(ccm(aes))", "chac
 #: ``ip xfrm``'s AEAD name and ICV bits -> suite, for every suite of the core's table that Linux has.
 XFRM_AEADS: Dict[Tuple[str, int], str] = {(_XFRM_TEMPLATES[s.kind], 8 * s.icv): s.name for s in SUITES.values()
                                           if not s.iiv and s.kind in _XFRM_TEMPLATES}
+#: ``ip xfrm``'s ``enc`` cipher and ``auth-trunc`` algorithm with its ICV bits -> ESP's AES-CBC suites.
+XFRM_CBC = "cbc(aes)"
+XFRM_AUTHS: Dict[Tuple[str, int], str] = {("hmac(sha1)", 96): "aes-cbc-hmac-sha1-96",
+                                          ("hmac(sha256)", 128): "aes-cbc-hmac-sha256-128"}
 
 #: The headers under which iproute2 prints more deeply indented lines of their own (ip/ipxfrm.c): only the ESN
 #: replay state says something the key file holds.  Read by indentation, as ``stats:`` holds a line that starts
@@ -234,9 +251,29 @@ def _xfrm_sa(block: List[Tuple[int, str]], source: str) -> Tuple[str, str]:
             if suite is None:
                 unsupported = unsupported or (n, f"AEAD {name} with a {icv}-bit ICV is not a suite the core has")
             sa["suite"], sa["key"], sa["key_line"] = suite, key, n
+        elif head == "enc" and len(w) >= 3 and w[1].strip("'\"") == XFRM_CBC:
+            # "enc cbc(aes) 0xKEY" (ip -s: "enc cbc(aes) 0xKEY (N bits)")
+            key = _hex_key(w[2])
+            if key is None:
+                fail("the encryption key is not 0x-prefixed hex", n)
+            sa["enc_key"], sa["key_line"] = key, n
+        elif head in ("auth-trunc", "auth") and len(w) >= 3:
+            # "auth-trunc hmac(sha1) 0xKEY 96"; plain "auth NAME 0xKEY" is the algorithm's default length
+            name = w[1].strip("'\"")
+            try:
+                icv = int(w[-1]) if head == "auth-trunc" else {"hmac(sha1)": 96, "hmac(sha256)": 96}.get(name, 0)
+            except ValueError:
+                fail("the ICV length is not a number", n)
+            key = _hex_key(w[2])
+            if key is None:
+                fail("the integrity key is not 0x-prefixed hex", n)
+            sa["auth_suite"], sa["auth_key"] = XFRM_AUTHS.get((name, icv)), key
+            if sa["auth_suite"] is None:
+                unsupported = unsupported or (n, f"'{head} {name}' with a {icv}-bit ICV: the core has HMAC-SHA-1-96 "
+                                                 "and HMAC-SHA-256-128 (auth-trunc hmac(sha1) 96, hmac(sha256) 128)")
         elif head in ("enc", "auth", "auth-trunc", "comp"):
-            unsupported = unsupported or (n, f"'{head} {w[1] if len(w) > 1 else ''}': only combined-mode (aead) "
-                                             "ESP SAs can be imported")
+            unsupported = unsupported or (n, f"'{head} {w[1] if len(w) > 1 else ''}': the core has the AEADs and "
+                                             "cbc(aes) with hmac(sha1) 96 or hmac(sha256) 128")
         elif head == "encap":
             # iproute2 prints "encap type espinudp sport 4500 dport 4500 addr 0.0.0.0"; the add syntax is
             # "encap espinudp 4500 4500 0.0.0.0": both are taken.
@@ -268,8 +305,14 @@ def _xfrm_sa(block: List[Tuple[int, str]], source: str) -> Tuple[str, str]:
     name = f"SPI 0x{sa['spi']:08x} {src} -> {dst}" if "spi" in sa else f"{src} -> {dst}"
     if unsupported is not None:
         raise UnsupportedSaError(source, unsupported[0], f"SA {name}: {unsupported[1]}")
+    if "enc_key" in sa or "auth_key" in sa:
+        if "key" in sa or "enc_key" not in sa or "auth_key" not in sa:
+            fail("an SA is an 'aead' line, or an 'enc cbc(aes)' line with an 'auth-trunc' line",
+                 int(sa.get("key_line", first)))
+        # RFC 7296 §2.17: the encryption key, then the integrity key
+        sa["suite"], sa["key"] = sa["auth_suite"], bytes(sa["enc_key"]) + bytes(sa["auth_key"])
     if "key" not in sa:
-        fail("no 'aead' line: only combined-mode ESP SAs can be imported", code="keyfile-syntax")
+        fail("no 'aead' line, nor 'enc cbc(aes)' with 'auth-trunc': no ESP SA the core has", code="keyfile-syntax")
     suite, key = str(sa["suite"]), bytes(sa["key"])
     bits = _key_bits(suite, key, lambda m: fail(m, int(sa["key_line"])))
     esn = bool(sa.get("esn"))
@@ -362,6 +405,10 @@ WIRESHARK_LAYOUTS: Dict[str, Tuple[int, Dict[str, str], bool]] = {
     "4.6": (10, {**_WS_GCM, **_WS_46}, True),
 }
 _LABEL_BY_SUITE = {v: k for k, v in {**_WS_GCM, **_WS_46}.items()}
+#: AES-CBC with its "Authentication" label (packet-ipsec.c), in every layout.
+_WS_CBC = "AES-CBC [RFC3602]"
+_WS_AUTH = {"aes-cbc-hmac-sha1-96": "HMAC-SHA-1-96 [RFC2404]", "aes-cbc-hmac-sha256-128": "HMAC-SHA-256-128 [RFC4868]"}
+_SUITE_BY_AUTH = {v: k for k, v in _WS_AUTH.items()}
 #: Wireshark 4.6 builds the implicit IV of these suites from the 32-bit Sequence Number field with 0 above it, also
 #: on an ESN SA, where RFC 8750 §3 (Figure 2) takes the 64-bit ESN: measured with tshark 4.6.9, whose decryption is
 #: then exactly the one under IV 0 || Seq low (tests/test_esp_interop.py).  A row whose ESN high half is not 0 can
@@ -431,12 +478,23 @@ def _esp_sa_record(raw: str, n: int, mode: str, source: str) -> Tuple[str, str]:
     if spi > 0xFFFFFFFF:
         fail("SPI is above 32 bits")
     suite = {**_WS_GCM, **_WS_46}.get(enc)
+    if enc == _WS_CBC:
+        suite = _SUITE_BY_AUTH.get(f[6])
+        if suite is None:
+            unsupported(f"AES-CBC with Authentication {f[6]!r}: the core has HMAC-SHA-1-96 and HMAC-SHA-256-128")
     if suite is None:
-        unsupported("Encryption is not a combined-mode suite the core has (AES-GCM, ChaCha20-Poly1305)")
-    # Wireshark reads a key with 0x as hex and any other as the octets of its text (packet-ipsec.c).
-    key = _hex_key(key_s) if key_s[:2] in ("0x", "0X") else key_s.encode("latin-1", "replace")
-    if key is None:
-        fail("Encryption Key is not hex after its 0x")
+        unsupported("Encryption is not a suite the core has (AES-GCM, ChaCha20-Poly1305, AES-CBC with HMAC)")
+
+    def octets(text: str, what: str) -> bytes:
+        # Wireshark reads a key with 0x as hex and any other as the octets of its text (packet-ipsec.c).
+        k = _hex_key(text) if text[:2] in ("0x", "0X") else text.encode("latin-1", "replace")
+        if k is None:
+            fail(f"{what} is not hex after its 0x")
+        return k
+
+    key = octets(key_s, "Encryption Key")
+    if enc == _WS_CBC:
+        key += octets(f[7], "Authentication Key")  # RFC 7296 §2.17: the encryption key, then the integrity key
     bits = _key_bits(suite, key, fail)
     esn, first_seq = False, 1
     if len(f) == 10:
@@ -477,9 +535,10 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: boo
     rows = []
     for e in kf.esp_sas:
         s = e.settings
-        label = _LABEL_BY_SUITE.get(str(s["suite"]))
+        cbc = str(s["suite"]) in _WS_AUTH
+        label = _WS_CBC if cbc else _LABEL_BY_SUITE.get(str(s["suite"]))
         problem = None
-        if label is None or label not in suites:
+        if label is None or (label not in suites and not cbc):
             problem = f"Wireshark {wireshark_version}'s esp_sa has no {s['suite']}"
         elif s["esn"] and columns == 8:
             problem = f"Wireshark {wireshark_version}'s ESP dissector has no ESN (use --wireshark-version 4.4 or later)"
@@ -498,8 +557,12 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: boo
             # Before 4.6 there is no "Any": one row per family, as the key file's line matches both.
             protos = ["Any"] if has_any else ["IPv4", "IPv6"]
         key = bytes(s["key"])  # type: ignore[arg-type]
+        enc_key, auth = key, ["NULL", ""]
+        if cbc:  # KEYMAT: the AES key, then the integrity key (RFC 7296 §2.17)
+            n = int(s["key_bits"]) // 8  # type: ignore[call-overload]
+            enc_key, auth = key[:n], [_WS_AUTH[str(s["suite"])], "0x" + key[n:].hex()]
         for p in protos:
-            row = [p, e.src or "*", e.dst or "*", f"0x{e.spi:08x}", label, "0x" + key.hex(), "NULL", ""]
+            row = [p, e.src or "*", e.dst or "*", f"0x{e.spi:08x}", label, "0x" + enc_key.hex(), *auth]
             if columns == 10:
                 row += ["64-bit" if s["esn"] else "32-bit", f"{int(s['first_seq']) >> 32:x}"]  # type: ignore
             rows.append(",".join(f'"{c}"' for c in row))

@@ -29,10 +29,11 @@ def _sa_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-k", "--key-file", help="key file with esp-sa lines (docs/keys.md)")
     g.add_argument("--spi", type=spi_arg, help="pick this SA from the key file, or define one with the options below")
     g.add_argument("--dst", help="with --spi: pick the key file's SA for this destination")
-    g.add_argument("--suite", default=None, help=f"AEAD suite: {', '.join(SUITES)} (default aes-gcm-16)")
+    g.add_argument("--suite", default=None, help=f"suite: {', '.join(SUITES)} (default aes-gcm-16)")
     g.add_argument("--key-bits", type=int, default=None, choices=KEY_SIZES,
                    help="AES key size (default: what the --key's length says)")
-    g.add_argument("--key", metavar="HEX", help="key || salt (the KEYMAT of this direction)")
+    g.add_argument("--key", metavar="HEX", help="key || salt, or AES key || integrity key with AES-CBC (the KEYMAT "
+                   "of this direction)")
     g.add_argument("--mode", default="tunnel", choices=("tunnel", "transport"))
     g.add_argument("--esn", action="store_true", help="extended (64-bit) sequence numbers")
     g.add_argument("--first-seq", type=iv_arg, default=1,

@@ -66,7 +66,8 @@ class _Sa:
         SA(**s)  # the core checks the settings: a bad one is the caller's ConfigurationError, here
         self.spi = int(s["spi"])
         row = eesp_suite(s.get("suite", "aes-gcm-16"))
-        assert row is not None  # SA() accepted it
+        if row is None:  # SA() accepted it: one of ESP's AES-CBC + HMAC suites
+            raise ConfigurationError(f"diagnose knows the AEAD suites' mistakes, not {s['suite']}'s", "esp-bad-suite")
         self.info: SuiteInfo = SUITES[row.name]
         self.keymat = key_bytes(s["key"], "key", ConfigurationError)
         self.esn = bool(s.get("esn", False))

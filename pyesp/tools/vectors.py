@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pecore import primitives
+from pyesp.tools import vectors_cbc
+from pyesp.tools.vectors_framing import frame, split, transport_split
 from pecore.tools.vectors import (
     DELIVERY_OUTPUTS, DELIVERY_RULES, Family, Group, HEX, Inner, KEYMAT_INPUTS, PacketDocChecker, SealedPacket,
     SUITE_GROUP_FIELDS, SuiteFileBuilder, SuiteGroupBuilder, SuiteInfo, SUITES, Test, VectorFile, assemble,
@@ -196,6 +198,7 @@ SCHEMAS = {
         "packet vectors: full wire octets and what a receiver delivers, or why it drops the packet. See "
         "vectors/README.md.",
         ["ESP"], PACKET_GROUP, {"test": PACKET_TEST, "source": _SOURCE}),
+    **vectors_cbc.SCHEMAS,
 }
 
 # --------------------------------------------------------------------------------------------------------
@@ -233,25 +236,6 @@ def trailer_body(payload: bytes, nh: int, padding: Optional[bytes] = None, pad_l
     return payload + padding + bytes([len(padding) if pad_len is None else pad_len, nh])
 
 
-def transport_split(pkt: bytes) -> Tuple[int, int]:
-    """(octets kept in front of ESP, offset of the octet that names what follows them): RFC 4303 §3.1.1, with a
-    Destination Options header in front only when a Routing header follows it (the core's placement)."""
-    if pkt[0] >> 4 == 4:
-        return (pkt[0] & 0xF) * 4, 9
-    chain, nh, off = [], pkt[6], 40
-    while nh in (0, 43, 44, 60):
-        n = 8 if nh == 44 else (pkt[off + 1] + 1) * 8
-        chain.append((nh, off, n))
-        nh, off = pkt[off], off + n
-    keep, at = 40, 6
-    for i, (t, o, n) in enumerate(chain):
-        if t in (0, 43, 44) or (t == 60 and any(c[0] == 43 for c in chain[i + 1 :])):
-            keep, at = o + n, o
-        else:
-            break
-    return keep, at
-
-
 class Sealed(SealedPacket):
     """A sealed packet and the parts it was sealed from (for the mutations)."""
 
@@ -281,25 +265,10 @@ class EspGroupBuilder(SuiteGroupBuilder):
 
     def frame(self, pkt: bytes, esp: bytes, *, outer: Optional[bytes], udp_sport: int = 4500,
               udp_dport: int = 4500) -> bytes:
-        if self.mode == "tunnel":
-            head, at = bytearray(outer), 9 if outer[0] >> 4 == 4 else 6
-        else:
-            keep, at = transport_split(pkt)
-            head = bytearray(pkt[:keep])
-        if self.udp:  # RFC 3948 §2.1: checksum 0 over IPv4
-            esp = struct.pack(">HHHH", udp_sport, udp_dport, 8 + len(esp), 0) + esp
-        head[at] = IPPROTO_UDP if self.udp else IPPROTO_ESP
-        w = fix_ip(bytes(head) + esp)
-        if self.udp and w[0] >> 4 == 6:  # RFC 8200 §8.1: computed over IPv6 (eesp.md D17)
-            u = len(head)
-            w = w[:u] + l4_checksum(w[8:24], w[24:40], IPPROTO_UDP, w[u:], 6)
-        return w
+        return frame(self.mode, self.udp, pkt, esp, outer=outer, udp_sport=udp_sport, udp_dport=udp_dport)
 
     def split(self, pkt: bytes) -> Tuple[bytes, int]:
-        if self.mode == "tunnel":
-            return pkt, 4 if pkt[0] >> 4 == 4 else 41
-        keep, at = transport_split(pkt)
-        return pkt[keep:], pkt[at]
+        return split(self.mode, pkt)
 
     def inputs(self, seq: int, iv: bytes, replay_top: int, wire: bytes) -> Dict[str, Any]:
         inp: Dict[str, Any] = {"key": self.key.hex(), "salt": self.salt.hex(), "spi": f"{self.spi:08x}",
@@ -832,7 +801,8 @@ def packet_file(seed: int, suite: str) -> VectorFile:
 
 
 def generate(seed: int) -> List[VectorFile]:
-    return [packet_file(seed, s) for s in SUITES]
+    """The AEAD suites' files, then ESP's AES-CBC + HMAC ones (pyesp.tools.vectors_cbc)."""
+    return [packet_file(seed, s) for s in SUITES] + vectors_cbc.generate(seed)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -890,26 +860,46 @@ class EspPacketChecker(PacketDocChecker):
     def icv_octets(self, wire: bytes, n: int) -> bytes:
         return _datagram(wire)[-n:]
 
-    def send(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> "bytes | List[str]":
-        import pyesp
-
+    def sender_sa(self, group: dict, wire: bytes, sa: Dict[str, Any]) -> Dict[str, Any]:
+        """The sending SA's keyword arguments: the receiver's, with the ports and outer header of ``wire``."""
         skw = dict(sa, anti_replay=False, replay_top=0)
         if group["udpEncap"]:
             at = secured_offset(wire) - 8
             skw["udp_sport"], skw["udp_dport"] = struct.unpack(">HH", wire[at : at + 4])
         if group["mode"] == "tunnel":
             skw["outer_header"] = wire[:20] if wire[0] >> 4 == 4 else wire[:40]
+        return skw
+
+    def send(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> "bytes | List[str]":
+        import pyesp
+
         seq = int(inp["seq"], 16)
         if "iv" in inp and int(inp["iv"], 16) != seq:
             return ["IV differs from the sequence number: the core's sender cannot produce it (flag DecryptOnly?)"]
-        tx = pyesp.SA(**skw, tfc_pad=inp.get("tfcPad", 0))
+        tx = pyesp.SA(**self.sender_sa(group, wire, sa), tfc_pad=inp.get("tfcPad", 0))
         tx.set_next_seq(seq)
+        return tx.encrypt(bytes.fromhex(out["plaintextPacket"]))
+
+
+class EspCbcPacketChecker(EspPacketChecker):
+    """The AES-CBC files (:mod:`pyesp.tools.vectors_cbc`): the KEYMAT key ‖ integKey, and the sender given the
+    vector's random IV once (``pyesp.SA.set_test_iv``)."""
+
+    def sa_settings(self, group: dict, inp: dict) -> Dict[str, Any]:
+        return vectors_cbc.sa_settings(group, inp)
+
+    def send(self, group: dict, inp: dict, out: dict, wire: bytes, sa: Dict[str, Any]) -> "bytes | List[str]":
+        import pyesp
+
+        tx = pyesp.SA(**self.sender_sa(group, wire, sa))
+        tx.set_next_seq(int(inp["seq"], 16))
+        tx.set_test_iv(bytes.fromhex(inp["iv"]))
         return tx.encrypt(bytes.fromhex(out["plaintextPacket"]))
 
 
 check_packet_doc = EspPacketChecker()
 
-CHECKERS = {PACKET_SCHEMA: check_packet_doc}
+CHECKERS = {PACKET_SCHEMA: check_packet_doc, vectors_cbc.CBC_SCHEMA: EspCbcPacketChecker()}
 
 #: This family, registered with pecore's vector tooling on import (and offered as an entry point).
 FAMILY = register_family(Family("esp", generate, SCHEMAS, CHECKERS))

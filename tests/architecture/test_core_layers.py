@@ -18,7 +18,7 @@ CORE = ROOT / "core"
 # Public headers by the layer that implements them.
 HEADER_LAYER = {
     "status.h": 0, "bytes.h": 0,
-    "wipe.h": 1, "aead.h": 1, "kdf.h": 1, "backend.h": 1,
+    "wipe.h": 1, "aead.h": 1, "kdf.h": 1, "encauth.h": 1, "backend.h": 1,
     "ip.h": 2, "link.h": 2, "replay.h": 2, "ipsec.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
     "capture.h": 3, "batch.h": 3, "keyfile.h": 3, "transforms.h": 3, "parallel.h": 3,
 }

@@ -195,7 +195,10 @@ def test_every_mistake_the_esp_vectors_catalogue_is_named() -> None:
                 "AadMistake": "gmac-aad-"}
     named = {f: 0 for f in flag_ids}
     for path in sorted((REPO_ROOT / "vectors").glob("esp_*_test.json")):
-        for g in json.loads(path.read_text())["testGroups"]:
+        doc = json.loads(path.read_text())
+        if doc["schema"] != "esp_packet_test_schema_v1.json":  # the AEAD files: diagnose knows their mistakes
+            continue
+        for g in doc["testGroups"]:
             for t in g["tests"]:
                 flags = [f for f in t["flags"] if f in flag_ids]
                 if not flags and (t["result"] != "valid" or g["stateful"]):

@@ -105,8 +105,11 @@ def test_conversion_limits():
     assert ssa.tunnel_header.dst == "192.0.2.10"
     with pytest.raises(pyesp.ConfigurationError, match="implicit IV"):
         to_scapy(pyesp.SA(1, "aes-gcm-16-iiv", bytes(20), mode="transport"))
-    with pytest.raises(pyesp.ConfigurationError):
+    with pytest.raises(pyesp.ConfigurationError, match="HMAC-SHA1-96 and SHA2-256-128"):
         from_scapy(SecurityAssociation(ESP, spi=1, crypt_algo="AES-CBC", crypt_key=bytes(16),
+                                       auth_algo="HMAC-MD5-96", auth_key=bytes(16)))
+    with pytest.raises(pyesp.ConfigurationError, match="AES-CBC only"):
+        from_scapy(SecurityAssociation(ESP, spi=1, crypt_algo="AES-GCM", crypt_key=bytes(20),
                                        auth_algo="HMAC-SHA1-96", auth_key=bytes(20)))
     with pytest.raises(pyesp.ConfigurationError):
         scapy_suite("AES-GCM", 10)

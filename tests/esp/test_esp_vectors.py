@@ -46,6 +46,9 @@ pv = pytest.importorskip("pecore.tools.vectors")
 import pyesp.tools.vectors as ev  # noqa: E402  (registers the family)
 
 ESP_FILES = sorted(VECTORS.glob("esp_*_test.json"))
+#: The AEAD suites' files (the model's) and the AES-CBC + HMAC ones (pyesp.tools.vectors_cbc: core and scapy).
+CBC_FILES = [p for p in ESP_FILES if load(p)["schema"] == ev.vectors_cbc.CBC_SCHEMA]
+AEAD_FILES = [p for p in ESP_FILES if p not in CBC_FILES]
 ESP_DECODER_CODES = {
     "authentication-failed", "esp-truncated", "esp-no-sa", "esp-sequence-zero", "replay-duplicate",
     "replay-too-old", "esp-bad-pad-length", "esp-bad-padding", "esp-bad-next-header", "esp-bad-inner-packet",
@@ -55,7 +58,8 @@ ESP_DECODER_CODES = {
 
 
 def test_one_file_per_suite_of_the_core():
-    assert [p.name for p in ESP_FILES] == sorted(f"esp_{s}_test.json" for s in ev.SUITES)
+    assert [p.name for p in AEAD_FILES] == sorted(f"esp_{s}_test.json" for s in ev.SUITES)
+    assert [p.name for p in CBC_FILES] == sorted(f"esp_{s}_test.json" for s in ev.vectors_cbc.CBC_ROWS)
     from pecore.binding import lib
 
     for s in ev.SUITES.values():  # every suite the core has, and no other (the core's own table says so)
@@ -141,13 +145,13 @@ def model_verdicts(doc: dict):
     return fails, verdicts
 
 
-@pytest.mark.parametrize("path", ESP_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", AEAD_FILES, ids=lambda p: p.name)
 def test_model_passes_every_vector(path):
     fails, _ = model_verdicts(load(path))
     assert not fails, fails[:10]
 
 
-@pytest.mark.parametrize("path", ESP_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", AEAD_FILES, ids=lambda p: p.name)
 def test_acceptable_verdicts_core_and_model_agree(path):
     """The RFCs leave these open; the project's two implementations make the same choice on each."""
     doc = load(path)
@@ -180,7 +184,7 @@ def test_model_can_fail():
 
 def test_every_decoder_rejection_and_edge_is_covered():
     errors, flags, seen = set(), set(), set()
-    for p in ESP_FILES:
+    for p in AEAD_FILES:
         for g, t in group_tests(load(p)):
             errors.add(t["outputs"].get("error"))
             flags.update(t["flags"])
@@ -227,11 +231,12 @@ def test_key_files_describe_the_groups():
     n = 0
     for path in ESP_FILES:
         doc = load(path)
+        second = "integKey" if path in CBC_FILES else "salt"  # the KEYMAT's second part
         stem = path.name.removesuffix("_test.json")
         for gi, g in enumerate(doc["testGroups"], 1):
             sas = {sa.spi: sa.settings for sa in
                    parse_key_file((VECTORS / "pcap" / f"{stem}_g{gi:02d}.keys").read_text()).esp_sas}
-            want = {int(t["inputs"]["spi"], 16): t["inputs"]["key"] + t["inputs"]["salt"] for t in g["tests"]}
+            want = {int(t["inputs"]["spi"], 16): t["inputs"]["key"] + t["inputs"][second] for t in g["tests"]}
             assert {spi: s["key"].hex() for spi, s in sas.items()} == want
             for s in sas.values():
                 assert (s["mode"], s["esn"], s["udp_encap"], s["suite"], s["replay_window"]) == \
@@ -443,3 +448,86 @@ def test_tshark_on_the_gcm_vectors(path):
                 assert good in ("0", ""), t["tcId"]
                 seen["mutation_bad"] += 1
     assert seen["good"] > 40 and seen["esn_bad"] > 10 and seen["mutation_bad"] >= 15 and seen["tfc"] == 4, seen
+
+
+# ------------------------------------------------------------------ the AES-CBC + HMAC files
+
+#: the core's AES-CBC suites -> scapy's auth_algo
+SCAPY_AUTH = {"aes-cbc-hmac-sha1-96": "HMAC-SHA1-96", "aes-cbc-hmac-sha256-128": "SHA2-256-128"}
+
+
+def _scapy_cbc_sa(g: dict, inp: dict, wire: bytes):
+    seq = int(inp["seq"], 16)
+    tunnel = (IP(wire[:20]) if wire[0] >> 4 == 4 else IPv6(wire[:40])) if g["mode"] == "tunnel" else None
+    nat = None
+    if g["udpEncap"]:
+        at = pv.secured_offset(wire) - 8
+        nat = UDP(sport=struct.unpack(">H", wire[at : at + 2])[0], dport=struct.unpack(">H", wire[at + 2 : at + 4])[0])
+    return scapy_ipsec.SecurityAssociation(
+        scapy_ipsec.ESP, spi=int(inp["spi"], 16), crypt_algo="AES-CBC", crypt_key=bytes.fromhex(inp["key"]),
+        auth_algo=SCAPY_AUTH[g["suite"]], auth_key=bytes.fromhex(inp["integKey"]), tunnel_header=tunnel,
+        nat_t_header=nat, esn_en=g["esn"], esn=seq >> 32)
+
+
+@pytest.mark.parametrize("path", CBC_FILES, ids=lambda p: p.name)
+def test_scapy_on_every_cbc_vector(path):
+    """scapy (pyca/cryptography) decrypts every valid AES-CBC vector to its plaintext, writes the vector's ESP
+    octets given its sequence number and IV, and refuses every packet whose ICV was broken or mis-sealed."""
+    doc = load(path)
+    counts = dict(decrypted=0, same_octets=0, refused=0)
+    for g, t in group_tests(doc):
+        inp, out = t["inputs"], t["outputs"]
+        wire, flags = bytes.fromhex(inp["ciphertextPacket"]), set(t["flags"])
+        if t["result"] == "valid" and "TrailingOctets" not in flags:
+            plain = bytes.fromhex(out["plaintextPacket"])
+            assert raw(_scapy_cbc_sa(g, inp, wire).decrypt(_ip(wire))) == plain, t["tcId"]
+            counts["decrypted"] += 1
+            if "DecryptOnly" in flags:
+                continue
+            seq = int(inp["seq"], 16)
+            sent = raw(_scapy_cbc_sa(g, inp, wire).encrypt(_ip(plain), seq_num=seq & 0xFFFFFFFF,
+                                                           iv=bytes.fromhex(inp["iv"])))
+            assert sent[pv.secured_offset(sent) :] == wire[pv.secured_offset(wire) :], t["tcId"]
+            counts["same_octets"] += 1
+        elif t["result"] == "invalid" and flags & (AUTH_MUTATIONS | {"EsnIcvMistake"}):
+            with pytest.raises(scapy_ipsec.IPSecIntegrityError):
+                _scapy_cbc_sa(g, inp, wire).decrypt(_ip(wire))
+            counts["refused"] += 1
+    assert counts["decrypted"] >= 20 and counts["same_octets"] >= 20 and counts["refused"] >= 15, counts
+
+
+@pytest.mark.parametrize("path", CBC_FILES, ids=lambda p: p.name)
+def test_core_on_every_cbc_vector(path):
+    """The core's receiver on every test and its sender (given the IV) on the valid ones; the rejections the
+    files are for, each met."""
+    (rep,) = pv.check_files([str(path)])
+    assert not rep.failed, [(o.tcId, o.reason) for o in rep.failed[:10]]
+    errors = {t["outputs"].get("error") for _g, t in group_tests(load(path))}
+    assert {"authentication-failed", "esp-bad-block-length", "esp-truncated", "esp-no-sa", "esp-bad-padding",
+            "esp-bad-pad-length", "esp-dummy-packet", "not-esp", "nat-keepalive", "ike-non-esp-marker"} <= errors
+
+
+@pytest.mark.skipif(not Path(wireshark.TSHARK).exists(), reason="tshark is not installed")
+@pytest.mark.skipif(not wireshark.ws_version().startswith("4.0"), reason="the expectations are Wireshark 4.0's")
+@pytest.mark.parametrize("path", CBC_FILES, ids=lambda p: p.name)
+def test_tshark_on_the_cbc_vectors(path):
+    """Wireshark 4.0's ESP dissector, keys through `pyesp keys export` (AES-CBC [RFC3602] with HMAC-SHA-1-96
+    [RFC2404] / HMAC-SHA-256-128 [RFC4868]): every valid 32-bit vector verifies and decrypts to its payload, every
+    ICV/ciphertext/IV/header mutation is marked bad; without ESN in 4.0, the ESN vectors decrypt (CBC does not
+    depend on the ICV) and their ICV is marked bad (the high half is missing from it)."""
+    doc = load(path)
+    stem = path.name.removesuffix("_test.json")
+    seen = dict(good=0, esn_bad=0, mutation_bad=0)
+    for gi, g in enumerate(doc["testGroups"], 1):
+        rows = _tshark_rows(f"{stem}_g{gi:02d}")
+        for t in g["tests"]:
+            good, data = rows[t["tcId"]]
+            flags = set(t["flags"])
+            if t["result"] == "valid" and "TrailingOctets" not in flags:
+                assert data == _esp_payload(g, bytes.fromhex(t["outputs"]["plaintextPacket"])), t["tcId"]
+                assert good == ("0" if g["esn"] else "1"), t["tcId"]
+                seen["esn_bad" if g["esn"] else "good"] += 1
+            elif t["result"] == "invalid" and flags & AUTH_MUTATIONS and not g["esn"]:
+                assert good in ("0", ""), t["tcId"]
+                seen["mutation_bad"] += 1
+    assert seen["good"] >= 20 and seen["esn_bad"] >= 2 and seen["mutation_bad"] >= 14, seen

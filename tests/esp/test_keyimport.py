@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pecore._native import ffi, lib
-from pecore.tools.keyimport import (WIRESHARK_LAYOUTS, KeyImportError, from_esp_sa, from_psp_netlink, from_xfrm,
+from pecore.tools.keyimport import (WIRESHARK_LAYOUTS, KeyImportError, UnsupportedSaError, from_esp_sa, from_psp_netlink, from_xfrm,
                               layout_for, to_esp_sa)
 from pecore.keys import KeyFileError, parse_key_file
 
@@ -201,7 +201,7 @@ XFRM_MIXED = f"""\
 src 192.0.2.1 dst 192.0.2.2
 \tproto esp spi 0x0000a001 reqid 1 mode tunnel
 \treplay-window 32 flag af-unspec
-\tauth-trunc hmac(sha256) 0x{bytes(32).hex()} 128
+\tauth-trunc hmac(md5) 0x{bytes(16).hex()} 96
 \tenc cbc(aes) 0x{bytes(16).hex()}
 \tsel src 0.0.0.0/0 dst 0.0.0.0/0
 src 192.0.2.1 dst 192.0.2.2
@@ -215,8 +215,51 @@ src 192.0.2.1 dst 192.0.2.2
 """
 
 
+XFRM_CBC = f"""\
+src 192.0.2.1 dst 192.0.2.2
+\tproto esp spi 0x0000b001 reqid 1 mode transport
+\treplay-window 0 flag af-unspec esn
+\tauth-trunc hmac(sha1) 0x{bytes(range(20)).hex()} 96
+\tenc cbc(aes) 0x{bytes(range(100, 116)).hex()}
+\tanti-replay esn context:
+\t seq-hi 0x0, seq 0x0, oseq-hi 0x1, oseq 0x5
+\t replay_window 128, bitmap-length 4
+\t 00000000 00000000 00000000 00000000
+src 192.0.2.2 dst 192.0.2.1
+\tproto esp spi 0x0000b002 reqid 2 mode tunnel
+\treplay-window 32
+\tauth-trunc hmac(sha256) 0x{bytes(range(32)).hex()} 128
+\tenc cbc(aes) 0x{bytes(range(50, 82)).hex()}
+"""
+
+
+def test_xfrm_cbc_hmac():
+    """`enc cbc(aes)` with `auth-trunc hmac(sha1) 96` / `hmac(sha256) 128` become the AES-CBC suites, KEYMAT the
+    encryption key then the integrity key (RFC 7296 §2.17); other truncations and lone halves are refused."""
+    a, b = parse_key_file("\n".join(from_xfrm(XFRM_CBC, "state.txt"))).esp_sas
+    assert (a.settings["suite"], a.settings["key_bits"], a.settings["mode"], a.settings["esn"]) == \
+        ("aes-cbc-hmac-sha1-96", 128, "transport", True)
+    assert a.settings["key"] == bytes(range(100, 116)) + bytes(range(20)) and a.settings["first_seq"] == (1 << 32) + 6
+    assert (b.settings["suite"], b.settings["key_bits"]) == ("aes-cbc-hmac-sha256-128", 256)
+    assert b.settings["key"] == bytes(range(50, 82)) + bytes(range(32))
+    with pytest.raises(UnsupportedSaError, match="HMAC-SHA-1-96"):
+        from_xfrm(XFRM_CBC.replace("hmac(sha256) 0x" + bytes(range(32)).hex() + " 128",
+                                   "hmac(sha256) 0x" + bytes(range(32)).hex() + " 96"), "s")
+    with pytest.raises(KeyImportError, match="auth-trunc"):
+        from_xfrm(XFRM_CBC.split("\tauth-trunc hmac(sha256)")[0], "s")
+    # and out again to Wireshark's esp_sa, and back
+    kf = parse_key_file("\n".join(from_xfrm(XFRM_CBC, "state.txt")))
+    uat = to_esp_sa(kf, "4.4")
+    assert '"AES-CBC [RFC3602]","0x' + bytes(range(100, 116)).hex() + '","HMAC-SHA-1-96 [RFC2404]","0x' + \
+        bytes(range(20)).hex() + '"' in uat
+    assert '"HMAC-SHA-256-128 [RFC4868]"' in uat
+    back = parse_key_file("\n".join(from_esp_sa(uat))).esp_sas
+    assert [(e.settings["suite"], e.settings["key"]) for e in back] == \
+        [(e.settings["suite"], e.settings["key"]) for e in kf.esp_sas]
+
+
 def test_xfrm_skip_unsupported():
-    """One CBC (or AH) SA stops the import with a message saying how to skip it; skipped, each is named."""
+    """One HMAC-MD5 (or AH) SA stops the import with a message saying how to skip it; skipped, each is named."""
     with pytest.raises(KeyImportError) as ei:
         from_xfrm(XFRM_MIXED, "state.txt")
     msg = str(ei.value)
@@ -307,8 +350,10 @@ def test_esp_sa_import_both_layouts():
      "keyfile-bad-value", "not an IPv6"),
     ('"IPv4","*","*","*","AES-GCM with 16 octet ICV [RFC4106]","0x' + K20.hex() + '","NULL",""', "keyfile-bad-value",
      "SPI"),
+    ('"IPv4","*","*","0x1","AES-CBC [RFC3602]","0x' + K20.hex() + '","HMAC-MD5-96 [RFC2403]","0x00"',
+     "keyfile-bad-value", "HMAC-SHA-256-128"),
     ('"IPv4","*","*","0x1","AES-CBC [RFC3602]","0x' + K20.hex() + '","HMAC-SHA-1-96 [RFC2404]","0x00"',
-     "keyfile-bad-value", "combined-mode"),
+     "keyfile-bad-value", "20-octet integrity key"),
     ('"IPv4","*","*","0x1","AES-GCM with 16 octet ICV [RFC4106]","' + K20.hex() + '","NULL",""', "keyfile-bad-value",
      "salt"),  # without 0x the key is the octets of its text (40 here), as Wireshark reads it
     ('"IPv4","*","*","0x1","AES-GCM with 16 octet ICV [RFC4106]","0x00zz","NULL",""', "keyfile-bad-value",
@@ -473,8 +518,8 @@ def test_cli_import_names_the_file_skips_and_refuses_empty_input(tmp_path):
     p = run("esp_sa", str(empty))
     assert p.returncode == 2 and f"{empty}: no esp_sa record" in p.stderr, p.stderr
     uat = tmp_path / "esp_sa"
-    uat.write_text('"IPv4","*","*","0x1","AES-CBC [RFC3602]","0x' + bytes(16).hex() + '","HMAC-SHA-1-96 [RFC2404]",'
-                   '"0x' + bytes(20).hex() + '"\n' + ESP_SA_40.splitlines()[1] + "\n")
+    uat.write_text('"IPv4","*","*","0x1","AES-CBC [RFC3602]","0x' + bytes(16).hex() + '","HMAC-MD5-96 [RFC2403]",'
+                   '"0x' + bytes(16).hex() + '"\n' + ESP_SA_40.splitlines()[1] + "\n")
     p = run("esp_sa", str(uat))
     assert p.returncode == 2 and f"{uat}:1: SA SPI 0x1" in p.stderr and "--skip-unsupported" in p.stderr, p.stderr
     p = run("esp_sa", str(uat), "--skip-unsupported")
@@ -540,6 +585,13 @@ def test_tshark_decrypts_with_the_exported_uat():
         # RFC 8750; with ESN only at high half 0 (see test_export_implicit_iv_with_esn_on_46).  Not AES-GCM-16 with
         # IIV: 4.6 decrypts it but leaves its ICV unchecked (tests/esp/test_esp_interop.py).
         lines.append(f"esp-sa spi=0x3007 suite=chacha20-poly1305-iiv key={K36.hex()} mode=transport esn=1")
+    # AES-CBC with HMAC-SHA-1-96 and HMAC-SHA-256-128 (RFC 3602, 2404, 4868): every layout has them
+    lines.append(f"esp-sa spi=0x3008 suite=aes-cbc-hmac-sha1-96 key={bytes(range(36)).hex()}")
+    lines.append(f"esp-sa spi=0x3009 suite=aes-cbc-hmac-sha256-128 key-bits=256 key={bytes(range(64)).hex()} "
+                 "mode=transport udp-encap=1")
+    if layout != "4.0":
+        lines.append(f"esp-sa spi=0x300a suite=aes-cbc-hmac-sha1-96 key-bits=256 key={bytes(range(52)).hex()} "
+                     "esn=1 first-seq=0x2a00000001")
     key_text = "\n".join(lines) + "\n"
     spis = [int(ln.split()[1].split("=")[1], 16) for ln in lines]
     modes = {s: ("transport" if "mode=transport" in ln else "tunnel") for s, ln in zip(spis, lines)}

@@ -45,7 +45,7 @@ def test_files_present():
     assert {"psp_kdf_test.json", "eesp_sskdf_test.json"} <= names
     assert {f"psp_v{v}_test.json" for v in range(4)} <= names
     assert len(EESP_PACKET) == 11
-    assert len(ESP_PACKET) == 11
+    assert len(ESP_PACKET) == 13  # the 11 AEAD suites and ESP's 2 AES-CBC + HMAC ones
 
 
 # --------------------------------------------------------------------------------------------------------

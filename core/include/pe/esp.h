@@ -1,13 +1,15 @@
 /*
  * IPsec ESP (RFC 4303) with the combined-mode AEAD suites that EESP uses too:
  * AES-GCM (RFC 4106), AES-CCM (RFC 4309), ChaCha20-Poly1305 (RFC 7634),
- * AES-GMAC (RFC 4543) and the implicit-IV variants (RFC 8750); 32-bit and
+ * AES-GMAC (RFC 4543) and the implicit-IV variants (RFC 8750), and with
+ * AES-CBC (RFC 3602) and HMAC-SHA-1-96 (RFC 2404) or HMAC-SHA-256-128
+ * (RFC 4868), encrypt-then-MAC (RFC 4303 §3.3.2.1); 32-bit and
  * extended (ESN) sequence numbers; tunnel and transport mode over IPv4 and
  * IPv6; UDP encapsulation (RFC 3948) beside EESP on port 4500.  What the
  * core chooses where the RFCs leave room: docs/guide-esp.md.
  *
- * Wire: SPI (4) | Sequence Number (4) | [IV 8] | payload | padding |
- *       Pad Length (1) | Next Header (1) | ICV.
+ * Wire: SPI (4) | Sequence Number (4) | [IV 8, 16 for AES-CBC] | payload |
+ *       padding | Pad Length (1) | Next Header (1) | ICV.
  */
 #ifndef PE_ESP_H
 #define PE_ESP_H
@@ -33,15 +35,20 @@ extern "C" {
 /*
  * Suites are the IKEv2 ENCR transform IDs of pe_ipsec_encr (14-16 CCM,
  * 18-20 GCM, 21 GMAC, 28 ChaCha20-Poly1305, 29-31 implicit IV), described by
- * the same pe_ipsec_suite: one table for both protocols.
+ * the same pe_ipsec_suite: one table for both protocols; and ENCR_AES_CBC
+ * (12) with an INTEG transform ID (pe_ipsec_integ: 2 HMAC-SHA1-96, 12
+ * HMAC-SHA2-256-128), ESP's alone (pe_ipsec_esp_suite_get).
  */
 typedef enum pe_esp_mode { PE_ESP_TRANSPORT = 0, PE_ESP_TUNNEL = 1 } pe_esp_mode;
 
 typedef struct pe_esp_sa_config {
     uint32_t spi;
     unsigned encr;               /* IKEv2 ENCR transform ID (pe_ipsec_encr) */
+    unsigned integ;              /* IKEv2 INTEG transform ID (pe_ipsec_integ): 0 with an AEAD, 2 or 12 with AES-CBC */
     unsigned key_bits;           /* AES key size; 0 for ChaCha20-Poly1305 */
-    const uint8_t *key;          /* KEYMAT: key || salt (4 octets, 3 for CCM: the salt ends the key material) */
+    /* KEYMAT: key || salt (4 octets, 3 for CCM: the salt ends the key material); with an integrity
+     * transform, encryption key || integrity key (RFC 7296 §2.17) */
+    const uint8_t *key;
     size_t key_len;
     pe_esp_mode mode;
     int esn;                     /* extended (64-bit) sequence numbers (RFC 4303 §2.2.1) */
@@ -73,8 +80,17 @@ uint64_t pe_esp_tx_next_seq(const pe_esp_tx *tx);
 /* Let the sequence numbers continue at `next` (forward only, and within 32 bits without ESN). */
 pe_status pe_esp_tx_set_next_seq(pe_esp_tx *tx, uint64_t next);
 
-/* Largest growth of a packet: outer IPv6 + UDP + header + IV + TFC padding + padding + trailer + ICV. */
-#define PE_ESP_MAX_OVERHEAD (40u + 8u + 8u + 8u + PE_ESP_MAX_TFC_PAD + 3u + 2u + 16u)
+/* Largest growth of a packet: outer IPv6 + UDP + header + IV + TFC padding + padding + trailer + ICV
+ * (AES-CBC's 16-octet IV and up to 15 octets of padding). */
+#define PE_ESP_MAX_OVERHEAD (40u + 8u + 8u + 16u + PE_ESP_MAX_TFC_PAD + 15u + 2u + 16u)
+
+/*
+ * AES-CBC: the IV of the next packet sealed, once, instead of RAND_bytes'
+ * (RFC 3602 §2.3 wants it unpredictable): for test vectors and cross-checks
+ * that need reproducible octets, never for traffic.  PE_ERR_INVALID_ARGUMENT
+ * for another length or a suite without a random IV.
+ */
+pe_status pe_esp_tx_set_next_iv(pe_esp_tx *tx, const uint8_t *iv, size_t len);
 
 /* Encapsulate one whole IPv4/IPv6 packet (tunnel: all of it; transport: what follows the kept headers). */
 pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "pe/aead.h"
+#include "pe/encauth.h"
 #include "pe/status.h"
 
 #ifdef __cplusplus
@@ -20,6 +21,7 @@ extern "C" {
 
 /* IKEv2 ENCR transform IDs of the combined-mode suites ESP (RFC 4106, 4309, 4543, 7634, 8750) and EESPv0 (eesp.md §10) use. */
 typedef enum pe_ipsec_encr {
+    PE_ENCR_AES_CBC = 12, /* ESP only, with an integrity transform (RFC 3602): not combined mode */
     PE_ENCR_AES_CCM_8 = 14,
     PE_ENCR_AES_CCM_12 = 15,
     PE_ENCR_AES_CCM_16 = 16,
@@ -33,22 +35,39 @@ typedef enum pe_ipsec_encr {
     PE_ENCR_CHACHA20_POLY1305_IIV = 31,
 } pe_ipsec_encr;
 
+/* IKEv2 INTEG transform IDs of ESP's integrity transforms (RFC 2404, 4868); NONE with a combined-mode suite. */
+typedef enum pe_ipsec_integ {
+    PE_AUTH_NONE = 0,
+    PE_AUTH_HMAC_SHA1_96 = 2,
+    PE_AUTH_HMAC_SHA2_256_128 = 12,
+} pe_ipsec_integ;
+
 /* What a suite means on the wire. */
 typedef struct pe_ipsec_suite {
     pe_ipsec_encr encr;
-    pe_aead_alg alg;
-    size_t key_len;  /* octets, without salt */
-    size_t salt_len; /* 4, or 3 for CCM */
-    size_t iv_len;   /* explicit IV on the wire: 8, or 0 for implicit-IV suites */
+    pe_aead_alg alg;    /* combined mode (integ PE_AUTH_NONE) only */
+    size_t key_len;  /* octets, without salt (encryption + integrity: the encryption key's) */
+    size_t salt_len; /* 4, or 3 for CCM; 0 for AES-CBC */
+    size_t iv_len;   /* explicit IV on the wire: 8, 0 for implicit-IV suites, 16 for AES-CBC */
     size_t icv_len;
     int integrity_only; /* AES-GMAC: payload in clear */
+    pe_ipsec_integ integ;   /* PE_AUTH_NONE: an AEAD; otherwise the integrity transform after the cipher */
+    pe_integ_alg integ_alg; /* with integ: the HMAC */
+    size_t integ_key_len;   /* with integ: its key, after the encryption key in the KEYMAT (RFC 7296 §2.17) */
+    size_t block_len;       /* the payload, padding and trailer are a multiple of this: 4, or 16 for AES-CBC */
 } pe_ipsec_suite;
 
 /* The longest key || salt (KEYMAT) of the suite table (core/tests/test_ipsec.c checks it against the rows). */
 #define PE_IPSEC_KEYMAT_MAX (32u + 4u)
 
-/* Suite for an ENCR ID and AES key size in bits (ignored for ChaCha20-Poly1305: 256). */
+/*
+ * Combined-mode suite for an ENCR ID and AES key size in bits (ignored for
+ * ChaCha20-Poly1305: 256): PE_ERR_EESP_SUITE for any other, AES-CBC
+ * included -- EESP takes AEADs only (eesp.md §10), and calls this.
+ */
 pe_status pe_ipsec_suite_get(unsigned encr, unsigned key_bits, pe_ipsec_suite *suite);
+/* ESP's suites: integ PE_AUTH_NONE as pe_ipsec_suite_get, otherwise an encryption + integrity row's. */
+pe_status pe_ipsec_esp_suite_get(unsigned encr, unsigned integ, unsigned key_bits, pe_ipsec_suite *suite);
 const char *pe_ipsec_suite_name(const pe_ipsec_suite *suite);
 
 /*
@@ -67,6 +86,9 @@ typedef struct pe_ipsec_suite_info {
     int integrity_only;      /* AES-GMAC: payload in clear */
     size_t n_key_lens;
     size_t key_lens[3];      /* octets, without salt: 16/24/32 for AES, 32 for ChaCha20-Poly1305 */
+    pe_ipsec_integ integ;    /* PE_AUTH_NONE for the combined-mode rows */
+    const char *ikev2_integ_name; /* "AUTH_HMAC_SHA1_96"; NULL with combined mode */
+    size_t integ_key_len;    /* octets of integrity key after the encryption key; 0 with combined mode */
 } pe_ipsec_suite_info;
 
 /* Rows in ENCR ID order; pe_ipsec_suite_at returns NULL past the end. */
@@ -75,6 +97,22 @@ const pe_ipsec_suite_info *pe_ipsec_suite_at(size_t i);
 const pe_ipsec_suite_info *pe_ipsec_suite_by_id(unsigned encr);
 /* The project's name exactly ("aes-gcm-16"), or the IKEv2 name in any case ("encr_aes_gcm_16"); NULL if neither. */
 const pe_ipsec_suite_info *pe_ipsec_suite_by_name(const char *name);
+
+/*
+ * ESP's suites: the combined-mode rows above, then those of an encryption and
+ * an integrity transform (AES-CBC with HMAC-SHA-1-96 or HMAC-SHA-256-128),
+ * which EESP does not take.  Their names: "aes-cbc-hmac-sha1-96",
+ * "aes-cbc-hmac-sha256-128"; their IKEv2 names "ENCR_AES_CBC+AUTH_HMAC_SHA1_96".
+ */
+size_t pe_ipsec_esp_suite_count(void);
+const pe_ipsec_suite_info *pe_ipsec_esp_suite_at(size_t i);
+/* By ENCR and INTEG IDs (integ PE_AUTH_NONE: a combined-mode row), or NULL. */
+const pe_ipsec_suite_info *pe_ipsec_esp_suite_by_ids(unsigned encr, unsigned integ);
+/* As pe_ipsec_suite_by_name, over ESP's rows. */
+const pe_ipsec_suite_info *pe_ipsec_esp_suite_by_name(const char *name);
+
+/* The longest KEYMAT of ESP's rows: AES-256 and HMAC-SHA-256 keys (core/tests/test_ipsec.c checks it). */
+#define PE_ESP_KEYMAT_MAX (32u + 32u)
 
 /*
  * What a receiver does with the UDP checksum of UDP-encapsulated packets

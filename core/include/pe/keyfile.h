@@ -146,9 +146,10 @@ typedef struct pe_esp_sa_entry {
     size_t line;
     uint32_t spi;
     unsigned encr;            /* IKEv2 ENCR transform ID: the ICV length is in the suite (aes-gcm-8/12/16) */
-    unsigned key_bits;        /* 128, 192 or 256; 256 for ChaCha20-Poly1305 */
-    size_t key_len;           /* key_bits / 8 + salt (4, or 3 for CCM) */
-    uint8_t key[PE_KEYFILE_EESP_KEY_MAX];
+    unsigned integ;           /* IKEv2 INTEG transform ID: 0 with an AEAD; 2 or 12 with AES-CBC */
+    unsigned key_bits;        /* 128, 192 or 256; 256 for ChaCha20-Poly1305; 128 or 256 for AES-CBC */
+    size_t key_len;           /* key_bits / 8 + salt (4, or 3 for CCM), or + the integrity key (20 or 32) */
+    uint8_t key[PE_ESP_KEYMAT_MAX];
     pe_esp_mode mode;         /* default tunnel */
     int esn;                  /* default 0 */
     int anti_replay;          /* default 1 */

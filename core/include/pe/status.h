@@ -122,8 +122,9 @@ typedef enum pe_category {
     X(PE_ERR_ESP_NEXT_HEADER, "esp-bad-next-header", PE_CAT_MALFORMED, "ESP Next Header does not fit the SA's mode (tunnel: 4 or 41)") \
     X(PE_ERR_ESP_INNER, "esp-bad-inner-packet", PE_CAT_MALFORMED, "ESP tunnel payload is not one whole IPv4/IPv6 packet of the announced version") \
     X(PE_ERR_ESP_DUMMY, "esp-dummy-packet", PE_CAT_POLICY, "ESP dummy packet (Next Header 59): authenticated and discarded") \
-    X(PE_ERR_ESP_SUITE, "esp-bad-suite", PE_CAT_CONFIGURATION, "unknown ESP AEAD suite or key size") \
+    X(PE_ERR_ESP_SUITE, "esp-bad-suite", PE_CAT_CONFIGURATION, "unknown ESP suite (encryption and integrity) or key size") \
     X(PE_ERR_ESP_CONFIG, "esp-bad-config", PE_CAT_CONFIGURATION, "ESP SA settings contradict each other") \
+    X(PE_ERR_ESP_BLOCK, "esp-bad-block-length", PE_CAT_MALFORMED, "ESP ciphertext is not a whole number of the cipher's blocks (AES-CBC: 16 octets)") \
     /* captures */ \
     X(PE_ERR_CAP_IO, "capture-io", PE_CAT_IO, "capture file could not be read") \
     X(PE_ERR_CAP_WRITE, "capture-write-failed", PE_CAT_IO, "output capture could not be written (errno tells why)") \

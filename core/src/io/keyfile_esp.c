@@ -27,6 +27,29 @@ static pe_status counter_field(parser *p, const pe_keyfile_line *l, const char *
     return PE_OK;
 }
 
+/*
+ * ESP's suites with an integrity transform (aes-cbc-hmac-sha1-96, -sha256-128, or their IKEv2 names), whose
+ * key-bits are 128 or 256; the AEADs as eesp-sa reads them (pe_kf_suite_fields).
+ */
+static pe_status esp_suite_fields(parser *p, const pe_keyfile_line *l, pe_esp_sa_entry *e, pe_ipsec_suite *s)
+{
+    const char *v = pe_kf_line_get(l, "suite"), *kb;
+    const pe_ipsec_suite_info *r = v ? pe_ipsec_esp_suite_by_name(v) : NULL;
+    uint64_t bits = 128;
+
+    e->integ = PE_AUTH_NONE;
+    if (!r || r->integ == PE_AUTH_NONE)
+        return pe_kf_suite_fields(p, l, &e->encr, &e->key_bits, s);
+    if ((kb = pe_kf_line_get(l, "key-bits")) != NULL && pe_kf_parse_dec(kb, 0xffff, &bits) != 0)
+        bits = 0;
+    if (pe_ipsec_esp_suite_get(r->encr, r->integ, (unsigned)bits, s) != PE_OK)
+        return pe_kf_bad_value(p, l, "key-bits", "must be 128 or 256 for AES-CBC");
+    e->encr = r->encr;
+    e->integ = r->integ;
+    e->key_bits = (unsigned)bits;
+    return PE_OK;
+}
+
 static pe_status esp_sa_fields(parser *p, const pe_keyfile_line *l, pe_esp_sa_entry *e)
 {
     static const char *const modes[] = {"transport", "tunnel", NULL}; /* pe_esp_mode order */
@@ -39,14 +62,20 @@ static pe_status esp_sa_fields(parser *p, const pe_keyfile_line *l, pe_esp_sa_en
     pe_status st;
 
     if ((st = pe_kf_spi_field(p, l, &e->spi)) != PE_OK ||
-        (st = pe_kf_suite_fields(p, l, &e->encr, &e->key_bits, &s)) != PE_OK ||
+        (st = esp_suite_fields(p, l, e, &s)) != PE_OK ||
         (st = pe_kf_need(p, l, "key", &kv)) != PE_OK)
         return st;
-    /* RFC 4106 §8.1, RFC 4309 §7.1, RFC 7634 §4: KEYMAT is the key followed by the salt. */
-    want = s.key_len + s.salt_len;
+    /* RFC 4106 §8.1, RFC 4309 §7.1, RFC 7634 §4: KEYMAT is the key followed by the salt; RFC 7296 §2.17: the
+     * encryption key followed by the integrity key. */
+    want = s.key_len + s.salt_len + s.integ_key_len;
     rc = pe_kf_decode_hex(kv, e->key, sizeof e->key, &n);
     if (rc != HEX_OK)
         return pe_kf_hex_value_error(p, l, "key", rc);
+    if (n != want && s.integ) {
+        snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits): a %zu-bit AES key and a %zu-byte integrity key",
+                 want, 2 * want, 8 * s.key_len, s.integ_key_len);
+        return pe_kf_bad_value(p, l, "key", what);
+    }
     if (n != want) {
         snprintf(what, sizeof what, "must be %zu bytes (%zu hex digits): a %zu-bit key and a %zu-byte salt", want,
                  2 * want, 8 * s.key_len, s.salt_len);
@@ -133,6 +162,7 @@ void pe_keyfile_esp_sa_config(const pe_esp_sa_entry *e, int for_receiver, pe_esp
     pe_esp_sa_config_init(cfg);
     cfg->spi = e->spi;
     cfg->encr = e->encr;
+    cfg->integ = e->integ;
     cfg->key_bits = e->key_bits;
     cfg->key = e->key;
     cfg->key_len = e->key_len;

@@ -1,6 +1,7 @@
 /*
  * ESP SAs, encapsulation and decapsulation of whole IP packets (RFC 4303 with
- * the AEAD suites of RFC 4106, 4309, 4543, 7634 and 8750; UDP per RFC 3948).
+ * the AEAD suites of RFC 4106, 4309, 4543, 7634 and 8750, and AES-CBC with
+ * HMAC-SHA-1-96 or HMAC-SHA-256-128, RFC 3602, 2404, 4868; UDP per RFC 3948).
  * The receiver's steps are numbered after RFC 4303 §3.4; docs/guide-esp.md
  * says what the core chose where the RFCs leave room.
  */
@@ -24,7 +25,10 @@ typedef struct esp_sa {
     uint32_t spi;
     pe_ipsec_suite suite;
     uint8_t salt[4];
-    pe_aead aead; /* keyed once, when the SA is made */
+    pe_aead aead; /* keyed once, when the SA is made (combined mode) */
+    pe_encauth encauth; /* the same, for a suite with an integrity transform */
+    uint8_t next_iv[PE_ENCAUTH_BLOCK]; /* sender, AES-CBC: pe_esp_tx_set_next_iv's, for one packet */
+    int next_iv_set;
     pe_esp_mode mode;
     int esn;
     int anti_replay;
@@ -54,7 +58,7 @@ static pe_status check_config(const pe_esp_sa_config *c, const pe_ipsec_suite *s
         return PE_ERR_INVALID_ARGUMENT;
     if (c->dst_family != 0 && c->dst_family != 4 && c->dst_family != 6)
         return PE_ERR_INVALID_ARGUMENT;
-    if (!c->key || c->key_len != suite->key_len + suite->salt_len)
+    if (!c->key || c->key_len != suite->key_len + suite->salt_len + suite->integ_key_len)
         return PE_ERR_KEY_LENGTH;
     if (c->replay_window && (c->replay_window < PE_REPLAY_MIN_WINDOW || c->replay_window > PE_REPLAY_MAX_WINDOW))
         return PE_ERR_INVALID_ARGUMENT;
@@ -73,13 +77,18 @@ static pe_status check_config(const pe_esp_sa_config *c, const pe_ipsec_suite *s
 static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
 {
     memset(sa, 0, sizeof *sa);
-    if (pe_ipsec_suite_get(c->encr, c->key_bits, &sa->suite) != PE_OK)
+    if (pe_ipsec_esp_suite_get(c->encr, c->integ, c->key_bits, &sa->suite) != PE_OK)
         return PE_ERR_ESP_SUITE;
     pe_status st = check_config(c, &sa->suite);
     if (st != PE_OK)
         return st;
     const pe_ipsec_suite *s = &sa->suite;
-    if ((st = pe_aead_init(&sa->aead, s->alg, dir, c->key, s->key_len, s->icv_len)) != PE_OK)
+    if (s->integ)
+        st = pe_encauth_init(&sa->encauth, s->integ_alg, dir, c->key, s->key_len, c->key + s->key_len,
+                             s->integ_key_len); /* RFC 7296 §2.17: the encryption key, then the integrity key */
+    else
+        st = pe_aead_init(&sa->aead, s->alg, dir, c->key, s->key_len, s->icv_len);
+    if (st != PE_OK)
         return st;
     memcpy(sa->salt, c->key + s->key_len, s->salt_len); /* RFC 4106 §8.1: the salt ends the KEYMAT */
     sa->spi = c->spi;
@@ -97,6 +106,7 @@ static pe_status sa_init(esp_sa *sa, const pe_esp_sa_config *c, pe_aead_dir dir)
         if (sa->anti_replay) {
             if ((st = pe_replay_init(&sa->replay, sa->window_size)) != PE_OK) {
                 pe_aead_free(&sa->aead);
+                pe_encauth_free(&sa->encauth);
                 return st;
             }
             sa->window_size = sa->replay.size;
@@ -112,6 +122,7 @@ static void sa_free(void *p)
 {
     esp_sa *sa = p;
     pe_aead_free(&sa->aead);
+    pe_encauth_free(&sa->encauth);
     pe_replay_free(&sa->replay);
     pe_wipe(sa, sizeof *sa);
 }
@@ -127,13 +138,17 @@ static pe_status sa_clone(void *d, const void *s)
     const esp_sa *src = s;
     *dst = *src;
     memset(&dst->aead, 0, sizeof dst->aead);
+    memset(&dst->encauth, 0, sizeof dst->encauth);
     memset(&dst->replay, 0, sizeof dst->replay);
-    pe_status st = pe_aead_dup(&src->aead, &dst->aead);
+    dst->next_iv_set = 0; /* a test's IV is for one packet of one sender */
+    pe_status st = src->suite.integ ? pe_encauth_dup(&src->encauth, &dst->encauth) : pe_aead_dup(&src->aead, &dst->aead);
     if (st == PE_OK && src->anti_replay && src->replay.size) {
-        if ((st = pe_replay_init(&dst->replay, src->replay.size)) == PE_OK)
+        if ((st = pe_replay_init(&dst->replay, src->replay.size)) == PE_OK) {
             pe_replay_seed(&dst->replay, src->replay.top);
-        else
+        } else {
             pe_aead_free(&dst->aead);
+            pe_encauth_free(&dst->encauth);
+        }
     }
     if (st != PE_OK)
         pe_wipe(dst, sizeof *dst);
@@ -257,16 +272,18 @@ pe_status pe_esp_tx_set_next_seq(pe_esp_tx *tx, uint64_t next)
     return PE_OK;
 }
 
-/* RFC 4303 §2.4: payload, padding and trailer end on a 4-octet boundary (the AEADs' block size is 1). */
-static size_t pad_len_for(size_t payload_len)
+/* RFC 4303 §2.4: payload, padding and trailer end on the cipher's block (AES-CBC: 16), or on 4 octets (the AEADs'
+ * block size is 1). */
+static size_t pad_len_for(const pe_ipsec_suite *s, size_t payload_len)
 {
-    return (4 - (payload_len + PE_ESP_TRAILER_LEN) % 4) % 4;
+    size_t b = s->block_len;
+    return (b - (payload_len + PE_ESP_TRAILER_LEN) % b) % b;
 }
 
 /* payload_len counts any TFC padding */
 static size_t esp_len_for(const esp_sa *sa, size_t payload_len)
 {
-    return PE_ESP_HDR_LEN + sa->suite.iv_len + payload_len + pad_len_for(payload_len) + PE_ESP_TRAILER_LEN +
+    return PE_ESP_HDR_LEN + sa->suite.iv_len + payload_len + pad_len_for(&sa->suite, payload_len) + PE_ESP_TRAILER_LEN +
            sa->suite.icv_len;
 }
 
@@ -279,6 +296,38 @@ static pe_status spend_seq(esp_sa *sa, uint64_t *seq)
     return PE_OK;
 }
 
+/*
+ * RFC 4303 §3.3.2.1 with an integrity transform, once seal_into wrote the
+ * header, TFC padding, padding and trailer: a random IV (RFC 3602 §2.3), the
+ * payload, and all of them from the payload on encrypted in place, then the
+ * ICV over SPI || Seq || IV || ciphertext, with ESN's high half appended for
+ * the ICV only (RFC 4303 §2.2.1).
+ */
+static pe_status seal_encauth(esp_sa *sa, uint64_t seq, const uint8_t *payload, size_t len, size_t body_len,
+                              uint8_t *e)
+{
+    uint8_t *iv = e + PE_ESP_HDR_LEN, *body = iv + PE_ENCAUTH_BLOCK;
+    if (sa->next_iv_set) {
+        memcpy(iv, sa->next_iv, PE_ENCAUTH_BLOCK);
+        sa->next_iv_set = 0;
+    } else if (pe_encauth_random_iv(iv) != PE_OK) {
+        return PE_ERR_CRYPTO_BACKEND;
+    }
+    memcpy(body, payload, len); /* CBC runs in place: the payload joins the padding and trailer already there */
+    uint8_t hi[4];
+    pe_put32(hi, (uint32_t)(seq >> 32));
+    return pe_encauth_seal(&sa->encauth, e, PE_ESP_HDR_LEN, body_len, sa->esn ? hi : NULL, sa->esn ? 4 : 0);
+}
+
+pe_status pe_esp_tx_set_next_iv(pe_esp_tx *tx, const uint8_t *iv, size_t len)
+{
+    if (!tx->sa.suite.integ || !iv || len != PE_ENCAUTH_BLOCK)
+        return PE_ERR_INVALID_ARGUMENT;
+    memcpy(tx->sa.next_iv, iv, len);
+    tx->sa.next_iv_set = 1;
+    return PE_OK;
+}
+
 /* Write the ESP octets for a payload and tfc octets of TFC padding with sequence number seq at e (cap checked
  * by the caller). */
 static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const uint8_t *payload, size_t len,
@@ -286,12 +335,12 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
 {
     const pe_ipsec_suite *s = &sa->suite;
     size_t iv_off = PE_ESP_HDR_LEN, payload_off = iv_off + s->iv_len;
-    size_t pad_len = pad_len_for(len + tfc);
+    size_t pad_len = pad_len_for(s, len + tfc);
     size_t data_end = payload_off + len + tfc + pad_len + PE_ESP_TRAILER_LEN;
 
     pe_put32(e, sa->spi);
     pe_put32(e + 4, (uint32_t)seq); /* the low half only: ESN's high half is implicit (RFC 4303 §2.2.1) */
-    if (s->iv_len)
+    if (s->iv_len && !s->integ)
         pe_put64(e + iv_off, seq);  /* a counter never repeats under one key (RFC 4106 §3.1) */
     if (tfc)
         memset(e + payload_off + len, 0, tfc); /* RFC 4303 §2.7 leaves its value open: zeros, as Linux sends */
@@ -299,6 +348,8 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
         e[payload_off + len + tfc + i] = (uint8_t)(i + 1); /* RFC 4303 §2.4 default padding: 1, 2, 3, ... */
     e[data_end - 2] = (uint8_t)pad_len;
     e[data_end - 1] = next_header;
+    if (s->integ)
+        return seal_encauth(sa, seq, payload, len, data_end - payload_off, e);
 
     uint8_t nonce[12], hdr[12];
     nonce_for(sa, e + iv_off, seq, nonce);
@@ -586,6 +637,9 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     size_t data_end = elen - s->icv_len;
     if (s->iv_len)
         info->iv = e + iv_off;
+    /* CBC decrypts whole blocks only (RFC 3602 §3): anything else cannot have been sent. */
+    if (s->integ && (data_end - payload_off) % s->block_len)
+        return PE_ERR_ESP_BLOCK;
 
     /* Step 3 (RFC 4303 §3.4.3, Appendix A2.2): the sequence number, ESN's high half inferred, and the replay pre-check. */
     uint64_t seq = sa->esn ? pe_esp_infer_seq(sa_top(sa), sa->window_size, info->seq_low) : info->seq_low;
@@ -604,15 +658,22 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (cap < lead || cap - lead < region_len)
         return PE_ERR_BUFFER_TOO_SMALL;
     uint8_t *dst = out + lead;
-    uint8_t nonce[12], hdr[12];
-    nonce_for(sa, e + iv_off, seq, nonce);
-    pe_iov aad[2];
-    size_t n_aad = aad_for(sa, info->spi, seq, e + iv_off, data_end - iv_off, hdr, aad);
-    if (s->integrity_only) {
-        memcpy(dst, e + payload_off, region_len);
-        st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + data_end, 0, e + data_end, dst + region_len);
+    if (s->integ) {
+        /* RFC 4303 §3.4.4.1: the ICV over SPI || Seq || IV || ciphertext (|| ESN high half), checked first */
+        uint8_t hi[4];
+        pe_put32(hi, (uint32_t)(seq >> 32));
+        st = pe_encauth_open(&sa->encauth, e, PE_ESP_HDR_LEN, region_len, sa->esn ? hi : NULL, sa->esn ? 4 : 0, dst);
     } else {
-        st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + payload_off, region_len, e + data_end, dst);
+        uint8_t nonce[12], hdr[12];
+        nonce_for(sa, e + iv_off, seq, nonce);
+        pe_iov aad[2];
+        size_t n_aad = aad_for(sa, info->spi, seq, e + iv_off, data_end - iv_off, hdr, aad);
+        if (s->integrity_only) {
+            memcpy(dst, e + payload_off, region_len);
+            st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + data_end, 0, e + data_end, dst + region_len);
+        } else {
+            st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + payload_off, region_len, e + data_end, dst);
+        }
     }
     info->icv_valid = st == PE_OK;
     if (st != PE_OK) {

@@ -10,8 +10,9 @@
 #include "pe/ipsec.h"
 #include "pe/wipe.h"
 
-#define AES_KEYS 3, {16, 24, 32}
-#define CHACHA_KEY 1, {32}
+/* The key sizes, then no integrity transform: the combined-mode rows. */
+#define AES_KEYS 3, {16, 24, 32}, PE_AUTH_NONE, NULL, 0
+#define CHACHA_KEY 1, {32}, PE_AUTH_NONE, NULL, 0
 
 /* eesp.md §10; in ENCR ID order.  The one table every front end reads (key files, CLIs, plugin, Python). */
 static const pe_ipsec_suite_info suite_rows[] = {
@@ -31,6 +32,18 @@ static const pe_ipsec_suite_info suite_rows[] = {
 };
 
 #define N_SUITES (sizeof suite_rows / sizeof suite_rows[0])
+
+#define CBC_KEYS 2, {16, 32}
+
+/* ESP's encryption + integrity suites (RFC 3602 with RFC 2404, 4868): 16-octet IV, no salt, 16-octet blocks. */
+static const pe_ipsec_suite_info encauth_rows[] = {
+    {PE_ENCR_AES_CBC, "aes-cbc-hmac-sha1-96", "ENCR_AES_CBC+AUTH_HMAC_SHA1_96", 0, 0, 16, 12, 0, 0, CBC_KEYS,
+     PE_AUTH_HMAC_SHA1_96, "AUTH_HMAC_SHA1_96", 20},
+    {PE_ENCR_AES_CBC, "aes-cbc-hmac-sha256-128", "ENCR_AES_CBC+AUTH_HMAC_SHA2_256_128", 0, 0, 16, 16, 0, 0, CBC_KEYS,
+     PE_AUTH_HMAC_SHA2_256_128, "AUTH_HMAC_SHA2_256_128", 32},
+};
+
+#define N_ENCAUTH (sizeof encauth_rows / sizeof encauth_rows[0])
 
 size_t pe_ipsec_suite_count(void)
 {
@@ -73,11 +86,38 @@ const pe_ipsec_suite_info *pe_ipsec_suite_by_name(const char *name)
     return NULL;
 }
 
-pe_status pe_ipsec_suite_get(unsigned encr, unsigned key_bits, pe_ipsec_suite *suite)
+size_t pe_ipsec_esp_suite_count(void)
 {
-    const pe_ipsec_suite_info *r = pe_ipsec_suite_by_id(encr);
-    if (!r)
-        return PE_ERR_EESP_SUITE;
+    return N_SUITES + N_ENCAUTH;
+}
+
+const pe_ipsec_suite_info *pe_ipsec_esp_suite_at(size_t i)
+{
+    return i < N_SUITES ? &suite_rows[i] : i < N_SUITES + N_ENCAUTH ? &encauth_rows[i - N_SUITES] : NULL;
+}
+
+const pe_ipsec_suite_info *pe_ipsec_esp_suite_by_ids(unsigned encr, unsigned integ)
+{
+    if (integ == PE_AUTH_NONE)
+        return pe_ipsec_suite_by_id(encr);
+    for (size_t i = 0; i < N_ENCAUTH; i++)
+        if ((unsigned)encauth_rows[i].encr == encr && (unsigned)encauth_rows[i].integ == integ)
+            return &encauth_rows[i];
+    return NULL;
+}
+
+const pe_ipsec_suite_info *pe_ipsec_esp_suite_by_name(const char *name)
+{
+    const pe_ipsec_suite_info *r = pe_ipsec_suite_by_name(name);
+    for (size_t i = 0; !r && name && i < N_ENCAUTH; i++)
+        if (strcmp(name, encauth_rows[i].name) == 0 || equals_ignoring_case(name, encauth_rows[i].ikev2_name))
+            r = &encauth_rows[i];
+    return r;
+}
+
+/* A row's suite at a key size it lists (key_bits 0: its only one). */
+static pe_status suite_of(const pe_ipsec_suite_info *r, unsigned key_bits, pe_ipsec_suite *suite)
+{
     if (key_bits == 0 && r->n_key_lens == 1) /* ChaCha20-Poly1305: its one key size */
         key_bits = (unsigned)(r->key_lens[0] * 8);
     size_t k = 0;
@@ -92,12 +132,28 @@ pe_status pe_ipsec_suite_get(unsigned encr, unsigned key_bits, pe_ipsec_suite *s
     suite->iv_len = r->iv_len;
     suite->icv_len = r->icv_len;
     suite->integrity_only = r->integrity_only;
+    suite->integ = r->integ;
+    suite->integ_alg = r->integ == PE_AUTH_HMAC_SHA2_256_128 ? PE_INTEG_HMAC_SHA256_128 : PE_INTEG_HMAC_SHA1_96;
+    suite->integ_key_len = r->integ_key_len;
+    suite->block_len = r->integ ? PE_ENCAUTH_BLOCK : 4; /* RFC 4303 §2.4: the AEADs' block size is 1 */
     return PE_OK;
+}
+
+pe_status pe_ipsec_suite_get(unsigned encr, unsigned key_bits, pe_ipsec_suite *suite)
+{
+    const pe_ipsec_suite_info *r = pe_ipsec_suite_by_id(encr);
+    return r ? suite_of(r, key_bits, suite) : PE_ERR_EESP_SUITE;
+}
+
+pe_status pe_ipsec_esp_suite_get(unsigned encr, unsigned integ, unsigned key_bits, pe_ipsec_suite *suite)
+{
+    const pe_ipsec_suite_info *r = pe_ipsec_esp_suite_by_ids(encr, integ);
+    return r ? suite_of(r, key_bits, suite) : PE_ERR_EESP_SUITE;
 }
 
 const char *pe_ipsec_suite_name(const pe_ipsec_suite *suite)
 {
-    const pe_ipsec_suite_info *r = pe_ipsec_suite_by_id(suite->encr);
+    const pe_ipsec_suite_info *r = pe_ipsec_esp_suite_by_ids(suite->encr, suite->integ);
     return r ? r->ikev2_name : "unknown";
 }
 
