@@ -417,6 +417,7 @@ ALLOWED_COMPARISONS = {
     ("core/src/io/keyfile_psp.c", "strcmp", 'mode, "transport"'): "keyword",
     ("core/src/io/keyfile_psp.c", "strcmp", 'mode, "tunnel"'): "keyword",
     ("core/src/proto/ipsec.c", "strcmp", "name, suite_rows[i].name"): "suite names",
+    ("core/src/proto/ipsec.c", "strcmp", "name, cbc_rows[i].name"): "ESP's AES-CBC + HMAC suite names",
     ("core/src/io/keyfile_ipsec.c", "strcmp", "v, words[k]"): "keywords",
     ("core/src/io/keyfile_ipsec.c", "strcmp", 'v, "*"'): "address wildcard",
     ("core/src/io/keyfile_eesp.c", "strcmp", 'sv, "aes256-cmac"'): "SSKDF name",
@@ -436,7 +437,7 @@ ALLOWED_COMPARISONS = {
 
 # The crypto layer's files that verify a tag they computed themselves (ipsec-mb computes a tag and leaves the
 # comparison to its caller): there, and only with CRYPTO_memcmp, a tag comparison is the check itself.
-TAG_VERIFIERS = {"core/src/crypto/aead_imb.c"}
+TAG_VERIFIERS = {"core/src/crypto/aead_imb.c", "core/src/crypto/cbc_hmac.c", "core/src/crypto/cbc_hmac_imb.c"}
 
 
 def _c_sources():

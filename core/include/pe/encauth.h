@@ -44,6 +44,8 @@ typedef struct pe_encauth {
     pe_aead_dir dir;
     size_t key_len, mac_key_len, icv_len;
     void *imb;     /* the ipsec-mb key state (cbc_hmac_imb.c) when that backend holds the keys */
+    void *ivgen;   /* sender: EVP_CIPHER_CTX, AES-128-ECB under a key of its own (pe_encauth_next_iv) */
+    uint8_t iv_counter[16];
 } pe_encauth;
 
 /* The integrity key length and ICV length of an integrity algorithm; 0 for none. */
@@ -62,8 +64,17 @@ pe_status pe_encauth_dup(const pe_encauth *src, pe_encauth *dst);
 /* Wipes the keys; safe on a zeroed or freed context. */
 void pe_encauth_free(pe_encauth *a);
 
-/* A fresh CBC IV from OpenSSL's CSPRNG (RFC 3602 §2.3: unpredictable); PE_ERR_CRYPTO_BACKEND if it fails. */
-pe_status pe_encauth_random_iv(uint8_t iv[PE_ENCAUTH_BLOCK]);
+/*
+ * The next CBC IV of a sealing context.  RFC 3602 §2.3 asks for IVs an
+ * attacker cannot predict; a DRBG call per packet costs several times the
+ * packet.  So each sealing context (and each duplicate, for another thread)
+ * draws an AES-128 key and a 128-bit counter start from OpenSSL's CSPRNG once,
+ * and an IV is that key's encryption of the counter, which then steps: the
+ * forward cipher applied to a nonce, NIST SP 800-38A Appendix C.  The IVs
+ * never repeat and cannot be told from random without that key, which
+ * nothing else uses.  PE_ERR_INVALID_ARGUMENT on an opening context.
+ */
+pe_status pe_encauth_next_iv(pe_encauth *a, uint8_t iv[PE_ENCAUTH_BLOCK]);
 
 /*
  * In place at buf: head_len octets authenticated only, the 16-octet IV, then

@@ -85,7 +85,40 @@ pe_status pe_evp_encauth_init(pe_encauth *a, pe_integ_alg integ, pe_aead_dir dir
     return PE_OK;
 }
 
-pe_status pe_encauth_init_on(pe_encauth *a, pe_backend backend, pe_integ_alg integ, pe_aead_dir dir,
+/* A sealing context's IV source (pe_encauth_next_iv): its own random key and counter start. */
+static pe_status ivgen_init(pe_encauth *a)
+{
+    a->ivgen = NULL;
+    if (a->dir != PE_AEAD_SEAL)
+        return PE_OK;
+    uint8_t key[16];
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    EVP_CIPHER *ecb = EVP_CIPHER_fetch(NULL, "AES-128-ECB", NULL);
+    int ok = c && ecb && RAND_bytes(key, sizeof key) == 1 && RAND_bytes(a->iv_counter, sizeof a->iv_counter) == 1 &&
+             EVP_EncryptInit_ex2(c, ecb, key, NULL, NULL) == 1 && EVP_CIPHER_CTX_set_padding(c, 0) == 1;
+    pe_wipe(key, sizeof key);
+    EVP_CIPHER_free(ecb);
+    if (!ok) {
+        EVP_CIPHER_CTX_free(c);
+        return c ? PE_ERR_CRYPTO_BACKEND : PE_ERR_NOMEM;
+    }
+    a->ivgen = c;
+    return PE_OK;
+}
+
+pe_status pe_encauth_next_iv(pe_encauth *a, uint8_t iv[PE_ENCAUTH_BLOCK])
+{
+    int outl = 0;
+    if (!a->ivgen)
+        return PE_ERR_INVALID_ARGUMENT;
+    if (EVP_EncryptUpdate(a->ivgen, iv, &outl, a->iv_counter, sizeof a->iv_counter) != 1 || outl != PE_ENCAUTH_BLOCK)
+        return PE_ERR_CRYPTO_BACKEND;
+    for (int i = sizeof a->iv_counter - 1; i >= 0 && ++a->iv_counter[i] == 0; i--)
+        ;
+    return PE_OK;
+}
+
+static pe_status init_on(pe_encauth *a, pe_backend backend, pe_integ_alg integ, pe_aead_dir dir,
                              const uint8_t *key, size_t key_len, const uint8_t *mac_key, size_t mac_key_len)
 {
     memset(a, 0, sizeof *a);
@@ -102,6 +135,15 @@ pe_status pe_encauth_init_on(pe_encauth *a, pe_backend backend, pe_integ_alg int
     return st;
 }
 
+pe_status pe_encauth_init_on(pe_encauth *a, pe_backend backend, pe_integ_alg integ, pe_aead_dir dir,
+                             const uint8_t *key, size_t key_len, const uint8_t *mac_key, size_t mac_key_len)
+{
+    pe_status st = init_on(a, backend, integ, dir, key, key_len, mac_key, mac_key_len);
+    if (st == PE_OK && (st = ivgen_init(a)) != PE_OK)
+        pe_encauth_free(a);
+    return st;
+}
+
 pe_status pe_encauth_init(pe_encauth *a, pe_integ_alg integ, pe_aead_dir dir, const uint8_t *key, size_t key_len,
                           const uint8_t *mac_key, size_t mac_key_len)
 {
@@ -113,7 +155,17 @@ pe_backend pe_encauth_backend(const pe_encauth *a)
     return a->imb ? PE_BACKEND_IPSEC_MB : PE_BACKEND_OPENSSL;
 }
 
+static pe_status dup(const pe_encauth *src, pe_encauth *dst);
+
 pe_status pe_encauth_dup(const pe_encauth *src, pe_encauth *dst)
+{
+    pe_status st = dup(src, dst);
+    if (st == PE_OK && (st = ivgen_init(dst)) != PE_OK) /* another thread's sender: an IV stream of its own */
+        pe_encauth_free(dst);
+    return st;
+}
+
+static pe_status dup(const pe_encauth *src, pe_encauth *dst)
 {
     memset(dst, 0, sizeof *dst);
     if (src->imb)
@@ -140,12 +192,8 @@ void pe_encauth_free(pe_encauth *a)
     /* Both free calls cleanse what they held (the key schedule, the HMAC pads). */
     EVP_CIPHER_CTX_free((EVP_CIPHER_CTX *)a->cipher);
     EVP_MAC_CTX_free((EVP_MAC_CTX *)a->mac);
-    memset(a, 0, sizeof *a);
-}
-
-pe_status pe_encauth_random_iv(uint8_t iv[PE_ENCAUTH_BLOCK])
-{
-    return RAND_bytes(iv, PE_ENCAUTH_BLOCK) == 1 ? PE_OK : PE_ERR_CRYPTO_BACKEND;
+    EVP_CIPHER_CTX_free((EVP_CIPHER_CTX *)a->ivgen);
+    pe_wipe(a, sizeof *a);
 }
 
 static int args_ok(const pe_encauth *a, pe_aead_dir dir, size_t len, size_t tail_len)

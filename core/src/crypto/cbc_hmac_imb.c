@@ -94,7 +94,7 @@ void pe_imb_encauth_free(pe_encauth *a)
 static int job(const pe_encauth *a, const imb_keys *k, int seal, const uint8_t *src, size_t head_len, size_t len,
                size_t hash_len, uint8_t *out, uint8_t *icv)
 {
-    IMB_MGR *m = pe_imb_jobs();
+    IMB_MGR *m = pe_imb_lone_jobs();
     if (!m)
         return 0;
     IMB_JOB *j = IMB_GET_NEXT_JOB(m);

@@ -16,6 +16,12 @@ IMB_MGR *pe_imb_direct(void);
 /* This thread's manager for the job API (made on first use, freed at thread exit), or NULL. */
 IMB_MGR *pe_imb_jobs(void);
 /*
+ * This thread's manager for jobs that run alone (a key derivation, one
+ * packet's CBC + HMAC): the AVX2 path with SHA-NI where the best path is
+ * AVX-512, whose SHA lanes only pay when full; else pe_imb_jobs().
+ */
+IMB_MGR *pe_imb_lone_jobs(void);
+/*
  * One job through a thread's manager, waiting for it: the job API's multi-
  * buffer algorithms hold a job back until the lanes fill or a flush.  job must
  * come from IMB_GET_NEXT_JOB on mgr; 1 when it completed.

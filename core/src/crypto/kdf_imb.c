@@ -14,7 +14,6 @@
 #include "pe/wipe.h"
 
 #ifdef PE_HAVE_IPSEC_MB
-#include <pthread.h>
 
 #include "imb.h"
 
@@ -80,48 +79,11 @@ int pe_imb_cmac_many(const pe_imb_cmac *c, const uint8_t *const *msg, const size
 }
 
 /*
- * HMAC-SHA-256 on a manager of its own where the best code path is AVX-512:
- * there SHA-256 runs in 16 lanes, and a lone job waits for a flush of all of
- * them (HMAC-SHA-256 of 3 octets: 541 ns on this machine), while the AVX2
- * path hashes with SHA-NI (127 ns).  SHA-384/512 have no SHA-NI here, and a
- * lone job is slower on every path than OpenSSL (HKDF-SHA-512 of a Sub SA
- * key: 740 ns on AVX-512, 394 ns with OpenSSL's HMAC keyed once), so they
- * are left to OpenSSL until jobs come in batches.
+ * HMAC-SHA-256 runs on pe_imb_lone_jobs (imb.h).  SHA-384/512 have no SHA-NI
+ * here, and a lone job is slower on every path than OpenSSL (HKDF-SHA-512 of
+ * a Sub SA key: 740 ns on AVX-512, 394 ns with OpenSSL's HMAC keyed once), so
+ * they are left to OpenSSL until jobs come in batches.
  */
-static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
-static pthread_key_t sha256_key;
-static int sha256_own;
-
-static void free_mgr(void *m)
-{
-    free_mb_mgr(m);
-}
-
-static void sha256_find(void)
-{
-    IMB_MGR *d = pe_imb_direct();
-    const uint64_t need = IMB_FEATURE_SHANI | IMB_FEATURE_AVX2;
-    sha256_own = d && (d->features & IMB_FEATURE_AVX512_SKX) == IMB_FEATURE_AVX512_SKX &&
-                 (d->features & need) == need && pthread_key_create(&sha256_key, free_mgr) == 0;
-}
-
-static IMB_MGR *sha256_jobs(void)
-{
-    if (pthread_once(&sha256_once, sha256_find) != 0 || !sha256_own)
-        return pe_imb_jobs();
-    IMB_MGR *m = pthread_getspecific(sha256_key);
-    if (m)
-        return m;
-    if (!(m = alloc_mb_mgr(0)))
-        return pe_imb_jobs();
-    init_mb_mgr_avx2(m);
-    if (imb_get_errno(m) != 0 || pthread_setspecific(sha256_key, m) != 0) {
-        free_mb_mgr(m);
-        return pe_imb_jobs();
-    }
-    return m;
-}
-
 #define SHA256_BLOCK 64
 #define SHA256_LEN 32
 
@@ -168,7 +130,7 @@ static int hmac(IMB_MGR *m, const pe_imb_hmac *h, const uint8_t *msg, size_t len
 int pe_imb_hkdf_expand(const pe_imb_hmac *h, const uint8_t *info, size_t info_len, uint8_t *out, size_t out_len)
 {
     const size_t dl = SHA256_LEN;
-    IMB_MGR *m = sha256_jobs();
+    IMB_MGR *m = pe_imb_lone_jobs();
     if (!m || dl + info_len + 1 > HKDF_ROOM)
         return 0;
     uint8_t msg[HKDF_ROOM], t[SHA256_LEN];

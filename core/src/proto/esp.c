@@ -310,7 +310,7 @@ static pe_status seal_encauth(esp_sa *sa, uint64_t seq, const uint8_t *payload, 
     if (sa->next_iv_set) {
         memcpy(iv, sa->next_iv, PE_ENCAUTH_BLOCK);
         sa->next_iv_set = 0;
-    } else if (pe_encauth_random_iv(iv) != PE_OK) {
+    } else if (pe_encauth_next_iv(&sa->encauth, iv) != PE_OK) {
         return PE_ERR_CRYPTO_BACKEND;
     }
     memcpy(body, payload, len); /* CBC runs in place: the payload joins the padding and trailer already there */

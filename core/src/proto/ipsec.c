@@ -36,14 +36,14 @@ static const pe_ipsec_suite_info suite_rows[] = {
 #define CBC_KEYS 2, {16, 32}
 
 /* ESP's encryption + integrity suites (RFC 3602 with RFC 2404, 4868): 16-octet IV, no salt, 16-octet blocks. */
-static const pe_ipsec_suite_info encauth_rows[] = {
+static const pe_ipsec_suite_info cbc_rows[] = {
     {PE_ENCR_AES_CBC, "aes-cbc-hmac-sha1-96", "ENCR_AES_CBC+AUTH_HMAC_SHA1_96", 0, 0, 16, 12, 0, 0, CBC_KEYS,
      PE_AUTH_HMAC_SHA1_96, "AUTH_HMAC_SHA1_96", 20},
     {PE_ENCR_AES_CBC, "aes-cbc-hmac-sha256-128", "ENCR_AES_CBC+AUTH_HMAC_SHA2_256_128", 0, 0, 16, 16, 0, 0, CBC_KEYS,
      PE_AUTH_HMAC_SHA2_256_128, "AUTH_HMAC_SHA2_256_128", 32},
 };
 
-#define N_ENCAUTH (sizeof encauth_rows / sizeof encauth_rows[0])
+#define N_CBC (sizeof cbc_rows / sizeof cbc_rows[0])
 
 size_t pe_ipsec_suite_count(void)
 {
@@ -88,30 +88,30 @@ const pe_ipsec_suite_info *pe_ipsec_suite_by_name(const char *name)
 
 size_t pe_ipsec_esp_suite_count(void)
 {
-    return N_SUITES + N_ENCAUTH;
+    return N_SUITES + N_CBC;
 }
 
 const pe_ipsec_suite_info *pe_ipsec_esp_suite_at(size_t i)
 {
-    return i < N_SUITES ? &suite_rows[i] : i < N_SUITES + N_ENCAUTH ? &encauth_rows[i - N_SUITES] : NULL;
+    return i < N_SUITES ? &suite_rows[i] : i < N_SUITES + N_CBC ? &cbc_rows[i - N_SUITES] : NULL;
 }
 
 const pe_ipsec_suite_info *pe_ipsec_esp_suite_by_ids(unsigned encr, unsigned integ)
 {
     if (integ == PE_AUTH_NONE)
         return pe_ipsec_suite_by_id(encr);
-    for (size_t i = 0; i < N_ENCAUTH; i++)
-        if ((unsigned)encauth_rows[i].encr == encr && (unsigned)encauth_rows[i].integ == integ)
-            return &encauth_rows[i];
+    for (size_t i = 0; i < N_CBC; i++)
+        if ((unsigned)cbc_rows[i].encr == encr && (unsigned)cbc_rows[i].integ == integ)
+            return &cbc_rows[i];
     return NULL;
 }
 
 const pe_ipsec_suite_info *pe_ipsec_esp_suite_by_name(const char *name)
 {
     const pe_ipsec_suite_info *r = pe_ipsec_suite_by_name(name);
-    for (size_t i = 0; !r && name && i < N_ENCAUTH; i++)
-        if (strcmp(name, encauth_rows[i].name) == 0 || equals_ignoring_case(name, encauth_rows[i].ikev2_name))
-            r = &encauth_rows[i];
+    for (size_t i = 0; !r && name && i < N_CBC; i++)
+        if (strcmp(name, cbc_rows[i].name) == 0 || equals_ignoring_case(name, cbc_rows[i].ikev2_name))
+            r = &cbc_rows[i];
     return r;
 }
 
