@@ -26,15 +26,20 @@
 #include "pe/esp.h"
 #include "pe/ip.h"
 
-static const uint8_t ESP_KEYMAT[36] = {0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98, 0xa9, 0xba, 0xcb,
+/* The longest KEYMAT: AES-256 key || HMAC-SHA-256 key; the AEAD rows take a prefix (key || salt). */
+static const uint8_t ESP_KEYMAT[64] = {0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98, 0xa9, 0xba, 0xcb,
                                        0xdc, 0xed, 0xfe, 0x0f, 0x1e, 0x2d, 0x3c, 0x4b, 0x5a, 0x69, 0x78, 0x87,
-                                       0x96, 0xa5, 0xb4, 0xc3, 0xd2, 0xe1, 0xf0, 0x01, 0xca, 0xfe, 0xba, 0xbe};
+                                       0x96, 0xa5, 0xb4, 0xc3, 0xd2, 0xe1, 0xf0, 0x01, 0xca, 0xfe, 0xba, 0xbe,
+                                       0x5e, 0xed, 0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99,
+                                       0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01, 0x12, 0x23, 0x34, 0x45, 0x56,
+                                       0x67, 0x78, 0x89, 0x9a};
 
 typedef struct fz_esp_sa {
     uint32_t spi;
     unsigned encr, bits;
     pe_esp_mode mode;
     int esn, anti_replay, udp, dst4;
+    unsigned integ; /* with AES-CBC: the INTEG transform ID */
 } fz_esp_sa;
 
 /* Every suite family, both modes, ESN and not, anti-replay off once, UDP, a destination-bound SA. */
@@ -46,6 +51,8 @@ static const fz_esp_sa FZ_ESP_SAS[] = {
     {0x500, PE_ENCR_AES_GCM_16_IIV, 128, PE_ESP_TRANSPORT, 0, 1, 1, 0},
     {0x600, PE_ENCR_AES_GCM_12, 192, PE_ESP_TUNNEL, 0, 1, 0, 1},
     {0x700, PE_ENCR_AES_GCM_8, 256, PE_ESP_TRANSPORT, 1, 1, 1, 0},
+    {0x800, PE_ENCR_AES_CBC, 128, PE_ESP_TUNNEL, 0, 1, 1, 0, PE_AUTH_HMAC_SHA1_96},
+    {0x900, PE_ENCR_AES_CBC, 256, PE_ESP_TRANSPORT, 1, 1, 0, 0, PE_AUTH_HMAC_SHA2_256_128},
 };
 #define FZ_ESP_N_SAS (sizeof FZ_ESP_SAS / sizeof FZ_ESP_SAS[0])
 static const uint8_t FZ_ESP_DST4[16] = {192, 0, 2, 2};
@@ -56,10 +63,11 @@ static void fz_esp_config(const fz_esp_sa *s, pe_esp_sa_config *c)
     c->spi = s->spi;
     c->encr = s->encr;
     c->key_bits = s->bits;
+    c->integ = s->integ;
     pe_ipsec_suite suite;
-    FUZZ_CHECK(pe_ipsec_suite_get(s->encr, s->bits, &suite) == PE_OK, "suite");
+    FUZZ_CHECK(pe_ipsec_esp_suite_get(s->encr, s->integ, s->bits, &suite) == PE_OK, "suite");
     c->key = ESP_KEYMAT;
-    c->key_len = suite.key_len + suite.salt_len;
+    c->key_len = suite.key_len + suite.salt_len + suite.integ_key_len;
     c->mode = s->mode;
     c->esn = s->esn;
     c->anti_replay = s->anti_replay;

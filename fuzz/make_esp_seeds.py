@@ -16,7 +16,7 @@ from scapy.all import IP, TCP, UDP, IPv6, Raw, raw
 from scapy.layers.inet6 import IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
-N_SAS = 7  # FZ_ESP_SAS in esp_seq.h
+N_SAS = 9  # FZ_ESP_SAS in esp_seq.h
 
 
 def rec(ctl: int, b: bytes) -> bytes:
