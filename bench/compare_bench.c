@@ -50,10 +50,22 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
+#include "pe/aead.h"
+#include "pe/backend.h"
 #include "pe/eesp.h"
 #include "pe/esp.h"
 #include "pe/ip.h"
 #include "pe/psp.h"
+#include "pe/replay.h"
+/* ESP's AES-CBC + HMAC suites (pe/encauth.h) came after this bench: their rows appear when the core has them. */
+#if defined(__has_include)
+#if __has_include("pe/encauth.h")
+#define HAVE_ESP_CBC 1
+#endif
+#endif
+#ifndef HAVE_ESP_CBC
+#define HAVE_ESP_CBC 0
+#endif
 
 #define BENCH_NAME "compare_bench"
 #include "bench_common.h"
@@ -77,14 +89,15 @@ static const char *const proto_names[] = {"ESP", "EESP", "PSP", "raw EVP AES-GCM
 
 typedef struct kase {
     enum proto proto;
-    int tunnel, full, cold;
+    int tunnel, full, cold; /* PSP cold: every packet on a new SPI, its key derived from the master key */
+    int cbc;                /* ESP: AES-128-CBC + HMAC-SHA1-96 instead of AES-GCM */
     unsigned psp_version;
     size_t key_len; /* 16 or 32 */
     uint32_t spi;
     uint16_t sid_base;
 } kase;
 
-static uint8_t root_key[32], keymat[36], psp_key[32], cbc_key[16], hmac_key[20];
+static uint8_t root_key[32], keymat[36], psp_key[32], cbc_key[16], hmac_key[20], cbc_keymat[36];
 
 /* ---- one protocol instance: sender, receiver, ring ---------------------------- */
 
@@ -114,6 +127,15 @@ static void esp_cfg(const inst *s, pe_esp_sa_config *c)
     c->key_bits = (unsigned)s->k.key_len * 8;
     c->key = keymat;
     c->key_len = s->k.key_len + 4;
+#if HAVE_ESP_CBC
+    if (s->k.cbc) { /* IKEv2 ENCR_AES_CBC (12), AUTH_HMAC_SHA1_96 (2); KEYMAT: encryption key || integrity key */
+        c->encr = 12;
+        c->integ = 2;
+        c->key_bits = 128;
+        c->key = cbc_keymat;
+        c->key_len = sizeof cbc_keymat;
+    }
+#endif
     c->mode = s->k.tunnel ? PE_ESP_TUNNEL : PE_ESP_TRANSPORT;
 }
 
@@ -148,8 +170,12 @@ static void make_tx(inst *s)
         pe_psp_tx_config_init(&c);
         c.spi = s->k.spi;
         c.version = s->k.psp_version;
-        c.key = psp_key;
-        c.key_len = pe_psp_key_len(s->k.psp_version);
+        if (s->k.cold) {
+            c.master_key0 = root_key;
+        } else {
+            c.key = psp_key;
+            c.key_len = pe_psp_key_len(s->k.psp_version);
+        }
         c.mode = s->k.tunnel ? PE_PSP_TUNNEL : PE_PSP_TRANSPORT;
         pe_psp_tx_free(s->psp_tx);
         st = pe_psp_tx_new(&c, &s->psp_tx);
@@ -180,8 +206,10 @@ static void make_rx(inst *s)
     } else if (s->k.proto == P_PSP) {
         pe_psp_rx_config rc;
         pe_psp_rx_config_init(&rc);
+        if (s->k.cold)
+            rc.master_key0 = root_key;
         pe_psp_rx_free(s->psp_rx);
-        if ((st = pe_psp_rx_new(&rc, &s->psp_rx)) == PE_OK)
+        if ((st = pe_psp_rx_new(&rc, &s->psp_rx)) == PE_OK && !s->k.cold)
             st = pe_psp_rx_add_key(s->psp_rx, s->k.spi, (int)s->k.psp_version, psp_key,
                                    pe_psp_key_len(s->k.psp_version));
     }
@@ -325,12 +353,17 @@ static void inst_init(inst *s, const kase *k, size_t size, size_t n_ring)
     }
     for (size_t i = 0; i < n_ring; i++) {
         size_t len;
+        if (k->proto == P_PSP && k->cold) {
+            s->k.spi = k->spi + (uint32_t)i;
+            make_tx(s);
+        }
         if (!encap_one(s, (uint16_t)(k->sid_base + (k->cold ? i : 0)), s->ring + i * s->stride, &len))
             die("ring encap failed");
         if (len + 0 > s->stride)
             die("stride too small");
         s->wire_len = len;
     }
+    s->k.spi = k->spi;
     /* Round trip check, and a fresh sender for the timed runs. */
     if (!decap_one(s, s->ring, s->out))
         die("decap of the first ring packet failed");
@@ -364,7 +397,7 @@ static size_t pass(inst *s, int enc, double *cpu)
     size_t first = 0, n = s->n_ring;
     if (enc && s->k.cold)
         make_tx(s);
-    if (!enc && s->k.proto <= P_EESP) {
+    if (!enc && (s->k.proto <= P_EESP || (s->k.proto == P_PSP && s->k.cold))) {
         make_rx(s);
         if (s->k.proto == P_EESP && !s->k.cold && !decap_one(s, s->ring, s->out))
             die("warm-up decap failed");
@@ -384,12 +417,136 @@ static size_t pass(inst *s, int enc, double *cpu)
 
 static double min_time = 0.1;
 static int repeats = 5;
+static const char *backend_name = "openssl"; /* the backend the rows now printed ran on */
+static int first_row = 1;
 
-static void single(const kase *k, const char *variant, const char *suite, size_t size, int first_row)
+static void print_ns(const double *ns)
+{
+    for (int r = 0; r < repeats; r++)
+        printf("%s%.2f", r ? ", " : "", ns[r]);
+}
+
+/* Per-packet CPU ns of `batch` (which returns the packets it did) for each repeat, each over min_time CPU seconds. */
+static void time_repeats(double *ns, size_t (*batch)(void *), void *arg)
+{
+    for (int r = 0; r < repeats; r++) {
+        double cpu = 0;
+        size_t pk = 0;
+        while (cpu < min_time) {
+            double t0 = cpu_now();
+            pk += batch(arg);
+            cpu += cpu_now() - t0;
+        }
+        ns[r] = cpu * 1e9 / (double)pk;
+    }
+}
+
+typedef struct aead_run {
+    pe_aead se, op;
+    int enc;
+    size_t aad_len, pt_len, stride;
+    uint8_t *pt, *ring, *out, nonce[12];
+    uint64_t ctr;
+} aead_run;
+
+static size_t aead_batch(void *arg)
+{
+    aead_run *a = arg;
+    for (size_t i = 0; i < RING; i++) {
+        uint8_t *e = a->ring + i * a->stride;
+        pe_iov aad = {e, a->aad_len};
+        pe_status st;
+        if (a->enc) {
+            a->ctr++;
+            memcpy(a->nonce + 4, &a->ctr, 8);
+            st = pe_aead_seal(&a->se, a->nonce, &aad, 1, a->pt, a->pt_len, a->out, a->out + a->pt_len);
+        } else {
+            uint64_t n = i;
+            memcpy(a->nonce + 4, &n, 8);
+            st = pe_aead_open(&a->op, a->nonce, &aad, 1, e + a->aad_len, a->pt_len, e + a->aad_len + a->pt_len, a->out);
+        }
+        if (st != PE_OK)
+            die("bare AEAD failed");
+    }
+    return RING;
+}
+
+/*
+ * The bare AEAD call a protocol row makes, with that row's shapes: aad_len
+ * octets of AAD, pt_len octets sealed from a separate input into the output
+ * (as the protocols encrypt straight from the caller's packet), a 16-octet
+ * tag, a 12-octet nonce with a counter; opening runs over a ring of sealed
+ * packets like the protocol rows.  Nothing but pe_aead_seal / pe_aead_open
+ * is timed, on the backend current now.
+ */
+static void bare_aead(size_t key_len, size_t aad_len, size_t pt_len, double *seal_ns, double *open_ns)
+{
+    aead_run a = {.aad_len = aad_len, .pt_len = pt_len, .stride = (aad_len + pt_len + 16 + 63) / 64 * 64};
+    if (pe_aead_init(&a.se, PE_AEAD_AES_GCM, PE_AEAD_SEAL, psp_key, key_len, 16) != PE_OK ||
+        pe_aead_init(&a.op, PE_AEAD_AES_GCM, PE_AEAD_OPEN, psp_key, key_len, 16) != PE_OK)
+        die("bare AEAD set-up failed");
+    a.pt = malloc(pt_len + 1);
+    a.ring = malloc(a.stride * RING);
+    a.out = malloc(pt_len + 16 + 1);
+    if (!a.pt || !a.ring || !a.out)
+        die("out of memory");
+    for (size_t i = 0; i < pt_len; i++)
+        a.pt[i] = (uint8_t)(i * 13 + 1);
+    for (size_t i = 0; i < RING; i++) { /* the ring opened: packet i under nonce counter i */
+        uint8_t *e = a.ring + i * a.stride;
+        uint64_t n = i;
+        memset(e, (int)i, aad_len);
+        memcpy(a.nonce + 4, &n, 8);
+        pe_iov aad = {e, aad_len};
+        if (pe_aead_seal(&a.se, a.nonce, &aad, 1, a.pt, pt_len, e + aad_len, e + aad_len + pt_len) != PE_OK)
+            die("bare AEAD ring seal failed");
+    }
+    a.enc = 1;
+    time_repeats(seal_ns, aead_batch, &a);
+    a.enc = 0;
+    time_repeats(open_ns, aead_batch, &a);
+    pe_aead_free(&a.se);
+    pe_aead_free(&a.op);
+    free(a.pt);
+    free(a.ring);
+    free(a.out);
+}
+
+/*
+ * The octets each protocol's AEAD call covers, from the wire length this
+ * bench measured: AAD = the header before the IV (ESP: SPI + 32-bit
+ * sequence number, 8; EESP: base header + 64-bit sequence number, 16; PSP:
+ * its header, 16); sealed = what is left between the IV and the tag once the
+ * outer IPv4 header, UDP (PSP), the header, the IV and the tag are taken off.
+ */
+static int aead_shape(const inst *s, size_t *aad_len, size_t *pt_len)
+{
+    size_t fixed;
+    switch (s->k.proto) {
+    case P_ESP: *aad_len = 8; fixed = 20 + 8 + 8 + 16; break;
+    case P_EESP: *aad_len = 16; fixed = 20 + 16 + 8 + 16; break;
+    case P_PSP: *aad_len = 16; fixed = 20 + 8 + 16 + 16; break;
+    default: return 0;
+    }
+    if (s->wire_len <= fixed)
+        return 0;
+    *pt_len = s->wire_len - fixed;
+    return 1;
+}
+
+static void single(const kase *k, const char *variant, const char *suite, size_t size)
 {
     inst s;
     inst_init(&s, k, size, k->cold ? RING : (size >= 4096 ? 64 : RING));
-    for (int enc = 1; enc >= 0; enc--) {
+    /* The AEAD floor beside every warm AES-GCM row (GMAC and CBC have other shapes). */
+    double aead_ns[2][64];
+    size_t aad_len = 0, pt_len = 0;
+    int with_aead = !k->cold && !k->cbc && strstr(suite, "GCM") && aead_shape(&s, &aad_len, &pt_len);
+    if (with_aead)
+        bare_aead(k->key_len, aad_len, pt_len, aead_ns[1], aead_ns[0]);
+    const char *keys = k->proto == P_EESP ? (k->cold ? "cold" : "warm") : k->proto == P_PSP && k->cold ? "cold" : "n/a";
+    /* A PSP sender is keyed per SPI when it is set up, not per packet: cold SPIs are a receiver's matter. */
+    for (int enc = k->proto == P_PSP && k->cold ? 0 : 1; enc >= 0; enc--) {
         double ns[64];
         for (int r = 0; r < repeats; r++) {
             double cpu = 0;
@@ -398,15 +555,68 @@ static void single(const kase *k, const char *variant, const char *suite, size_t
                 pk += pass(&s, enc, &cpu);
             ns[r] = cpu * 1e9 / (double)pk;
         }
-        printf("%s    {\"protocol\": \"%s\", \"variant\": \"%s\", \"suite\": \"%s\", \"keys\": \"%s\", \"op\": \"%s\", "
-               "\"size\": %zu, \"wire_len\": %zu, \"ns\": [",
-               first_row && enc ? "" : ",\n", proto_names[k->proto], variant, suite,
-               k->proto == P_EESP ? (k->cold ? "cold" : "warm") : "n/a", enc ? "encrypt" : "decrypt", size, s.wire_len);
-        for (int r = 0; r < repeats; r++)
-            printf("%s%.2f", r ? ", " : "", ns[r]);
-        printf("]}");
+        printf("%s    {\"backend\": \"%s\", \"protocol\": \"%s\", \"variant\": \"%s\", \"suite\": \"%s\", \"keys\": \"%s\", "
+               "\"op\": \"%s\", \"size\": %zu, \"wire_len\": %zu, \"ns\": [",
+               first_row ? "" : ",\n", backend_name, proto_names[k->proto], variant, suite, keys,
+               enc ? "encrypt" : "decrypt", size, s.wire_len);
+        print_ns(ns);
+        printf("]");
+        if (with_aead) {
+            printf(", \"aead_aad\": %zu, \"aead_pt\": %zu, \"aead_ns\": [", aad_len, pt_len);
+            print_ns(aead_ns[enc]);
+            printf("]");
+        }
+        printf("}");
+        first_row = 0;
     }
     inst_free(&s);
+}
+
+/*
+ * The anti-replay window alone, as a receiver in order uses it: check, then
+ * update, for the next sequence number (the default 1024-packet window).
+ */
+typedef struct replay_run {
+    pe_replay_window w;
+    uint64_t seq;
+} replay_run;
+
+static size_t replay_batch(void *arg)
+{
+    replay_run *r = arg;
+    for (int i = 0; i < 4096; i++) {
+        r->seq++;
+        if (pe_replay_check(&r->w, r->seq) != PE_OK || pe_replay_update(&r->w, r->seq) != PE_OK)
+            die("replay check failed");
+    }
+    return 4096;
+}
+
+static void replay_alone(double *ns)
+{
+    replay_run r = {.seq = 0};
+    if (pe_replay_init(&r.w, PE_REPLAY_DEFAULT_WINDOW) != PE_OK)
+        die("replay window set-up failed");
+    time_repeats(ns, replay_batch, &r);
+    pe_replay_free(&r.w);
+}
+
+/* The TSC rate: rdtsc ticks over 0.2 s of CLOCK_MONOTONIC (the VM exposes no cycle counter to perf). */
+static double tsc_ghz(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    uint64_t c0 = (uint64_t)hi << 32 | lo;
+    double t0 = now(), t;
+    while ((t = now()) - t0 < 0.2)
+        ;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    uint64_t c1 = (uint64_t)hi << 32 | lo;
+    return (double)(c1 - c0) / ((t - t0) * 1e9);
+#else
+    return 0;
+#endif
 }
 
 /* ---- threads ------------------------------------------------------------------- */
@@ -504,9 +714,9 @@ static void threads_case(enum proto p, int shared, int enc, int n, size_t size, 
             best_cpu = cpu_pps;
         }
     }
-    printf("%s    {\"protocol\": \"%s\", \"sharing\": \"%s\", \"op\": \"%s\", \"threads\": %d, \"size\": %zu, "
+    printf("%s    {\"backend\": \"%s\", \"protocol\": \"%s\", \"sharing\": \"%s\", \"op\": \"%s\", \"threads\": %d, \"size\": %zu, "
            "\"pps\": [",
-           *first ? "" : ",\n", proto_names[p], shared ? "shared" : "per-thread", enc ? "encrypt" : "decrypt", n, size);
+           *first ? "" : ",\n", backend_name, proto_names[p], shared ? "shared" : "per-thread", enc ? "encrypt" : "decrypt", n, size);
     for (int r = 0; r < mt_repeats; r++)
         printf("%s%.0f", r ? ", " : "", runs[r]);
     printf("], \"cpu_pps_of_best\": %.0f}", best_cpu);
@@ -519,6 +729,7 @@ int main(int argc, char **argv)
     size_t n_sizes = 10;
     int max_threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
     size_t mt_size = 1500;
+    char default_backends[] = "openssl,ipsec-mb", *backends = default_backends;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
@@ -532,11 +743,13 @@ int main(int argc, char **argv)
             max_threads = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(argv[i], "--mt-duration")) {
             mt_duration = atof(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(argv[i], "--backends")) {
+            backends = argv[++i];
         } else if (i + 1 < argc && !strcmp(argv[i], "--mt-repeats")) {
             mt_repeats = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: compare_bench [--quick] [--min-time S] [--repeats N] [--sizes a,b] "
-                            "[--threads N] [--mt-duration S] [--mt-repeats N]\n");
+                            "[--threads N] [--mt-duration S] [--mt-repeats N] [--backends openssl,ipsec-mb]\n");
             return 2;
         }
     }
@@ -561,50 +774,107 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof hmac_key; i++)
         hmac_key[i] = (uint8_t)(0x30 + i);
 
-    printf("{\"schema\": \"compare_bench/1\", \"min_time\": %g, \"repeats\": %d, \"ring\": %u,\n \"single\": [\n",
-           min_time, repeats, RING);
-    int first = 1;
-    for (size_t z = 0; z < n_sizes; z++) {
-        size_t size = sizes[z];
-        for (int kb = 16; kb <= 32; kb += 16) {
-            const char *suite = kb == 16 ? "AES-GCM-128" : "AES-GCM-256";
-            const char *gmac = kb == 16 ? "AES-GMAC-128" : "AES-GMAC-256";
-            kase k = {.key_len = (size_t)kb, .spi = 0x1000};
-            for (int t = 0; t <= 1; t++) {
-                k.proto = P_ESP;
-                k.tunnel = t;
-                single(&k, t ? "tunnel" : "transport", suite, size, first);
-                first = 0;
+    for (size_t i = 0; i < sizeof cbc_keymat; i++)
+        cbc_keymat[i] = i < 16 ? cbc_key[i] : hmac_key[i - 16];
+
+    pe_backend order[PE_BACKEND_COUNT];
+    size_t n_backends = 0;
+    for (char *tok = strtok(backends, ","); tok; tok = strtok(NULL, ",")) {
+        int found = 0;
+        for (int b = 0; b < PE_BACKEND_COUNT; b++)
+            if (!strcmp(tok, pe_backend_name((pe_backend)b)) && n_backends < PE_BACKEND_COUNT) {
+                found = 1;
+                if (pe_backend_available((pe_backend)b))
+                    order[n_backends++] = (pe_backend)b;
+                else /* an OpenSSL-only build or CPU: the document says which backends ran */
+                    fprintf(stderr, "compare_bench: backend %s is not available here, skipped: %s\n", tok,
+                            pe_version());
             }
-            static const struct { int full, tunnel; const char *name; } ev[] = {
-                {1, 0, "full transport"}, {1, 1, "full tunnel"}, {0, 1, "optimized tunnel"}};
-            for (size_t v = 0; v < 3; v++)
-                for (int cold = 0; cold <= 1; cold++) {
-                    kase e = {.proto = P_EESP, .full = ev[v].full, .tunnel = ev[v].tunnel, .cold = cold,
-                              .key_len = (size_t)kb, .spi = 0x1000};
-                    single(&e, ev[v].name, suite, size, 0);
-                }
-            for (unsigned ver = kb == 16 ? 0 : 1; ver <= 3; ver += 2)
+        if (!found)
+            die("--backends: openssl, ipsec-mb");
+    }
+
+    if (n_backends == 0)
+        die("none of the --backends is available here");
+    printf("{\"schema\": \"compare_bench/2\", \"min_time\": %g, \"repeats\": %d, \"ring\": %u, \"tsc_ghz\": %.4f, "
+           "\"esp_cbc\": %s,\n \"backends\": [",
+           min_time, repeats, RING, tsc_ghz(), HAVE_ESP_CBC ? "true" : "false");
+    for (size_t b = 0; b < n_backends; b++)
+        printf("%s{\"name\": \"%s\", \"describe\": \"%s\"}", b ? ", " : "", pe_backend_name(order[b]),
+               pe_backend_describe(order[b]));
+    printf("],\n \"replay\": [");
+    for (size_t b = 0; b < n_backends; b++) {
+        double ns[64];
+        replay_alone(ns);
+        printf("%s{\"backend\": \"%s\", \"ns\": [", b ? ", " : "", pe_backend_name(order[b]));
+        print_ns(ns);
+        printf("]}");
+    }
+    printf("],\n \"single\": [\n");
+    for (size_t b = 0; b < n_backends; b++) {
+        /* Contexts take the backend current when they are keyed: every instance below is keyed after this. */
+        if (pe_backend_set(order[b]) != PE_OK)
+            die("pe_backend_set failed");
+        backend_name = pe_backend_name(order[b]);
+        for (size_t z = 0; z < n_sizes; z++) {
+            size_t size = sizes[z];
+            for (int kb = 16; kb <= 32; kb += 16) {
+                const char *suite = kb == 16 ? "AES-GCM-128" : "AES-GCM-256";
+                const char *gmac = kb == 16 ? "AES-GMAC-128" : "AES-GMAC-256";
+                kase k = {.key_len = (size_t)kb, .spi = 0x1000};
                 for (int t = 0; t <= 1; t++) {
-                    char variant[32];
-                    snprintf(variant, sizeof variant, "v%u %s", ver, t ? "tunnel" : "transport");
-                    kase p = {.proto = P_PSP, .psp_version = ver, .tunnel = t, .key_len = (size_t)kb, .spi = 0x1000};
-                    single(&p, variant, ver >= 2 ? gmac : suite, size, 0);
+                    k.proto = P_ESP;
+                    k.tunnel = t;
+                    single(&k, t ? "tunnel" : "transport", suite, size);
                 }
-            kase r = {.proto = P_RAW_GCM, .key_len = (size_t)kb};
-            single(&r, "AAD 16 + inner packet", suite, size, 0);
+                static const struct { int full, tunnel; const char *name; } ev[] = {
+                    {1, 0, "full transport"}, {1, 1, "full tunnel"}, {0, 1, "optimized tunnel"}};
+                for (size_t v = 0; v < 3; v++)
+                    for (int cold = 0; cold <= 1; cold++) {
+                        kase e = {.proto = P_EESP, .full = ev[v].full, .tunnel = ev[v].tunnel, .cold = cold,
+                                  .key_len = (size_t)kb, .spi = 0x1000};
+                        single(&e, ev[v].name, suite, size);
+                    }
+                for (unsigned ver = kb == 16 ? 0 : 1; ver <= 3; ver += 2)
+                    for (int t = 0; t <= 1; t++) {
+                        char variant[32];
+                        snprintf(variant, sizeof variant, "v%u %s", ver, t ? "tunnel" : "transport");
+                        kase p = {.proto = P_PSP, .psp_version = ver, .tunnel = t, .key_len = (size_t)kb,
+                                  .spi = 0x1000};
+                        single(&p, variant, ver >= 2 ? gmac : suite, size);
+                    }
+                kase pc = {.proto = P_PSP, .psp_version = kb == 16 ? 0 : 1, .cold = 1, .key_len = (size_t)kb,
+                           .spi = 0x1000};
+                single(&pc, kb == 16 ? "v0 transport" : "v1 transport", suite, size);
+                if (order[b] == PE_BACKEND_OPENSSL) { /* raw EVP rows do not depend on the core's backend */
+                    kase r = {.proto = P_RAW_GCM, .key_len = (size_t)kb};
+                    single(&r, "AAD 16 + inner packet", suite, size);
+                }
+            }
+            if (HAVE_ESP_CBC)
+                for (int t = 0; t <= 1; t++) {
+                    kase c = {.proto = P_ESP, .cbc = 1, .tunnel = t, .key_len = 16, .spi = 0x1000};
+                    single(&c, t ? "tunnel" : "transport", "AES-128-CBC + HMAC-SHA1-96", size);
+                }
+            if (order[b] == PE_BACKEND_OPENSSL) {
+                kase c = {.proto = P_RAW_CBC, .key_len = 16};
+                single(&c, "transport", "AES-128-CBC + HMAC-SHA1-96", size);
+            }
         }
-        kase c = {.proto = P_RAW_CBC, .key_len = 16};
-        single(&c, "transport", "AES-128-CBC + HMAC-SHA1-96", size, 0);
     }
     printf("\n ],\n \"threads\": [\n");
-    first = 1;
+    int first = 1;
     enum proto ps[3] = {P_ESP, P_EESP, P_PSP};
-    for (int pi = 0; pi < 3; pi++)
-        for (int shared = 1; shared >= 0; shared--)
-            for (int enc = 1; enc >= 0; enc--)
-                for (int n = 1; n <= max_threads; n++)
-                    threads_case(ps[pi], shared, enc, n, mt_size, &first);
+    for (size_t b = 0; b < n_backends; b++) {
+        if (pe_backend_set(order[b]) != PE_OK)
+            die("pe_backend_set failed");
+        backend_name = pe_backend_name(order[b]);
+        for (int pi = 0; pi < 3; pi++)
+            for (int shared = 1; shared >= 0; shared--)
+                for (int enc = 1; enc >= 0; enc--)
+                    for (int n = 1; n <= max_threads; n++)
+                        threads_case(ps[pi], shared, enc, n, mt_size, &first);
+    }
     printf("\n ],\n \"max_threads\": %d, \"mt_duration\": %g, \"mt_repeats\": %d}\n", max_threads, mt_duration,
            mt_repeats);
     return 0;

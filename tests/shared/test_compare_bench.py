@@ -33,9 +33,27 @@ def test_json_schema(quick_run):
     for key in ("cpu", "cores", "openssl", "compiler"):
         assert data["machine"][key], key
     rows = data["bench"]["single"]
-    have = {(r["protocol"], r["variant"], r["suite"], r["keys"], r["op"], r["size"]) for r in rows}
+    backends = compare.backends_of(data)
+    assert "openssl" in backends
+    assert {r["backend"] for r in data["bench"]["replay"]} == set(backends)
     for r in rows:
         assert r["ns"] and all(x > 0 for x in r["ns"]) and r["wire_len"] >= r["size"]
+        if r["keys"] != "cold" and r["protocol"] in ("ESP", "EESP", "PSP") and "GCM" in r["suite"]:
+            # the bare AEAD with the row's shapes, for the bands beyond the AEAD
+            assert r["aead_ns"] and all(x > 0 for x in r["aead_ns"]) and r["aead_pt"] >= r["size"] - 20
+    for backend in backends:
+        have = {(r["protocol"], r["variant"], r["suite"], r["keys"], r["op"], r["size"]) for r in rows
+                if r["backend"] == backend or r["protocol"].startswith("raw")}
+        check_rows(have)
+    mt = {(r["backend"], r["protocol"], r["sharing"], r["op"], r["threads"]) for r in data["bench"]["threads"]}
+    for backend in backends:
+        for proto in ("ESP", "EESP", "PSP"):
+            for sharing in ("shared", "per-thread"):
+                for op in ("encrypt", "decrypt"):
+                    assert (backend, proto, sharing, op, 1) in mt
+
+
+def check_rows(have):
     for size in compare.MEASURED_SIZES:
         for op in ("encrypt", "decrypt"):
             for suite in ("AES-GCM-128", "AES-GCM-256"):
@@ -48,19 +66,18 @@ def test_json_schema(quick_run):
                 for mode in ("transport", "tunnel"):
                     assert ("PSP", f"v{v} {mode}", suite, "n/a", op, size) in have
             assert ("raw EVP AES-CBC+HMAC-SHA1", "transport", "AES-128-CBC + HMAC-SHA1-96", "n/a", op, size) in have
-    mt = {(r["protocol"], r["sharing"], r["op"], r["threads"]) for r in data["bench"]["threads"]}
-    for proto in ("ESP", "EESP", "PSP"):
-        for sharing in ("shared", "per-thread"):
-            for op in ("encrypt", "decrypt"):
-                assert (proto, sharing, op, 1) in mt
+        for v, suite in ((0, "AES-GCM-128"), (1, "AES-GCM-256")):  # cold SPIs: a receiver's matter
+            assert ("PSP", f"v{v} transport", suite, "cold", "decrypt", size) in have
 
 
 def test_markdown_has_every_table_and_plot(quick_run):
     md = (quick_run / "comparison.md").read_text()
     for title in compare.TABLES:
         assert f"## {title}" in md, title
-    assert md.count("| protocol, mode | 64 | 128 |") >= 5  # four cost tables and the overhead table
-    for png in ("cost_128_encrypt", "cost_128_decrypt", "cost_256_encrypt", "cost_256_decrypt", "goodput", "threads"):
+    assert md.count("| protocol, mode | backend | 64 | 128 |") == 4  # the four cost tables
+    assert md.count("| protocol, mode | 64 | 128 |") == 1  # the overhead table
+    for png in ("cost_128_encrypt", "cost_128_decrypt", "cost_256_encrypt", "cost_256_decrypt", "goodput", "threads",
+                "breakdown", "breakdown_cold"):
         assert f"comparison/{png}.svg" in md
         assert (quick_run / "comparison" / f"{png}.svg").stat().st_size > 1000
     assert "Intel study" in md and "This is a model, not a measurement" in md
