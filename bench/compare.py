@@ -789,8 +789,9 @@ def render(data: dict, out_md: Path, fig_dir: Path) -> str:
           "integrity key); a re-run of `bench/compare` then fills these rows.")
     else:
         A("The *ESP ... AES-128-CBC + HMAC-SHA1-96* rows are the Intel study's suite through the core's ESP "
-          "(RFC 3602 + RFC 2404, encrypt-then-MAC) on both backends; the sender draws each IV from OpenSSL's "
-          "CSPRNG (RFC 3602 §2.3), which these rows include.")
+          "(RFC 3602 + RFC 2404, encrypt-then-MAC) on both backends; each IV is the sender's own AES-128 key "
+          "over a stepping counter (RFC 3602 §2.3 unpredictability, NIST SP 800-38A Appendix C), which these rows "
+          "include, and each packet is one job: ipsec-mb's multi-buffer lanes would pay only with packets in batches.")
     A("")
     # ---- threads
     params, curves = model(mt, maxn)

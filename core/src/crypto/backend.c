@@ -179,9 +179,10 @@ IMB_MGR *pe_imb_jobs(void)
 }
 
 /*
- * Where the best path is AVX-512, SHA-1 and SHA-256 run there in 16 lanes and
- * a lone job waits for a flush of all of them (HMAC-SHA-256 of 3 octets:
- * 541 ns on this machine), while the AVX2 path hashes with SHA-NI (127 ns).
+ * A lone job on the AVX-512 or AVX2 path waits for a flush of lanes it does
+ * not fill (SHA-1 and SHA-256 run there in 8 or 16 lanes), while the SSE path
+ * hashes one buffer with SHA-NI: jobs that come alone go there
+ * (docs/performance.md, "Lone ipsec-mb jobs").
  */
 static pthread_once_t lone_once = PTHREAD_ONCE_INIT;
 static pthread_key_t lone_key;
@@ -204,7 +205,7 @@ IMB_MGR *pe_imb_lone_jobs(void)
         return m;
     if (!(m = alloc_mb_mgr(0)))
         return pe_imb_jobs();
-    init_mb_mgr_avx2(m);
+    init_mb_mgr_sse(m);
     if (imb_get_errno(m) != 0 || pthread_setspecific(lone_key, m) != 0) {
         free_mb_mgr(m);
         return pe_imb_jobs();

@@ -17,7 +17,7 @@ IMB_MGR *pe_imb_direct(void);
 IMB_MGR *pe_imb_jobs(void);
 /*
  * This thread's manager for jobs that run alone (a key derivation, one
- * packet's CBC + HMAC): the AVX2 path with SHA-NI where the best path is
+ * packet's CBC + HMAC): the SSE path with SHA-NI where the best path is
  * AVX-512, whose SHA lanes only pay when full; else pe_imb_jobs().
  */
 IMB_MGR *pe_imb_lone_jobs(void);

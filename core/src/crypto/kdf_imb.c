@@ -80,9 +80,9 @@ int pe_imb_cmac_many(const pe_imb_cmac *c, const uint8_t *const *msg, const size
 
 /*
  * HMAC-SHA-256 runs on pe_imb_lone_jobs (imb.h).  SHA-384/512 have no SHA-NI
- * here, and a lone job is slower on every path than OpenSSL (HKDF-SHA-512 of
- * a Sub SA key: 740 ns on AVX-512, 394 ns with OpenSSL's HMAC keyed once), so
- * they are left to OpenSSL until jobs come in batches.
+ * here, and a lone job of theirs is slower on every path than OpenSSL's HMAC
+ * keyed once (docs/performance.md, "Lone ipsec-mb jobs"), so they are left to
+ * OpenSSL until jobs come in batches.
  */
 #define SHA256_BLOCK 64
 #define SHA256_LEN 32
