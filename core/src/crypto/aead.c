@@ -38,6 +38,16 @@ static int set_key(EVP_CIPHER_CTX *ctx, const pe_aead *a, const uint8_t *key)
     return EVP_CipherInit_ex2(ctx, NULL, key, NULL, (int)a->dir, NULL) == 1;
 }
 
+/* What a context is, whichever backend keys it. */
+static void set_shape(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, size_t key_len, size_t tag_len)
+{
+    a->alg = alg;
+    a->dir = dir;
+    a->key_len = key_len;
+    a->tag_len = tag_len;
+    a->nonce_len = alg == PE_AEAD_AES_CCM ? 11 : 12;
+}
+
 pe_status pe_evp_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const uint8_t *key, size_t key_len,
                            size_t tag_len)
 {
@@ -54,11 +64,7 @@ pe_status pe_evp_aead_init(pe_aead *a, pe_aead_alg alg, pe_aead_dir dir, const u
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     if (!cipher || !ctx)
         goto fail;
-    a->alg = alg;
-    a->dir = dir;
-    a->key_len = key_len;
-    a->tag_len = tag_len;
-    a->nonce_len = alg == PE_AEAD_AES_CCM ? 11 : 12;
+    set_shape(a, alg, dir, key_len, tag_len);
 
     if (alg == PE_AEAD_AES_CCM) {
         if (EVP_CipherInit_ex2(ctx, cipher, NULL, NULL, (int)dir, NULL) != 1 || !set_key(ctx, a, key))
@@ -91,11 +97,7 @@ pe_status pe_aead_init_on(pe_aead *a, pe_backend backend, pe_aead_alg alg, pe_ae
         return PE_ERR_KEY_LENGTH;
     if (!tag_len_ok(alg, tag_len))
         return PE_ERR_INVALID_ARGUMENT;
-    a->alg = alg;
-    a->dir = dir;
-    a->key_len = key_len;
-    a->tag_len = tag_len;
-    a->nonce_len = alg == PE_AEAD_AES_CCM ? 11 : 12;
+    set_shape(a, alg, dir, key_len, tag_len);
     pe_status st = pe_imb_aead_key(a, key);
     if (st == PE_ERR_UNSUPPORTED)
         return pe_evp_aead_init(a, alg, dir, key, key_len, tag_len);
