@@ -585,6 +585,7 @@ def run(n_packets: int, repeats: int, tmp_root: Optional[str] = None, keep: bool
         "plugin_missing": missing,
         "tshark": subprocess.run([TSHARK, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
         "lua": lua,
+        "plugin_backend": None if missing else plugin_backend(plugin_so()),
     }
     start = rows["startup"]["wall_best"]
     if "plugin" in rows and "esp" in rows:
@@ -676,7 +677,8 @@ def markdown_esp(res: dict) -> str:
     out = [
         f"## tshark: PSP plugin vs Wireshark ESP ({n:,} packets)",
         "",
-        f"{res['tshark'].rstrip('.')}; best of {res['repeats']} runs, contenders in turns, whole tshark process "
+        f"{res['tshark'].rstrip('.')}; the plugin's crypto backend: {res.get('plugin_backend') or 'no plugin'}; "
+        f"best of {res['repeats']} runs, contenders in turns, whole tshark process "
         "(start-up included), output `-T fields -e frame.number -e tcp.dstport -e udp.dstport` to /dev/null. "
         f"Mean frame: {mf['psp']:.1f} octets PSP (transport, v0, crypt offset 0), {mf['esp']:.1f} ESP "
         f"(transport, AES-GCM-128, ICV 16), {mf['esp_udp']:.1f} ESP in UDP, {mf['plain']:.1f} plaintext.",
@@ -759,6 +761,20 @@ def markdown_lua(res: dict) -> str:
         out.append(f"- {LUA_ROWS[name][0]}: `{rows[name]['env']} {rows[name]['command']}`")
     out.append("")
     return "\n".join(out)
+
+
+def plugin_backend(so: Path) -> str:
+    """The crypto backend the plugin's core takes inside tshark (pe/backend.h): ipsec-mb when the module links it and
+    PE_CRYPTO_BACKEND does not force OpenSSL.  The plugin runs in tshark's process, so this is read off the module."""
+    try:
+        linked = "libIPSec_MB" in subprocess.run(["ldd", str(so)], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (ldd failed)"
+    if not linked:
+        return "openssl (the plugin was built without intel-ipsec-mb)"
+    if os.environ.get("PE_CRYPTO_BACKEND") == "openssl":
+        return "openssl (PE_CRYPTO_BACKEND=openssl)"
+    return "ipsec-mb where the CPU has AES-NI (the plugin links libIPSec_MB)"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
