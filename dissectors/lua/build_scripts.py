@@ -97,6 +97,12 @@ SUITE_ROW = re.compile(r",\s*".join([r"\{(PE_ENCR_\w+)", C_STRING, C_STRING, r"P
                                      r"(\w+)\}"]))
 
 
+# ipsec.c's ESP-only rows with an integrity transform, cbc_rows: the same first ten cells (alg 0), then
+# PE_AUTH_..., "IKEv2 INTEG name", integrity key octets.
+CBC_ROW = re.compile(r",\s*".join([r"\{(PE_ENCR_\w+)", C_STRING, C_STRING, r"\d+", *[r"(\d+)"] * 3, r"\d+", r"\d+",
+                                   r"(\w+)", r"PE_AUTH_\w+", C_STRING, r"(\d+)\}"]))
+
+
 def c_rows(path: Path, source: str, array: str, row: "re.Pattern[str]", opener: str) -> List[Tuple[str, ...]]:
     """The rows of the C array `array` in `source`, every one of them: a row the pattern misses would silently
     lack a suite or version, so it stops the script."""
@@ -119,6 +125,18 @@ def core_suites(header: str, source: str) -> List[Tuple[int, str, str, str, int,
     rows = c_rows(IPSEC_C, source, "suite_rows", SUITE_ROW, "{PE_ENCR_")
     return [(ids[encr], name, ikev2, alg.lower().replace("_", "-"), int(salt), int(iv), int(icv), iiv == "1",
              only == "1", key_lens[lens]) for encr, name, ikev2, alg, salt, iv, icv, iiv, only, lens in rows]
+
+
+def core_cbc_suites(header: str, source: str) -> List[Tuple[int, str, str, int, int, List[int], int]]:
+    """(ENCR ID, name, IKEv2 name, IV, ICV, key octets, integrity key octets) of ESP's AES-CBC + HMAC suites."""
+    ids = {name: int(v) for name, v in ENCR_VALUE.findall(header)}
+    key_lens = {macro: [int(x) for x in lens.split(",")] for macro, n, lens in KEY_LENS_MACRO.findall(source)}
+    rows = c_rows(IPSEC_C, source, "cbc_rows", CBC_ROW, "{PE_ENCR_")
+    for _, _, _, salt, _, _, _, _, _ in rows:
+        if salt != "0":
+            raise SystemExit(f"{IPSEC_C}: an AES-CBC row with a salt")
+    return [(ids[encr], name, ikev2, int(iv), int(icv), key_lens[lens], int(integ_key))
+            for encr, name, ikev2, salt, iv, icv, lens, _, integ_key in rows]
 
 
 # psp.h's "PE_PSP_AES_GCM_128 = 0," and "#define PE_PSP_ICV_LEN 16u"; psp_hdr.c's versions[] rows:
@@ -182,8 +200,10 @@ def lua_table(variable: str, comment: str, rows, split_at: int) -> str:
 
 
 def suite_block(header: str, source: str) -> str:
-    return lua_table("SUITE_LIST", "encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, "
-                     "integrity only, key octets", core_suites(header, source), 5)
+    return (lua_table("SUITE_LIST", "encr, project name, IKEv2 name, alg, salt, explicit IV, ICV, implicit IV, "
+                      "integrity only, key octets", core_suites(header, source), 5)
+            + lua_table("ESP_CBC_SUITE_LIST", "ESP only: encr, project name, IKEv2 names, IV, ICV, key octets, "
+                        "integrity key octets", core_cbc_suites(header, source), 3))
 
 
 def psp_version_block(header: str, source: str) -> str:

@@ -512,6 +512,11 @@ local SUITE_LIST = {
     { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, true, false, { 16, 24, 32 } },
     { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, true, false, { 32 } },
 }
+local ESP_CBC_SUITE_LIST = {
+    -- ESP only: encr, project name, IKEv2 names, IV, ICV, key octets, integrity key octets
+    { 12, "aes-cbc-hmac-sha1-96", "ENCR_AES_CBC+AUTH_HMAC_SHA1_96", 16, 12, { 16, 32 }, 20 },
+    { 12, "aes-cbc-hmac-sha256-128", "ENCR_AES_CBC+AUTH_HMAC_SHA2_256_128", 16, 16, { 16, 32 }, 32 },
+}
 -- END SUITE TABLE
 M.SUITE_LIST = SUITE_LIST
 local SUITES = {}
@@ -526,6 +531,17 @@ end
 local SUITE_BY_ENCR = {}
 for _, s in ipairs(SUITES) do
     SUITE_BY_ENCR[s.encr] = s
+end
+-- ESP's AES-CBC + HMAC suites: key-file lines only (Wireshark's ESP dissector decrypts them, from the esp_sa export).
+M.ESP_CBC_SUITE_LIST = ESP_CBC_SUITE_LIST
+local ESP_CBC_SUITES = {}
+for _, r in ipairs(ESP_CBC_SUITE_LIST) do
+    local key_bits = {}
+    for i, n in ipairs(r[6]) do
+        key_bits[i] = 8 * n
+    end
+    ESP_CBC_SUITES[#ESP_CBC_SUITES + 1] = { encr = r[1], project = r[2], name = r[3], iv_len = r[4], icv_len = r[5],
+        key_bits = key_bits, integ_key_len = r[7], salt_len = 0 }
 end
 
 local SSKDF_NAMES = { "hkdf-sha256", "hkdf-sha384", "hkdf-sha512" }
@@ -1141,17 +1157,41 @@ end
 
 -- esp-sa (RFC 4303): checked as the C reader does; the dissectors do not decrypt ESP (Wireshark's own ESP dissector
 -- does, with an esp_sa table exported from the file), so a valid line is kept and otherwise unused.
+-- ESP's AES-CBC + HMAC suites by name (the C reader's esp_suite_fields): key-bits 128 or 256.
+local function esp_cbc_suite_fields(l, e)
+    local v = l:need("suite")
+    for _, s in ipairs(ESP_CBC_SUITES) do
+        if v == s.project or v:lower() == s.name:lower() then
+            local kb = l:get("key-bits")
+            local bits = kb and (parse_dec(kb, 0xffff) or 0) or 128
+            if bits ~= s.key_bits[1] and bits ~= s.key_bits[#s.key_bits] then
+                l:bad_value("key-bits", "must be 128 or 256 for AES-CBC")
+            end
+            e.suite, e.key_bits = s, bits
+            return true
+        end
+    end
+    return false
+end
+
 local function parse_esp_sa(kf, l)
     l:check_fields({ "spi", "suite", "key-bits", "key", "mode", "esn", "anti-replay", "replay-window", "first-seq",
         "udp-encap", "udp-sport", "udp-dport", "src", "dst", "tfc-pad" })
     local e = { line = l.line }
     e.spi = l:spi_field()
-    suite_fields(l, e)
+    local cbc = esp_cbc_suite_fields(l, e)
+    if not cbc then
+        suite_fields(l, e)
+    end
     local s = e.suite
-    local want = e.key_bits // 8 + s.salt_len
+    local want = e.key_bits // 8 + s.salt_len + (s.integ_key_len or 0)
     local key, why = decode_hex(l:need("key"))
     if not key then
         l:hex_value_error("key", why)
+    end
+    if #key ~= want and cbc then
+        l:bad_value("key", fmt("must be %d bytes (%d hex digits): a %d-bit AES key and a %d-byte integrity key", want,
+            2 * want, e.key_bits, s.integ_key_len))
     end
     if #key ~= want then
         l:bad_value("key", fmt("must be %d bytes (%d hex digits): a %d-bit key and a %d-byte salt", want, 2 * want,

@@ -600,17 +600,41 @@ end
 
 -- esp-sa (RFC 4303): checked as the C reader does; the dissectors do not decrypt ESP (Wireshark's own ESP dissector
 -- does, with an esp_sa table exported from the file), so a valid line is kept and otherwise unused.
+-- ESP's AES-CBC + HMAC suites by name (the C reader's esp_suite_fields): key-bits 128 or 256.
+local function esp_cbc_suite_fields(l, e)
+    local v = l:need("suite")
+    for _, s in ipairs(ESP_CBC_SUITES) do
+        if v == s.project or v:lower() == s.name:lower() then
+            local kb = l:get("key-bits")
+            local bits = kb and (parse_dec(kb, 0xffff) or 0) or 128
+            if bits ~= s.key_bits[1] and bits ~= s.key_bits[#s.key_bits] then
+                l:bad_value("key-bits", "must be 128 or 256 for AES-CBC")
+            end
+            e.suite, e.key_bits = s, bits
+            return true
+        end
+    end
+    return false
+end
+
 local function parse_esp_sa(kf, l)
     l:check_fields({ "spi", "suite", "key-bits", "key", "mode", "esn", "anti-replay", "replay-window", "first-seq",
         "udp-encap", "udp-sport", "udp-dport", "src", "dst", "tfc-pad" })
     local e = { line = l.line }
     e.spi = l:spi_field()
-    suite_fields(l, e)
+    local cbc = esp_cbc_suite_fields(l, e)
+    if not cbc then
+        suite_fields(l, e)
+    end
     local s = e.suite
-    local want = e.key_bits // 8 + s.salt_len
+    local want = e.key_bits // 8 + s.salt_len + (s.integ_key_len or 0)
     local key, why = decode_hex(l:need("key"))
     if not key then
         l:hex_value_error("key", why)
+    end
+    if #key ~= want and cbc then
+        l:bad_value("key", fmt("must be %d bytes (%d hex digits): a %d-bit AES key and a %d-byte integrity key", want,
+            2 * want, e.key_bits, s.integ_key_len))
     end
     if #key ~= want then
         l:bad_value("key", fmt("must be %d bytes (%d hex digits): a %d-bit key and a %d-byte salt", want, 2 * want,

@@ -19,6 +19,11 @@ local SUITE_LIST = {
     { 30, "aes-gcm-16-iiv", "ENCR_AES_GCM_16_IIV", "aes-gcm", 4, 0, 16, true, false, { 16, 24, 32 } },
     { 31, "chacha20-poly1305-iiv", "ENCR_CHACHA20_POLY1305_IIV", "chacha20-poly1305", 4, 0, 16, true, false, { 32 } },
 }
+local ESP_CBC_SUITE_LIST = {
+    -- ESP only: encr, project name, IKEv2 names, IV, ICV, key octets, integrity key octets
+    { 12, "aes-cbc-hmac-sha1-96", "ENCR_AES_CBC+AUTH_HMAC_SHA1_96", 16, 12, { 16, 32 }, 20 },
+    { 12, "aes-cbc-hmac-sha256-128", "ENCR_AES_CBC+AUTH_HMAC_SHA2_256_128", 16, 16, { 16, 32 }, 32 },
+}
 -- END SUITE TABLE
 M.SUITE_LIST = SUITE_LIST
 local SUITES = {}
@@ -33,6 +38,17 @@ end
 local SUITE_BY_ENCR = {}
 for _, s in ipairs(SUITES) do
     SUITE_BY_ENCR[s.encr] = s
+end
+-- ESP's AES-CBC + HMAC suites: key-file lines only (Wireshark's ESP dissector decrypts them, from the esp_sa export).
+M.ESP_CBC_SUITE_LIST = ESP_CBC_SUITE_LIST
+local ESP_CBC_SUITES = {}
+for _, r in ipairs(ESP_CBC_SUITE_LIST) do
+    local key_bits = {}
+    for i, n in ipairs(r[6]) do
+        key_bits[i] = 8 * n
+    end
+    ESP_CBC_SUITES[#ESP_CBC_SUITES + 1] = { encr = r[1], project = r[2], name = r[3], iv_len = r[4], icv_len = r[5],
+        key_bits = key_bits, integ_key_len = r[7], salt_len = 0 }
 end
 
 local SSKDF_NAMES = { "hkdf-sha256", "hkdf-sha384", "hkdf-sha512" }
