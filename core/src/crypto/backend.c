@@ -163,19 +163,38 @@ IMB_MGR *pe_imb_direct(void)
     return direct;
 }
 
-IMB_MGR *pe_imb_jobs(void)
+static IMB_MGR *new_auto_mgr(void)
 {
-    if (!pe_imb_direct())
+    return new_mgr(NULL);
+}
+
+static IMB_MGR *new_sse_mgr(void)
+{
+    IMB_MGR *m = alloc_mb_mgr(0);
+    if (!m)
         return NULL;
-    IMB_MGR *m = pthread_getspecific(jobs_key);
-    if (!m) {
-        m = new_mgr(NULL);
-        if (m && pthread_setspecific(jobs_key, m) != 0) {
-            free_mb_mgr(m);
-            m = NULL;
-        }
+    init_mb_mgr_sse(m);
+    if (imb_get_errno(m) != 0) {
+        free_mb_mgr(m);
+        return NULL;
     }
     return m;
+}
+
+/* This thread's manager under key, made by make on first use (freed at thread exit); NULL when none can be had. */
+static IMB_MGR *thread_mgr(pthread_key_t key, IMB_MGR *(*make)(void))
+{
+    IMB_MGR *m = pthread_getspecific(key);
+    if (!m && (m = make()) != NULL && pthread_setspecific(key, m) != 0) {
+        free_mb_mgr(m);
+        m = NULL;
+    }
+    return m;
+}
+
+IMB_MGR *pe_imb_jobs(void)
+{
+    return pe_imb_direct() ? thread_mgr(jobs_key, new_auto_mgr) : NULL;
 }
 
 /*
@@ -200,17 +219,8 @@ IMB_MGR *pe_imb_lone_jobs(void)
 {
     if (pthread_once(&lone_once, lone_find) != 0 || !lone_own)
         return pe_imb_jobs();
-    IMB_MGR *m = pthread_getspecific(lone_key);
-    if (m)
-        return m;
-    if (!(m = alloc_mb_mgr(0)))
-        return pe_imb_jobs();
-    init_mb_mgr_sse(m);
-    if (imb_get_errno(m) != 0 || pthread_setspecific(lone_key, m) != 0) {
-        free_mb_mgr(m);
-        return pe_imb_jobs();
-    }
-    return m;
+    IMB_MGR *m = thread_mgr(lone_key, new_sse_mgr);
+    return m ? m : pe_imb_jobs();
 }
 
 int pe_imb_run_one(IMB_MGR *mgr, IMB_JOB *job)
