@@ -3,6 +3,7 @@ test_eesp_diagnose): test packets, captures made of them, key files, and in-proc
 from __future__ import annotations
 
 import json
+import signal
 import struct
 from pathlib import Path
 from typing import Callable, Sequence, Tuple
@@ -11,6 +12,14 @@ from pecore.capture import LINKTYPE_ETHERNET, CaptureWriter
 from pecore.protocol import checksum
 
 ETH = bytes.fromhex("020000000002020000000001")
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` for a CLI that a test interrupts: SIGINT back to its default in the child.
+
+    A process started in the background by a shell without job control inherits SIGINT ignored, and Python
+    then installs no KeyboardInterrupt handler; the test would measure how it was launched, not the CLI."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def ipv4(proto: int, payload: bytes, src: bytes = bytes([10, 0, 0, 1]), dst: bytes = bytes([10, 0, 0, 2])) -> bytes:

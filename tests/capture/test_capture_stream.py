@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import pypsp
+from cliutil import default_sigint
 from pecore.capture import LINKTYPE_ETHERNET, LINKTYPE_RAW, CaptureError, CaptureWriter, read_capture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -389,7 +390,8 @@ def test_ctrl_c_with_standard_output_says_what_was_written(tmp_path):
 
     clear = _write(tmp_path / "c.pcap", pcap_bytes([eth(udp4(b"i" * 1000))] * 50_000))
     proc = subprocess.Popen([sys.executable, "-m", "pypsp", "encrypt", str(clear), "-", "--master-key0", MK0,
-                             "--spi", "12345678"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT))
+                             "--spi", "12345678"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT),
+                            preexec_fn=default_sigint)
     got = [proc.stdout.read(65536)]  # type: ignore[union-attr]  # the run is under way
     proc.send_signal(signal.SIGINT)
     t = threading.Thread(target=lambda: got.append(proc.stdout.read()))  # type: ignore[union-attr]

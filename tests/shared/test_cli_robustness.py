@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cliutil import default_sigint
+
 ROOT = Path(__file__).resolve().parents[2]
 MK = "34448a064292601b11a0978f56a2d34cf3fc35ede1a6bc04f8db3e5243a2b0ca"
 
@@ -35,7 +37,8 @@ def test_a_signal_stops_the_run_and_leaves_no_output(big_capture, tmp_path, sig,
     out = tmp_path / "enc.pcap"
     proc = subprocess.Popen([sys.executable, "-m", "pypsp", "encrypt", str(big_capture), str(out),
                              "--master-key0", MK, "--spi", "12345678", "--version", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
+                            preexec_fn=default_sigint)
     # wait until the run is under way: its temporary output exists and grows
     deadline = time.time() + 60
     while time.time() < deadline and not any(p.name.endswith(".part") for p in tmp_path.iterdir()):
