@@ -57,7 +57,7 @@ rm -rf "$ASAN_DIR" && mkdir -p "$ASAN_DIR"
 cp -r pecore pypsp pyeesp pyesp "$ASAN_DIR"/
 rm -f "$ASAN_DIR"/pecore/_native*.so
 ln -s "$ROOT/core" "$ASAN_DIR/core"
-(cd "$ASAN_DIR" && PE_EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g" \
+(cd "$ASAN_DIR" && PE_LTO=0 PE_EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g" \
     PE_EXTRA_LDFLAGS="-fsanitize=address,undefined" "$ROOT/.venv/bin/python" pecore/_build.py >/dev/null)
 SAN_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 # pytest captures fd 2, so sanitizer reports go to files that are printed on failure.
