@@ -13,27 +13,11 @@
 
 #include "alloc_count.h"
 #include "check.h"
+#include "udp_packet.h"
 #include "pe/eesp.h"
 #include "pe/ip.h"
 #include "pe/kdf.h"
 #include "pe/psp.h"
-
-/* IPv4/UDP packet of `size` octets (checksums are not checked by the receivers here). */
-static void make_packet(uint8_t *p, size_t size)
-{
-    memset(p, 0, size);
-    p[0] = 0x45;
-    pe_put16(p + 2, (uint16_t)size);
-    p[8] = 64;
-    p[9] = PE_IPPROTO_UDP;
-    p[12] = 192, p[15] = 1, p[16] = 192, p[19] = 2;
-    pe_put16(p + 20, 40000);
-    pe_put16(p + 22, 5001);
-    pe_put16(p + 24, (uint16_t)(size - 20));
-    for (size_t i = 28; i < size; i++)
-        p[i] = (uint8_t)(i * 7 + 3);
-    pe_ipv4_set_checksum(p);
-}
 
 typedef pe_status (*decap_fn)(void *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);
 
@@ -88,7 +72,7 @@ static void test_psp_forged_spis(void)
     size_t wire_len;
     for (int i = 0; i < 32; i++)
         mk0[i] = (uint8_t)i, mk1[i] = (uint8_t)(0x80 + i);
-    make_packet(inner, sizeof inner);
+    make_udp4_packet(inner, sizeof inner);
     pe_psp_tx_config tc;
     pe_psp_tx_config_init(&tc);
     tc.spi = 0x40000000; /* the forged SPIs are 0x40000001 onwards */
@@ -121,7 +105,7 @@ static void test_eesp_forged_session_ids(void)
     size_t wire_len;
     for (int i = 0; i < 32; i++)
         root[i] = (uint8_t)(0x40 + i);
-    make_packet(inner, sizeof inner);
+    make_udp4_packet(inner, sizeof inner);
     pe_eesp_sa_config sc;
     pe_eesp_sa_config_init(&sc);
     sc.spi = 0x1000;

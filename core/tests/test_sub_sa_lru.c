@@ -13,24 +13,9 @@
 
 #include "alloc_count.h"
 #include "check.h"
+#include "udp_packet.h"
 #include "pe/eesp.h"
 #include "pe/ip.h"
-
-static void make_packet(uint8_t *p, size_t size)
-{
-    memset(p, 0, size);
-    p[0] = 0x45;
-    pe_put16(p + 2, (uint16_t)size);
-    p[8] = 64;
-    p[9] = PE_IPPROTO_UDP;
-    p[12] = 192, p[15] = 1, p[16] = 192, p[19] = 2;
-    pe_put16(p + 20, 40000);
-    pe_put16(p + 22, 5001);
-    pe_put16(p + 24, (uint16_t)(size - 20));
-    for (size_t i = 28; i < size; i++)
-        p[i] = (uint8_t)(i * 7 + 3);
-    pe_ipv4_set_checksum(p);
-}
 
 typedef struct wire {
     uint8_t b[512];
@@ -223,7 +208,7 @@ int main(void)
         return 1;
     for (int i = 0; i < 32; i++)
         root[i] = (uint8_t)(0x40 + i);
-    make_packet(inner, sizeof inner);
+    make_udp4_packet(inner, sizeof inner);
     test_flood_all_session_ids();
     test_least_recently_used_goes();
     test_no_replay_open_keeps_the_evicted_top();

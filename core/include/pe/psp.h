@@ -170,6 +170,8 @@ typedef struct pe_psp_rx_config {
     unsigned versions;          /* bit v set: version v accepted (default 0xf) */
     uint16_t udp_dport;         /* default 1000 */
     int check_udp_checksum;     /* verify non-zero UDP checksums (zero is always accepted) */
+    unsigned max_cached_keys;   /* keys derived from the master keys kept at once, the least recently
+                                   used evicted beyond; 0: 65536 */
 } pe_psp_rx_config;
 
 typedef struct pe_psp_rx pe_psp_rx;
@@ -177,6 +179,13 @@ typedef struct pe_psp_rx pe_psp_rx;
 void pe_psp_rx_config_init(pe_psp_rx_config *cfg);
 pe_status pe_psp_rx_new(const pe_psp_rx_config *cfg, pe_psp_rx **out);
 void pe_psp_rx_free(pe_psp_rx *rx);
+/* The cache of keys derived from the master keys: what it holds and what it has done. */
+typedef struct pe_psp_rx_cache_stats {
+    size_t keys;          /* cached now (at most max_cached_keys) */
+    uint64_t derivations; /* keys derived, forged packets' included */
+    uint64_t evictions;   /* cached keys that made room for a new one */
+} pe_psp_rx_cache_stats;
+void pe_psp_rx_cache_stats_get(const pe_psp_rx *rx, pe_psp_rx_cache_stats *out);
 /*
  * A receiver with the same configuration and keys, for another thread.  PSP
  * receivers keep no per-packet state (no replay window): a packet opens the

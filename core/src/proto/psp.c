@@ -417,7 +417,12 @@ pe_status pe_psp_tx_clone(const pe_psp_tx *tx, pe_psp_tx **out)
 
 /* ---------------------------------------------------------------- receiving */
 
-/* Cached keys derived from the master keys: bounded, since SPIs come from the wire. */
+/*
+ * Cached keys derived from the master keys: bounded, since SPIs come from the
+ * wire.  Least recently used out, so a new SPI beyond the bound costs one
+ * eviction and re-keys the evicted context (no allocation), and the flows in
+ * use keep their keys.
+ */
 #define RX_CACHE_LIMIT 65536u
 #define RX_SCRATCH_LEN (PE_IP_MAX_LEN + 64u)
 
@@ -430,6 +435,7 @@ struct pe_psp_rx {
     int check_udp_checksum;
     pe_keytable user_keys; /* id: spi << 8 | version */
     pe_keytable cache;
+    uint64_t derivations;
     uint8_t *scratch; /* only when the crypt offset cuts into the extension area */
 };
 
@@ -468,7 +474,8 @@ pe_status pe_psp_rx_new(const pe_psp_rx_config *cfg, pe_psp_rx **out)
     rx->versions = cfg->versions & 0xf;
     rx->udp_dport = cfg->udp_dport;
     rx->check_udp_checksum = cfg->check_udp_checksum;
-    rx->cache.limit = RX_CACHE_LIMIT;
+    rx->cache.limit = cfg->max_cached_keys ? cfg->max_cached_keys : RX_CACHE_LIMIT;
+    rx->cache.lru = 1;
     *out = rx;
     return PE_OK;
 }
@@ -486,6 +493,13 @@ void pe_psp_rx_free(pe_psp_rx *rx)
     free(rx);
 }
 
+void pe_psp_rx_cache_stats_get(const pe_psp_rx *rx, pe_psp_rx_cache_stats *out)
+{
+    out->keys = rx->cache.count;
+    out->derivations = rx->derivations;
+    out->evictions = rx->cache.evictions;
+}
+
 pe_status pe_psp_rx_clone(const pe_psp_rx *rx, pe_psp_rx **out)
 {
     pe_psp_rx_config cfg;
@@ -496,6 +510,7 @@ pe_status pe_psp_rx_clone(const pe_psp_rx *rx, pe_psp_rx **out)
     cfg.versions = rx->versions;
     cfg.udp_dport = rx->udp_dport;
     cfg.check_udp_checksum = rx->check_udp_checksum;
+    cfg.max_cached_keys = (unsigned)rx->cache.limit;
     pe_status st = pe_psp_rx_new(&cfg, out);
     if (st != PE_OK)
         return st;
@@ -552,8 +567,8 @@ static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead *
 {
     uint64_t id = key_id(spi, version);
     pe_key_slot *slot = pe_keytable_find(&rx->user_keys, id);
-    if (!slot)
-        slot = pe_keytable_find(&rx->cache, id);
+    if (!slot && (slot = pe_keytable_find(&rx->cache, id)))
+        pe_keytable_touch(&rx->cache, slot);
     *staged = 0;
     if (slot) {
         *out = &slot->aead;
@@ -564,6 +579,7 @@ static pe_status rx_key(pe_psp_rx *rx, uint32_t spi, unsigned version, pe_aead *
         return PE_ERR_NO_KEY;
     uint8_t key[32];
     size_t key_len = pe_psp_key_len(version);
+    rx->derivations++;
     pe_status st = pe_psp_derive_key_keyed(rx->kdf_key[phase], spi, version, rx->kdf_labels[version], key, key_len);
     if (st == PE_OK)
         st = pe_keytable_stage(&rx->cache, id, PE_AEAD_AES_GCM, PE_AEAD_OPEN, key, key_len, PE_PSP_ICV_LEN, &slot);
