@@ -113,6 +113,11 @@ uint16_t pe_ip_checksum(const uint8_t *p, size_t n);
 pe_status pe_udp_checksum(const uint8_t *ip, size_t len, uint16_t *checksum);
 /* Recompute the IPv4 header checksum in place. */
 void pe_ipv4_set_checksum(uint8_t *hdr);
+/*
+ * The IPv4 header at src (IHL*4 octets, options included) copied to out with
+ * Protocol and Total Length replaced and the header checksum recomputed.
+ */
+void pe_ipv4_rewrite_header(uint8_t *out, const uint8_t *src, uint8_t protocol, uint16_t total_length);
 /* Set the IP length field (IPv4 Total Length or IPv6 Payload Length) for a packet of `len` octets. */
 void pe_ip_set_length(uint8_t *pkt, size_t len);
 /* UDP checksum check (for the optional receive-side verification); udp points at the UDP header. */

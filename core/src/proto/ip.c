@@ -214,23 +214,44 @@ pe_status pe_udp_checksum(const uint8_t *ip, size_t len, uint16_t *checksum)
     return PE_OK;
 }
 
+/*
+ * The IPv4 header checksum of the `ihl`-octet header at h, with its first
+ * and third 32-bit words given (their checksum half zero).  IHL*4 is a
+ * multiple of 4: 32-bit big-endian words fold to the same one's complement
+ * sum as the 16-bit ones (RFC 1071 §2 (C)).  It runs for every packet a
+ * protocol writes an IPv4 header for.
+ */
+static uint16_t ipv4_header_checksum(const uint8_t *h, size_t ihl, uint32_t word0, uint32_t word8)
+{
+    uint64_t sum = (uint64_t)word0 + pe_get32(h + 4) + word8;
+    if (ihl == PE_IPV4_HDR_LEN) /* nearly every header: unrolled */
+        sum += (uint64_t)pe_get32(h + 12) + pe_get32(h + 16);
+    else
+        for (size_t i = 12; i < ihl; i += 4)
+            sum += pe_get32(h + i);
+    sum = (sum & 0xffffffffu) + (sum >> 32);
+    return (uint16_t)~pe_csum_fold((uint32_t)(sum & 0xffffffffu) + (uint32_t)(sum >> 32));
+}
+
 void pe_ipv4_set_checksum(uint8_t *hdr)
 {
     size_t ihl = (size_t)(hdr[0] & 0x0f) * 4;
-    uint64_t sum = 0;
-    hdr[10] = hdr[11] = 0;
-    /*
-     * This runs for every packet a protocol writes an IPv4 header for.  IHL*4
-     * is a multiple of 4: sum 32-bit big-endian words, which folds to the
-     * same one's complement sum as the 16-bit words (RFC 1071 §2 (C)).
-     */
-    if (ihl == PE_IPV4_HDR_LEN) /* nearly every header: unrolled */
-        sum = (uint64_t)pe_get32(hdr) + pe_get32(hdr + 4) + pe_get32(hdr + 8) + pe_get32(hdr + 12) + pe_get32(hdr + 16);
-    else
-        for (size_t i = 0; i < ihl; i += 4)
-            sum += pe_get32(hdr + i);
-    sum = (sum & 0xffffffffu) + (sum >> 32);
-    pe_put16(hdr + 10, (uint16_t)~pe_csum_fold((uint32_t)(sum & 0xffffffffu) + (uint32_t)(sum >> 32)));
+    /* The old checksum masked out rather than zeroed first: a store the loads below would wait for. */
+    pe_put16(hdr + 10, ipv4_header_checksum(hdr, ihl, pe_get32(hdr), pe_get32(hdr + 8) & 0xffff0000u));
+}
+
+void pe_ipv4_rewrite_header(uint8_t *out, const uint8_t *src, uint8_t protocol, uint16_t total_length)
+{
+    size_t ihl = (size_t)(src[0] & 0x0f) * 4;
+    /* Summed from src with the new fields in, not read back from out: the octets just stored there would
+     * make each wider load wait for the stores before it. */
+    uint32_t word0 = (pe_get32(src) & 0xffff0000u) | total_length;
+    uint32_t word8 = (pe_get32(src + 8) & 0xff000000u) | (uint32_t)protocol << 16;
+    uint16_t checksum = ipv4_header_checksum(src, ihl, word0, word8);
+    memcpy(out, src, ihl);
+    pe_put16(out + 2, total_length);
+    out[9] = protocol;
+    pe_put16(out + 10, checksum);
 }
 
 void pe_ip_set_length(uint8_t *pkt, size_t len)

@@ -744,11 +744,13 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
         *out_len = inner_len;
         return PE_OK;
     }
+    *out_len = keep + inner_len;
+    if (ip.version == 4) {
+        pe_ipv4_rewrite_header(out, pkt, h->next_header, (uint16_t)*out_len);
+        return PE_OK;
+    }
     memcpy(out, pkt, keep);
     out[ip.proto_field] = h->next_header;
-    pe_ip_set_length(out, keep + inner_len);
-    if (ip.version == 4)
-        pe_ipv4_set_checksum(out);
-    *out_len = keep + inner_len;
+    pe_ip_set_length(out, *out_len);
     return PE_OK;
 }
