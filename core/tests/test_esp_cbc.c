@@ -9,6 +9,9 @@
  *     random IVs differ packet to packet.
  *  4. Refusals: a flipped bit anywhere (the output wiped), a ciphertext that
  *     is no whole number of blocks, bad padding sealed with a valid ICV.
+ *  5. Bursts (pe_esp_encap_burst) on each backend: every packet the octets,
+ *     length and status that pe_esp_encap gives it alone with the same IV,
+ *     whatever the burst's size and whichever packets in it are refused.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,10 +21,12 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "pe/backend.h"
 #include "pe/bytes.h"
 #include "pe/eesp.h"
 #include "pe/encauth.h"
 #include "pe/esp.h"
+#include "pe/ip.h"
 
 #include "check.h"
 #include "rnd.h"
@@ -181,6 +186,21 @@ static void test_against_hand(void)
     pe_backend_set(PE_BACKEND_OPENSSL);
 }
 
+/* An IPv4/UDP packet from 192.0.2.1 to 192.0.2.2 with n random octets of payload at p; its length. */
+static size_t udp4_packet(uint8_t *p, size_t n)
+{
+    size_t len = 20 + 8 + n;
+    memset(p, 0, 28);
+    p[0] = 0x45;
+    pe_put16(p + 2, (uint16_t)len);
+    p[8] = 64;
+    p[9] = 17;
+    pe_put32(p + 12, 0xc0000201);
+    pe_put32(p + 16, 0xc0000202);
+    rnd_fill(p + 28, n);
+    return len;
+}
+
 static void test_round_trips_and_refusals(void)
 {
     uint8_t pkt[300], wire[300 + PE_ESP_MAX_OVERHEAD], out[600], prev_iv[16] = {0};
@@ -197,15 +217,7 @@ static void test_round_trips_and_refusals(void)
         CHECK_ST(pe_esp_rx_add_sa(rx, &c), PE_OK);
         CHECK_ST(pe_esp_tx_set_next_iv(tx, KEYMAT, 15), PE_ERR_INVALID_ARGUMENT);
         for (size_t n = 0; n < 48; n++) {
-            size_t len = 20 + 8 + n;
-            memset(pkt, 0, 28);
-            pkt[0] = 0x45;
-            pe_put16(pkt + 2, (uint16_t)len);
-            pkt[8] = 64;
-            pkt[9] = 17;
-            pe_put32(pkt + 12, 0xc0000201);
-            pe_put32(pkt + 16, 0xc0000202);
-            rnd_fill(pkt + 28, n);
+            size_t len = udp4_packet(pkt, n);
             size_t wl = 0, ol = 0;
             CHECK_ST(pe_esp_encap(tx, pkt, len, wire, sizeof wire, &wl), PE_OK);
             size_t esp_len = wl - 20;
@@ -289,6 +301,86 @@ static void test_bad_padding(void)
     pe_esp_rx_free(rx);
 }
 
+#define BURST_PKTS 140
+
+/* A random IPv4 or IPv6 UDP packet of at most 400 octets at p (cap 512); its length. */
+static size_t random_packet(uint8_t *p)
+{
+    size_t n = rnd_below(373);
+    if (rnd_below(2)) {
+        size_t len = udp4_packet(p, n);
+        pe_ipv4_set_checksum(p);
+        return len;
+    }
+    size_t len = 48 + n;
+    memset(p, 0, 48);
+    p[0] = 0x60;
+    pe_put16(p + 4, (uint16_t)(8 + n));
+    p[6] = 17;
+    p[7] = 64;
+    p[8] = 0x20, p[9] = 0x01, p[10] = 0x0d, p[11] = 0xb8, p[23] = 1; /* 2001:db8::1 */
+    p[24] = 0x20, p[25] = 0x01, p[26] = 0x0d, p[27] = 0xb8, p[39] = 2;
+    rnd_fill(p + 40, 8 + n);
+    pe_put16(p + 44, (uint16_t)(8 + n));
+    return len;
+}
+
+static void burst_case(const cbc_case *k, pe_esp_mode mode, int esn, int udp, size_t n)
+{
+    static uint8_t pkts[BURST_PKTS][512], outs[BURST_PKTS][512 + PE_ESP_MAX_OVERHEAD], one[512 + PE_ESP_MAX_OVERHEAD];
+    const uint8_t *pkt[BURST_PKTS];
+    uint8_t *out[BURST_PKTS];
+    size_t len[BURST_PKTS], cap[BURST_PKTS], out_len[BURST_PKTS];
+    pe_status status[BURST_PKTS];
+    pe_esp_sa_config c;
+    cfg_for(&c, k, mode, esn);
+    c.udp_encap = udp;
+    pe_esp_tx *burst, *single;
+    CHECK_ST(pe_esp_tx_new(&c, &burst), PE_OK);
+    CHECK_ST(pe_esp_tx_new(&c, &single), PE_OK);
+    for (size_t i = 0; i < n; i++) {
+        len[i] = random_packet(pkts[i]);
+        pkt[i] = pkts[i];
+        out[i] = outs[i];
+        cap[i] = rnd_below(9) ? sizeof outs[i] : rnd_below(len[i]); /* now and then too small: refused */
+        if (!rnd_below(11))
+            len[i] = rnd_below(20); /* no IP packet: refused */
+    }
+    pe_esp_encap_burst(burst, n, pkt, len, out, cap, out_len, status);
+    for (size_t i = 0; i < n; i++) {
+        size_t ol = 0;
+        if (status[i] == PE_OK) {
+            /* The IV the burst drew sits right after SPI and Seq; the single sender is given it. */
+            pe_ip_info ip;
+            CHECK_ST(pe_ip_parse(out[i], out_len[i], &ip), PE_OK);
+            CHECK_ST(pe_esp_tx_set_next_iv(single, out[i] + ip.l4_offset + (udp ? 8 : 0) + 8, 16), PE_OK);
+        }
+        pe_status st = pe_esp_encap(single, pkt[i], len[i], one, cap[i], &ol);
+        CHECKF(st == status[i], "packet %zu of %zu: %s alone, %s in the burst", i, n, pe_status_name(st),
+               pe_status_name(status[i]));
+        CHECKF(ol == out_len[i] && (st != PE_OK || memcmp(one, out[i], ol) == 0),
+               "packet %zu of %zu (%s, mode %d, esn %d, udp %d): the burst's octets differ", i, n,
+               pe_backend_name(pe_backend_current()), (int)mode, esn, udp);
+    }
+    pe_esp_tx_free(burst);
+    pe_esp_tx_free(single);
+}
+
+static void test_bursts(void)
+{
+    static const size_t sizes[] = {0, 1, 3, 16, 64, 65, BURST_PKTS};
+    for (int b = 0; b < PE_BACKEND_COUNT; b++) {
+        if (!pe_backend_available((pe_backend)b))
+            continue;
+        CHECK_ST(pe_backend_set((pe_backend)b), PE_OK);
+        for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++)
+            for (int mode = 0; mode < 2; mode++)
+                for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+                    burst_case(&CASES[ci], mode ? PE_ESP_TRANSPORT : PE_ESP_TUNNEL, (int)(si & 1),
+                               (int)((si >> 1) & 1), sizes[si]);
+    }
+}
+
 int main(void)
 {
     rnd_fill(KEYMAT, sizeof KEYMAT);
@@ -296,6 +388,7 @@ int main(void)
     test_against_hand();
     test_round_trips_and_refusals();
     test_bad_padding();
+    test_bursts();
     printf("test_esp_cbc: %ld checks, %d failures\n", checks, failures);
     return failures != 0;
 }

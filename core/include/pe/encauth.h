@@ -84,6 +84,25 @@ pe_status pe_encauth_next_iv(pe_encauth *a, uint8_t iv[PE_ENCAUTH_BLOCK]);
  */
 pe_status pe_encauth_seal(pe_encauth *a, uint8_t *buf, size_t head_len, size_t len, const uint8_t *tail,
                           size_t tail_len);
+/* One seal of a burst: pe_encauth_seal's arguments, the tail held here, and how it went. */
+typedef struct pe_encauth_seal_req {
+    uint8_t *buf;
+    size_t head_len, len;
+    uint8_t tail[PE_ENCAUTH_MAX_TAIL];
+    size_t tail_len;
+    pe_status status;
+} pe_encauth_seal_req;
+
+#define PE_ENCAUTH_BURST_MAX 64u
+
+/*
+ * pe_encauth_seal on n buffers (n <= PE_ENCAUTH_BURST_MAX, else each request
+ * gets PE_ERR_INVALID_ARGUMENT): the same octets as n calls.  On ipsec-mb the
+ * n jobs are submitted together to this thread's job manager, so the
+ * multi-buffer CBC and HMAC lanes work on several packets at once, where a
+ * lone seal waits for a flush of lanes it alone fills.
+ */
+void pe_encauth_seal_burst(pe_encauth *a, pe_encauth_seal_req *req, size_t n);
 /*
  * in holds the same layout with the ICV after the ciphertext.  The len
  * octets of plaintext go to pt (which may not overlap in), and only after

@@ -96,6 +96,16 @@ pe_status pe_esp_tx_set_next_iv(pe_esp_tx *tx, const uint8_t *iv, size_t len);
 pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);
 
 /*
+ * pe_esp_encap on n packets: packet i from pkt[i] (len[i] octets) to out[i]
+ * (cap[i] octets), its length in out_len[i] (0 when status[i] is not PE_OK).
+ * The same octets, sequence numbers and statuses as n calls in order; with
+ * an integrity transform (AES-CBC + HMAC) on ipsec-mb, their CBC and HMAC
+ * run side by side on the job manager's lanes (pe_encauth_seal_burst).
+ */
+void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len, uint8_t *const *out,
+                        const size_t *cap, size_t *out_len, pe_status *status);
+
+/*
  * The ESP octets alone, from the SPI to the ICV, around `payload` whose
  * protocol is `next_header`: for callers that frame the packet themselves,
  * and for dummy packets (next_header PE_ESP_NH_NO_NEXT, RFC 4303 §2.6).

@@ -237,6 +237,21 @@ pe_status pe_encauth_seal(pe_encauth *a, uint8_t *buf, size_t head_len, size_t l
     return PE_OK;
 }
 
+void pe_encauth_seal_burst(pe_encauth *a, pe_encauth_seal_req *req, size_t n)
+{
+    int ok = n <= PE_ENCAUTH_BURST_MAX;
+    for (size_t i = 0; i < n; i++) {
+        pe_encauth_seal_req *r = &req[i];
+        ok &= args_ok(a, PE_AEAD_SEAL, r->len, r->tail_len);
+    }
+    if (ok && a->imb && pe_imb_encauth_seal_burst(a, req, n))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        pe_encauth_seal_req *r = &req[i];
+        r->status = pe_encauth_seal(a, r->buf, r->head_len, r->len, r->tail_len ? r->tail : NULL, r->tail_len);
+    }
+}
+
 pe_status pe_encauth_open(pe_encauth *a, const uint8_t *in, size_t head_len, size_t len, const uint8_t *tail,
                           size_t tail_len, uint8_t *pt)
 {

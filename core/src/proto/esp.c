@@ -303,8 +303,8 @@ static pe_status spend_seq(esp_sa *sa, uint64_t *seq)
  * ICV over SPI || Seq || IV || ciphertext, with ESN's high half appended for
  * the ICV only (RFC 4303 §2.2.1).
  */
-static pe_status seal_encauth(esp_sa *sa, uint64_t seq, const uint8_t *payload, size_t len, size_t body_len,
-                              uint8_t *e)
+static pe_status prepare_encauth(esp_sa *sa, uint64_t seq, const uint8_t *payload, size_t len, size_t body_len,
+                                 uint8_t *e, pe_encauth_seal_req *r)
 {
     uint8_t *iv = e + PE_ESP_HDR_LEN, *body = iv + PE_ENCAUTH_BLOCK;
     if (sa->next_iv_set) {
@@ -314,9 +314,22 @@ static pe_status seal_encauth(esp_sa *sa, uint64_t seq, const uint8_t *payload, 
         return PE_ERR_CRYPTO_BACKEND;
     }
     memcpy(body, payload, len); /* CBC runs in place: the payload joins the padding and trailer already there */
-    uint8_t hi[4];
-    pe_put32(hi, (uint32_t)(seq >> 32));
-    return pe_encauth_seal(&sa->encauth, e, PE_ESP_HDR_LEN, body_len, sa->esn ? hi : NULL, sa->esn ? 4 : 0);
+    r->buf = e;
+    r->head_len = PE_ESP_HDR_LEN;
+    r->len = body_len;
+    r->tail_len = sa->esn ? 4 : 0;
+    pe_put32(r->tail, (uint32_t)(seq >> 32));
+    return PE_OK;
+}
+
+static pe_status seal_encauth(esp_sa *sa, uint64_t seq, const uint8_t *payload, size_t len, size_t body_len,
+                              uint8_t *e)
+{
+    pe_encauth_seal_req r;
+    pe_status st = prepare_encauth(sa, seq, payload, len, body_len, e, &r);
+    return st != PE_OK ? st
+                       : pe_encauth_seal(&sa->encauth, r.buf, r.head_len, r.len, r.tail_len ? r.tail : NULL,
+                                         r.tail_len);
 }
 
 pe_status pe_esp_tx_set_next_iv(pe_esp_tx *tx, const uint8_t *iv, size_t len)
@@ -329,9 +342,9 @@ pe_status pe_esp_tx_set_next_iv(pe_esp_tx *tx, const uint8_t *iv, size_t len)
 }
 
 /* Write the ESP octets for a payload and tfc octets of TFC padding with sequence number seq at e (cap checked
- * by the caller). */
+ * by the caller).  With an integrity transform and `defer`, everything but the seal, which *defer describes. */
 static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const uint8_t *payload, size_t len,
-                           size_t tfc, uint8_t *e)
+                           size_t tfc, uint8_t *e, pe_encauth_seal_req *defer)
 {
     const pe_ipsec_suite *s = &sa->suite;
     size_t iv_off = PE_ESP_HDR_LEN, payload_off = iv_off + s->iv_len;
@@ -349,7 +362,8 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
     e[data_end - 2] = (uint8_t)pad_len;
     e[data_end - 1] = next_header;
     if (s->integ)
-        return seal_encauth(sa, seq, payload, len, data_end - payload_off, e);
+        return defer ? prepare_encauth(sa, seq, payload, len, data_end - payload_off, e, defer)
+                     : seal_encauth(sa, seq, payload, len, data_end - payload_off, e);
 
     uint8_t nonce[12], hdr[12];
     nonce_for(sa, e + iv_off, seq, nonce);
@@ -383,7 +397,7 @@ pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload
     uint64_t seq;
     pe_status st = spend_seq(&tx->sa, &seq);
     if (st == PE_OK)
-        st = seal_into(&tx->sa, seq, next_header, payload, len, 0, out);
+        st = seal_into(&tx->sa, seq, next_header, payload, len, 0, out, NULL);
     if (st == PE_OK)
         *out_len = n;
     return st;
@@ -433,8 +447,18 @@ static pe_status plan_encap(const esp_sa *sa, const uint8_t *pkt, size_t len, si
     return PE_OK;
 }
 
+/* What follows the seal: over IPv6 the UDP checksum covers the ciphertext. */
+static void finish_encap(const esp_sa *sa, const encap_plan *p, uint8_t *out, size_t *out_len)
+{
+    /* RFC 3948 §2.1's zero checksum is IPv4's; over IPv6 it is computed (RFC 8200 §8.1, eesp.md D17). */
+    if (p->carrier_v6 && sa->udp_encap)
+        pe_udp_set_checksum_v6(out, out + p->outer_len, p->udp_len + p->esp_len);
+    *out_len = p->total;
+}
+
+/* The packet at out; with `defer` (see seal_into), all but the seal and finish_encap. */
 static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, const uint8_t *pkt, uint8_t *out,
-                             size_t *out_len)
+                             size_t *out_len, pe_encauth_seal_req *defer)
 {
     uint8_t proto = sa->udp_encap ? PE_IPPROTO_UDP : PE_ESP_IPPROTO;
     if (sa->mode == PE_ESP_TUNNEL) {
@@ -444,7 +468,6 @@ static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, cons
         out[p->split.proto_field] = proto;
     }
     uint8_t *e = out + p->outer_len;
-    uint8_t *udp = e;
     if (sa->udp_encap) { /* RFC 3948 §2.1 */
         pe_put16(e, sa->udp_sport);
         pe_put16(e + 2, sa->udp_dport);
@@ -452,17 +475,13 @@ static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, cons
         pe_put16(e + 6, 0);
         e += p->udp_len;
     }
-    pe_status st = seal_into(sa, seq, p->nh, p->payload, p->payload_len, sa->tfc_pad_len, e);
-    if (st != PE_OK)
-        return st;
     pe_ip_set_length(out, p->total);
     if (!p->carrier_v6)
         pe_ipv4_set_checksum(out);
-    /* RFC 3948 §2.1's zero checksum is IPv4's; over IPv6 it is computed (RFC 8200 §8.1, eesp.md D17). */
-    else if (sa->udp_encap)
-        pe_udp_set_checksum_v6(out, udp, p->udp_len + p->esp_len);
-    *out_len = p->total;
-    return PE_OK;
+    pe_status st = seal_into(sa, seq, p->nh, p->payload, p->payload_len, sa->tfc_pad_len, e, defer);
+    if (st == PE_OK && !defer)
+        finish_encap(sa, p, out, out_len);
+    return st;
 }
 
 pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len)
@@ -472,7 +491,36 @@ pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
     pe_status st = plan_encap(&tx->sa, pkt, len, cap, &p);
     if (st == PE_OK)
         st = spend_seq(&tx->sa, &seq);
-    return st == PE_OK ? build_encap(&tx->sa, &p, seq, pkt, out, out_len) : st;
+    return st == PE_OK ? build_encap(&tx->sa, &p, seq, pkt, out, out_len, NULL) : st;
+}
+
+void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len, uint8_t *const *out,
+                        const size_t *cap, size_t *out_len, pe_status *status)
+{
+    esp_sa *sa = &tx->sa;
+    for (size_t first = 0; first < n; first += PE_ENCAUTH_BURST_MAX) {
+        size_t end = n - first < PE_ENCAUTH_BURST_MAX ? n : first + PE_ENCAUTH_BURST_MAX;
+        pe_encauth_seal_req req[PE_ENCAUTH_BURST_MAX];
+        encap_plan plan[PE_ENCAUTH_BURST_MAX];
+        size_t at[PE_ENCAUTH_BURST_MAX], m = 0;
+        /* In order, as n calls would: each packet's checks, its sequence number, and all but its seal. */
+        for (size_t i = first; i < end; i++) {
+            uint64_t seq;
+            out_len[i] = 0;
+            pe_status st = plan_encap(sa, pkt[i], len[i], cap[i], &plan[m]);
+            if (st == PE_OK)
+                st = spend_seq(sa, &seq);
+            if (st == PE_OK && !sa->suite.integ)
+                st = build_encap(sa, &plan[m], seq, pkt[i], out[i], &out_len[i], NULL);
+            else if (st == PE_OK && (st = build_encap(sa, &plan[m], seq, pkt[i], out[i], &out_len[i], &req[m])) == PE_OK)
+                at[m++] = i;
+            status[i] = st;
+        }
+        pe_encauth_seal_burst(&sa->encauth, req, m);
+        for (size_t k = 0; k < m; k++)
+            if ((status[at[k]] = req[k].status) == PE_OK)
+                finish_encap(sa, &plan[k], out[at[k]], &out_len[at[k]]);
+    }
 }
 
 pe_status pe_esp_encap_reserve(pe_esp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, uint64_t *seq)
@@ -487,7 +535,7 @@ pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt,
 {
     encap_plan p;
     pe_status st = plan_encap(&tx->sa, pkt, len, cap, &p);
-    return st == PE_OK ? build_encap(&tx->sa, &p, seq, pkt, out, out_len) : st;
+    return st == PE_OK ? build_encap(&tx->sa, &p, seq, pkt, out, out_len, NULL) : st;
 }
 
 /* ---------------------------------------------------------------- receiving */
