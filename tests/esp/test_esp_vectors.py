@@ -8,10 +8,11 @@
 - scapy's SecurityAssociation (scapy.layers.ipsec) for the suites it has: it decrypts every valid vector to its
   plaintext, writes the vector's ESP octets given the same IV, and refuses every packet whose ICV was broken or
   that was sealed with a known mistake;
-- tshark's own ESP dissector (Wireshark 4.0, keys through the esp_sa table `pyesp keys export` writes) for the
-  AES-GCM files, the only ESP AEAD 4.0 has: every valid 32-bit vector verifies and decrypts to its payload,
-  every ICV/ciphertext/AAD mutation is marked bad; 4.0 has no ESN, so on the ESN vectors it decrypts and marks
-  the ICV bad (asserted as such).
+- tshark's own ESP dissector (Wireshark 4.0, 4.4 and 4.6; keys through the esp_sa table that `pyesp keys export`
+  writes for the running release) for the AES-GCM and AES-CBC + HMAC files: every valid 32-bit vector verifies
+  and decrypts to its payload, every ICV/ciphertext/AAD mutation is marked bad; 4.0 has no ESN, so on the ESN
+  vectors it decrypts and marks the ICV bad (asserted as such), 4.4 and 4.6 verify them.  The chroots of
+  scripts/wireshark-chroot.sh run these two tests (marked tshark) against 4.4 and 4.6.
 
 Where they part ways the tests say so (each an explicit assertion, never a skip):
 - scapy 2.8 always writes and expects a 16-octet AES-GCM ICV (tests/esp/test_esp_interop.py): for AES-GCM-8/12 it
@@ -35,6 +36,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 
@@ -383,71 +385,165 @@ def test_scapy_on_every_vector(path):
 # ------------------------------------------------------------------ tshark (Wireshark's own ESP dissector)
 
 import wireshark  # noqa: E402
+from pecore.tools import keyimport  # noqa: E402
 
-WS_FIELDS = ["frame.time_epoch", "esp.icv_good", "esp.contained_data"]
+WS_FIELDS = ["frame.time_epoch", "esp.icv_good", "esp.contained_data", "_ws.malformed"]
 GCM_FILES = [VECTORS / f"esp_aes-gcm-{n}_test.json" for n in (8, 12, 16)]
+WS_VERSION = wireshark.versions()[0] if Path(wireshark.TSHARK).exists() else None
+#: Whether the esp_sa UAT of this Wireshark has ESN: the 10-column layout of `keys export` (4.4 and later), with
+#: "Sequence Number length" and "ESN High Bits"; 4.0's 8 columns cannot say ESN.
+WS_ESN = WS_VERSION is not None and keyimport.WIRESHARK_LAYOUTS[keyimport.layout_for(WS_VERSION)][0] == 10
+#: The mutations that break the ICV (or what it covers); EsnIcvMistake: an AES-CBC ICV over SPI || Seq low only.
+WS_MUTATIONS = AUTH_MUTATIONS | {"EsnIcvMistake"}
 
 
-def _tshark_rows(stem: str) -> dict:
-    """tcId -> (icv_good, contained data) from tshark over a group's pcap, keys from `pyesp keys export`."""
+def _tshark_rows(stem: str, high: int = 0) -> dict:
+    """tcId -> (icv_good, contained data, _ws.malformed) from tshark over a group's pcap, keys from
+    `pyesp keys export` for the running Wireshark.  ``high``: the ESN high half that the esp_sa rows of the ESN
+    SAs carry (4.4 and later)."""
     from pyesp.tools.cli import main
 
     profile = wireshark.shared_dir("pe-esp-vectors-")
     (profile / "c.pcap").write_bytes((VECTORS / "pcap" / f"{stem}.pcap").read_bytes())
-    # Wireshark 4.0's table has no ESN column, so `keys export` refuses ESN lines for it: the same SAs without
-    # ESN are what 4.0 can be told (and what it then does with ESN packets is asserted below).
-    keys = (VECTORS / "pcap" / f"{stem}.keys").read_text().replace(" esn=1 ", " esn=0 ")
+    keys = (VECTORS / "pcap" / f"{stem}.keys").read_text()
+    if not WS_ESN:
+        # Wireshark 4.0's table has no ESN column, so `keys export` refuses ESN lines for it: the same SAs without
+        # ESN are what 4.0 can be told (and what it then does with ESN packets is asserted below).
+        keys = keys.replace(" esn=1 ", " esn=0 ")
+    else:
+        # The "ESN High Bits" that `keys export` writes is the high half of the SA's first-seq.
+        def esn_at(line: str) -> str:
+            words = line.split()
+            if words[:1] != ["esp-sa"] or "esn=1" not in words:
+                return line
+            kept = [w for w in words if not w.startswith("first-seq=")]
+            return " ".join(kept + [f"first-seq=0x{(high << 32) | 1:x}"])
+
+        keys = "".join(esn_at(line) + "\n" for line in keys.splitlines())
     (profile / "keys").write_text(keys)
     assert main(["keys", "export", "--to", "esp_sa", str(profile / "keys"), "-o", str(profile / "esp_sa"),
-                 "--wireshark-version", "4.0"]) == 0
+                 "--wireshark-version", wireshark.ws_version()]) == 0
     for p in profile.iterdir():
         p.chmod(0o666)
     proc = wireshark.run(["-r", str(profile / "c.pcap"), "-o", "esp.enable_encryption_decode:TRUE",
                           "-o", "esp.enable_authentication_check:TRUE", "-T", "fields", "-E", "separator=|",
                           *(a for f in WS_FIELDS for a in ("-e", f))], plugin=None, profile=profile)
+    assert "esp_sa" not in proc.stderr, proc.stderr  # the UAT loaded
     rows = {}
     for line in proc.stdout.splitlines():
-        t, good, data = line.split("|")
-        rows[int(float(t))] = (wireshark.bool_text(good) if good else "", bytes.fromhex(data.replace(":", "")))
+        t, good, data, malformed = line.split("|")
+        rows[int(float(t))] = (wireshark.bool_text(good) if good else "", bytes.fromhex(data.replace(":", "")),
+                               malformed)
     return rows
+
+
+def _group_rows(stem: str, g: dict) -> Tuple[dict, dict]:
+    """({tcId: tshark row}, the rows under ESN High Bits 0).  Wireshark 4.4+ starts an ESN SA at the high half of
+    its esp_sa row and follows it from packet to packet of that SPI.  A stateful group is one SA's packets in
+    order: it is read under the key file's own export.  The other ESN groups put vectors of unrelated receiver
+    states one after the other under one SPI: each of those is read from a run whose rows carry its own high half."""
+    base = _tshark_rows(stem)
+    if not (WS_ESN and g["esn"]) or g["stateful"]:
+        return base, base
+    by_high = {0: base}
+    rows = {}
+    for t in g["tests"]:
+        high = int(t["inputs"]["seq"], 16) >> 32
+        if high not in by_high:
+            by_high[high] = _tshark_rows(stem, high)
+        if t["tcId"] in by_high[high]:
+            rows[t["tcId"]] = by_high[high][t["tcId"]]
+    return rows, base
+
+
+def _sealed_without_high_half(t: dict) -> bool:
+    """An ESN vector whose ICV leaves the high half of the sequence number out (pyesp.tools.vectors: the AAD
+    SPI || Seq low; pyesp.tools.vectors_cbc: EsnIcvMistake): what a receiver without ESN computes."""
+    flags = set(t["flags"])
+    return "EsnIcvMistake" in flags or ("EsnAadMistake" in flags and "the high half left out" in t["comment"])
+
+
+def _check_group(g: dict, rows: dict, base: dict, seen: dict) -> None:
+    """The assertions both files share, per test of one group; what was checked is counted in ``seen``."""
+    for t in g["tests"]:
+        good, data, malformed = rows[t["tcId"]]
+        flags = set(t["flags"])
+        if t["result"] == "valid":
+            want = _esp_payload(g, bytes.fromhex(t["outputs"]["plaintextPacket"]))
+            if "TfcPadding" in flags:  # tshark's ESP data runs to the ESP padding: TFC padding included
+                assert data[: len(want)] == want and len(data) > len(want), t["tcId"]
+                seen["tfc"] += 1
+            else:
+                assert data == want, t["tcId"]
+            if "[Malformed Packet" in malformed:
+                # The dissector of the decrypted payload threw (4.4+ takes a UDP payload of one ESN vector for
+                # DTLS): ESP adds its ICV verdict after the payload, so none is shown.
+                assert good == "", t["tcId"]
+                seen["icv_hidden"] += 1
+            elif not g["esn"]:
+                assert good == "1", t["tcId"]
+                seen["good"] += 1
+            elif not WS_ESN:
+                assert good == "0", t["tcId"]
+                seen["esn_bad"] += 1
+            else:
+                assert good == "1", t["tcId"]
+                seen["esn_good"] += 1
+            if WS_ESN and g["esn"] and int(t["inputs"]["seq"], 16) >> 32:
+                if g["stateful"]:  # across 2^32 under the key file's first-seq (high half 0): followed
+                    seen["esn_wrap_followed"] += good == "1"
+                else:  # under ESN High Bits 0 a vector above 2^32 of an unrelated state is not good
+                    assert base[t["tcId"]][0] in ("0", ""), t["tcId"]
+                    seen["esn_high_0_bad"] += 1
+        elif t["result"] == "invalid" and flags & WS_MUTATIONS:
+            if g["esn"] and not WS_ESN and _sealed_without_high_half(t):
+                assert good == "1", t["tcId"]
+                seen["esn_mistake_good"] += 1
+            else:
+                assert good in ("0", ""), t["tcId"]
+                seen["mutation_bad"] += 1
+
+
+def _tshark_seen(path: Path) -> dict:
+    """Every group of a vector file through tshark and _check_group: what was checked, counted."""
+    doc = load(path)
+    stem = path.name.removesuffix("_test.json")
+    seen = dict(good=0, esn_bad=0, esn_good=0, esn_high_0_bad=0, esn_wrap_followed=0, esn_mistake_good=0,
+                mutation_bad=0, tfc=0, icv_hidden=0)
+    for gi, g in enumerate(doc["testGroups"], 1):
+        _check_group(g, *_group_rows(f"{stem}_g{gi:02d}", g), seen)
+    return seen
 
 
 def _esp_payload(g: dict, plain: bytes) -> bytes:
     return plain if g["mode"] == "tunnel" else plain[ev.transport_split(plain)[0] :]
 
 
-@pytest.mark.skipif(not Path(wireshark.TSHARK).exists(), reason="tshark is not installed")
-@pytest.mark.skipif(not wireshark.ws_version().startswith("4.0"), reason="the expectations are Wireshark 4.0's")
+@pytest.mark.tshark
+@pytest.mark.skipif(WS_VERSION is None, reason="tshark is not installed")
 @pytest.mark.parametrize("path", GCM_FILES, ids=lambda p: p.name)
 def test_tshark_on_the_gcm_vectors(path):
-    """Wireshark 4.0 has AES-GCM (8/12/16-octet ICV) for ESP and no ESN: it verifies and decrypts every valid
-    32-bit vector to its payload and marks every ICV/ciphertext/AAD mutation bad; on the ESN vectors it still
-    decrypts (the keystream does not depend on the AAD) and marks the ICV bad (its AAD lacks the high half)."""
-    doc = load(path)
-    stem = path.name.removesuffix("_test.json")
-    seen = dict(good=0, esn_bad=0, mutation_bad=0, tfc=0)
-    for gi, g in enumerate(doc["testGroups"], 1):
-        rows = _tshark_rows(f"{stem}_g{gi:02d}")
-        for t in g["tests"]:
-            good, data = rows[t["tcId"]]
-            flags = set(t["flags"])
-            if t["result"] == "valid":
-                want = _esp_payload(g, bytes.fromhex(t["outputs"]["plaintextPacket"]))
-                if "TfcPadding" in flags:  # tshark's ESP data runs to the ESP padding: TFC padding included
-                    assert data[: len(want)] == want and len(data) > len(want), t["tcId"]
-                    seen["tfc"] += 1
-                else:
-                    assert data == want, t["tcId"]
-                if g["esn"]:
-                    assert good == "0", t["tcId"]
-                    seen["esn_bad"] += 1
-                else:
-                    assert good == "1", t["tcId"]
-                    seen["good"] += 1
-            elif t["result"] == "invalid" and flags & AUTH_MUTATIONS and not g["esn"]:
-                assert good in ("0", ""), t["tcId"]
-                seen["mutation_bad"] += 1
-    assert seen["good"] > 40 and seen["esn_bad"] > 10 and seen["mutation_bad"] >= 15 and seen["tfc"] == 4, seen
+    """Wireshark's own ESP dissector has AES-GCM (8/12/16-octet ICV) in 4.0, 4.4 and 4.6: it verifies and decrypts
+    every valid 32-bit vector to its payload and marks every ICV/ciphertext/AAD mutation bad.  On the ESN vectors:
+
+    - 4.0 has no ESN: it still decrypts them (the keystream does not depend on the AAD) and marks the ICV bad (its
+      AAD lacks the high half); the vectors sealed with the AAD SPI || Seq low it marks good, the other ESN
+      mutations bad;
+    - 4.4 and 4.6 have ESN: every valid ESN vector verifies and decrypts and every mutation (the AAD without the
+      high half included) is marked bad, each vector read under its own high half (_group_rows); under ESN High
+      Bits 0 those above 2^32 of unrelated receiver states are not good, while the stateful group that crosses
+      2^32 verifies throughout under the key file's own export (the high half is followed across the wrap).
+
+    Where the dissector of a decrypted payload throws, ESP shows no ICV verdict: 4.4 and 4.6 take the UDP payload
+    of one AES-GCM-8 ESN vector for DTLS (a Malformed Packet), 4.0 does not (its count is in ``icv_hidden``)."""
+    seen = _tshark_seen(path)
+    assert seen["good"] > 40 and seen["mutation_bad"] >= 15 and seen["tfc"] == 4, seen
+    if WS_ESN:
+        assert seen["esn_good"] > 10 and seen["esn_high_0_bad"] > 5 and seen["esn_wrap_followed"] >= 5, seen
+        assert seen["mutation_bad"] >= 20 and seen["esn_bad"] == seen["esn_mistake_good"] == 0, seen
+    else:
+        assert seen["esn_bad"] > 10 and seen["esn_mistake_good"] == 1, seen
+        assert seen["esn_good"] == seen["esn_high_0_bad"] == seen["esn_wrap_followed"] == 0, seen
 
 
 # ------------------------------------------------------------------ the AES-CBC + HMAC files
@@ -507,27 +603,24 @@ def test_core_on_every_cbc_vector(path):
             "esp-bad-pad-length", "esp-dummy-packet", "not-esp", "nat-keepalive", "ike-non-esp-marker"} <= errors
 
 
-@pytest.mark.skipif(not Path(wireshark.TSHARK).exists(), reason="tshark is not installed")
-@pytest.mark.skipif(not wireshark.ws_version().startswith("4.0"), reason="the expectations are Wireshark 4.0's")
+@pytest.mark.tshark
+@pytest.mark.skipif(WS_VERSION is None, reason="tshark is not installed")
 @pytest.mark.parametrize("path", CBC_FILES, ids=lambda p: p.name)
 def test_tshark_on_the_cbc_vectors(path):
-    """Wireshark 4.0's ESP dissector, keys through `pyesp keys export` (AES-CBC [RFC3602] with HMAC-SHA-1-96
-    [RFC2404] / HMAC-SHA-256-128 [RFC4868]): every valid 32-bit vector verifies and decrypts to its payload, every
-    ICV/ciphertext/IV/header mutation is marked bad; without ESN in 4.0, the ESN vectors decrypt (CBC does not
-    depend on the ICV) and their ICV is marked bad (the high half is missing from it)."""
-    doc = load(path)
-    stem = path.name.removesuffix("_test.json")
-    seen = dict(good=0, esn_bad=0, mutation_bad=0)
-    for gi, g in enumerate(doc["testGroups"], 1):
-        rows = _tshark_rows(f"{stem}_g{gi:02d}")
-        for t in g["tests"]:
-            good, data = rows[t["tcId"]]
-            flags = set(t["flags"])
-            if t["result"] == "valid" and "TrailingOctets" not in flags:
-                assert data == _esp_payload(g, bytes.fromhex(t["outputs"]["plaintextPacket"])), t["tcId"]
-                assert good == ("0" if g["esn"] else "1"), t["tcId"]
-                seen["esn_bad" if g["esn"] else "good"] += 1
-            elif t["result"] == "invalid" and flags & AUTH_MUTATIONS and not g["esn"]:
-                assert good in ("0", ""), t["tcId"]
-                seen["mutation_bad"] += 1
-    assert seen["good"] >= 20 and seen["esn_bad"] >= 2 and seen["mutation_bad"] >= 14, seen
+    """Wireshark's own ESP dissector, keys through `pyesp keys export` (AES-CBC [RFC3602] with HMAC-SHA-1-96
+    [RFC2404] / HMAC-SHA-256-128 [RFC4868], in 4.0, 4.4 and 4.6): every valid 32-bit vector verifies and decrypts
+    to its payload, every ICV/ciphertext/IV/header mutation is marked bad.  On the ESN vectors:
+
+    - 4.0 has no ESN: they decrypt (CBC does not depend on the ICV) and their ICV is marked bad (the high half is
+      missing from it); the one whose ICV leaves the high half out (EsnIcvMistake) it marks good;
+    - 4.4 and 4.6 have ESN: under the ESN High Bits of each vector's sequence number they verify and decrypt, the
+      EsnIcvMistake vector is marked bad, and under ESN High Bits 0 they are not good (_group_rows)."""
+    seen = _tshark_seen(path)
+    assert seen["good"] >= 20 and seen["mutation_bad"] >= 14 and seen["tfc"] == 0, seen
+    if WS_ESN:
+        assert seen["esn_good"] >= 2 and seen["esn_high_0_bad"] >= 2 and seen["mutation_bad"] >= 15, seen
+        assert seen["esn_bad"] == seen["esn_mistake_good"] == 0, seen
+    else:
+        assert seen["esn_bad"] >= 2 and seen["esn_mistake_good"] == 1, seen
+        assert seen["esn_good"] == seen["esn_high_0_bad"] == 0, seen
+    assert seen["esn_wrap_followed"] == seen["icv_hidden"] == 0, seen  # no stateful ESN group; no exception
