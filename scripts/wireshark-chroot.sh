@@ -31,12 +31,13 @@ case "$SUITE" in
 esac
 shell=0 bench=0 bench_args=()
 # The tshark tests: the plugin and Lua dissectors, and Wireshark's own ESP dissector on the core's ESP through the
-# esp_sa UAT that `keys export` writes (what each release decrypts is the table in tests/esp/test_esp_interop.py).
+# esp_sa UAT that `keys export` writes (what each release decrypts is the table in tests/esp/test_esp_interop.py)
+# and on the ESP vector files (test_esp_vectors.py: -m tshark picks its two tshark tests out of the slow rest).
 pytest_args=(-q -m tshark tests/wireshark/test_wireshark_plugin.py tests/wireshark/test_wireshark_plugin_eesp.py
              tests/wireshark/test_wireshark_plugin_reference.py tests/wireshark/test_wireshark_plugin_display.py
              tests/wireshark/test_lua_dissectors.py tests/wireshark/test_lua_beside_plugin.py
              tests/wireshark/test_lua_pure.py tests/wireshark/test_lua_pure_open.py tests/wireshark/test_lua_pure_tshark.py
-             tests/esp/test_esp_interop.py tests/esp/test_keyimport.py)
+             tests/esp/test_esp_interop.py tests/esp/test_keyimport.py tests/esp/test_esp_vectors.py)
 while (($#)); do
     case "$1" in
         --shell) shell=1 ;;
