@@ -510,9 +510,10 @@ void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, cons
             pe_status st = plan_encap(sa, pkt[i], len[i], cap[i], &plan[m]);
             if (st == PE_OK)
                 st = spend_seq(sa, &seq);
-            if (st == PE_OK && !sa->suite.integ)
-                st = build_encap(sa, &plan[m], seq, pkt[i], out[i], &out_len[i], NULL);
-            else if (st == PE_OK && (st = build_encap(sa, &plan[m], seq, pkt[i], out[i], &out_len[i], &req[m])) == PE_OK)
+            pe_encauth_seal_req *defer = sa->suite.integ ? &req[m] : NULL;
+            if (st == PE_OK)
+                st = build_encap(sa, &plan[m], seq, pkt[i], out[i], &out_len[i], defer);
+            if (st == PE_OK && defer)
                 at[m++] = i;
             status[i] = st;
         }
