@@ -325,10 +325,14 @@ static pe_status plan_encap(const pe_psp_tx *tx, const uint8_t *pkt, size_t len,
 static pe_status build_encap(pe_psp_tx *tx, const psp_plan *p, const uint8_t *pkt, uint64_t iv, uint8_t *out,
                              size_t *out_len)
 {
-    write_outer(tx, pkt, &p->ip, out);
-    pe_ip_set_length(out, p->total);
-    if (p->outer_v4)
-        pe_ipv4_set_checksum(out);
+    if (tx->mode == PE_PSP_TRANSPORT && p->outer_v4) {
+        pe_ipv4_rewrite_header(out, pkt, PE_IPPROTO_UDP, (uint16_t)p->total); /* summed from pkt, not read back */
+    } else {
+        write_outer(tx, pkt, &p->ip, out);
+        pe_ip_set_length(out, p->total);
+        if (p->outer_v4)
+            pe_ipv4_set_checksum(out);
+    }
 
     uint8_t *udp = out + p->outer_len;
     pe_put16(udp, udp_sport(tx, pkt, &p->ip));
