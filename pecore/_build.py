@@ -110,8 +110,9 @@ if not IPSEC_MB:
     print("psp-eesp: intel-ipsec-mb not found, building the OpenSSL crypto backend only "
           "(Debian/Ubuntu: apt-get install libipsec-mb-dev; Fedora: dnf install intel-ipsec-mb-devel)")
 
-# Link-time optimisation, as core/CMakeLists.txt's PE_LTO: PE_LTO=0 builds without it.
-_LTO = [] if os.environ.get("PE_LTO") == "0" else ["-O2", "-flto=auto"]
+# Link-time optimisation, as core/CMakeLists.txt's PE_LTO: PE_LTO=0 builds without it.  The link compiles the
+# code again, so it is given the optimisation level too.
+_LTO = [] if os.environ.get("PE_LTO") == "0" else ["-flto=auto"]
 
 ffibuilder = FFI()
 ffibuilder.cdef(_cdef.generate(INCLUDE) + EXTRA_CDEF)
@@ -134,7 +135,7 @@ ffibuilder.set_source(
     define_macros=[("PE_HAVE_IPSEC_MB", None)] if IPSEC_MB else [],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-unused-parameter", "-pthread", *_LTO]
     + (os.environ.get("PE_EXTRA_CFLAGS", "").split()),
-    extra_link_args=["-pthread", *_LTO] + os.environ.get("PE_EXTRA_LDFLAGS", "").split(),
+    extra_link_args=["-pthread", *(["-O2", *_LTO] if _LTO else [])] + os.environ.get("PE_EXTRA_LDFLAGS", "").split(),
 )
 
 if __name__ == "__main__":
