@@ -99,6 +99,14 @@ void pe_ip_transport_split(const pe_ip_info *ip, pe_ip_split *split);
  */
 size_t pe_ip_write_tunnel_outer(const uint8_t *tmpl, size_t tmpl_len, const uint8_t *inner, unsigned inner_version,
                                 uint8_t protocol, uint8_t *out);
+/*
+ * Transport mode: pkt's first `keep` octets (its IP header, and the IPv6
+ * extension headers that stay in front) copied to out with `protocol` at
+ * proto_field, the length set for a packet of `total` octets and the IPv4
+ * header checksum computed.  Returns keep.
+ */
+size_t pe_ip_write_transport_outer(const uint8_t *pkt, size_t keep, size_t proto_field, uint8_t protocol, size_t total,
+                                   uint8_t *out);
 
 /* RFC 1071 sum folded to 16 bits, not complemented. */
 uint32_t pe_csum_add(uint32_t sum, const uint8_t *p, size_t n);
@@ -120,6 +128,14 @@ void pe_ipv4_set_checksum(uint8_t *hdr);
 void pe_ipv4_rewrite_header(uint8_t *out, const uint8_t *src, uint8_t protocol, uint16_t total_length);
 /* Set the IP length field (IPv4 Total Length or IPv6 Payload Length) for a packet of `len` octets. */
 void pe_ip_set_length(uint8_t *pkt, size_t len);
+/*
+ * Transport mode, once a payload was opened to out + ip->l4_offset: pkt's IP
+ * headers back in front (whatever security header and outer UDP header
+ * followed them gone), next_header in their protocol field, the length and
+ * the IPv4 header checksum set.  Returns the packet's length.
+ */
+size_t pe_ip_transport_rebuild(uint8_t *out, const uint8_t *pkt, const pe_ip_info *ip, uint8_t next_header,
+                               size_t inner_len);
 /* UDP checksum check (for the optional receive-side verification); udp points at the UDP header. */
 int pe_udp_checksum_ok(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len);
 /*

@@ -423,7 +423,7 @@ static pe_status decap(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned 
         return st;
     /* Transport mode: the IP header overwrites the PIH octets, which were read already. */
     *out_len = info->mode == PE_EESP_TUNNEL ? inner_len
-                                            : pe_ipsec_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
+                                            : pe_ip_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
     return PE_OK;
 }
 

@@ -164,16 +164,19 @@ static pe_status build_options(const eesp_sa *sa, size_t after_opts, int carrier
     return PE_OK;
 }
 
-static size_t write_outer(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_info *ip, const send_plan *p,
-                          uint8_t *out)
+/* The outer header of a packet of `total` octets, its length and IPv4 checksum set. */
+static void write_outer(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_info *ip, const send_plan *p,
+                        size_t total, uint8_t *out)
 {
     uint8_t proto = sa->udp_encap ? PE_IPPROTO_UDP : sa->ip_protocol;
     if (sa->mode == PE_EESP_TRANSPORT) {
-        memcpy(out, pkt, p->keep);
-        out[p->proto_field] = proto;
-        return p->keep;
+        pe_ip_write_transport_outer(pkt, p->keep, p->proto_field, proto, total, out);
+        return;
     }
-    return pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, ip->version, proto, out);
+    pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, ip->version, proto, out);
+    pe_ip_set_length(out, total);
+    if (!p->carrier_v6)
+        pe_ipv4_set_checksum(out);
 }
 
 /* Where everything goes in the EESP octets of one packet (§5-§8). */
@@ -361,10 +364,7 @@ static pe_status encap_sub_sa(pe_eesp_tx *tx, const uint8_t *pkt, size_t len, ui
         }
     }
 
-    write_outer(sa, pkt, &ip, &p, out);
-    pe_ip_set_length(out, total);
-    if (!p.carrier_v6)
-        pe_ipv4_set_checksum(out);
+    write_outer(sa, pkt, &ip, &p, total, out);
     uint8_t *e = out + outer_len, *udp = e;
     if (sa->udp_encap) {
         pe_put16(e, sa->udp_sport);

@@ -463,9 +463,11 @@ static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, cons
     uint8_t proto = sa->udp_encap ? PE_IPPROTO_UDP : PE_ESP_IPPROTO;
     if (sa->mode == PE_ESP_TUNNEL) {
         pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, p->ip.version, proto, out);
+        pe_ip_set_length(out, p->total);
+        if (!p->carrier_v6)
+            pe_ipv4_set_checksum(out);
     } else {
-        memcpy(out, pkt, p->split.keep);
-        out[p->split.proto_field] = proto;
+        pe_ip_write_transport_outer(pkt, p->split.keep, p->split.proto_field, proto, p->total, out);
     }
     uint8_t *e = out + p->outer_len;
     if (sa->udp_encap) { /* RFC 3948 §2.1 */
@@ -475,9 +477,6 @@ static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, cons
         pe_put16(e + 6, 0);
         e += p->udp_len;
     }
-    pe_ip_set_length(out, p->total);
-    if (!p->carrier_v6)
-        pe_ipv4_set_checksum(out);
     pe_status st = seal_into(sa, seq, p->nh, p->payload, p->payload_len, sa->tfc_pad_len, e, defer);
     if (st == PE_OK && !defer)
         finish_encap(sa, p, out, out_len);
@@ -852,6 +851,6 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
     if (st != PE_OK)
         return st;
     *out_len = info->mode == PE_ESP_TUNNEL ? inner_len
-                                           : pe_ipsec_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
+                                           : pe_ip_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
     return PE_OK;
 }

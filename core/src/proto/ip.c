@@ -262,6 +262,27 @@ void pe_ip_set_length(uint8_t *pkt, size_t len)
         pe_put16(pkt + 4, (uint16_t)(len - PE_IPV6_HDR_LEN));
 }
 
+size_t pe_ip_write_transport_outer(const uint8_t *pkt, size_t keep, size_t proto_field, uint8_t protocol, size_t total,
+                                   uint8_t *out)
+{
+    if ((pkt[0] >> 4) == 4) { /* keep is the whole IPv4 header */
+        pe_ipv4_rewrite_header(out, pkt, protocol, (uint16_t)total);
+        return keep;
+    }
+    memcpy(out, pkt, keep);
+    out[proto_field] = protocol;
+    pe_ip_set_length(out, total);
+    return keep;
+}
+
+size_t pe_ip_transport_rebuild(uint8_t *out, const uint8_t *pkt, const pe_ip_info *ip, uint8_t next_header,
+                               size_t inner_len)
+{
+    size_t len = ip->l4_offset + inner_len;
+    pe_ip_write_transport_outer(pkt, ip->l4_offset, ip->proto_field, next_header, len, out);
+    return len;
+}
+
 int pe_udp_checksum_ok(const uint8_t *ip, const pe_ip_info *info, const uint8_t *udp, size_t udp_len)
 {
     uint32_t sum = udp_pseudo_sum(ip, info->version, udp_len);

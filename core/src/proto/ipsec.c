@@ -457,17 +457,3 @@ pe_status pe_ipsec_locate(const uint8_t *pkt, size_t len, const pe_ipsec_locator
     loc->len = udp_len - PE_UDP_HDR_LEN;
     return PE_OK;
 }
-
-size_t pe_ipsec_transport_rebuild(uint8_t *out, const uint8_t *pkt, const pe_ip_info *ip, uint8_t next_header,
-                                  size_t inner_len)
-{
-    size_t keep = ip->l4_offset; /* with UDP encapsulation the UDP header goes too */
-    if (ip->version == 4) {
-        pe_ipv4_rewrite_header(out, pkt, next_header, (uint16_t)(keep + inner_len));
-        return keep + inner_len;
-    }
-    memcpy(out, pkt, keep);
-    out[ip->proto_field] = next_header;
-    pe_ip_set_length(out, keep + inner_len);
-    return keep + inner_len;
-}

@@ -80,13 +80,4 @@ static inline const uint8_t *pe_ipsec_ip_dst(const uint8_t *pkt, const pe_ip_inf
     return pkt + (ip->version == 4 ? 16 : 24);
 }
 
-/*
- * Transport mode, after the payload was opened to out + ip->l4_offset: the
- * IP headers back in front (with UDP encapsulation the UDP header goes too),
- * next_header in their protocol field, length and IPv4 checksum set.
- * Returns the packet's length.
- */
-size_t pe_ipsec_transport_rebuild(uint8_t *out, const uint8_t *pkt, const pe_ip_info *ip, uint8_t next_header,
-                                  size_t inner_len);
-
 #endif

@@ -175,30 +175,6 @@ static uint16_t udp_sport(const pe_psp_tx *tx, const uint8_t *pkt, const pe_ip_i
     return PE_PSP_UDP_PORT;
 }
 
-/* Write the outer IP header for `mode`; returns its length. */
-static size_t write_outer(const pe_psp_tx *tx, const uint8_t *pkt, const pe_ip_info *ip, uint8_t *out)
-{
-    if (tx->mode == PE_PSP_TRANSPORT) {
-        memcpy(out, pkt, ip->l4_offset);
-        out[ip->proto_field] = PE_IPPROTO_UDP;
-        return ip->l4_offset;
-    }
-    if (tx->outer_len) {
-        memcpy(out, tx->outer, tx->outer_len);
-    } else if (ip->version == 4) {
-        /* The reference copies the inner header with IHL 5; a copied MF/offset would make the outer a fragment. */
-        memcpy(out, pkt, PE_IPV4_HDR_LEN);
-        out[0] = 0x45;
-        out[6] &= 0xc0;
-        out[7] = 0;
-    } else {
-        memcpy(out, pkt, PE_IPV6_HDR_LEN);
-    }
-    size_t n = (out[0] >> 4) == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN;
-    out[n == PE_IPV4_HDR_LEN ? 9 : 6] = PE_IPPROTO_UDP;
-    return n;
-}
-
 /* AAD: the header and the `clear` body octets already in place; `pt` is the rest of the body. */
 static pe_status seal(pe_aead *aead, uint8_t *psp, const uint8_t *pt, size_t body_len, size_t clear)
 {
@@ -325,10 +301,11 @@ static pe_status plan_encap(const pe_psp_tx *tx, const uint8_t *pkt, size_t len,
 static pe_status build_encap(pe_psp_tx *tx, const psp_plan *p, const uint8_t *pkt, uint64_t iv, uint8_t *out,
                              size_t *out_len)
 {
-    if (tx->mode == PE_PSP_TRANSPORT && p->outer_v4) {
-        pe_ipv4_rewrite_header(out, pkt, PE_IPPROTO_UDP, (uint16_t)p->total); /* summed from pkt, not read back */
+    if (tx->mode == PE_PSP_TRANSPORT) {
+        pe_ip_write_transport_outer(pkt, p->ip.l4_offset, p->ip.proto_field, PE_IPPROTO_UDP, p->total, out);
     } else {
-        write_outer(tx, pkt, &p->ip, out);
+        /* As the reference: with no template, the inner header copied with IHL 5, never as a fragment. */
+        pe_ip_write_tunnel_outer(tx->outer, tx->outer_len, pkt, p->ip.version, PE_IPPROTO_UDP, out);
         pe_ip_set_length(out, p->total);
         if (p->outer_v4)
             pe_ipv4_set_checksum(out);
@@ -748,13 +725,6 @@ pe_status pe_psp_decap(pe_psp_rx *rx, const uint8_t *pkt, size_t len, uint8_t *o
         *out_len = inner_len;
         return PE_OK;
     }
-    *out_len = keep + inner_len;
-    if (ip.version == 4) {
-        pe_ipv4_rewrite_header(out, pkt, h->next_header, (uint16_t)*out_len);
-        return PE_OK;
-    }
-    memcpy(out, pkt, keep);
-    out[ip.proto_field] = h->next_header;
-    pe_ip_set_length(out, *out_len);
+    *out_len = pe_ip_transport_rebuild(out, pkt, &ip, h->next_header, inner_len);
     return PE_OK;
 }
