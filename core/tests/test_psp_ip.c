@@ -80,7 +80,7 @@ static void test_ipv6_ext_transport(void)
             CHECK(enc[72] == (tcp ? 6 : 17));
             /* the first 4 L4 octets in clear */
             CHECK(memcmp(enc + 72 + 16 + (vc ? 8 : 0), pkt + 64, 4) == 0);
-            size_t dlen;
+            size_t dlen = 0;
             pe_psp_hdr h;
             CHECK_ST(decap_exact(rx, enc, elen, elen, dec, &dlen, &h), PE_OK);
             CHECK(dlen == len && memcmp(dec, pkt, len) == 0); /* Next Header restored, length shrunk */
@@ -155,7 +155,7 @@ static void test_tunnel_templates(void)
             memset(tmpl, 0, sizeof tmpl); /* the template was copied */
             uint8_t pkt[512], enc[640], dec[640];
             size_t len = inner6 ? v6_tcp(pkt, 100, 4) : v4_tcp(pkt, 100, 4);
-            size_t n, dlen;
+            size_t n, dlen = 0;
             CHECK_ST(pe_psp_encap(tx, pkt, len, enc, sizeof enc, &n), PE_OK);
             size_t ol = outer6 ? 40 : 20;
             CHECK(n == ol + 8 + 16 + len + 16);

@@ -227,7 +227,7 @@ static void test_empty_encrypted(void)
         size_t l3 = cases[ci].ipv6 ? 40 : 20;
         check_sealed(cases[ci].s.version, enc + off, psp_len, TEST_VC, cases[ci].s.vc ? 8 : 0,
                      tun ? pkt : pkt + l3, tun ? len : len - l3, (size_t)cases[ci].s.co * 4);
-        size_t dlen;
+        size_t dlen = 0;
         CHECK_STN(decap_exact(rx, enc, elen, elen, dec, &dlen, NULL), PE_OK, ci);
         CHECK(dlen == len && memcmp(dec, pkt, len) == 0);
         /* The ICV is still verified (pitfall §9.1): every single-bit flip fails. */
@@ -266,7 +266,7 @@ static void test_vc_offsets(void)
             if (clear < 8)
                 CHECK(memcmp(psp + 16 + clear, vc + clear, 8 - clear) != 0);
             check_sealed(v, psp, elen - 28, vc, 8, pkt + 20, len - 20, clear);
-            size_t dlen;
+            size_t dlen = 0;
             pe_psp_hdr h;
             CHECK_STN(decap_exact(rx, enc, elen, elen, dec, &dlen, &h), PE_OK, co);
             CHECK(dlen == len && memcmp(dec, pkt, len) == 0);
