@@ -644,7 +644,9 @@ def test_rdpcap_of_our_captures(demo_capture, tmp_path):
 
 def test_wrpcap_rdpcap_of_layer_built_packets(tmp_path):
     sa = PSPSecurityAssociation(0x9A345678, master_keys=(MK0, MK1), vc=bytes(8), crypt_offset=2)
-    pkts = [Ether() / sa.encrypt(clear_v4(bytes([i]) * i)) for i in range(1, 20)]
+    # MAC addresses given: for an Ether() without them scapy resolves one, sending ARP requests
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    pkts = [eth / sa.encrypt(clear_v4(bytes([i]) * i)) for i in range(1, 20)]
     path = tmp_path / "layer.pcap"
     wrpcap(str(path), pkts)
     back = rdpcap(str(path))
