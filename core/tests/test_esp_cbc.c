@@ -325,6 +325,80 @@ static size_t random_packet(uint8_t *p)
     return len;
 }
 
+/* The IV a sealed packet carries (after SPI and Seq): what a second sender is given to write the same octets. */
+static void copy_iv(pe_esp_tx *to, const uint8_t *pkt, size_t len, int udp)
+{
+    pe_ip_info ip;
+    CHECK_ST(pe_ip_parse(pkt, len, &ip), PE_OK);
+    CHECK_ST(pe_esp_tx_set_next_iv(to, pkt + ip.l4_offset + (udp ? 8 : 0) + 8, 16), PE_OK);
+}
+
+/* pe_esp_encap_burst_until_failure against pe_esp_encap in order, stopping where it first refuses. */
+static void burst_until_failure_case(const pe_esp_sa_config *c, size_t n, const uint8_t *const *pkt,
+                                     const size_t *len, const size_t *cap)
+{
+    static uint8_t outs[BURST_PKTS][512 + PE_ESP_MAX_OVERHEAD], one[512 + PE_ESP_MAX_OVERHEAD];
+    uint8_t *out[BURST_PKTS];
+    size_t out_len[BURST_PKTS];
+    pe_status status[BURST_PKTS];
+    pe_esp_tx *burst, *single;
+    CHECK_ST(pe_esp_tx_new(c, &burst), PE_OK);
+    CHECK_ST(pe_esp_tx_new(c, &single), PE_OK);
+    for (size_t i = 0; i < n; i++)
+        out[i] = outs[i];
+    pe_esp_encap_burst_until_failure(burst, n, pkt, len, out, cap, out_len, status);
+    int stopped = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (stopped) {
+            CHECKF(status[i] == PE_ERR_BATCH_STOPPED && out_len[i] == 0, "packet %zu of %zu after a refusal: %s", i,
+                   n, pe_status_name(status[i]));
+            continue;
+        }
+        size_t ol = 0;
+        if (status[i] == PE_OK)
+            copy_iv(single, out[i], out_len[i], c->udp_encap);
+        pe_status st = pe_esp_encap(single, pkt[i], len[i], one, cap[i], &ol);
+        CHECKF(st == status[i] && ol == out_len[i] && (st != PE_OK || memcmp(one, out[i], ol) == 0),
+               "until failure, packet %zu of %zu: %s alone, %s in the burst", i, n, pe_status_name(st),
+               pe_status_name(status[i]));
+        stopped = st != PE_OK;
+    }
+    CHECK(pe_esp_tx_next_seq(burst) == pe_esp_tx_next_seq(single)); /* the stopped packets spent nothing */
+    pe_esp_tx_free(burst);
+    pe_esp_tx_free(single);
+}
+
+/* pe_esp_encap_with_seq_burst against pe_esp_encap_with_seq, with numbers given out of order and repeated. */
+static void burst_with_seq_case(const pe_esp_sa_config *c, size_t n, const uint8_t *const *pkt, const size_t *len,
+                                const size_t *cap)
+{
+    static uint8_t outs[BURST_PKTS][512 + PE_ESP_MAX_OVERHEAD], one[512 + PE_ESP_MAX_OVERHEAD];
+    uint8_t *out[BURST_PKTS];
+    size_t out_len[BURST_PKTS];
+    uint64_t seq[BURST_PKTS];
+    pe_status status[BURST_PKTS];
+    pe_esp_tx *burst, *single;
+    CHECK_ST(pe_esp_tx_new(c, &burst), PE_OK);
+    CHECK_ST(pe_esp_tx_new(c, &single), PE_OK);
+    for (size_t i = 0; i < n; i++) {
+        out[i] = outs[i];
+        seq[i] = 1 + rnd_below(1000);
+    }
+    pe_esp_encap_with_seq_burst(burst, n, seq, pkt, len, out, cap, out_len, status);
+    for (size_t i = 0; i < n; i++) {
+        size_t ol = 0;
+        if (status[i] == PE_OK)
+            copy_iv(single, out[i], out_len[i], c->udp_encap);
+        pe_status st = pe_esp_encap_with_seq(single, seq[i], pkt[i], len[i], one, cap[i], &ol);
+        CHECKF(st == status[i] && ol == out_len[i] && (st != PE_OK || memcmp(one, out[i], ol) == 0),
+               "with sequence numbers, packet %zu of %zu: %s alone, %s in the burst", i, n, pe_status_name(st),
+               pe_status_name(status[i]));
+    }
+    CHECK(pe_esp_tx_next_seq(burst) == 1); /* given numbers spend none of the SA's */
+    pe_esp_tx_free(burst);
+    pe_esp_tx_free(single);
+}
+
 static void burst_case(const cbc_case *k, pe_esp_mode mode, int esn, int udp, size_t n)
 {
     static uint8_t pkts[BURST_PKTS][512], outs[BURST_PKTS][512 + PE_ESP_MAX_OVERHEAD], one[512 + PE_ESP_MAX_OVERHEAD];
@@ -349,12 +423,8 @@ static void burst_case(const cbc_case *k, pe_esp_mode mode, int esn, int udp, si
     pe_esp_encap_burst(burst, n, pkt, len, out, cap, out_len, status);
     for (size_t i = 0; i < n; i++) {
         size_t ol = 0;
-        if (status[i] == PE_OK) {
-            /* The IV the burst drew sits right after SPI and Seq; the single sender is given it. */
-            pe_ip_info ip;
-            CHECK_ST(pe_ip_parse(out[i], out_len[i], &ip), PE_OK);
-            CHECK_ST(pe_esp_tx_set_next_iv(single, out[i] + ip.l4_offset + (udp ? 8 : 0) + 8, 16), PE_OK);
-        }
+        if (status[i] == PE_OK)
+            copy_iv(single, out[i], out_len[i], udp); /* the IV the burst drew: the single sender is given it */
         pe_status st = pe_esp_encap(single, pkt[i], len[i], one, cap[i], &ol);
         CHECKF(st == status[i], "packet %zu of %zu: %s alone, %s in the burst", i, n, pe_status_name(st),
                pe_status_name(status[i]));
@@ -364,6 +434,8 @@ static void burst_case(const cbc_case *k, pe_esp_mode mode, int esn, int udp, si
     }
     pe_esp_tx_free(burst);
     pe_esp_tx_free(single);
+    burst_until_failure_case(&c, n, pkt, len, cap);
+    burst_with_seq_case(&c, n, pkt, len, cap);
 }
 
 static void test_bursts(void)

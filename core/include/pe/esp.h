@@ -104,6 +104,14 @@ pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
  */
 void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len, uint8_t *const *out,
                         const size_t *cap, size_t *out_len, pe_status *status);
+/*
+ * The same, stopping at the first packet refused: the packets after it are
+ * not looked at, spend no sequence number and get PE_ERR_BATCH_STOPPED.  (A
+ * seal that fails on its own, PE_ERR_CRYPTO, stops the burst too, but the
+ * packets sealed beside it have spent their numbers; their octets are wiped.)
+ */
+void pe_esp_encap_burst_until_failure(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len,
+                                      uint8_t *const *out, const size_t *cap, size_t *out_len, pe_status *status);
 
 /*
  * The ESP octets alone, from the SPI to the ICV, around `payload` whose
@@ -123,6 +131,10 @@ pe_status pe_esp_seal(pe_esp_tx *tx, uint8_t next_header, const uint8_t *payload
 pe_status pe_esp_encap_reserve(pe_esp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, uint64_t *seq);
 pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt, size_t len, uint8_t *out,
                                 size_t cap, size_t *out_len);
+/* pe_esp_encap_with_seq on n packets, packet i with seq[i], as pe_esp_encap_burst lays them out. */
+void pe_esp_encap_with_seq_burst(pe_esp_tx *tx, size_t n, const uint64_t *seq, const uint8_t *const *pkt,
+                                 const size_t *len, uint8_t *const *out, const size_t *cap, size_t *out_len,
+                                 pe_status *status);
 pe_status pe_esp_tx_clone(const pe_esp_tx *tx, pe_esp_tx **out);
 
 /* ---- receiving ---- */

@@ -493,21 +493,34 @@ pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
     return st == PE_OK ? build_encap(&tx->sa, &p, seq, pkt, out, out_len, NULL) : st;
 }
 
-void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len, uint8_t *const *out,
-                        const size_t *cap, size_t *out_len, pe_status *status)
+/*
+ * The burst behind pe_esp_encap_burst and pe_esp_encap_with_seq_burst, in
+ * slices of PE_ENCAUTH_BURST_MAX: in order, as n calls would, each packet's
+ * checks, its sequence number (seqs[i], or else the SA's next) and all but
+ * its seal; then the deferred seals side by side; then each packet finished.
+ * With until_failure the packets after the first one refused are not looked
+ * at (PE_ERR_BATCH_STOPPED) and spend nothing -- unless the refusal is a
+ * seal's own (PE_ERR_CRYPTO, a cipher failing on valid input): the packets
+ * sealed beside it then spent their numbers, their octets wiped.
+ */
+static void encap_burst(esp_sa *sa, size_t n, const uint64_t *seqs, const uint8_t *const *pkt, const size_t *len,
+                        uint8_t *const *out, const size_t *cap, size_t *out_len, pe_status *status, int until_failure)
 {
-    esp_sa *sa = &tx->sa;
+    int stopped = 0;
     for (size_t first = 0; first < n; first += PE_ENCAUTH_BURST_MAX) {
         size_t end = n - first < PE_ENCAUTH_BURST_MAX ? n : first + PE_ENCAUTH_BURST_MAX;
         pe_encauth_seal_req req[PE_ENCAUTH_BURST_MAX];
         encap_plan plan[PE_ENCAUTH_BURST_MAX];
         size_t at[PE_ENCAUTH_BURST_MAX], m = 0;
-        /* In order, as n calls would: each packet's checks, its sequence number, and all but its seal. */
         for (size_t i = first; i < end; i++) {
-            uint64_t seq;
             out_len[i] = 0;
+            if (stopped) {
+                status[i] = PE_ERR_BATCH_STOPPED;
+                continue;
+            }
+            uint64_t seq = seqs ? seqs[i] : 0;
             pe_status st = plan_encap(sa, pkt[i], len[i], cap[i], &plan[m]);
-            if (st == PE_OK)
+            if (st == PE_OK && !seqs)
                 st = spend_seq(sa, &seq);
             pe_encauth_seal_req *defer = sa->suite.integ ? &req[m] : NULL;
             if (st == PE_OK)
@@ -515,12 +528,46 @@ void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, cons
             if (st == PE_OK && defer)
                 at[m++] = i;
             status[i] = st;
+            stopped = until_failure && st != PE_OK;
         }
         pe_encauth_seal_burst(&sa->encauth, req, m);
-        for (size_t k = 0; k < m; k++)
-            if ((status[at[k]] = req[k].status) == PE_OK)
-                finish_encap(sa, &plan[k], out[at[k]], &out_len[at[k]]);
+        size_t failed_at = end; /* under until_failure, the first packet whose seal failed */
+        for (size_t k = 0; k < m; k++) {
+            size_t i = at[k];
+            if ((status[i] = req[k].status) == PE_OK)
+                finish_encap(sa, &plan[k], out[i], &out_len[i]);
+            else if (until_failure && failed_at == end)
+                failed_at = i;
+        }
+        if (failed_at != end) { /* what was sealed beside it is withdrawn (see above) */
+            for (size_t i = failed_at + 1; i < end; i++) {
+                if (status[i] == PE_OK)
+                    pe_wipe(out[i], out_len[i]);
+                out_len[i] = 0;
+                status[i] = PE_ERR_BATCH_STOPPED;
+            }
+            stopped = 1;
+        }
     }
+}
+
+void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len, uint8_t *const *out,
+                        const size_t *cap, size_t *out_len, pe_status *status)
+{
+    encap_burst(&tx->sa, n, NULL, pkt, len, out, cap, out_len, status, 0);
+}
+
+void pe_esp_encap_burst_until_failure(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len,
+                                      uint8_t *const *out, const size_t *cap, size_t *out_len, pe_status *status)
+{
+    encap_burst(&tx->sa, n, NULL, pkt, len, out, cap, out_len, status, 1);
+}
+
+void pe_esp_encap_with_seq_burst(pe_esp_tx *tx, size_t n, const uint64_t *seq, const uint8_t *const *pkt,
+                                 const size_t *len, uint8_t *const *out, const size_t *cap, size_t *out_len,
+                                 pe_status *status)
+{
+    encap_burst(&tx->sa, n, seq, pkt, len, out, cap, out_len, status, 0);
 }
 
 pe_status pe_esp_encap_reserve(pe_esp_tx *tx, const uint8_t *pkt, size_t len, size_t cap, uint64_t *seq)
