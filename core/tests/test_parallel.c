@@ -841,6 +841,144 @@ static void test_capture_files(void)
     remove(plain), remove(enc), remove(enc2), remove(wire), remove(d1), remove(d2);
 }
 
+/* ------------------------------------------------------------------ bursts */
+
+/* An ESP sender of `encr` (with `integ` for AES-CBC), and a receiver of the same SA. */
+static void burst_sa(pe_esp_sa_config *c, unsigned encr, unsigned integ, unsigned bits)
+{
+    pe_esp_sa_config_init(c);
+    c->spi = 0x5000;
+    c->encr = encr;
+    c->integ = integ;
+    c->key_bits = bits;
+    c->key = ROOT;
+    c->key_len = integ ? bits / 8 + (integ == PE_AUTH_HMAC_SHA1_96 ? 20 : 32) : bits / 8 + 4;
+    c->mode = PE_ESP_TUNNEL;
+    c->replay_window = 4096;
+}
+
+/* Each result opened (a receiver of c), its status beside it: what two runs with random CBC IVs share. */
+static void opened(const pe_esp_sa_config *c, const plist *in, const results *r, plist *plain, pe_status *st)
+{
+    pe_esp_rx_config rc;
+    pe_esp_rx_config_init(&rc);
+    pe_esp_rx *rx = NULL;
+    CHECK_ST(pe_esp_rx_new(&rc, &rx), PE_OK);
+    CHECK_ST(pe_esp_rx_add_sa(rx, c), PE_OK);
+    static uint8_t buf[4096];
+    for (size_t i = 0; i < in->n; i++) {
+        size_t n = 0;
+        pe_esp_info info;
+        st[i] = r->st[i];
+        if (r->st[i] == PE_OK)
+            st[i] = pe_esp_decap(rx, r->out + r->off[i], r->len[i], buf, sizeof buf, &n, &info);
+        pl_add(plain, buf, st[i] == PE_OK ? n : 0);
+    }
+    pe_esp_rx_free(rx);
+}
+
+/*
+ * How many of the first `upto` packets two runs of c's sender gave apart:
+ * statuses and lengths, the packets opened, and (unless the IVs are random)
+ * the octets.  b's packets that opened go to *opened_ok.
+ */
+static size_t runs_differ(const char *what, const pe_esp_sa_config *c, const plist *in, const results *a,
+                          const results *b, size_t upto, size_t *opened_ok)
+{
+    int random_iv = c->integ != 0;
+    plist pa = {0}, pb = {0};
+    pe_status *sa = malloc(in->n * sizeof *sa), *sb = malloc(in->n * sizeof *sb);
+    opened(c, in, a, &pa, sa);
+    opened(c, in, b, &pb, sb);
+    size_t bad = 0;
+    *opened_ok = 0;
+    for (size_t i = 0; i < upto; i++) {
+        int same = a->st[i] == b->st[i] && a->len[i] == b->len[i] && sa[i] == sb[i] && pa.plen[i] == pb.plen[i] &&
+                   memcmp(pa.buf + pa.off[i], pb.buf + pb.off[i], pa.plen[i]) == 0 &&
+                   (random_iv || memcmp(a->out + a->off[i], b->out + b->off[i], a->len[i]) == 0);
+        if (!same && bad++ < 5)
+            fprintf(stderr, "%s, packet %zu: %s/%zu vs %s/%zu\n", what, i, pe_status_name(a->st[i]), a->len[i],
+                    pe_status_name(b->st[i]), b->len[i]);
+        *opened_ok += sb[i] == PE_OK;
+    }
+    free(sa), free(sb);
+    pl_free(&pa), pl_free(&pb);
+    return bad;
+}
+
+/*
+ * pe_batch_burst against pe_batch_transform(_until_failure) with the same
+ * sender, and the pool's work_burst against one thread: the same statuses,
+ * sequence numbers and (for AEAD, whose nonces are the sequence numbers)
+ * octets; for AES-CBC, whose IVs are random, the same packets once opened.
+ */
+static void test_bursts(void)
+{
+    static const struct { unsigned encr, integ, bits; } suites[] = {
+        {PE_ENCR_AES_GCM_16, 0, 128},
+        {PE_ENCR_AES_CBC, PE_AUTH_HMAC_SHA1_96, 128},
+        {PE_ENCR_AES_CBC, PE_AUTH_HMAC_SHA2_256_128, 256},
+    };
+    const size_t N = 700;
+    for (size_t k = 0; k < sizeof suites / sizeof suites[0]; k++) {
+        pe_esp_sa_config c;
+        burst_sa(&c, suites[k].encr, suites[k].integ, suites[k].bits);
+        plist in = {0};
+        make_plaintexts(&in, N);
+        size_t full = in.len + in.n * PE_ESP_MAX_OVERHEAD;
+        /* until 0/1 x shortage 0/1, then the pool on 1 to 3 threads */
+        for (int run = 0; run < 7; run++) {
+            int until = run < 4 && (run & 1), shortage = run < 4 && (run & 2);
+            unsigned jobs = run < 4 ? 0 : (unsigned)run - 3;
+            size_t cap = shortage ? full / 2 : full;
+            char what[80];
+            snprintf(what, sizeof what, "burst suite %zu, until %d, short %d, %u jobs", k, until, shortage, jobs);
+            pe_esp_tx *t1 = NULL, *t2 = NULL;
+            CHECK_ST(pe_esp_tx_new(&c, &t1), PE_OK);
+            CHECK_ST(pe_esp_tx_new(&c, &t2), PE_OK);
+            results a, b;
+            res_alloc(&a, in.n, full);
+            res_alloc(&b, in.n, full);
+            pe_status ra = (until ? pe_batch_transform_until_failure : pe_batch_transform)(
+                pe_esp_capture_encap, t1, in.n, in.buf, in.off, in.plen, a.out, cap, a.off, a.len, a.st);
+            pe_status rb;
+            if (jobs) {
+                pe_parallel *p = NULL;
+                CHECK_ST(pe_parallel_new(&pe_esp_parallel_encap, t2, jobs, &p), PE_OK);
+                rb = pe_parallel_transform(p, in.n, in.buf, in.off, in.plen, b.out, full, b.off, b.len, b.st);
+                pe_parallel_free(p);
+            } else {
+                rb = pe_batch_burst(pe_esp_capture_encap_burst, t2, PE_ESP_MAX_OVERHEAD, until, in.n, in.buf,
+                                    in.off, in.plen, b.out, cap, b.off, b.len, b.st);
+            }
+            /* Packed results reach the end of a short out later than slots of the largest growth do. */
+            size_t stop = in.n, ok = 0, stopped = 0;
+            for (size_t i = 0; shortage && i < in.n && stop == in.n; i++)
+                if (b.st[i] == PE_ERR_BUFFER_TOO_SMALL)
+                    stop = i;
+            CHECKF(!shortage || until || stop < in.n, "%s: a half-sized out held every slot", what);
+            CHECKF(shortage || ra == rb, "%s: %s vs %s", what, pe_status_name(ra), pe_status_name(rb));
+            size_t bad = runs_differ(what, &c, &in, &a, &b, stop, &ok);
+            for (size_t i = 0; i < in.n; i++) {
+                stopped += b.st[i] == PE_ERR_BATCH_STOPPED;
+                bad += i >= stop && b.st[i] != PE_ERR_BUFFER_TOO_SMALL && b.st[i] != PE_ERR_BATCH_STOPPED;
+            }
+            CHECKF(bad == 0, "%s: %zu of %zu packets differ", what, bad, in.n);
+            CHECKF(ok > (until ? 0 : shortage ? N / 4 : N / 2) && (!until || stopped > 0 || stop < in.n),
+                   "%s: %zu opened, %zu stopped", what, ok, stopped);
+            /* The sender spent one number per packet it sealed, and none on the rest. */
+            uint64_t sealed = 0;
+            for (size_t i = 0; i < in.n; i++)
+                sealed += b.st[i] == PE_OK;
+            CHECK(pe_esp_tx_next_seq(t2) == 1 + sealed);
+            CHECK(shortage || pe_esp_tx_next_seq(t1) == pe_esp_tx_next_seq(t2));
+            res_free(&a), res_free(&b);
+            pe_esp_tx_free(t1), pe_esp_tx_free(t2);
+        }
+        pl_free(&in);
+    }
+}
+
 int main(void)
 {
     test_psp_sport_callback_refused();
@@ -852,6 +990,7 @@ int main(void)
     test_refused_replays_leave_no_plaintext();
     test_clones_open_only_unchecked();
     test_capture_files();
+    test_bursts();
     printf("test_parallel: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -47,6 +47,9 @@ typedef struct pe_parallel_ops {
     void (*before)(void *shared, pe_parallel_item *it); /* optional */
     void (*work)(void *worker, pe_parallel_item *it);
     void (*after)(void *shared, pe_parallel_item *it);  /* optional */
+    /* Optional: `work` on items[0..n) in one call (the settled ones skipped), for cryptography that works on
+     * several packets at once (pe_esp_encap_burst); the same results as `work` on each. */
+    void (*work_burst)(void *worker, pe_parallel_item *items, size_t n);
 } pe_parallel_ops;
 
 /* The protocols' transforms (shared: the pe_psp_tx / pe_psp_rx / pe_eesp_tx / pe_eesp_rx / pe_esp_tx / pe_esp_rx). */
@@ -98,6 +101,8 @@ typedef void (*pe_parallel_run_fn)(void *context, unsigned index, void *arg);
 void pe_parallel_run(pe_parallel *p, pe_parallel_run_fn fn, void *arg);
 void pe_parallel_before(pe_parallel *p, pe_parallel_item *it);
 void pe_parallel_work(pe_parallel *p, void *context, pe_parallel_item *it);
+/* pe_parallel_work on items[0..n), through ops->work_burst where the transform has one. */
+void pe_parallel_work_burst(pe_parallel *p, void *context, pe_parallel_item *items, size_t n);
 
 /*
  * Like pe_batch_transform, on the pool: packet i is in[in_off[i] .. +in_len[i]).

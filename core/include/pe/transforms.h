@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pe/batch.h"
 #include "pe/capture.h"
 #include "pe/eesp.h"
 #include "pe/esp.h"
@@ -51,6 +52,10 @@ pe_verdict pe_eesp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_
 /* ctx is the pe_esp_tx / pe_esp_rx. */
 pe_verdict pe_esp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why);
+/* pe_esp_capture_encap as a pe_ip_burst_fn (pe/batch.h): pe_esp_encap_burst, or its _until_failure. */
+void pe_esp_capture_encap_burst(void *tx, size_t n, const uint8_t *const *pkt, const size_t *len,
+                                uint8_t *const *out, const size_t *cap, size_t *out_len, pe_status *status,
+                                int until_failure);
 pe_verdict pe_esp_capture_decap(void *rx, const uint8_t *ip, size_t len, uint8_t *out, size_t cap,
                                 size_t *out_len, pe_status *why);
 

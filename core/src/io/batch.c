@@ -46,3 +46,44 @@ pe_status pe_batch_transform_until_failure(pe_ip_transform_fn fn, void *ctx, siz
 {
     return run(fn, ctx, n, in, in_off, in_len, out, out_cap, out_off, out_len, status, 1);
 }
+
+pe_status pe_batch_burst(pe_ip_burst_fn burst, void *ctx, size_t growth, int until_failure, size_t n,
+                         const uint8_t *in, const size_t *in_off, const size_t *in_len, uint8_t *out, size_t out_cap,
+                         size_t *out_off, size_t *out_len, pe_status *status)
+{
+    size_t used = 0;
+    pe_status result = PE_OK, untried = PE_OK;
+    for (size_t first = 0; first < n; first += PE_BATCH_BURST) {
+        size_t end = n - first < PE_BATCH_BURST ? n : first + PE_BATCH_BURST, m = 0;
+        const uint8_t *pkt[PE_BATCH_BURST];
+        uint8_t *dst[PE_BATCH_BURST];
+        size_t cap[PE_BATCH_BURST];
+        for (size_t i = first; i < end; i++) {
+            out_off[i] = used;
+            out_len[i] = 0;
+            if (untried == PE_OK && (in_len[i] > out_cap - used || growth > out_cap - used - in_len[i]))
+                result = untried = PE_ERR_BUFFER_TOO_SMALL;
+            if (untried != PE_OK) {
+                status[i] = untried;
+                continue;
+            }
+            pkt[m] = in + in_off[i];
+            dst[m] = out + used;
+            cap[m++] = in_len[i] + growth;
+            used += in_len[i] + growth;
+        }
+        if (m == 0)
+            continue;
+        /* The packets handed over are first .. first + m - 1: the rest of the slice did not fit. */
+        burst(ctx, m, pkt, in_len + first, dst, cap, out_len + first, status + first, until_failure);
+        for (size_t i = first; until_failure && i < first + m; i++)
+            if (status[i] != PE_OK) { /* it came before any that did not fit */
+                result = status[i];
+                untried = PE_ERR_BATCH_STOPPED;
+                for (size_t j = first + m; j < end; j++)
+                    status[j] = untried;
+                break;
+            }
+    }
+    return result;
+}

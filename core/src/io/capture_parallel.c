@@ -13,6 +13,7 @@
 #define _FILE_OFFSET_BITS 64
 
 #include "capture_internal.h"
+#include "pe/batch.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -248,10 +249,11 @@ static void own_main(void *context, unsigned index, void *arg)
     own_run *o = arg;
     own_chunk *c = o->chunks[index];
     while (own_take(o, c)) {
-        for (size_t i = 0; i < c->n_items; i++) {
-            pe_parallel_work(o->pool, context, &c->items[i]);
+        for (size_t i = 0; i < c->n_items; i += PE_BATCH_BURST) {
+            size_t left = c->n_items - i;
+            pe_parallel_work_burst(o->pool, context, &c->items[i], left < PE_BATCH_BURST ? left : PE_BATCH_BURST);
             /* A report another thread's chunk made due holds every writer back: the caller makes it soon. */
-            if (index == 0 && i % 64 == 63 && atomic_load_explicit(&o->due_hint, memory_order_relaxed)) {
+            if (index == 0 && atomic_load_explicit(&o->due_hint, memory_order_relaxed)) {
                 pthread_mutex_lock(&o->write_mu);
                 if (o->progress_due)
                     own_report(o);

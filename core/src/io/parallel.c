@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Items claimed at once: few enough to keep the threads even at a chunk's end, enough to keep the counter cold. */
+/* Items claimed at once: few enough to keep the threads even at a chunk's end, enough to keep the counter cold;
+ * more for a transform with work_burst, whose lanes want several packets together. */
 #define CLAIM 4u
+#define CLAIM_BURST 16u
 
 typedef struct worker {
     struct pe_parallel *pool;
@@ -45,14 +47,12 @@ struct pe_parallel {
 /* Claim and process items until none is left. */
 static void drain(pe_parallel *p, void *ctx, pe_parallel_item *items, size_t n)
 {
+    size_t claim = p->ops->work_burst ? CLAIM_BURST : CLAIM;
     for (;;) {
-        size_t i = atomic_fetch_add_explicit(&p->next, CLAIM, memory_order_relaxed);
+        size_t i = atomic_fetch_add_explicit(&p->next, claim, memory_order_relaxed);
         if (i >= n)
             return;
-        size_t end = i + CLAIM < n ? i + CLAIM : n;
-        for (; i < end; i++)
-            if (!items[i].settled)
-                p->ops->work(ctx, &items[i]);
+        pe_parallel_work_burst(p, ctx, &items[i], i + claim < n ? claim : n - i);
     }
 }
 
@@ -231,6 +231,17 @@ void pe_parallel_work(pe_parallel *p, void *context, pe_parallel_item *it)
 {
     if (!it->settled)
         p->ops->work(context, it);
+}
+
+void pe_parallel_work_burst(pe_parallel *p, void *context, pe_parallel_item *items, size_t n)
+{
+    if (p->ops->work_burst) {
+        p->ops->work_burst(context, items, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!items[i].settled)
+            p->ops->work(context, &items[i]);
 }
 
 void pe_parallel_after(pe_parallel *p, pe_parallel_item *it)

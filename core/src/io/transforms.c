@@ -123,6 +123,14 @@ pe_verdict pe_esp_capture_encap(void *tx, const uint8_t *ip, size_t len, uint8_t
     return *why == PE_OK ? PE_VERDICT_TRANSFORMED : PE_VERDICT_FAILED;
 }
 
+void pe_esp_capture_encap_burst(void *tx, size_t n, const uint8_t *const *pkt, const size_t *len,
+                                uint8_t *const *out, const size_t *cap, size_t *out_len, pe_status *status,
+                                int until_failure)
+{
+    (until_failure ? pe_esp_encap_burst_until_failure : pe_esp_encap_burst)(tx, n, pkt, len, out, cap, out_len,
+                                                                            status);
+}
+
 static pe_verdict esp_decap_verdict(pe_status st)
 {
     switch (st) {
@@ -325,12 +333,42 @@ static void esp_encap_work(void *tx, pe_parallel_item *it)
     encap_result(it, pe_esp_encap_with_seq(tx, it->value, it->in, it->in_len, it->out, it->out_cap, &it->out_len));
 }
 
+/* The unsettled items, PE_BATCH_BURST at a time, through pe_esp_encap_with_seq_burst. */
+static void esp_encap_work_burst(void *tx, pe_parallel_item *items, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        pe_parallel_item *it[PE_BATCH_BURST];
+        const uint8_t *pkt[PE_BATCH_BURST];
+        uint8_t *out[PE_BATCH_BURST];
+        size_t len[PE_BATCH_BURST], cap[PE_BATCH_BURST], out_len[PE_BATCH_BURST], m = 0;
+        uint64_t seq[PE_BATCH_BURST];
+        pe_status st[PE_BATCH_BURST];
+        for (; i < n && m < PE_BATCH_BURST; i++) {
+            if (items[i].settled)
+                continue;
+            it[m] = &items[i];
+            pkt[m] = items[i].in;
+            len[m] = items[i].in_len;
+            out[m] = items[i].out;
+            cap[m] = items[i].out_cap;
+            seq[m++] = items[i].value;
+        }
+        pe_esp_encap_with_seq_burst(tx, m, seq, pkt, len, out, cap, out_len, st);
+        for (size_t k = 0; k < m; k++) {
+            it[k]->out_len = out_len[k];
+            encap_result(it[k], st[k]);
+        }
+    }
+}
+
 const pe_parallel_ops pe_esp_parallel_encap = {
     .growth = PE_ESP_MAX_OVERHEAD,
     .worker_new = esp_tx_clone,
     .worker_free = esp_tx_free,
     .before = esp_encap_before,
     .work = esp_encap_work,
+    .work_burst = esp_encap_work_burst,
 };
 
 /* A receiving worker: its receiver and the packet info it fills. */
