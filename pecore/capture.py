@@ -181,6 +181,10 @@ class _Pool:
             self.p = None
 
 
+def _bursts(protocol: int, decrypt: bool) -> bool:
+    return lib.pe_py_parallel_ops(protocol, int(decrypt)).work_burst != ffi.NULL
+
+
 def _temp_beside(out_path: "os.PathLike[str] | str", error: type) -> str:
     """A new file next to the output (same directory, so the final rename cannot cross file systems)."""
     out = os.fspath(out_path)
@@ -292,7 +296,8 @@ def run_transform(
     in_fd = out_fd = -1
     pool = None
     try:
-        if parallel is not None and parallel[2] > 1:
+        # One thread runs on the pool too when its transform has bursts (pe_parallel_ops.work_burst).
+        if parallel is not None and (parallel[2] > 1 or _bursts(parallel[0], parallel[1])):
             pool = _Pool(parallel[0], parallel[1], fn_ctx, parallel[2], error)
         if in_std or out_std:
             in_fd = 0 if in_std else _open_input(in_path, error)

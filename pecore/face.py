@@ -44,7 +44,9 @@ class Ops:
     - ``batch_encap(tx, extra)``: the core transform and its context that ``encrypt_batch`` runs;
     - ``decrypt_batch(rx, info, packets, result, error_class)``;
     - ``capture_encap``/``capture_decap``: the core's ``pe_ip_transform_fn`` of the capture loop, ``pool`` its
-      worker pool's protocol (pecore.capture.POOL_*).
+      worker pool's protocol (pecore.capture.POOL_*);
+    - ``batch_burst``: where the protocol has one, the core's ``pe_ip_burst_fn`` over ``batch_encap``'s
+      context, which ``encrypt_batch`` runs instead (pe_batch_burst: several packets' cryptography at once).
     """
 
     name: str
@@ -74,6 +76,7 @@ class Ops:
     capture_encap: Any
     capture_decap: Any
     pool: int
+    batch_burst: Any = None
 
 
 def c_struct(ctype: str, init: Any, fields: Mapping[str, Any], keep: list):
@@ -173,7 +176,7 @@ class Sender(_Endpoint):
         pkts = list(packets)
         with self.lock:
             fn, ctx = self.ops.batch_encap(self.c, extra)
-            results = run_batch(fn, ctx, pkts, self.ops.max_overhead, stop_at_failure=True)
+            results = run_batch(fn, ctx, pkts, self.ops.max_overhead, stop_at_failure=True, burst=self.ops.batch_burst)
         return sent_or_raise(results, self._error_class)
 
 

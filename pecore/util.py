@@ -147,7 +147,7 @@ _alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
 
 def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list] = None,
-              stop_at_failure: bool = False) -> List[Tuple[int, bytes]]:
+              stop_at_failure: bool = False, burst=None) -> List[Tuple[int, bytes]]:  # type: ignore[no-untyped-def]
     """Run a core transform over many packets in one call: (status, result) per packet.
 
     The packets are joined into one input buffer; pass ``keep`` to hold it
@@ -179,8 +179,12 @@ def run_batch(fn, ctx, packets: Sequence[bytes], extra: int, keep: Optional[list
     out_off = ffi.new("size_t[]", n)
     out_len = ffi.new("size_t[]", n)
     status = ffi.new("pe_status[]", n)
-    transform = lib.pe_batch_transform_until_failure if stop_at_failure else lib.pe_batch_transform
-    transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
+    if burst is not None:  # the same results (pe/batch.h), in slots of ``extra`` octets beyond each input
+        lib.pe_batch_burst(burst, ctx, extra, int(stop_at_failure), n, blob, in_off, in_len, out, cap, out_off,
+                           out_len, status)
+    else:
+        transform = lib.pe_batch_transform_until_failure if stop_at_failure else lib.pe_batch_transform
+        transform(fn, ctx, n, blob, in_off, in_len, out, cap, out_off, out_len, status)
     buf = ffi.buffer(out, cap)
     return [(status[i], buf[out_off[i] : out_off[i] + out_len[i]]) for i in range(n)]
 

@@ -154,3 +154,44 @@ def test_to_and_from_scapy(suite):
     back = from_scapy(ssa)
     assert back.suite == suite and back._settings["key"] == enc + auth
     assert raw(ssa.decrypt(scapy_pkt(back.encrypt(p)))) == p
+
+
+# The burst paths (pe_batch_burst, the pool's work_burst): their packets checked by scapy, not by the core.
+
+
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_batches_decrypt_in_scapy(on_backend, suite):
+    sa, ssa = pair(suite, 256, "tunnel", True, False, True, 1)
+    pkts = [inner(i % 2 == 1, (i * 37) % 700) for i in range(150)]  # past two bursts of 64
+    wires = sa.encrypt_batch(pkts)
+    assert len(wires) == len(pkts) and sa.next_seq() == len(pkts) + 1
+    assert [raw(ssa.decrypt(scapy_pkt(w))) for w in wires] == pkts
+    # IPv6 (40) + UDP (8) + SPI: the sequence numbers in order, as single calls give them
+    assert [int.from_bytes(w[52:56], "big") for w in wires] == list(range(1, len(pkts) + 1))
+
+
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_batch_stops_where_a_packet_is_refused(on_backend, suite):
+    sa, ssa = pair(suite, 128, "transport", False, False, False, 1)
+    pkts = [inner(False, i) for i in range(100)]
+    pkts[70] = b"\x45" + bytes(10)  # in the second burst: the packets after it must spend nothing
+    with pytest.raises(EspError) as ei:
+        sa.encrypt_batch(pkts)
+    assert str(ei.value).startswith("packet 70:") and len(ei.value.results) == 70 and sa.next_seq() == 71
+    assert [raw(ssa.decrypt(scapy_pkt(w))) for w in ei.value.results] == pkts[:70]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_captures_decrypt_in_scapy(on_backend, tmp_path, jobs):
+    from scapy.all import Ether, rdpcap, wrpcap
+
+    suite = "aes-cbc-hmac-sha256-128"
+    sa, ssa = pair(suite, 128, "tunnel", False, False, False, 1)
+    pkts = [inner(i % 3 == 0, (i * 53) % 1400) for i in range(300)]
+    # Addresses given: an Ether() without them would have scapy resolve, and send for, a MAC address
+    macs = {"src": "02:00:00:00:00:01", "dst": "02:00:00:00:00:02"}
+    wrpcap(str(tmp_path / "plain.pcap"), [Ether(**macs) / scapy_pkt(p) for p in pkts])
+    summary = pyesp.encrypt_capture(sa, tmp_path / "plain.pcap", tmp_path / "enc.pcap", jobs=jobs)
+    assert summary.transformed == len(pkts) and sa.next_seq() == len(pkts) + 1
+    got = [raw(ssa.decrypt(scapy_pkt(raw(f.payload)))) for f in rdpcap(str(tmp_path / "enc.pcap"))]
+    assert got == pkts
