@@ -16,6 +16,11 @@
  *              record length pick it): never accepted, the output wiped;
  *   open: the ESP octets are what follows the IP header (and UDP 4500 header)
  *   when the record parses as IP, else the record itself, told IPv4.
+ * Then (decap target) every record, as a plain packet, through one burst of
+ * the SA the first record's ctl picks (pe_esp_encap_burst, or with its bit 2
+ * _until_failure; a record's ctl bit 3 halves its room), against
+ * pe_esp_encap on each in order: the same statuses, octets (AES-CBC: the
+ * single sender given the IV the burst drew) and next sequence number.
  */
 #ifndef PE_FUZZ_ESP_SEQ_H
 #define PE_FUZZ_ESP_SEQ_H
@@ -129,6 +134,55 @@ static pe_status fz_esp_run(pe_esp_rx *rx, int open, const uint8_t *pkt, size_t 
     return pe_esp_open(rx, pkt + off, ip_len - off, family, dst, flags, out, cap, out_len, info);
 }
 
+static void fz_esp_burst(const fz_record *recs, size_t k)
+{
+    static uint8_t outs[16][65535 + PE_ESP_MAX_OVERHEAD], one[65535 + PE_ESP_MAX_OVERHEAD];
+    const uint8_t *pkt[16];
+    uint8_t *out[16];
+    size_t len[16], cap[16], out_len[16];
+    pe_status status[16];
+    if (k == 0)
+        return;
+    const fz_esp_sa *sa = &FZ_ESP_SAS[(recs[0].ctl >> 4) % FZ_ESP_N_SAS];
+    int until_failure = recs[0].ctl >> 2 & 1;
+    pe_esp_sa_config c;
+    fz_esp_config(sa, &c);
+    pe_esp_tx *burst, *single;
+    FUZZ_CHECK(pe_esp_tx_new(&c, &burst) == PE_OK && pe_esp_tx_new(&c, &single) == PE_OK, "burst senders");
+    for (size_t i = 0; i < k; i++) {
+        pkt[i] = recs[i].data;
+        len[i] = recs[i].len;
+        out[i] = outs[i];
+        cap[i] = (recs[i].ctl & 8) ? len[i] / 2 : len[i] + PE_ESP_MAX_OVERHEAD;
+    }
+    (until_failure ? pe_esp_encap_burst_until_failure : pe_esp_encap_burst)(burst, k, pkt, len, out, cap, out_len,
+                                                                            status);
+    int stopped = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (stopped) {
+            FUZZ_CHECK(status[i] == PE_ERR_BATCH_STOPPED && out_len[i] == 0, "packet %zu after the stop: %s", i,
+                       pe_status_name(status[i]));
+            continue;
+        }
+        pe_ip_info ip;
+        if (status[i] == PE_OK && sa->integ) { /* the IV after SPI and Seq */
+            FUZZ_CHECK(pe_ip_parse(out[i], out_len[i], &ip) == PE_OK, "the burst's packet %zu is no IP packet", i);
+            FUZZ_CHECK(pe_esp_tx_set_next_iv(single, out[i] + ip.l4_offset + (sa->udp ? 8 : 0) + 8, 16) == PE_OK,
+                       "iv");
+        }
+        size_t ol = 0;
+        pe_status st = pe_esp_encap(single, pkt[i], len[i], one, cap[i], &ol);
+        FUZZ_CHECK(st == status[i], "packet %zu of %zu: %s alone, %s in the burst", i, k, pe_status_name(st),
+                   pe_status_name(status[i]));
+        FUZZ_CHECK(ol == out_len[i] && (st != PE_OK || memcmp(one, out[i], ol) == 0),
+                   "packet %zu of %zu: the burst's octets differ", i, k);
+        stopped = until_failure && st != PE_OK;
+    }
+    FUZZ_CHECK(pe_esp_tx_next_seq(burst) == pe_esp_tx_next_seq(single), "next sequence numbers differ");
+    pe_esp_tx_free(burst);
+    pe_esp_tx_free(single);
+}
+
 static void fz_esp_sequence(const uint8_t *d, size_t n, int open)
 {
     fz_record recs[16];
@@ -227,6 +281,8 @@ static void fz_esp_sequence(const uint8_t *d, size_t n, int open)
     for (size_t i = 0; i < FZ_ESP_N_SAS; i++)
         pe_esp_tx_free(tx[i]);
     pe_esp_rx_free(rx);
+    if (!open)
+        fz_esp_burst(recs, k);
 }
 
 #endif
