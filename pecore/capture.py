@@ -181,10 +181,6 @@ class _Pool:
             self.p = None
 
 
-def _bursts(protocol: int, decrypt: bool) -> bool:
-    return lib.pe_py_parallel_ops(protocol, int(decrypt)).work_burst != ffi.NULL
-
-
 def _temp_beside(out_path: "os.PathLike[str] | str", error: type) -> str:
     """A new file next to the output (same directory, so the final rename cannot cross file systems)."""
     out = os.fspath(out_path)
@@ -241,8 +237,8 @@ def run_transform(
 ) -> Summary:
     """Run a core transform (a ``pe_ip_transform_fn`` and its context) over a capture.
 
-    With ``parallel`` = (protocol, decrypt, jobs) (protocol: POOL_PSP, POOL_EESP, POOL_ESP) and jobs > 1 the core's worker pool runs that protocol's
-    transform on ``jobs`` threads instead (the output, summary and SA state are those of one thread; the
+    With ``parallel`` = (protocol, decrypt, jobs) (protocol: POOL_PSP, POOL_EESP, POOL_ESP) the core's worker
+    pool runs that protocol's transform on ``jobs`` threads instead (the output, summary and SA state are those of one thread; the
     GIL is released meanwhile; ``progress`` is still called on this thread).
 
     ``"-"`` as ``in_path`` reads standard input, as ``out_path`` writes standard output (nothing else is
@@ -296,8 +292,7 @@ def run_transform(
     in_fd = out_fd = -1
     pool = None
     try:
-        # One thread runs on the pool too when its transform has bursts (pe_parallel_ops.work_burst).
-        if parallel is not None and (parallel[2] > 1 or _bursts(parallel[0], parallel[1])):
+        if parallel is not None:
             pool = _Pool(parallel[0], parallel[1], fn_ctx, parallel[2], error)
         if in_std or out_std:
             in_fd = 0 if in_std else _open_input(in_path, error)
@@ -395,6 +390,7 @@ def face_transform(
     grows: bool,
     errors: Tuple[type, type],
     pool: Optional[int],
+    bursts: bool = False,
     setup: Optional[Callable[[], None]] = None,
 ) -> Summary:
     """The body of every face's ``encrypt_capture``/``decrypt_capture``, once its argument is checked: the core
@@ -402,8 +398,9 @@ def face_transform(
 
     ``errors`` = (the face's CaptureError, its ConfigurationError): ``jobs`` is checked the same way for
     every protocol.  ``pool`` picks the core worker pool's ops (pe/parallel.h: POOL_PSP, POOL_EESP,
-    POOL_ESP) when ``jobs`` > 1, or None to run on the calling thread (a PSP sender with a Python
-    ``udp_sport``).  ``setup`` runs under the lock first (EESP's capture Sub SAs).
+    POOL_ESP) when ``jobs`` > 1, or for one job too with ``bursts`` (a sender whose cryptography gains
+    from several packets at once: the pool's work step takes them so), or None to run on the calling thread
+    (a PSP sender with a Python ``udp_sport``).  ``setup`` runs under the lock first (EESP's capture Sub SAs).
     """
     capture_error, config_error = errors
     jobs = check_jobs(jobs, config_error)
@@ -412,7 +409,7 @@ def face_transform(
             setup()
         return run_transform(in_path, out_path, fn, ctx, drop_failed=drop_failed, progress=progress,
                              error=capture_error, fmt=fmt, grows=grows,
-                             parallel=None if pool is None else (pool, not grows, jobs))
+                             parallel=None if pool is None or (jobs == 1 and not bursts) else (pool, not grows, jobs))
 
 
 def _umask() -> int:

@@ -45,8 +45,10 @@ class Ops:
     - ``decrypt_batch(rx, info, packets, result, error_class)``;
     - ``capture_encap``/``capture_decap``: the core's ``pe_ip_transform_fn`` of the capture loop, ``pool`` its
       worker pool's protocol (pecore.capture.POOL_*);
-    - ``batch_burst``: where the protocol has one, the core's ``pe_ip_burst_fn`` over ``batch_encap``'s
-      context, which ``encrypt_batch`` runs instead (pe_batch_burst: several packets' cryptography at once).
+    - ``bursts(tx)``: where the protocol has them, the core's ``pe_ip_burst_fn`` over ``batch_encap``'s
+      context when this sender gains from bursts (several packets' cryptography at once), else None; with
+      one, ``encrypt_batch`` runs it (pe_batch_burst) and a capture of one job runs on the worker pool, whose
+      work step then takes bursts too.
     """
 
     name: str
@@ -76,7 +78,7 @@ class Ops:
     capture_encap: Any
     capture_decap: Any
     pool: int
-    batch_burst: Any = None
+    bursts: Optional[Callable[[Any], Any]] = None
 
 
 def c_struct(ctype: str, init: Any, fields: Mapping[str, Any], keep: list):
@@ -170,13 +172,17 @@ class Sender(_Endpoint):
         """Move the counter (forward only); the core's status, for the face to explain."""
         return self.call(self.ops.set_next_counter, value, extra)
 
+    def burst(self) -> Any:
+        """The core's burst transform for this sender, or None where bursts gain nothing (``Ops.bursts``)."""
+        return self.ops.bursts(self.c) if self.ops.bursts is not None else None
+
     def encap_batch(self, packets: Iterable[Buffer], *extra: Any) -> List[bytes]:
         """Encrypt many packets in one core call (pe_batch_transform_until_failure): every result, or the first
         failure raised with the results before it in ``err.results`` (the packets after it spent nothing)."""
         pkts = list(packets)
         with self.lock:
             fn, ctx = self.ops.batch_encap(self.c, extra)
-            results = run_batch(fn, ctx, pkts, self.ops.max_overhead, stop_at_failure=True, burst=self.ops.batch_burst)
+            results = run_batch(fn, ctx, pkts, self.ops.max_overhead, stop_at_failure=True, burst=self.burst())
         return sent_or_raise(results, self._error_class)
 
 
@@ -236,7 +242,7 @@ def encrypt_capture(sender: Sender, in_path: PathLike, out_path: PathLike, *, er
     is called with the sender's core object under the lock first (EESP's capture Sub SAs)."""
     return face_transform(sender.ops.capture_encap, sender.c, sender.lock, in_path, out_path,
                           drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=True, errors=errors,
-                          pool=None if sender.serial else sender.ops.pool,
+                          pool=None if sender.serial else sender.ops.pool, bursts=sender.burst() is not None,
                           setup=None if setup is None else lambda: setup(sender.c))
 
 

@@ -366,7 +366,7 @@ ESP = _ipsec(
     set_next_counter=lambda tx, value, _extra: lib.pe_esp_tx_set_next_seq(tx, value),
     # ESP's encrypt_batch is the core's own transform, no Python per packet
     batch_encap=lambda tx, _extra: (lib.pe_esp_capture_encap, tx),
-    batch_burst=lib.pe_esp_capture_encap_burst,
+    bursts=lambda tx: lib.pe_esp_capture_encap_burst if lib.pe_esp_tx_bursts(tx) else None,
     pool=POOL_ESP,
 )
 

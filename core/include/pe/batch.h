@@ -52,11 +52,11 @@ typedef void (*pe_ip_burst_fn)(void *ctx, size_t n, const uint8_t *const *pkt, c
 
 /*
  * pe_batch_transform (until_failure 0) or pe_batch_transform_until_failure
- * through a burst.  Packet i gets a slot of in_len[i] + growth octets of out,
- * growth being the transform's largest (so results are not back to back:
- * out_off[i] locates each); from the first packet whose slot does not fit
- * on, packets get PE_ERR_BUFFER_TOO_SMALL and are not handed to burst.
- * Returns as those two do.
+ * through a burst, results back to back as theirs.  While a slice of packets
+ * is out, packet i has a slot of in_len[i] + growth octets of out past the
+ * results before it, growth being the transform's largest; from the first
+ * packet whose slot does not fit on, packets get PE_ERR_BUFFER_TOO_SMALL and
+ * are not handed to burst.  Returns as those two do.
  */
 pe_status pe_batch_burst(pe_ip_burst_fn burst, void *ctx, size_t growth, int until_failure, size_t n,
                          const uint8_t *in, const size_t *in_off, const size_t *in_len, uint8_t *out, size_t out_cap,

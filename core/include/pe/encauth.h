@@ -103,6 +103,8 @@ typedef struct pe_encauth_seal_req {
  * lone seal waits for a flush of lanes it alone fills.
  */
 void pe_encauth_seal_burst(pe_encauth *a, pe_encauth_seal_req *req, size_t n);
+/* Whether pe_encauth_seal_burst seals side by side here (keys on ipsec-mb), not one by one. */
+int pe_encauth_bursts(const pe_encauth *a);
 /*
  * in holds the same layout with the ICV after the ciphertext.  The len
  * octets of plaintext go to pt (which may not overlap in), and only after

@@ -105,6 +105,12 @@ pe_status pe_esp_encap(pe_esp_tx *tx, const uint8_t *pkt, size_t len, uint8_t *o
 void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len, uint8_t *const *out,
                         const size_t *cap, size_t *out_len, pe_status *status);
 /*
+ * Whether a burst gains anything on this sender: an integrity transform
+ * whose keys are on ipsec-mb.  Elsewhere it is the single calls in a loop,
+ * and a caller does as well to make them itself.
+ */
+int pe_esp_tx_bursts(const pe_esp_tx *tx);
+/*
  * The same, stopping at the first packet refused: the packets after it are
  * not looked at, spend no sequence number and get PE_ERR_BATCH_STOPPED.  (A
  * seal that fails on its own, PE_ERR_CRYPTO, stops the burst too, but the

@@ -252,6 +252,11 @@ void pe_encauth_seal_burst(pe_encauth *a, pe_encauth_seal_req *req, size_t n)
     }
 }
 
+int pe_encauth_bursts(const pe_encauth *a)
+{
+    return a->imb != NULL;
+}
+
 pe_status pe_encauth_open(pe_encauth *a, const uint8_t *in, size_t head_len, size_t len, const uint8_t *tail,
                           size_t tail_len, uint8_t *pt)
 {

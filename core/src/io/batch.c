@@ -1,5 +1,7 @@
 #include "pe/batch.h"
 
+#include <string.h>
+
 static pe_status run(pe_ip_transform_fn fn, void *ctx, size_t n, const uint8_t *in, const size_t *in_off,
                      const size_t *in_len, uint8_t *out, size_t out_cap, size_t *out_off, size_t *out_len,
                      pe_status *status, int stop_at_failure)
@@ -54,28 +56,37 @@ pe_status pe_batch_burst(pe_ip_burst_fn burst, void *ctx, size_t growth, int unt
     size_t used = 0;
     pe_status result = PE_OK, untried = PE_OK;
     for (size_t first = 0; first < n; first += PE_BATCH_BURST) {
-        size_t end = n - first < PE_BATCH_BURST ? n : first + PE_BATCH_BURST, m = 0;
+        size_t end = n - first < PE_BATCH_BURST ? n : first + PE_BATCH_BURST, m = 0, slot = used;
         const uint8_t *pkt[PE_BATCH_BURST];
         uint8_t *dst[PE_BATCH_BURST];
         size_t cap[PE_BATCH_BURST];
         for (size_t i = first; i < end; i++) {
-            out_off[i] = used;
             out_len[i] = 0;
-            if (untried == PE_OK && (in_len[i] > out_cap - used || growth > out_cap - used - in_len[i]))
+            if (untried == PE_OK && (in_len[i] > out_cap - slot || growth > out_cap - slot - in_len[i]))
                 result = untried = PE_ERR_BUFFER_TOO_SMALL;
             if (untried != PE_OK) {
+                out_off[i] = used;
                 status[i] = untried;
                 continue;
             }
             pkt[m] = in + in_off[i];
-            dst[m] = out + used;
+            dst[m] = out + slot;
             cap[m++] = in_len[i] + growth;
-            used += in_len[i] + growth;
+            slot += in_len[i] + growth;
         }
         if (m == 0)
             continue;
         /* The packets handed over are first .. first + m - 1: the rest of the slice did not fit. */
         burst(ctx, m, pkt, in_len + first, dst, cap, out_len + first, status + first, until_failure);
+        /* Back to back, as pe_batch_transform leaves them: each result moves down, never onto a later slot. */
+        for (size_t k = 0; k < m; k++) {
+            out_off[first + k] = used;
+            if (dst[k] != out + used)
+                memmove(out + used, dst[k], out_len[first + k]);
+            used += out_len[first + k];
+        }
+        for (size_t i = first + m; i < end; i++)
+            out_off[i] = used;
         for (size_t i = first; until_failure && i < first + m; i++)
             if (status[i] != PE_OK) { /* it came before any that did not fit */
                 result = status[i];

@@ -551,6 +551,11 @@ static void encap_burst(esp_sa *sa, size_t n, const uint64_t *seqs, const uint8_
     }
 }
 
+int pe_esp_tx_bursts(const pe_esp_tx *tx)
+{
+    return tx->sa.suite.integ && pe_encauth_bursts(&tx->sa.encauth);
+}
+
 void pe_esp_encap_burst(pe_esp_tx *tx, size_t n, const uint8_t *const *pkt, const size_t *len, uint8_t *const *out,
                         const size_t *cap, size_t *out_len, pe_status *status)
 {
