@@ -96,8 +96,8 @@ typedef struct pe_encauth_seal_req {
 #define PE_ENCAUTH_BURST_MAX 64u
 
 /*
- * pe_encauth_seal on n buffers (n <= PE_ENCAUTH_BURST_MAX, else each request
- * gets PE_ERR_INVALID_ARGUMENT): the same octets as n calls.  On ipsec-mb the
+ * pe_encauth_seal on n buffers: the same octets as n calls (which is what
+ * runs past PE_ENCAUTH_BURST_MAX, or for a request it refuses).  On ipsec-mb the
  * n jobs are submitted together to this thread's job manager, so the
  * multi-buffer CBC and HMAC lanes work on several packets at once, where a
  * lone seal waits for a flush of lanes it alone fills.
@@ -112,6 +112,22 @@ int pe_encauth_bursts(const pe_encauth *a);
  */
 pe_status pe_encauth_open(pe_encauth *a, const uint8_t *in, size_t head_len, size_t len, const uint8_t *tail,
                           size_t tail_len, uint8_t *pt);
+/* One open of a burst: pe_encauth_open's arguments, the tail held here, and how it went. */
+typedef struct pe_encauth_open_req {
+    const uint8_t *in;
+    size_t head_len, len;
+    uint8_t tail[PE_ENCAUTH_MAX_TAIL];
+    size_t tail_len;
+    uint8_t *pt;
+    pe_status status;
+} pe_encauth_open_req;
+/*
+ * pe_encauth_open on n buffers: the same results as n calls (which is what
+ * runs past PE_ENCAUTH_BURST_MAX, or for a request it refuses), the ICVs
+ * compared in constant time and a failure's plaintext wiped alike.  On
+ * ipsec-mb the jobs of the requests without a tail run side by side.
+ */
+void pe_encauth_open_burst(pe_encauth *a, pe_encauth_open_req *req, size_t n);
 
 #ifdef __cplusplus
 }

@@ -252,6 +252,19 @@ void pe_encauth_seal_burst(pe_encauth *a, pe_encauth_seal_req *req, size_t n)
     }
 }
 
+void pe_encauth_open_burst(pe_encauth *a, pe_encauth_open_req *req, size_t n)
+{
+    int ok = n <= PE_ENCAUTH_BURST_MAX;
+    for (size_t i = 0; i < n; i++)
+        ok &= args_ok(a, PE_AEAD_OPEN, req[i].len, req[i].tail_len);
+    if (ok && a->imb && pe_imb_encauth_open_burst(a, req, n))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        pe_encauth_open_req *r = &req[i];
+        r->status = pe_encauth_open(a, r->in, r->head_len, r->len, r->tail_len ? r->tail : NULL, r->tail_len, r->pt);
+    }
+}
+
 int pe_encauth_bursts(const pe_encauth *a)
 {
     return a->imb != NULL;

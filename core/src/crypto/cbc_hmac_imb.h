@@ -20,6 +20,9 @@ pe_status pe_imb_encauth_seal(pe_encauth *a, uint8_t *buf, size_t head_len, size
 /* 1 when ipsec-mb sealed every request (their statuses set); 0 when it cannot here (cbc_hmac.c then seals
  * them one at a time). */
 int pe_imb_encauth_seal_burst(pe_encauth *a, pe_encauth_seal_req *req, size_t n);
+/* The requests without a tail side by side on the best path's manager, the others one by one; 0 (nothing
+ * done) without a manager. */
+int pe_imb_encauth_open_burst(pe_encauth *a, pe_encauth_open_req *req, size_t n);
 pe_status pe_imb_encauth_open(pe_encauth *a, const uint8_t *in, size_t head_len, size_t len, const uint8_t *tail,
                               size_t tail_len, uint8_t *pt);
 
