@@ -333,6 +333,64 @@ static void copy_iv(pe_esp_tx *to, const uint8_t *pkt, size_t len, int udp)
     CHECK_ST(pe_esp_tx_set_next_iv(to, pkt + ip.l4_offset + (udp ? 8 : 0) + 8, 16), PE_OK);
 }
 
+/*
+ * pe_esp_decap_burst against pe_esp_decap_flags on each in order, on what a
+ * sender of c sent: every packet, some twice, some with an octet flipped or
+ * cut short; with and without PE_ESP_OPEN_NO_REPLAY.
+ */
+static void burst_decap_case(const pe_esp_sa_config *c, size_t n, uint8_t *const *wire, const size_t *wire_len)
+{
+    static uint8_t pkts[2 * BURST_PKTS][512 + PE_ESP_MAX_OVERHEAD], outs[2 * BURST_PKTS][512 + PE_ESP_MAX_OVERHEAD];
+    static uint8_t one[512 + PE_ESP_MAX_OVERHEAD];
+    const uint8_t *pkt[2 * BURST_PKTS];
+    uint8_t *out[2 * BURST_PKTS];
+    size_t len[2 * BURST_PKTS], cap[2 * BURST_PKTS], out_len[2 * BURST_PKTS], m = 0;
+    pe_status status[2 * BURST_PKTS];
+    pe_esp_info info[2 * BURST_PKTS];
+    for (size_t i = 0; i < n; i++) {
+        if (!wire_len[i])
+            continue;
+        for (int copy = 0; copy < 1 + !rnd_below(7); copy++) { /* now and then twice: a replay */
+            memcpy(pkts[m], wire[i], wire_len[i]);
+            len[m] = wire_len[i];
+            if (!rnd_below(9))
+                pkts[m][rnd_below(len[m])] ^= (uint8_t)(1u << rnd_below(8)); /* forged, or no longer ESP */
+            else if (!rnd_below(13))
+                len[m] = rnd_below(len[m]); /* cut short */
+            pkt[m] = pkts[m];
+            out[m] = outs[m];
+            cap[m] = rnd_below(11) ? sizeof outs[m] : rnd_below(len[m] + 1); /* now and then too small */
+            m++;
+        }
+    }
+    for (unsigned flags = 0; flags <= (PE_ESP_OPEN_NO_REPLAY | PE_ESP_DECAP_UDP_NOTE); flags++) {
+        pe_esp_rx_config rc;
+        pe_esp_rx_config_init(&rc);
+        pe_esp_rx *burst, *single;
+        CHECK_ST(pe_esp_rx_new(&rc, &burst), PE_OK);
+        CHECK_ST(pe_esp_rx_new(&rc, &single), PE_OK);
+        CHECK_ST(pe_esp_rx_add_sa(burst, c), PE_OK);
+        CHECK_ST(pe_esp_rx_add_sa(single, c), PE_OK);
+        pe_esp_decap_burst(burst, m, pkt, len, flags, out, cap, out_len, info, status);
+        size_t opened = 0;
+        for (size_t i = 0; i < m; i++) {
+            size_t ol = 0;
+            pe_esp_info mine;
+            pe_status st = pe_esp_decap_flags(single, pkt[i], len[i], flags, one, cap[i], &ol, &mine);
+            opened += st == PE_OK;
+            CHECKF(st == status[i] && ol == out_len[i] && (st != PE_OK || memcmp(one, out[i], ol) == 0) &&
+                       mine.icv_valid == info[i].icv_valid && mine.seq == info[i].seq &&
+                       mine.next_header == info[i].next_header && mine.pad_len == info[i].pad_len &&
+                       mine.udp_checksum == info[i].udp_checksum,
+                   "decap flags %u, packet %zu of %zu: %s alone, %s in the burst", flags, i, m, pe_status_name(st),
+                   pe_status_name(status[i]));
+        }
+        CHECKF(m < 8 || opened > 0, "decap flags %u: none of %zu opened", flags, m);
+        pe_esp_rx_free(burst);
+        pe_esp_rx_free(single);
+    }
+}
+
 /* pe_esp_encap_burst_until_failure against pe_esp_encap in order, stopping where it first refuses. */
 static void burst_until_failure_case(const pe_esp_sa_config *c, size_t n, const uint8_t *const *pkt,
                                      const size_t *len, const size_t *cap)
@@ -432,6 +490,7 @@ static void burst_case(const cbc_case *k, pe_esp_mode mode, int esn, int udp, si
                "packet %zu of %zu (%s, mode %d, esn %d, udp %d): the burst's octets differ", i, n,
                pe_backend_name(pe_backend_current()), (int)mode, esn, udp);
     }
+    burst_decap_case(&c, n, out, out_len);
     pe_esp_tx_free(burst);
     pe_esp_tx_free(single);
     burst_until_failure_case(&c, n, pkt, len, cap);

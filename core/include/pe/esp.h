@@ -233,6 +233,19 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out);
 pe_status pe_esp_decap_flags(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
                              size_t cap, size_t *out_len, pe_esp_info *info);
+/*
+ * pe_esp_decap_flags on n packets: packet i from pkt[i] (len[i] octets) to
+ * out[i] (cap[i] octets), its length in out_len[i] (0 unless status[i] is
+ * PE_OK) and its info in info[i]; the same results as n calls in order.
+ * With PE_ESP_OPEN_NO_REPLAY (a worker's open), the AES-CBC + HMAC ICV
+ * checks and decryptions of packets on one SA run side by side on ipsec-mb
+ * (pe_encauth_open_burst); without it, one by one.
+ */
+/* Whether a burst gains anything on this receiver: one of its SAs opens AES-CBC + HMAC on ipsec-mb. */
+int pe_esp_rx_bursts(const pe_esp_rx *rx);
+void pe_esp_decap_burst(pe_esp_rx *rx, size_t n, const uint8_t *const *pkt, const size_t *len, unsigned flags,
+                        uint8_t *const *out, const size_t *cap, size_t *out_len, pe_esp_info *info,
+                        pe_status *status);
 pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid,
                               uint64_t seq_used, uint8_t *out, size_t cap, size_t *out_len);
 

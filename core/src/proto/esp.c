@@ -595,6 +595,7 @@ pe_status pe_esp_encap_with_seq(pe_esp_tx *tx, uint64_t seq, const uint8_t *pkt,
 struct pe_esp_rx {
     pe_ipsec_rx ipsec; /* first: the port, the checksum settings, the SAs (esp_sa) */
     int eesp_on_port;
+    int bursting_sas;  /* SAs whose opens gain from bursts (pe_esp_rx_bursts) */
 };
 
 void pe_esp_rx_config_init(pe_esp_rx_config *cfg)
@@ -633,7 +634,16 @@ int pe_esp_rx_holds_spi(const void *rx, uint32_t spi)
 
 pe_status pe_esp_rx_add_sa(pe_esp_rx *rx, const pe_esp_sa_config *cfg)
 {
-    return pe_ipsec_rx_add_sa(&rx->ipsec, &esp_sa_ops, cfg->spi, cfg->dst_family, cfg->dst, cfg);
+    pe_status st = pe_ipsec_rx_add_sa(&rx->ipsec, &esp_sa_ops, cfg->spi, cfg->dst_family, cfg->dst, cfg);
+    const esp_sa *sa = st == PE_OK ? find_sa(rx, cfg->spi, cfg->dst_family, cfg->dst) : NULL;
+    if (sa && sa->suite.integ && pe_encauth_bursts(&sa->encauth))
+        rx->bursting_sas++;
+    return st;
+}
+
+int pe_esp_rx_bursts(const pe_esp_rx *rx)
+{
+    return rx->bursting_sas > 0;
 }
 
 /* Where the ESP packet is: after the IP (extension) headers, or in UDP (RFC 3948 §2, eesp.md §14). */
@@ -702,14 +712,25 @@ static pe_status after_icv(const esp_sa *sa, uint8_t *dst, size_t region_len, pe
     return PE_OK;
 }
 
+/* What steps 1-3 of open_esp leave for step 4 on: the SA, the sequence number, where the payload goes. */
+typedef struct esp_opening {
+    esp_sa *sa;
+    const uint8_t *e;
+    uint64_t seq;
+    int replay;
+    uint8_t *dst;
+    size_t region_len;
+} esp_opening;
+
 /*
- * RFC 4303 sections 3.4.2-3.4.4 on the ESP octets `e`.  The payload lands at
- * out + lead (transport mode), so that a caller can put the IP header back
- * in front without moving it.
+ * RFC 4303 sections 3.4.2-3.4.3 on the ESP octets `e`: steps 1-3 of
+ * open_esp, and the room for the payload, which lands at out + lead in
+ * transport mode so that a caller can put the IP header back in front
+ * without moving it.
  */
-static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int family, const uint8_t *daddr,
-                          unsigned flags, uint8_t *out, size_t cap, size_t transport_lead, size_t *inner_len,
-                          pe_esp_info *info)
+static pe_status open_begin(pe_esp_rx *rx, const uint8_t *e, size_t elen, int family, const uint8_t *daddr,
+                            unsigned flags, uint8_t *out, size_t cap, size_t transport_lead, pe_esp_info *info,
+                            esp_opening *o)
 {
     pe_status st;
 
@@ -752,49 +773,83 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     if (replay && (st = pe_replay_check(&sa->replay, seq)) != PE_OK)
         return st;
 
-    /* Step 4 (RFC 4303 §3.4.4.2): ICV check and decryption in one pass, into out + lead. */
     size_t region_len = data_end - payload_off;
     size_t lead = sa->mode == PE_ESP_TRANSPORT ? transport_lead : 0;
     if (cap < lead || cap - lead < region_len)
         return PE_ERR_BUFFER_TOO_SMALL;
-    uint8_t *dst = out + lead;
-    if (s->integ) {
-        /* RFC 4303 §3.4.4.1: the ICV over SPI || Seq || IV || ciphertext (|| ESN high half), checked first */
-        uint8_t hi[4];
-        pe_put32(hi, (uint32_t)(seq >> 32));
-        st = pe_encauth_open(&sa->encauth, e, PE_ESP_HDR_LEN, region_len, sa->esn ? hi : NULL, sa->esn ? 4 : 0, dst);
-    } else {
-        uint8_t nonce[12], hdr[12];
-        nonce_for(sa, e + iv_off, seq, nonce);
-        pe_iov aad[2];
-        size_t n_aad = aad_for(sa, info->spi, seq, e + iv_off, data_end - iv_off, hdr, aad);
-        if (s->integrity_only) {
-            memcpy(dst, e + payload_off, region_len);
-            st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + data_end, 0, e + data_end, dst + region_len);
-        } else {
-            st = pe_aead_open(&sa->aead, nonce, aad, n_aad, e + payload_off, region_len, e + data_end, dst);
-        }
+    *o = (esp_opening){.sa = sa, .e = e, .seq = seq, .replay = replay, .dst = out + lead, .region_len = region_len};
+    return PE_OK;
+}
+
+/* Step 4 with an integrity transform, as a request (RFC 4303 §3.4.4.1: the ICV over SPI || Seq || IV ||
+ * ciphertext || the ESN high half, checked first). */
+static void integ_request(const esp_opening *o, pe_encauth_open_req *r)
+{
+    r->in = o->e;
+    r->head_len = PE_ESP_HDR_LEN;
+    r->len = o->region_len;
+    r->tail_len = o->sa->esn ? 4 : 0;
+    pe_put32(r->tail, (uint32_t)(o->seq >> 32));
+    r->pt = o->dst;
+}
+
+/* Step 4 (RFC 4303 §3.4.4.2): ICV check and decryption in one pass, into o->dst. */
+static pe_status open_crypto(esp_opening *o, const pe_esp_info *info)
+{
+    esp_sa *sa = o->sa;
+    if (sa->suite.integ) {
+        pe_encauth_open_req r;
+        integ_request(o, &r);
+        return pe_encauth_open(&sa->encauth, r.in, r.head_len, r.len, r.tail_len ? r.tail : NULL, r.tail_len, r.pt);
     }
+    const uint8_t *e = o->e;
+    size_t iv_off = PE_ESP_HDR_LEN, payload_off = info->payload_offset, data_end = payload_off + o->region_len;
+    uint8_t nonce[12], hdr[12];
+    nonce_for(sa, e + iv_off, o->seq, nonce);
+    pe_iov aad[2];
+    size_t n_aad = aad_for(sa, info->spi, o->seq, e + iv_off, data_end - iv_off, hdr, aad);
+    if (sa->suite.integrity_only) {
+        memcpy(o->dst, e + payload_off, o->region_len);
+        return pe_aead_open(&sa->aead, nonce, aad, n_aad, e + data_end, 0, e + data_end, o->dst + o->region_len);
+    }
+    return pe_aead_open(&sa->aead, nonce, aad, n_aad, e + payload_off, o->region_len, e + data_end, o->dst);
+}
+
+/* Steps 4 (its verdict) to 6, once the ICV was checked with status `icv`. */
+static pe_status open_end(const esp_opening *o, pe_status icv, unsigned flags, size_t *inner_len, pe_esp_info *info)
+{
+    esp_sa *sa = o->sa;
+    pe_status st = icv;
     info->icv_valid = st == PE_OK;
     if (st != PE_OK) {
-        pe_wipe(dst, region_len); /* never hand out unauthenticated plaintext */
+        pe_wipe(o->dst, o->region_len); /* never hand out unauthenticated plaintext */
         return st;
     }
 
     /* Step 5 (RFC 4303 §3.4.3): the window moves only now, and with it ESN's reference point. */
-    if (replay)
-        st = pe_replay_update(&sa->replay, seq);
-    else if (!sa->anti_replay && seq > sa->top && !(flags & PE_ESP_OPEN_NO_REPLAY))
-        sa->top = seq;
+    if (o->replay)
+        st = pe_replay_update(&sa->replay, o->seq);
+    else if (!sa->anti_replay && o->seq > sa->top && !(flags & PE_ESP_OPEN_NO_REPLAY))
+        sa->top = o->seq;
 
     /* Step 6 (RFC 4303 sections 3.4.4.1, 2.4-2.6): trailer, padding, dummy packets, the tunnelled packet. */
     if (st == PE_OK)
-        st = after_icv(sa, dst, region_len, info, inner_len);
+        st = after_icv(sa, o->dst, o->region_len, info, inner_len);
     if (st != PE_OK) {
-        pe_wipe(dst, region_len); /* authenticated, but not delivered: nothing of it stays behind */
+        pe_wipe(o->dst, o->region_len); /* authenticated, but not delivered: nothing of it stays behind */
         return st;
     }
     return PE_OK;
+}
+
+/* RFC 4303 sections 3.4.2-3.4.4 on the ESP octets `e` (open_begin's steps 1-3, then 4-6). */
+static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int family, const uint8_t *daddr,
+                          unsigned flags, uint8_t *out, size_t cap, size_t transport_lead, size_t *inner_len,
+                          pe_esp_info *info)
+{
+    esp_opening o;
+    pe_status st = open_begin(rx, e, elen, family, daddr, flags, out, cap, transport_lead, info, &o);
+    return st != PE_OK ? st : open_end(&o, open_crypto(&o, info), flags, inner_len, info);
 }
 
 /* In two parts, each short enough to be plain stores: one memset of the whole was a `rep stos` (see eesp.c). */
@@ -822,6 +877,7 @@ pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
     if (st != PE_OK)
         return st;
     pe_esp_rx *c = *out;
+    c->bursting_sas = rx->bursting_sas;
     if ((st = pe_ipsec_rx_clone_sas(&c->ipsec, &rx->ipsec, &esp_sa_ops)) != PE_OK) {
         pe_esp_rx_free(c);
         *out = NULL;
@@ -906,3 +962,74 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
                                            : pe_ip_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
     return PE_OK;
 }
+
+/*
+ * The packets of a burst, in order, up to step 3 (and the AEAD ones to the
+ * end); the AES-CBC + HMAC ICV checks and decryptions of a slice side by
+ * side (pe_encauth_open_burst, each request on its own SA's keys: those that
+ * share one go together); then steps 4-6 and the IP header of each.  Without
+ * PE_ESP_OPEN_NO_REPLAY a packet could move the window the next one is
+ * checked against: one by one then.
+ */
+void pe_esp_decap_burst(pe_esp_rx *rx, size_t n, const uint8_t *const *pkt, const size_t *len, unsigned flags,
+                        uint8_t *const *out, const size_t *cap, size_t *out_len, pe_esp_info *info,
+                        pe_status *status)
+{
+    if (!(flags & PE_ESP_OPEN_NO_REPLAY)) {
+        for (size_t i = 0; i < n; i++) {
+            out_len[i] = 0;
+            status[i] = decap(rx, pkt[i], len[i], flags, out[i], cap[i], &out_len[i], &info[i]);
+        }
+        return;
+    }
+    int csum_mode = flags & PE_ESP_DECAP_UDP_NOTE ? PE_UDP_CHECKSUM_NOTE : rx->ipsec.check_udp_checksum;
+    for (size_t first = 0; first < n; first += PE_ENCAUTH_BURST_MAX) {
+        size_t end = n - first < PE_ENCAUTH_BURST_MAX ? n : first + PE_ENCAUTH_BURST_MAX, m = 0;
+        esp_opening o[PE_ENCAUTH_BURST_MAX];
+        pe_ip_info ip[PE_ENCAUTH_BURST_MAX];
+        pe_encauth_open_req req[PE_ENCAUTH_BURST_MAX];
+        size_t at[PE_ENCAUTH_BURST_MAX];
+        for (size_t i = first; i < end; i++) {
+            pe_esp_info *in = info_reset(&info[i]);
+            pe_ipsec_location loc;
+            out_len[i] = 0;
+            pe_status st = locate(rx, pkt[i], len[i], csum_mode, &ip[m], &loc, &in->udp_checksum);
+            in->udp_encap = loc.udp_encap;
+            if (st == PE_OK)
+                st = open_begin(rx, pkt[i] + loc.offset, loc.len, (int)ip[m].version, pe_ipsec_ip_dst(pkt[i], &ip[m]),
+                                flags, out[i], cap[i], ip[m].l4_offset, in, &o[m]);
+            if (st == PE_OK && o[m].sa->suite.integ) {
+                integ_request(&o[m], &req[m]);
+                at[m++] = i;
+                continue;
+            }
+            size_t inner_len;
+            if (st == PE_OK)
+                st = open_end(&o[m], open_crypto(&o[m], in), flags, &inner_len, in);
+            if (st == PE_OK)
+                out_len[i] = in->mode == PE_ESP_TUNNEL ? inner_len
+                                                       : pe_ip_transport_rebuild(out[i], pkt[i], &ip[m], in->next_header,
+                                                                                 inner_len);
+            status[i] = st;
+        }
+        /* The requests of one SA's keys together, in order; most bursts hold one SA. */
+        for (size_t k = 0; k < m;) {
+            esp_sa *sa = o[k].sa;
+            size_t j = k + 1;
+            while (j < m && o[j].sa == sa)
+                j++;
+            pe_encauth_open_burst(&sa->encauth, &req[k], j - k);
+            k = j;
+        }
+        for (size_t k = 0; k < m; k++) {
+            size_t i = at[k], inner_len;
+            pe_status st = open_end(&o[k], req[k].status, flags, &inner_len, &info[i]);
+            if (st == PE_OK)
+                out_len[i] = info[i].mode == PE_ESP_TUNNEL
+                                 ? inner_len
+                                 : pe_ip_transport_rebuild(out[i], pkt[i], &ip[k], info[i].next_header, inner_len);
+            status[i] = st;
+        }
+    }
+}
+
