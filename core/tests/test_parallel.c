@@ -975,6 +975,41 @@ static void test_bursts(void)
             res_free(&a), res_free(&b);
             pe_esp_tx_free(t1), pe_esp_tx_free(t2);
         }
+        /* Receiving on the pool (work_burst: pe_esp_decap_burst) against one thread: the same octets. */
+        pe_esp_tx *tx = NULL;
+        CHECK_ST(pe_esp_tx_new(&c, &tx), PE_OK);
+        results w;
+        res_alloc(&w, in.n, full);
+        pe_batch_transform(pe_esp_capture_encap, tx, in.n, in.buf, in.off, in.plen, w.out, full, w.off, w.len, w.st);
+        plist wire = {0};
+        for (size_t i = 0; i < in.n; i++)
+            if (w.st[i] == PE_OK)
+                pl_add(&wire, w.out + w.off[i], w.len[i]);
+        add_replays(&wire);
+        damage(&wire, 11, 40);
+        for (unsigned jobs = 1; jobs <= 3; jobs++) {
+            pe_esp_rx_config rc;
+            pe_esp_rx_config_init(&rc);
+            pe_esp_rx *r1 = NULL, *r2 = NULL;
+            CHECK_ST(pe_esp_rx_new(&rc, &r1), PE_OK);
+            CHECK_ST(pe_esp_rx_new(&rc, &r2), PE_OK);
+            CHECK_ST(pe_esp_rx_add_sa(r1, &c), PE_OK);
+            CHECK_ST(pe_esp_rx_add_sa(r2, &c), PE_OK);
+            char what[64];
+            snprintf(what, sizeof what, "burst suite %zu, decap", k);
+            compare(what, &wire, pe_esp_capture_decap, r1, &pe_esp_parallel_decap, r2, jobs, NULL);
+            pe_esp_rx_free(r1), pe_esp_rx_free(r2);
+        }
+        pe_esp_rx *r = NULL;
+        pe_esp_rx_config rc;
+        pe_esp_rx_config_init(&rc);
+        CHECK_ST(pe_esp_rx_new(&rc, &r), PE_OK);
+        CHECK_ST(pe_esp_rx_add_sa(r, &c), PE_OK);
+        CHECKF(saw(&wire, pe_esp_capture_decap, r, PE_ERR_AUTH) > 0, "burst suite %zu: no forgery in the wire", k);
+        pe_esp_rx_free(r);
+        pl_free(&wire);
+        res_free(&w);
+        pe_esp_tx_free(tx);
         pl_free(&in);
     }
 }

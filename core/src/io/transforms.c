@@ -333,31 +333,43 @@ static void esp_encap_work(void *tx, pe_parallel_item *it)
     encap_result(it, pe_esp_encap_with_seq(tx, it->value, it->in, it->in_len, it->out, it->out_cap, &it->out_len));
 }
 
+/* A burst's worth of the unsettled items from *next on: their packets and room, side by side for a burst call. */
+typedef struct item_burst {
+    pe_parallel_item *it[PE_BATCH_BURST];
+    const uint8_t *pkt[PE_BATCH_BURST];
+    uint8_t *out[PE_BATCH_BURST];
+    size_t len[PE_BATCH_BURST], cap[PE_BATCH_BURST], out_len[PE_BATCH_BURST], m;
+    pe_status st[PE_BATCH_BURST];
+} item_burst;
+
+static void gather(item_burst *b, pe_parallel_item *items, size_t n, size_t *next)
+{
+    b->m = 0;
+    for (; *next < n && b->m < PE_BATCH_BURST; ++*next) {
+        pe_parallel_item *it = &items[*next];
+        if (it->settled)
+            continue;
+        b->it[b->m] = it;
+        b->pkt[b->m] = it->in;
+        b->len[b->m] = it->in_len;
+        b->out[b->m] = it->out;
+        b->cap[b->m++] = it->out_cap;
+    }
+}
+
 /* The unsettled items, PE_BATCH_BURST at a time, through pe_esp_encap_with_seq_burst. */
 static void esp_encap_work_burst(void *tx, pe_parallel_item *items, size_t n)
 {
-    size_t i = 0;
-    while (i < n) {
-        pe_parallel_item *it[PE_BATCH_BURST];
-        const uint8_t *pkt[PE_BATCH_BURST];
-        uint8_t *out[PE_BATCH_BURST];
-        size_t len[PE_BATCH_BURST], cap[PE_BATCH_BURST], out_len[PE_BATCH_BURST], m = 0;
+    for (size_t next = 0; next < n;) {
+        item_burst b;
         uint64_t seq[PE_BATCH_BURST];
-        pe_status st[PE_BATCH_BURST];
-        for (; i < n && m < PE_BATCH_BURST; i++) {
-            if (items[i].settled)
-                continue;
-            it[m] = &items[i];
-            pkt[m] = items[i].in;
-            len[m] = items[i].in_len;
-            out[m] = items[i].out;
-            cap[m] = items[i].out_cap;
-            seq[m++] = items[i].value;
-        }
-        pe_esp_encap_with_seq_burst(tx, m, seq, pkt, len, out, cap, out_len, st);
-        for (size_t k = 0; k < m; k++) {
-            it[k]->out_len = out_len[k];
-            encap_result(it[k], st[k]);
+        gather(&b, items, n, &next);
+        for (size_t k = 0; k < b.m; k++)
+            seq[k] = b.it[k]->value;
+        pe_esp_encap_with_seq_burst(tx, b.m, seq, b.pkt, b.len, b.out, b.cap, b.out_len, b.st);
+        for (size_t k = 0; k < b.m; k++) {
+            b.it[k]->out_len = b.out_len[k];
+            encap_result(b.it[k], b.st[k]);
         }
     }
 }
@@ -399,15 +411,37 @@ static void esp_rx_free(void *worker)
 }
 
 /* The sequence number a worker used and whether the ICV held: what the original receiver needs in `after`. */
+static void esp_decap_opened(pe_parallel_item *it, pe_status st, const pe_esp_info *info)
+{
+    it->why = st;
+    it->value = info->seq;
+    /* bit 0: whether the ICV held; above it the UDP checksum note (a status, far below 2^15) */
+    it->sub = (uint16_t)(info->icv_valid | (unsigned)info->udp_checksum << 1);
+}
+
 static void esp_decap_work(void *worker, pe_parallel_item *it)
 {
     esp_rx_worker *w = worker;
-    it->why = pe_esp_decap_flags(w->rx, it->in, it->in_len, PE_ESP_OPEN_NO_REPLAY | PE_ESP_DECAP_UDP_NOTE,
-                                 it->out, it->out_cap,
-                                 &it->out_len, &w->info);
-    it->value = w->info.seq;
-    /* bit 0: whether the ICV held; above it the UDP checksum note (a status, far below 2^15) */
-    it->sub = (uint16_t)(w->info.icv_valid | (unsigned)w->info.udp_checksum << 1);
+    pe_status st = pe_esp_decap_flags(w->rx, it->in, it->in_len, PE_ESP_OPEN_NO_REPLAY | PE_ESP_DECAP_UDP_NOTE,
+                                      it->out, it->out_cap, &it->out_len, &w->info);
+    esp_decap_opened(it, st, &w->info);
+}
+
+/* The unsettled items, PE_BATCH_BURST at a time, through pe_esp_decap_burst: what esp_decap_work does to each. */
+static void esp_decap_work_burst(void *worker, pe_parallel_item *items, size_t n)
+{
+    esp_rx_worker *w = worker;
+    for (size_t next = 0; next < n;) {
+        item_burst b;
+        pe_esp_info info[PE_BATCH_BURST];
+        gather(&b, items, n, &next);
+        pe_esp_decap_burst(w->rx, b.m, b.pkt, b.len, PE_ESP_OPEN_NO_REPLAY | PE_ESP_DECAP_UDP_NOTE, b.out, b.cap,
+                           b.out_len, info, b.st);
+        for (size_t k = 0; k < b.m; k++) {
+            b.it[k]->out_len = b.out_len[k];
+            esp_decap_opened(b.it[k], b.st[k], &info[k]);
+        }
+    }
 }
 
 /* The replay windows live in the caller's receiver, moved in input order. */
@@ -427,4 +461,5 @@ const pe_parallel_ops pe_esp_parallel_decap = {
     .worker_free = esp_rx_free,
     .work = esp_decap_work,
     .after = esp_decap_after,
+    .work_burst = esp_decap_work_burst,
 };
