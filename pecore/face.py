@@ -48,7 +48,8 @@ class Ops:
     - ``bursts(tx)``: where the protocol has them, the core's ``pe_ip_burst_fn`` over ``batch_encap``'s
       context when this sender gains from bursts (several packets' cryptography at once), else None; with
       one, ``encrypt_batch`` runs it (pe_batch_burst) and a capture of one job runs on the worker pool, whose
-      work step then takes bursts too.
+      work step then takes bursts too;
+    - ``rx_bursts(rx)``: whether this receiver gains from bursts, so that a capture of one job runs on the pool.
     """
 
     name: str
@@ -79,6 +80,7 @@ class Ops:
     capture_decap: Any
     pool: int
     bursts: Optional[Callable[[Any], Any]] = None
+    rx_bursts: Optional[Callable[[Any], bool]] = None
 
 
 def c_struct(ctype: str, init: Any, fields: Mapping[str, Any], keep: list):
@@ -250,6 +252,7 @@ def decrypt_capture(receiver: Receiver, in_path: PathLike, out_path: PathLike, *
                     drop_failed: bool = False, progress: Optional[ProgressFn] = None, fmt: Optional[str] = None,
                     jobs: Optional[int] = None) -> Summary:
     """A face's ``decrypt_capture``: the protocol's capture transform over the receiver, under its lock."""
+    bursts = receiver.ops.rx_bursts is not None and receiver.call(receiver.ops.rx_bursts)
     return face_transform(receiver.ops.capture_decap, receiver.c, receiver.lock, in_path, out_path,
                           drop_failed=drop_failed, progress=progress, fmt=fmt, jobs=jobs, grows=False, errors=errors,
-                          pool=receiver.ops.pool)
+                          pool=receiver.ops.pool, bursts=bool(bursts))

@@ -367,6 +367,7 @@ ESP = _ipsec(
     # ESP's encrypt_batch is the core's own transform, no Python per packet
     batch_encap=lambda tx, _extra: (lib.pe_esp_capture_encap, tx),
     bursts=lambda tx: lib.pe_esp_capture_encap_burst if lib.pe_esp_tx_bursts(tx) else None,
+    rx_bursts=lambda rx: bool(lib.pe_esp_rx_bursts(rx)),
     pool=POOL_ESP,
 )
 

@@ -193,5 +193,16 @@ def test_captures_decrypt_in_scapy(on_backend, tmp_path, jobs):
     wrpcap(str(tmp_path / "plain.pcap"), [Ether(**macs) / scapy_pkt(p) for p in pkts])
     summary = pyesp.encrypt_capture(sa, tmp_path / "plain.pcap", tmp_path / "enc.pcap", jobs=jobs)
     assert summary.transformed == len(pkts) and sa.next_seq() == len(pkts) + 1
-    got = [raw(ssa.decrypt(scapy_pkt(raw(f.payload)))) for f in rdpcap(str(tmp_path / "enc.pcap"))]
+    frames = list(rdpcap(str(tmp_path / "enc.pcap")))
+    got = [raw(ssa.decrypt(scapy_pkt(raw(f.payload)))) for f in frames]
     assert got == pkts
+    # and back through the receiving bursts, one forged packet among them refused
+    forged = bytearray(raw(frames[17]))
+    forged[-1] ^= 1  # the ICV's last octet
+    frames[17] = Ether(bytes(forged))
+    wrpcap(str(tmp_path / "forged.pcap"), frames)
+    rx = pyesp.Receiver([pyesp.SA(0x4004, suite, b"".join(keys(suite, 128)))])
+    summary = pyesp.decrypt_capture(rx, tmp_path / "forged.pcap", tmp_path / "dec.pcap", jobs=jobs)
+    assert (summary.transformed, summary.failed, summary.failed_by_reason) == (len(pkts) - 1, 1, {"authentication-failed": 1})
+    back = [raw(f.payload) for f in rdpcap(str(tmp_path / "dec.pcap"))]
+    assert back[:17] + back[18:] == pkts[:17] + pkts[18:] and back[17] == raw(frames[17].payload)
