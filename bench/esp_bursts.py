@@ -1,7 +1,7 @@
 """ESP with AES-CBC + HMAC through the Python face, one packet at a time against bursts (docs/performance.md,
 "Bursts in the front ends"): ``SA.encrypt_batch`` through pe_batch_transform_until_failure against
-pe_batch_burst, and ``encrypt_capture`` with one job on the calling thread against the worker pool of one job,
-whose work step takes bursts.  The contenders of a row take turns in every repeat; medians.
+pe_batch_burst, and ``encrypt_capture`` and ``decrypt_capture`` with one job on the calling thread against the
+worker pool of one job, whose work step takes bursts.  The contenders of a row take turns in every repeat; medians.
 
     python bench/esp_bursts.py [--repeats 5] [--packets 4096] [--sizes 64,1500] [--tmpdir DIR]
 
@@ -46,13 +46,18 @@ def batch_ns(suite: str, key_len: int, pkts: list, burst: bool) -> float:
     return ns
 
 
-def capture_ns(suite: str, key_len: int, path: str, out: str, packets: int, pool: bool) -> float:
-    tx = new_sender(suite, key_len)
+def new_receiver(suite: str, key_len: int):  # type: ignore[no-untyped-def]
+    return pyesp.Receiver([pyesp.SA(0x4004, suite, bytes(range(key_len)))])._core
+
+
+def capture_ns(suite: str, key_len: int, path: str, out: str, packets: int, pool: bool, decrypt: bool = False) -> float:
+    end = new_receiver(suite, key_len) if decrypt else new_sender(suite, key_len)
+    fn = end.ops.capture_decap if decrypt else end.ops.capture_encap
     if os.path.exists(out):
         os.unlink(out)
     t = time.perf_counter()
-    s = run_transform(path, out, tx.ops.capture_encap, tx.c, error=CaptureError, grows=True,
-                      parallel=(POOL_ESP, False, 1) if pool else None)
+    s = run_transform(path, out, fn, end.c, error=CaptureError, grows=not decrypt,
+                      parallel=(POOL_ESP, decrypt, 1) if pool else None)
     ns = (time.perf_counter() - t) / packets * 1e9
     assert s.transformed == packets, s
     return ns
@@ -75,13 +80,18 @@ def main() -> None:
             for i in range(a.packets):
                 w.write(ETH_HDR + pkt, (i, 0))
         for suite, key_len in SUITES:
-            runs: dict = {"batch": [], "batch_burst": [], "capture": [], "capture_pool": []}
+            runs: dict = {"batch": [], "batch_burst": [], "capture": [], "capture_pool": [], "decrypt_capture": [],
+                          "decrypt_capture_pool": []}
             batch_ns(suite, key_len, pkts[:64], True)  # warm-up
+            wire = os.path.join(tmp, "wire.pcap")
+            capture_ns(suite, key_len, path, wire, a.packets, False)
             for _ in range(a.repeats):
                 runs["batch"].append(batch_ns(suite, key_len, pkts, False))
                 runs["batch_burst"].append(batch_ns(suite, key_len, pkts, True))
                 runs["capture"].append(capture_ns(suite, key_len, path, out, a.packets, False))
                 runs["capture_pool"].append(capture_ns(suite, key_len, path, out, a.packets, True))
+                runs["decrypt_capture"].append(capture_ns(suite, key_len, wire, out, a.packets, False, True))
+                runs["decrypt_capture_pool"].append(capture_ns(suite, key_len, wire, out, a.packets, True, True))
             med = {k: statistics.median(v) for k, v in runs.items()}
             print(json.dumps({
                 "suite": suite, "size": size, "packets": a.packets, "repeats": a.repeats,
@@ -89,6 +99,7 @@ def main() -> None:
                 "median_ns": {k: round(v) for k, v in med.items()},
                 "batch_speedup": round(med["batch"] / med["batch_burst"], 2),
                 "capture_speedup": round(med["capture"] / med["capture_pool"], 2),
+                "decrypt_capture_speedup": round(med["decrypt_capture"] / med["decrypt_capture_pool"], 2),
             }), flush=True)
     for f in os.listdir(tmp):
         os.unlink(os.path.join(tmp, f))

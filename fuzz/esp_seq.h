@@ -20,7 +20,11 @@
  * the SA the first record's ctl picks (pe_esp_encap_burst, or with its bit 2
  * _until_failure; a record's ctl bit 3 halves its room), against
  * pe_esp_encap on each in order: the same statuses, octets (AES-CBC: the
- * single sender given the IV the burst drew) and next sequence number.
+ * single sender given the IV the burst drew) and next sequence number.  What
+ * it sealed (or the record, where it sealed nothing) then goes through
+ * pe_esp_decap_burst against pe_esp_decap_flags on each in order (the first
+ * record's ctl bits 5 and 7 pick the flags, a record's bit 6 halves its
+ * room): the same statuses, octets and ICV verdicts.
  */
 #ifndef PE_FUZZ_ESP_SEQ_H
 #define PE_FUZZ_ESP_SEQ_H
@@ -181,6 +185,43 @@ static void fz_esp_burst(const fz_record *recs, size_t k)
     FUZZ_CHECK(pe_esp_tx_next_seq(burst) == pe_esp_tx_next_seq(single), "next sequence numbers differ");
     pe_esp_tx_free(burst);
     pe_esp_tx_free(single);
+
+    /* Received: what the burst sealed (or, where it sealed nothing, the record as it came), through
+     * pe_esp_decap_burst and through pe_esp_decap_flags on each in order, on receivers of the whole table. */
+    static uint8_t opened[16][65535 + PE_ESP_MAX_OVERHEAD];
+    const uint8_t *wire[16];
+    size_t wire_len[16], ocap[16], olen[16];
+    uint8_t *dst[16];
+    pe_esp_info info[16];
+    for (size_t i = 0; i < k; i++) {
+        wire[i] = status[i] == PE_OK ? out[i] : recs[i].data;
+        wire_len[i] = status[i] == PE_OK ? out_len[i] : recs[i].len;
+        dst[i] = opened[i];
+        ocap[i] = (recs[i].ctl & 0x40) ? wire_len[i] / 2 : sizeof opened[i];
+    }
+    unsigned flags = (recs[0].ctl >> 5 & 1 ? PE_ESP_OPEN_NO_REPLAY : 0) | (recs[0].ctl >> 7 ? PE_ESP_DECAP_UDP_NOTE : 0);
+    pe_esp_rx_config rc;
+    pe_esp_rx_config_init(&rc);
+    rc.eesp_on_port = 0;
+    pe_esp_rx *rb, *rs;
+    FUZZ_CHECK(pe_esp_rx_new(&rc, &rb) == PE_OK && pe_esp_rx_new(&rc, &rs) == PE_OK, "burst receivers");
+    for (size_t i = 0; i < FZ_ESP_N_SAS; i++) {
+        pe_esp_sa_config sc;
+        fz_esp_config(&FZ_ESP_SAS[i], &sc);
+        FUZZ_CHECK(pe_esp_rx_add_sa(rb, &sc) == PE_OK && pe_esp_rx_add_sa(rs, &sc) == PE_OK, "burst rx sa %zu", i);
+    }
+    pe_esp_decap_burst(rb, k, wire, wire_len, flags, dst, ocap, olen, info, status);
+    for (size_t i = 0; i < k; i++) {
+        size_t ol = 0;
+        pe_esp_info mine;
+        pe_status st = pe_esp_decap_flags(rs, wire[i], wire_len[i], flags, one, ocap[i], &ol, &mine);
+        FUZZ_CHECK(st == status[i] && ol == olen[i] && (st != PE_OK || memcmp(one, dst[i], ol) == 0) &&
+                       mine.icv_valid == info[i].icv_valid && mine.seq == info[i].seq,
+                   "decap packet %zu of %zu (flags %u): %s alone, %s in the burst", i, k, flags, pe_status_name(st),
+                   pe_status_name(status[i]));
+    }
+    pe_esp_rx_free(rb);
+    pe_esp_rx_free(rs);
 }
 
 static void fz_esp_sequence(const uint8_t *d, size_t n, int open)
