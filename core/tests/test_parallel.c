@@ -31,11 +31,16 @@ typedef struct plist {
     size_t n, ncap;
 } plist;
 
+/* p may lie in l's own buffer (a replay of one of its packets): it is found again after the buffer moves. */
 static void pl_add(plist *l, const uint8_t *p, size_t n)
 {
     if (l->len + n > l->cap) {
+        uintptr_t from = (uintptr_t)l->buf, at = (uintptr_t)p;
+        int own = l->buf && at >= from && at < from + l->len;
         l->cap = (l->len + n) * 2 + 4096;
         l->buf = realloc(l->buf, l->cap);
+        if (own)
+            p = l->buf + (at - from);
     }
     if (l->n == l->ncap) {
         l->ncap = l->ncap ? l->ncap * 2 : 256;
