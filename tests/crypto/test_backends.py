@@ -4,7 +4,8 @@
   ipsec-mb and on OpenSSL, and both equal `cryptography`'s AEADs (the reference, sharing no code with the core);
   each backend opens the other's packet; a flipped bit of tag, ciphertext or AAD fails on both.
 - The three `vectors check` CLIs pass in subprocesses on the default backend (ipsec-mb where it runs) and with
-  PE_CRYPTO_BACKEND=openssl, each process saying which backend its keys took.
+  PE_CRYPTO_BACKEND=openssl, each process saying which backend its keys took; and on each of ipsec-mb's code paths
+  below the CPU's own (PE_IMB_ARCH).
 - pecore.util's selection: names from the core, typed errors for unknown and unavailable backends, the current
   backend switched and switched back; the CLIs' --version prints the core's pe_version().
 """
@@ -108,7 +109,7 @@ def test_selection_names_and_errors():
 
 
 def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PE_CRYPTO_BACKEND"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PE_CRYPTO_BACKEND", "PE_IMB_ARCH")}
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
@@ -149,3 +150,44 @@ def test_vectors_check_on_each_backend(cli, prefix, forced):
     lines = res.stdout.splitlines()
     assert lines[0] == f"backend {'openssl' if forced or not IPSEC_MB_HERE else 'ipsec-mb'}"
     assert lines[-1].startswith("total: ") and "passed" in lines[-1]
+
+
+
+#: ipsec-mb's code paths from the slowest up: PE_IMB_ARCH puts the managers on one of them.
+IMB_ARCHS = ("sse", "avx", "avx2", "avx512")
+
+
+def _imb_path(version: str) -> str:
+    """What the parentheses after "intel-ipsec-mb X.Y.Z" say: the code path, then any word about PE_IMB_ARCH."""
+    return version.split("intel-ipsec-mb ", 1)[1].split("(", 1)[1].split(")", 1)[0]
+
+
+def _auto_arch() -> str:
+    return _imb_path(_version("pyesp", _env())).split(",")[0]
+
+
+@needs_ipsec_mb
+@pytest.mark.parametrize("arch", IMB_ARCHS[:-1])
+def test_vectors_check_on_each_imb_path(arch):
+    """Every vector through ipsec-mb's lower code paths, so that a CI machine with AVX-512 also checks the AVX2,
+    AVX and SSE code that other CPUs run; the version names the path."""
+    auto = _auto_arch()
+    if IMB_ARCHS.index(arch) >= IMB_ARCHS.index(auto):
+        pytest.skip(f"ipsec-mb runs {auto} here: {arch} is not below it")
+    env = _env(PE_IMB_ARCH=arch)
+    assert _imb_path(_version("pyesp", env)) == f"{arch}, by PE_IMB_ARCH"
+    for cli, prefix in VECTOR_CHECKS:
+        files = sorted(str(f) for f in (ROOT / "vectors").glob(f"{prefix}*_test.json"))
+        res = subprocess.run([sys.executable, "-c", RUN_CLI, cli, "vectors", "check", "-q", *files],
+                             capture_output=True, text=True, env=env, timeout=600)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        lines = res.stdout.splitlines()
+        assert lines[0] == "backend ipsec-mb" and lines[-1].startswith("total: ") and "passed" in lines[-1]
+
+
+@needs_ipsec_mb
+def test_imb_arch_unknown_or_beyond_the_cpu_is_said():
+    auto = _auto_arch()
+    assert _imb_path(_version("pyesp", _env(PE_IMB_ARCH="avx9000"))) == f"{auto}, PE_IMB_ARCH=avx9000 unknown"
+    if auto != "avx512":
+        assert _imb_path(_version("pyesp", _env(PE_IMB_ARCH="avx512"))) == f"{auto}, PE_IMB_ARCH=avx512 beyond this CPU"

@@ -13,11 +13,12 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_int current = PE_BACKEND_OPENSSL;
 static const char *imb_absent = "intel-ipsec-mb: not built in (no intel-ipsec-mb.h when the core was compiled)";
-static char imb_text[96], openssl_text[96], version_text[PE_BACKEND_COUNT][400];
+static char imb_text[160], openssl_text[96], version_text[PE_BACKEND_COUNT][400];
 static int env_forced_openssl;
 
 #ifdef PE_HAVE_IPSEC_MB
 static IMB_MGR *direct;
+static IMB_ARCH direct_arch = IMB_ARCH_NONE;
 static pthread_key_t jobs_key;
 static int jobs_key_ok;
 
@@ -38,7 +39,27 @@ static void free_jobs(void *mgr)
     free_mb_mgr(mgr);
 }
 
-/* A manager on the best code path for this CPU; NULL when that path has no AES-NI (ipsec-mb would emulate it). */
+/*
+ * PE_IMB_ARCH=sse|avx|avx2|avx512 puts every manager on that code path, to
+ * measure one CPU's paths side by side (an AVX-512 machine runs what an AVX2
+ * one would).  A path above what the CPU runs is refused: ipsec-mb would not
+ * check, and its instructions would fault.
+ */
+static IMB_ARCH wanted_arch = IMB_ARCH_NONE;
+static int arch_lowered;
+static char arch_refused[48];
+
+static void init_on(IMB_MGR *m, IMB_ARCH a)
+{
+    switch (a) {
+    case IMB_ARCH_SSE: init_mb_mgr_sse(m); break;
+    case IMB_ARCH_AVX: init_mb_mgr_avx(m); break;
+    case IMB_ARCH_AVX2: init_mb_mgr_avx2(m); break;
+    default: init_mb_mgr_avx512(m); break;
+    }
+}
+
+/* A manager on the best code path for this CPU (or PE_IMB_ARCH's); NULL when that path has no AES-NI (ipsec-mb would emulate it). */
 static IMB_MGR *new_mgr(IMB_ARCH *arch)
 {
     IMB_MGR *m = alloc_mb_mgr(0);
@@ -46,6 +67,11 @@ static IMB_MGR *new_mgr(IMB_ARCH *arch)
     if (!m)
         return NULL;
     init_mb_mgr_auto(m, &a);
+    if (imb_get_errno(m) == 0 && wanted_arch >= IMB_ARCH_SSE && wanted_arch < a) {
+        init_on(m, wanted_arch);
+        a = wanted_arch;
+        arch_lowered = 1;
+    }
     if (imb_get_errno(m) != 0 || a < IMB_ARCH_SSE) {
         free_mb_mgr(m);
         return NULL;
@@ -53,6 +79,19 @@ static IMB_MGR *new_mgr(IMB_ARCH *arch)
     if (arch)
         *arch = a;
     return m;
+}
+
+static void read_wanted_arch(void)
+{
+    const char *env = getenv("PE_IMB_ARCH");
+    if (!env || !*env || strcmp(env, "auto") == 0)
+        return;
+    for (IMB_ARCH a = IMB_ARCH_SSE; a <= IMB_ARCH_AVX512; a++)
+        if (strcmp(env, arch_name(a)) == 0) {
+            wanted_arch = a;
+            return;
+        }
+    snprintf(arch_refused, sizeof arch_refused, ", PE_IMB_ARCH=%.16s unknown", env);
 }
 #endif
 
@@ -62,14 +101,19 @@ static void find(void)
     const char *why_not = imb_absent;
 #ifdef PE_HAVE_IPSEC_MB
     IMB_ARCH arch = IMB_ARCH_NONE;
+    read_wanted_arch();
     direct = new_mgr(&arch);
+    direct_arch = arch;
+    if (direct && wanted_arch > arch)
+        snprintf(arch_refused, sizeof arch_refused, ", PE_IMB_ARCH=%s beyond this CPU", arch_name(wanted_arch));
     jobs_key_ok = direct && pthread_key_create(&jobs_key, free_jobs) == 0;
     if (direct && !jobs_key_ok) {
         free_mb_mgr(direct);
         direct = NULL;
     }
-    snprintf(imb_text, sizeof imb_text, "intel-ipsec-mb %s (%s)", imb_get_version_str(),
-             direct ? arch_name(arch) : "no AES-NI here");
+    snprintf(imb_text, sizeof imb_text, "intel-ipsec-mb %s (%s%s%s)", imb_get_version_str(),
+             direct ? arch_name(arch) : "no AES-NI here", direct && arch_lowered ? ", by PE_IMB_ARCH" : "",
+             arch_refused);
     why_not = imb_text;
 #else
     snprintf(imb_text, sizeof imb_text, "%s", imb_absent);
@@ -198,10 +242,10 @@ IMB_MGR *pe_imb_jobs(void)
 }
 
 /*
- * A lone job on the AVX-512 or AVX2 path waits for a flush of lanes it does
- * not fill (SHA-1 and SHA-256 run there in 8 or 16 lanes), while the SSE path
- * hashes one buffer with SHA-NI: jobs that come alone go there
- * (docs/performance.md, "Lone ipsec-mb jobs").
+ * A lone job on the AVX, AVX2 or AVX-512 path waits for a flush of lanes it
+ * does not fill (SHA-1 and SHA-256 run there in 4 to 16 lanes), while the SSE
+ * path hashes one buffer with SHA-NI: where the CPU has SHA-NI, jobs that come
+ * alone go there (docs/performance.md, "Lone ipsec-mb jobs").
  */
 static pthread_once_t lone_once = PTHREAD_ONCE_INIT;
 static pthread_key_t lone_key;
@@ -210,8 +254,7 @@ static int lone_own;
 static void lone_find(void)
 {
     IMB_MGR *d = pe_imb_direct();
-    const uint64_t need = IMB_FEATURE_SHANI | IMB_FEATURE_AVX2;
-    lone_own = d && (d->features & IMB_FEATURE_AVX512_SKX) == IMB_FEATURE_AVX512_SKX && (d->features & need) == need &&
+    lone_own = d && direct_arch > IMB_ARCH_SSE && (d->features & IMB_FEATURE_SHANI) &&
                pthread_key_create(&lone_key, free_jobs) == 0;
 }
 
