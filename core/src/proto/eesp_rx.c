@@ -207,20 +207,13 @@ static pe_status after_icv(const eesp_sa *sa, const pe_eesp_hdr *h, const uint8_
     return PE_OK;
 }
 
-/*
- * Scalars only: hdr.option[] is valid up to hdr.n_options (as pe_eesp_hdr_parse
- * leaves it), and clearing its 4 KiB cost most of a small packet's decap.
- * The part after hdr is cleared in two halves of at most 64 octets: one
- * memset of its 112 octets compiled (gcc 12, -O2) to a `rep stos`, whose
- * start-up cost shows in a small packet's decap (docs/performance.md);
- * halves are plain stores.
- */
+/* Scalars only: hdr.option[] is valid up to hdr.n_options (as pe_eesp_hdr_parse leaves it); clearing its 4 KiB
+ * cost most of a small packet's decap. */
 static pe_eesp_info *info_reset(pe_eesp_info *info)
 {
-    memset(&info->hdr, 0, offsetof(pe_eesp_hdr, option));
-    memset(&info->hdr.n_unknown, 0, sizeof info->hdr - offsetof(pe_eesp_hdr, n_unknown));
-    memset(&info->udp_encap, 0, offsetof(pe_eesp_info, suite) - offsetof(pe_eesp_info, udp_encap));
-    memset(&info->suite, 0, sizeof *info - offsetof(pe_eesp_info, suite));
+    pe_ipsec_clear(&info->hdr, offsetof(pe_eesp_hdr, option));
+    pe_ipsec_clear(&info->hdr.n_unknown, sizeof info->hdr - offsetof(pe_eesp_hdr, n_unknown));
+    pe_ipsec_clear(&info->udp_encap, sizeof *info - offsetof(pe_eesp_info, udp_encap));
     return info;
 }
 

@@ -462,10 +462,7 @@ static pe_status build_encap(esp_sa *sa, const encap_plan *p, uint64_t seq, cons
 {
     uint8_t proto = sa->udp_encap ? PE_IPPROTO_UDP : PE_ESP_IPPROTO;
     if (sa->mode == PE_ESP_TUNNEL) {
-        pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, p->ip.version, proto, out);
-        pe_ip_set_length(out, p->total);
-        if (!p->carrier_v6)
-            pe_ipv4_set_checksum(out);
+        pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, p->ip.version, proto, p->total, out);
     } else {
         pe_ip_write_transport_outer(pkt, p->split.keep, p->split.proto_field, proto, p->total, out);
     }
@@ -852,11 +849,10 @@ static pe_status open_esp(pe_esp_rx *rx, const uint8_t *e, size_t elen, int fami
     return st != PE_OK ? st : open_end(&o, open_crypto(&o, info), flags, inner_len, info);
 }
 
-/* In two parts, each short enough to be plain stores: one memset of the whole was a `rep stos` (see eesp.c). */
+/* pe_ipsec_clear: one memset of the whole would be a `rep stos`. */
 static pe_esp_info *info_reset(pe_esp_info *info)
 {
-    memset(info, 0, offsetof(pe_esp_info, suite));
-    memset(&info->suite, 0, sizeof *info - offsetof(pe_esp_info, suite));
+    pe_ipsec_clear(info, sizeof *info);
     return info;
 }
 
@@ -940,6 +936,13 @@ pe_status pe_esp_decap_replay(pe_esp_rx *rx, const uint8_t *pkt, size_t len, pe_
     return status;
 }
 
+/* What an opened packet hands out: in tunnel mode the inner packet alone; transport mode puts the IP header back. */
+static size_t delivered(const pe_esp_info *info, uint8_t *out, const uint8_t *pkt, const pe_ip_info *ip,
+                        size_t inner_len)
+{
+    return info->mode == PE_ESP_TUNNEL ? inner_len : pe_ip_transport_rebuild(out, pkt, ip, info->next_header, inner_len);
+}
+
 static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out, size_t cap,
                        size_t *out_len, pe_esp_info *info)
 {
@@ -952,14 +955,12 @@ static pe_status decap(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned f
     info->udp_encap = loc.udp_encap;
     if (st != PE_OK)
         return st;
-    /* Tunnel mode hands out the inner packet alone; transport mode puts the IP header back in front. */
     size_t inner_len;
     st = open_esp(rx, pkt + loc.offset, loc.len, (int)ip.version, pe_ipsec_ip_dst(pkt, &ip), flags, out, cap,
                   ip.l4_offset, &inner_len, info);
     if (st != PE_OK)
         return st;
-    *out_len = info->mode == PE_ESP_TUNNEL ? inner_len
-                                           : pe_ip_transport_rebuild(out, pkt, &ip, info->next_header, inner_len);
+    *out_len = delivered(info, out, pkt, &ip, inner_len);
     return PE_OK;
 }
 
@@ -1007,9 +1008,7 @@ void pe_esp_decap_burst(pe_esp_rx *rx, size_t n, const uint8_t *const *pkt, cons
             if (st == PE_OK)
                 st = open_end(&o[m], open_crypto(&o[m], in), flags, &inner_len, in);
             if (st == PE_OK)
-                out_len[i] = in->mode == PE_ESP_TUNNEL ? inner_len
-                                                       : pe_ip_transport_rebuild(out[i], pkt[i], &ip[m], in->next_header,
-                                                                                 inner_len);
+                out_len[i] = delivered(in, out[i], pkt[i], &ip[m], inner_len);
             status[i] = st;
         }
         /* The requests of one SA's keys together, in order; most bursts hold one SA. */
@@ -1025,9 +1024,7 @@ void pe_esp_decap_burst(pe_esp_rx *rx, size_t n, const uint8_t *const *pkt, cons
             size_t i = at[k], inner_len;
             pe_status st = open_end(&o[k], req[k].status, flags, &inner_len, &info[i]);
             if (st == PE_OK)
-                out_len[i] = info[i].mode == PE_ESP_TUNNEL
-                                 ? inner_len
-                                 : pe_ip_transport_rebuild(out[i], pkt[i], &ip[k], info[i].next_header, inner_len);
+                out_len[i] = delivered(&info[i], out[i], pkt[i], &ip[k], inner_len);
             status[i] = st;
         }
     }

@@ -418,6 +418,10 @@ pe_status pe_ipsec_locate(const uint8_t *pkt, size_t len, const pe_ipsec_locator
         return st;
     loc->ip_version = ip->version;
     loc->l4_offset = ip->l4_offset;
+    /* Apart: gcc merges the two copies into one 16-octet load of what pe_ip_parse has just stored as two 8-octet
+     * halves, and that load waits for both stores to retire (a failed store forward, a tenth of a small packet's
+     * decap; docs/performance.md, "The info a decap resets"). */
+    __asm__("" ::: "memory");
     loc->proto_field = ip->proto_field;
     if (ip->protocol == how->ip_protocol) {
         if (ip->is_fragment)
