@@ -92,13 +92,13 @@ typedef struct pe_ip_split {
 void pe_ip_transport_split(const pe_ip_info *ip, pe_ip_split *split);
 
 /*
- * Tunnel mode: write the outer header naming `protocol` -- a copy of the
- * template (IPv4 of 20 octets or IPv6), or else of the inner packet's fixed
- * header, never marked as a fragment.  Length and checksum are the caller's.
- * Returns the header's length.
+ * Tunnel mode: write the outer header naming `protocol`, of `total` octets
+ * with it (and, for IPv4, its checksum) -- a copy of the template (IPv4 of
+ * 20 octets or IPv6), or else of the inner packet's fixed header, never
+ * marked as a fragment.  Returns the header's length.
  */
 size_t pe_ip_write_tunnel_outer(const uint8_t *tmpl, size_t tmpl_len, const uint8_t *inner, unsigned inner_version,
-                                uint8_t protocol, uint8_t *out);
+                                uint8_t protocol, size_t total, uint8_t *out);
 /*
  * Transport mode: pkt's first `keep` octets (its IP header, and the IPv6
  * extension headers that stay in front) copied to out with `protocol` at

@@ -173,10 +173,7 @@ static void write_outer(const eesp_sa *sa, const uint8_t *pkt, const pe_ip_info 
         pe_ip_write_transport_outer(pkt, p->keep, p->proto_field, proto, total, out);
         return;
     }
-    pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, ip->version, proto, out);
-    pe_ip_set_length(out, total);
-    if (!p->carrier_v6)
-        pe_ipv4_set_checksum(out);
+    pe_ip_write_tunnel_outer(sa->outer, sa->outer_len, pkt, ip->version, proto, total, out);
 }
 
 /* Where everything goes in the EESP octets of one packet (§5-§8). */

@@ -221,9 +221,9 @@ pe_status pe_udp_checksum(const uint8_t *ip, size_t len, uint16_t *checksum)
  * sum as the 16-bit ones (RFC 1071 §2 (C)).  It runs for every packet a
  * protocol writes an IPv4 header for.
  */
-static uint16_t ipv4_header_checksum(const uint8_t *h, size_t ihl, uint32_t word0, uint32_t word8)
+static uint16_t ipv4_header_checksum(const uint8_t *h, size_t ihl, uint32_t word0, uint32_t word4, uint32_t word8)
 {
-    uint64_t sum = (uint64_t)word0 + pe_get32(h + 4) + word8;
+    uint64_t sum = (uint64_t)word0 + word4 + word8;
     if (ihl == PE_IPV4_HDR_LEN) /* nearly every header: unrolled */
         sum += (uint64_t)pe_get32(h + 12) + pe_get32(h + 16);
     else
@@ -237,7 +237,7 @@ void pe_ipv4_set_checksum(uint8_t *hdr)
 {
     size_t ihl = (size_t)(hdr[0] & 0x0f) * 4;
     /* The old checksum masked out rather than zeroed first: a store the loads below would wait for. */
-    pe_put16(hdr + 10, ipv4_header_checksum(hdr, ihl, pe_get32(hdr), pe_get32(hdr + 8) & 0xffff0000u));
+    pe_put16(hdr + 10, ipv4_header_checksum(hdr, ihl, pe_get32(hdr), pe_get32(hdr + 4), pe_get32(hdr + 8) & 0xffff0000u));
 }
 
 void pe_ipv4_rewrite_header(uint8_t *out, const uint8_t *src, uint8_t protocol, uint16_t total_length)
@@ -247,7 +247,7 @@ void pe_ipv4_rewrite_header(uint8_t *out, const uint8_t *src, uint8_t protocol, 
      * make each wider load wait for the stores before it. */
     uint32_t word0 = (pe_get32(src) & 0xffff0000u) | total_length;
     uint32_t word8 = (pe_get32(src + 8) & 0xff000000u) | (uint32_t)protocol << 16;
-    uint16_t checksum = ipv4_header_checksum(src, ihl, word0, word8);
+    uint16_t checksum = ipv4_header_checksum(src, ihl, word0, pe_get32(src + 4), word8);
     memcpy(out, src, ihl);
     pe_put16(out + 2, total_length);
     out[9] = protocol;
@@ -364,22 +364,30 @@ void pe_ip_transport_split(const pe_ip_info *ip, pe_ip_split *split)
 }
 
 size_t pe_ip_write_tunnel_outer(const uint8_t *tmpl, size_t tmpl_len, const uint8_t *inner, unsigned inner_version,
-                                uint8_t protocol, uint8_t *out)
+                                uint8_t protocol, size_t total, uint8_t *out)
 {
-    size_t n;
-    if (tmpl_len) {
-        memcpy(out, tmpl, tmpl_len);
-        n = tmpl_len;
-    } else if (inner_version == 4) {
-        memcpy(out, inner, PE_IPV4_HDR_LEN);
-        out[0] = 0x45;
-        out[6] &= 0xc0; /* never make the outer packet a fragment */
-        out[7] = 0;
-        n = PE_IPV4_HDR_LEN;
-    } else {
-        memcpy(out, inner, PE_IPV6_HDR_LEN);
-        n = PE_IPV6_HDR_LEN;
+    const uint8_t *src = tmpl_len ? tmpl : inner;
+    if (tmpl_len ? tmpl_len == PE_IPV6_HDR_LEN : inner_version == 6) {
+        memcpy(out, src, PE_IPV6_HDR_LEN);
+        pe_put16(out + 4, (uint16_t)(total - PE_IPV6_HDR_LEN));
+        out[6] = protocol;
+        return PE_IPV6_HDR_LEN;
     }
-    out[n == PE_IPV4_HDR_LEN ? 9 : 6] = protocol;
-    return n;
+    /*
+     * Words 0, 4 and 8 as they go out, summed in registers and stored whole
+     * after the copy: reading back the octets just stored would make each
+     * load wait for the narrower stores under it.  As the PSP reference does
+     * without a template: the inner header with IHL 5, MF and the fragment
+     * offset cleared (DF kept).
+     */
+    uint32_t word0 = (tmpl_len ? pe_get32(src) & 0xffff0000u : 0x45000000u | (pe_get32(src) & 0x00ff0000u)) |
+                     (uint16_t)total;
+    uint32_t word4 = tmpl_len ? pe_get32(src + 4) : pe_get32(src + 4) & 0xffffc000u;
+    uint32_t word8 = (pe_get32(src + 8) & 0xff000000u) | (uint32_t)protocol << 16;
+    uint16_t checksum = ipv4_header_checksum(src, PE_IPV4_HDR_LEN, word0, word4, word8);
+    memcpy(out, src, PE_IPV4_HDR_LEN);
+    pe_put32(out, word0);
+    pe_put32(out + 4, word4);
+    pe_put32(out + 8, word8 | checksum);
+    return PE_IPV4_HDR_LEN;
 }

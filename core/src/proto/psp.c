@@ -305,10 +305,7 @@ static pe_status build_encap(pe_psp_tx *tx, const psp_plan *p, const uint8_t *pk
         pe_ip_write_transport_outer(pkt, p->ip.l4_offset, p->ip.proto_field, PE_IPPROTO_UDP, p->total, out);
     } else {
         /* As the reference: with no template, the inner header copied with IHL 5, never as a fragment. */
-        pe_ip_write_tunnel_outer(tx->outer, tx->outer_len, pkt, p->ip.version, PE_IPPROTO_UDP, out);
-        pe_ip_set_length(out, p->total);
-        if (p->outer_v4)
-            pe_ipv4_set_checksum(out);
+        pe_ip_write_tunnel_outer(tx->outer, tx->outer_len, pkt, p->ip.version, PE_IPPROTO_UDP, p->total, out);
     }
 
     uint8_t *udp = out + p->outer_len;
