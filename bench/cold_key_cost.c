@@ -4,10 +4,10 @@
  * stage and commit) and a PSP packet on an SPI the receiver has not derived a
  * key for (the AES-256-CMAC KDF, the same AEAD and table work).
  *
- * Not a test (no test_ prefix, so ctest does not run it): a measuring program.
- * Build it against the core library:
- *   cc -O2 -Icore/include core/tests/cold_key_cost.c build/core/libpe.a -lcrypto -lIPSec_MB -lpthread
- * and run it with PE_CRYPTO_BACKEND=openssl or without.  One line per case:
+ * A measuring program beside the benches (bench/CMakeLists.txt builds it as
+ * build/bench/cold_key_cost), not one of bench/run's sections: it splits the
+ * cold rows of psp_bench and eesp_bench into their cases.  Run it with
+ * PE_CRYPTO_BACKEND=openssl or without.  One line per case:
  * warm and cold ns per packet and their difference, each the median of
  * REPEATS alternating passes, so drift in the machine's load hits both alike.
  *
