@@ -430,6 +430,8 @@ ALLOWED_COMPARISONS = {
     ("dissectors/plugin/packet-eesp.c", "strcmp", 'esp_sa->fields[c].name, "spi"'): "Wireshark's esp_sa column names",
     ("dissectors/plugin/packet-eesp.c", "strcmp", 'row, "*"'): "an esp_sa SPI wildcard (a public header field)",
     ("core/src/crypto/backend.c", "strcmp", 'env, "openssl"'): "the PE_CRYPTO_BACKEND environment variable",
+    ("core/src/crypto/backend.c", "strcmp", 'env, "auto"'): "the PE_IMB_ARCH environment variable",
+    ("core/src/crypto/backend.c", "strcmp", "env, arch_name(a)"): "the PE_IMB_ARCH environment variable",
     ("core/src/crypto/aead.c", "CRYPTO_memcmp", "a->fixed, nonce"):
         "an AES-GCM nonce's fixed field (salt or SPI) against the context's; constant time: a salt is key material",
 }
