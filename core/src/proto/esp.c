@@ -177,22 +177,21 @@ static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t
 /*
  * RFC 4106 §5 (also RFC 4309 §5, RFC 7634 §2.1, RFC 8750 §4): SPI || Seq, or
  * SPI || Seq high || Seq low with ESN.  RFC 4543 §3.3 (GMAC): the same
- * followed by everything up to the ICV, IV included (`rest`).  `hdr` holds
- * the 8 or 12 octets.
+ * followed by everything up to the ICV, IV included (`rest`, which follows
+ * the ESP header `e`).  Without ESN the AAD is the header itself; with it,
+ * `hdr` holds the 12 octets, in one 8-octet store and one of 4, so that the
+ * AEAD's loads of them are forwarded from single stores.
  */
-static size_t aad_for(const esp_sa *sa, uint32_t spi, uint64_t seq, const uint8_t *rest, size_t rest_len,
+static size_t aad_for(const esp_sa *sa, const uint8_t *e, uint64_t seq, const uint8_t *rest, size_t rest_len,
                       uint8_t hdr[12], pe_iov iov[2])
 {
-    size_t n = 0;
-    pe_put32(hdr, spi);
     if (sa->esn) {
-        pe_put64(hdr + 4, seq);
-        n = 12;
+        pe_put64(hdr, (uint64_t)pe_get32(e) << 32 | (uint32_t)(seq >> 32));
+        pe_put32(hdr + 8, (uint32_t)seq);
+        iov[0] = (pe_iov){hdr, 12};
     } else {
-        pe_put32(hdr + 4, (uint32_t)seq);
-        n = 8;
+        iov[0] = (pe_iov){e, PE_ESP_HDR_LEN};
     }
-    iov[0] = (pe_iov){hdr, n};
     if (!sa->suite.integrity_only)
         return 1;
     iov[1] = (pe_iov){rest, rest_len};
@@ -351,8 +350,9 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
     size_t pad_len = pad_len_for(s, len + tfc);
     size_t data_end = payload_off + len + tfc + pad_len + PE_ESP_TRAILER_LEN;
 
-    pe_put32(e, sa->spi);
-    pe_put32(e + 4, (uint32_t)seq); /* the low half only: ESN's high half is implicit (RFC 4303 §2.2.1) */
+    /* The low half of seq only: ESN's high half is implicit (RFC 4303 §2.2.1).  One store: the AEAD reads the
+     * 8 octets back as its AAD. */
+    pe_put64(e, (uint64_t)sa->spi << 32 | (uint32_t)seq);
     if (s->iv_len && !s->integ)
         pe_put64(e + iv_off, seq);  /* a counter never repeats under one key (RFC 4106 §3.1) */
     if (tfc)
@@ -368,7 +368,7 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
     uint8_t nonce[12], hdr[12];
     nonce_for(sa, e + iv_off, seq, nonce);
     pe_iov aad[2];
-    size_t n_aad = aad_for(sa, sa->spi, seq, e + iv_off, data_end - iv_off, hdr, aad);
+    size_t n_aad = aad_for(sa, e, seq, e + iv_off, data_end - iv_off, hdr, aad);
     /*
      * Encrypt the payload straight from the caller's packet into place, then
      * the trailer where it lies: one pass over the payload instead of a copy
@@ -804,7 +804,7 @@ static pe_status open_crypto(esp_opening *o, const pe_esp_info *info)
     uint8_t nonce[12], hdr[12];
     nonce_for(sa, e + iv_off, o->seq, nonce);
     pe_iov aad[2];
-    size_t n_aad = aad_for(sa, info->spi, o->seq, e + iv_off, data_end - iv_off, hdr, aad);
+    size_t n_aad = aad_for(sa, e, o->seq, e + iv_off, data_end - iv_off, hdr, aad);
     if (sa->suite.integrity_only) {
         memcpy(o->dst, e + payload_off, o->region_len);
         return pe_aead_open(&sa->aead, nonce, aad, n_aad, e + data_end, 0, e + data_end, o->dst + o->region_len);
