@@ -92,15 +92,13 @@ static inline int full_format(const eesp_sa *sa, int has_crypt_offset)
 }
 
 static inline size_t nonce_for(const eesp_sa *sa, const pe_key_slot *slot, const uint8_t *iv, uint64_t seq,
-                               uint8_t nonce[12])
+                               uint8_t nonce[16])
 {
     size_t salt = sa->suite.salt_len;
-    /* All four salt octets (fixed-size copies: no library call per packet); a 3-octet salt's IV overwrites the 4th. */
-    memcpy(nonce, slot->salt, sizeof slot->salt);
-    if (sa->suite.iv_len)
-        memcpy(nonce + salt, iv, 8);
-    else
-        pe_put64(nonce + salt, seq); /* RFC 8750: the Sequence Number is the IV */
+    uint8_t seq_iv[8];
+    if (!sa->suite.iv_len)
+        pe_put64(seq_iv, seq); /* RFC 8750: the Sequence Number is the IV */
+    pe_ipsec_nonce(nonce, slot->salt, salt, sa->suite.iv_len ? iv : seq_iv);
     return salt + 8;
 }
 

@@ -360,7 +360,7 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     size_t clear = s->integrity_only ? region_len : enc_off - payload_off;
     if (clear)
         memcpy(dst, e + payload_off, clear);
-    uint8_t nonce[12];
+    uint8_t nonce[16];
     nonce_for(sa, slot, e + iv_off, seq, nonce);
     pe_iov aad[2];
     size_t aad_end = s->integrity_only ? data_end : enc_off;

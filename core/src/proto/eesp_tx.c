@@ -250,13 +250,20 @@ static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, 
                             const send_plan *p, const eesp_layout *l, const pe_eesp_packet_opts *o, uint8_t *e)
 {
     const pe_ipsec_suite *s = &sa->suite;
-    e[0] = PE_EESP_ESP_COMPAT | (PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT);
-    e[1] = (uint8_t)l->opt_len;
-    pe_put16(e + 2, sid);
-    pe_put32(e + 4, sa->spi);
+    /*
+     * The AEAD reads the header back as AAD in 16-octet loads, which only a
+     * store as wide (or wider) can forward: the Base Header in one store, and
+     * with a Sequence Number right after it, both in one.
+     */
+    uint64_t base = (uint64_t)(PE_EESP_ESP_COMPAT | (PE_EESP_VERSION_0 << PE_EESP_VERSION_SHIFT)) << 56 |
+                    (uint64_t)(uint8_t)l->opt_len << 48 | (uint64_t)sid << 32 | sa->spi;
+    if (l->seq_len && !l->opt_len)
+        pe_put128(e, base, seq);
+    else
+        pe_put64(e, base);
     if (l->opt_len)
         memcpy(e + PE_EESP_BASE_LEN, l->opts, l->opt_len);
-    if (l->seq_len)
+    if (l->seq_len && l->opt_len)
         pe_put64(e + PE_EESP_BASE_LEN + l->opt_len, seq);
     if (s->iv_len && o && o->explicit_iv)
         memcpy(e + l->iv_off, o->iv, 8);
@@ -271,7 +278,7 @@ static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, 
     if (l->pad_len)
         memset(pl + l->enc_len, 0, l->pad_len);
 
-    uint8_t nonce[12];
+    uint8_t nonce[16];
     nonce_for(sa, slot, e + l->iv_off, seq, nonce);
     size_t enc_off = s->integrity_only ? l->data_end
                      : sa->crypt_offset >= 0 ? l->payload_off + (size_t)sa->crypt_offset * 4

@@ -164,14 +164,12 @@ static pe_status rx_sa_init(void *sa, const void *cfg)
 static const pe_ipsec_sa_ops esp_sa_ops = {sizeof(esp_sa), rx_sa_init, sa_clone, sa_free};
 
 /* RFC 4106 §4, RFC 4309 §4, RFC 7634 §2: salt || IV; RFC 8750: the IV is the 64-bit sequence number. */
-static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[12])
+static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[16])
 {
-    size_t salt = sa->suite.salt_len;
-    memcpy(nonce, sa->salt, sizeof sa->salt); /* fixed size, no library call; a 3-octet salt's IV overwrites the 4th */
-    if (sa->suite.iv_len)
-        memcpy(nonce + salt, iv, 8);
-    else
-        pe_put64(nonce + salt, seq);
+    uint8_t seq_iv[8];
+    if (!sa->suite.iv_len)
+        pe_put64(seq_iv, seq);
+    pe_ipsec_nonce(nonce, sa->salt, sa->suite.salt_len, sa->suite.iv_len ? iv : seq_iv);
 }
 
 /*
@@ -365,7 +363,7 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
         return defer ? prepare_encauth(sa, seq, payload, len, data_end - payload_off, e, defer)
                      : seal_encauth(sa, seq, payload, len, data_end - payload_off, e);
 
-    uint8_t nonce[12], hdr[12];
+    uint8_t nonce[16], hdr[12];
     nonce_for(sa, e + iv_off, seq, nonce);
     pe_iov aad[2];
     size_t n_aad = aad_for(sa, e, seq, e + iv_off, data_end - iv_off, hdr, aad);
@@ -801,7 +799,7 @@ static pe_status open_crypto(esp_opening *o, const pe_esp_info *info)
     }
     const uint8_t *e = o->e;
     size_t iv_off = PE_ESP_HDR_LEN, payload_off = info->payload_offset, data_end = payload_off + o->region_len;
-    uint8_t nonce[12], hdr[12];
+    uint8_t nonce[16], hdr[12];
     nonce_for(sa, e + iv_off, o->seq, nonce);
     pe_iov aad[2];
     size_t n_aad = aad_for(sa, e, o->seq, e + iv_off, data_end - iv_off, hdr, aad);
