@@ -309,8 +309,9 @@ static size_t raw_encrypt_warm(ectx *c)
 #ifdef PE_HAVE_IPSEC_MB
 static int imb_seal_seq(ectx *c, uint64_t seq)
 {
-    uint8_t nonce[12];
-    nonce_of(nonce, c->keymat + c->suite->key_len, seq);
+    uint8_t nonce[16], iv[8];
+    raw_counter_iv(iv, seq);
+    raw_nonce(nonce, c->keymat + c->suite->key_len, iv);
     return raw_imb_seal(&c->imb, nonce, c->aad, HDR_LEN, c->pt, c->aead_len, c->out, c->out + c->aead_len);
 }
 
@@ -325,9 +326,8 @@ static size_t imb_encrypt_warm(ectx *c)
 static int imb_open_wire(ectx *c, const uint8_t *wire)
 {
     const uint8_t *e = wire + OUTER_LEN;
-    uint8_t nonce[12];
-    memcpy(nonce, c->keymat + c->suite->key_len, SALT_LEN);
-    memcpy(nonce + SALT_LEN, e + IV_OFF, 8);
+    uint8_t nonce[16];
+    raw_nonce(nonce, c->keymat + c->suite->key_len, e + IV_OFF);
     return raw_imb_open(&c->imb, nonce, e, HDR_LEN, e + HDR_LEN, c->aead_len, e + HDR_LEN + c->aead_len, c->out);
 }
 

@@ -108,11 +108,11 @@ static EVP_CIPHER_CTX *raw_ctx(const suite_def *s, int enc)
     return x;
 }
 
-static void next_header(ectx *c, uint8_t *e, uint8_t nonce[12]);
+static void next_header(ectx *c, uint8_t *e, uint8_t nonce[16]);
 
 static int raw_seal(ectx *c, uint8_t *e)
 {
-    uint8_t nonce[12];
+    uint8_t nonce[16];
     int outl, finl;
     next_header(c, e, nonce);
     uint8_t *ct = e + CT_OFF;
@@ -138,24 +138,21 @@ static int raw_open(ectx *c, const uint8_t *wire)
            EVP_DecryptFinal_ex(c->dec, c->out + outl, &finl) == 1;
 }
 
-/* The SPI, sequence number and IV of the next packet at e; the nonce in nonce. */
-static void next_header(ectx *c, uint8_t *e, uint8_t nonce[12])
+/* The SPI, sequence number and IV of the next packet at e, each field one store (the AEAD reads the header back
+ * as AAD); the nonce in nonce (raw_nonce). */
+static void next_header(ectx *c, uint8_t *e, uint8_t nonce[16])
 {
     uint32_t seq = ++c->raw_seq;
-    put16(e, (uint16_t)(SPI >> 16));
-    put16(e + 2, (uint16_t)SPI);
-    put16(e + 4, (uint16_t)(seq >> 16));
-    put16(e + 6, (uint16_t)seq);
-    memset(e + IV_OFF, 0, 4);
-    memcpy(e + IV_OFF + 4, e + 4, 4); /* IV = the 64-bit counter */
-    memcpy(nonce, keymat + c->s->key_len, 4);
-    memcpy(nonce + 4, e + IV_OFF, 8);
+    uint64_t spi_seq = __builtin_bswap64((uint64_t)SPI << 32 | seq);
+    memcpy(e, &spi_seq, 8);
+    raw_counter_iv(e + IV_OFF, seq); /* IV = the 64-bit counter */
+    raw_nonce(nonce, keymat + c->s->key_len, e + IV_OFF);
 }
 
 #ifdef PE_HAVE_IPSEC_MB
 static int imb_seal_one(ectx *c, uint8_t *e)
 {
-    uint8_t nonce[12];
+    uint8_t nonce[16];
     next_header(c, e, nonce);
     uint8_t *ct = e + CT_OFF;
     return raw_imb_seal(&c->imb, nonce, e, AAD_LEN, c->pt, c->enc_len, ct, ct + c->enc_len);
@@ -164,9 +161,8 @@ static int imb_seal_one(ectx *c, uint8_t *e)
 static int imb_open_one(ectx *c, const uint8_t *wire)
 {
     const uint8_t *e = wire + OUTER_LEN;
-    uint8_t nonce[12];
-    memcpy(nonce, keymat + c->s->key_len, 4);
-    memcpy(nonce + 4, e + IV_OFF, 8);
+    uint8_t nonce[16];
+    raw_nonce(nonce, keymat + c->s->key_len, e + IV_OFF);
     return raw_imb_open(&c->imb, nonce, e, AAD_LEN, e + CT_OFF, c->enc_len, e + CT_OFF + c->enc_len, c->out);
 }
 #endif

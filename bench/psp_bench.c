@@ -104,19 +104,17 @@ static int core_decap(bench_ctx *c, unsigned n)
 }
 
 /* The 12-octet nonce as PSP builds it: SPI then a counting IV, big-endian. */
-static void nonce_for(uint8_t nonce[12], uint64_t iv)
+static void nonce_for(uint8_t nonce[16], uint64_t iv)
 {
-    nonce[0] = (uint8_t)(SPI >> 24);
-    nonce[1] = (uint8_t)(SPI >> 16);
-    nonce[2] = (uint8_t)(SPI >> 8);
-    nonce[3] = (uint8_t)SPI;
-    for (int i = 0; i < 8; i++)
-        nonce[4 + i] = (uint8_t)(iv >> (56 - 8 * i));
+    static const uint8_t spi[4] = {(uint8_t)(SPI >> 24), (uint8_t)(SPI >> 16), (uint8_t)(SPI >> 8), (uint8_t)SPI};
+    uint8_t iv_octets[8];
+    raw_counter_iv(iv_octets, iv);
+    raw_nonce(nonce, spi, iv_octets);
 }
 
 static int raw_seal_one(bench_ctx *c, uint64_t iv, uint8_t *ct, uint8_t tag[16])
 {
-    uint8_t nonce[12];
+    uint8_t nonce[16];
     int outl, finl;
     nonce_for(nonce, iv);
     EVP_CIPHER_CTX *x = c->raw_enc;
@@ -147,7 +145,7 @@ static int raw_encrypt(bench_ctx *c, unsigned n)
 
 static int raw_decrypt(bench_ctx *c, unsigned n)
 {
-    uint8_t nonce[12];
+    uint8_t nonce[16];
     int outl, finl;
     EVP_CIPHER_CTX *x = c->raw_dec;
     nonce_for(nonce, 1); /* raw_ct was sealed with IV 1 */
@@ -175,7 +173,7 @@ static int raw_decrypt(bench_ctx *c, unsigned n)
 #ifdef PE_HAVE_IPSEC_MB
 static int imb_encrypt(bench_ctx *c, unsigned n)
 {
-    uint8_t nonce[12], tag[16];
+    uint8_t nonce[16], tag[16];
     for (unsigned i = 0; i < n; i++) {
         nonce_for(nonce, c->iv++);
         if (c->gmac) {
@@ -190,7 +188,7 @@ static int imb_encrypt(bench_ctx *c, unsigned n)
 
 static int imb_decrypt(bench_ctx *c, unsigned n)
 {
-    uint8_t nonce[12];
+    uint8_t nonce[16];
     nonce_for(nonce, 1); /* raw_ct was sealed with IV 1 */
     for (unsigned i = 0; i < n; i++) {
         if (c->gmac) {
