@@ -98,7 +98,7 @@ static inline size_t nonce_for(const eesp_sa *sa, const pe_key_slot *slot, const
     uint8_t seq_iv[8];
     if (!sa->suite.iv_len)
         pe_put64(seq_iv, seq); /* RFC 8750: the Sequence Number is the IV */
-    pe_ipsec_nonce(nonce, slot->salt, salt, sa->suite.iv_len ? iv : seq_iv);
+    pe_store_nonce(nonce, slot->salt, salt, sa->suite.iv_len ? iv : seq_iv);
     return salt + 8;
 }
 

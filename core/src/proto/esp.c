@@ -169,7 +169,7 @@ static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t
     uint8_t seq_iv[8];
     if (!sa->suite.iv_len)
         pe_put64(seq_iv, seq);
-    pe_ipsec_nonce(nonce, sa->salt, sa->suite.salt_len, sa->suite.iv_len ? iv : seq_iv);
+    pe_store_nonce(nonce, sa->salt, sa->suite.salt_len, sa->suite.iv_len ? iv : seq_iv);
 }
 
 /*

@@ -16,6 +16,7 @@
 
 #include "pe/ip.h"
 #include "pe/ipsec.h"
+#include "stores.h"
 
 /* ---- SA configs ---- */
 
@@ -25,44 +26,6 @@ void pe_ipsec_default_suite(unsigned *encr, unsigned *key_bits);
 int pe_ipsec_outer_header_ok(const uint8_t *hdr, size_t len);
 /* The template copied to out (PE_IPV6_HDR_LEN octets of room); its length, 0 without one. */
 size_t pe_ipsec_outer_header_copy(uint8_t *out, const uint8_t *hdr, size_t len);
-
-/* ---- per packet ---- */
-
-/*
- * The AEAD nonce salt || IV (salt_len 4, or 3 for CCM; the IV's 8 octets as
- * they lie in memory, i.e. big-endian) in nonce[0, salt_len + 8), written
- * as one 16-octet store: ipsec-mb reads the nonce in one load, which a salt
- * and an IV stored apart could not forward.
- */
-static inline void pe_ipsec_nonce(uint8_t nonce[16], const uint8_t salt[4], size_t salt_len, const uint8_t iv[8])
-{
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    typedef uint64_t v2u64 __attribute__((vector_size(16)));
-    uint32_t sv;
-    uint64_t iv64;
-    memcpy(&sv, salt, 4);
-    memcpy(&iv64, iv, 8);
-    unsigned shift = 8 * (unsigned)salt_len;
-    v2u64 v = {((uint64_t)sv & ((1ull << shift) - 1)) | iv64 << shift, iv64 >> (64 - shift)};
-    memcpy(nonce, &v, 16);
-#else
-    memcpy(nonce, salt, 4);
-    memcpy(nonce + salt_len, iv, 8);
-#endif
-}
-
-/* hi then lo, big-endian, in one 16-octet store where the compiler has vectors (see pe_ipsec_nonce). */
-static inline void pe_put128(uint8_t *p, uint64_t hi, uint64_t lo)
-{
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    typedef uint64_t v2u64 __attribute__((vector_size(16)));
-    v2u64 v = {__builtin_bswap64(hi), __builtin_bswap64(lo)};
-    memcpy(p, &v, 16);
-#else
-    pe_put64(p, hi);
-    pe_put64(p + 8, lo);
-#endif
-}
 
 /* ---- the receiver ---- */
 

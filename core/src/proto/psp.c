@@ -8,6 +8,7 @@
 #include "pe/psp.h"
 #include "pe/wipe.h"
 #include "psp_internal.h"
+#include "stores.h"
 
 /* ------------------------------------------------------------------ sending */
 
@@ -178,8 +179,8 @@ static uint16_t udp_sport(const pe_psp_tx *tx, const uint8_t *pkt, const pe_ip_i
 /* AAD: the header and the `clear` body octets already in place; `pt` is the rest of the body. */
 static pe_status seal(pe_aead *aead, uint8_t *psp, const uint8_t *pt, size_t body_len, size_t clear)
 {
-    uint8_t nonce[12];
-    memcpy(nonce, psp + 4, 12); /* SPI || IV as on the wire */
+    uint8_t nonce[16];
+    pe_store_nonce(nonce, psp + 4, 4, psp + 8); /* SPI || IV as on the wire, in one store (stores.h) */
     pe_iov aad = {psp, PE_PSP_HDR_LEN + clear};
     return pe_aead_seal(aead, nonce, &aad, 1, pt, body_len - clear, psp + PE_PSP_HDR_LEN + clear,
                         psp + PE_PSP_HDR_LEN + body_len);

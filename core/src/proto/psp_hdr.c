@@ -5,6 +5,7 @@
 #include "pe/kdf.h"
 #include "pe/psp.h"
 #include "psp_internal.h"
+#include "stores.h"
 
 /* §3: crypto versions 0-3. */
 static const pe_psp_version_info versions[] = {
@@ -79,11 +80,10 @@ pe_status pe_psp_hdr_build(const pe_psp_hdr *h, uint8_t *b, size_t cap)
     uint8_t b3 = (uint8_t)((h->sample ? PE_PSP_VERFL_SAMPLE : 0) | (h->drop ? PE_PSP_VERFL_DROP : 0) |
                            ((h->version << PE_PSP_VERFL_VERSION_SHIFT) & PE_PSP_VERFL_VERSION_MASK) |
                            (h->virt ? PE_PSP_VERFL_VIRT : 0) | (h->always_one ? PE_PSP_VERFL_ONE : 0));
-    /* Two 64-bit stores: assembled octet by octet, the header went through a stack copy that the wider load
-     * after it had to wait for (a failed store-to-load forward, in perf annotate of pe_psp_encap). */
-    pe_put64(b, (uint64_t)h->next_header << 56 | (uint64_t)h->hdr_ext_len << 48 | (uint64_t)b2 << 40 |
-                    (uint64_t)b3 << 32 | h->spi);
-    pe_put64(b + 8, h->iv);
+    /* One 16-octet store (stores.h): the seal reads the header back as AAD and its nonce from inside it. */
+    pe_put128(b, (uint64_t)h->next_header << 56 | (uint64_t)h->hdr_ext_len << 48 | (uint64_t)b2 << 40 |
+                     (uint64_t)b3 << 32 | h->spi,
+              h->iv);
     size_t ext_room = hlen - PE_PSP_HDR_LEN;
     size_t n = h->ext ? (h->ext_len < ext_room ? h->ext_len : ext_room) : 0;
     if (n)
