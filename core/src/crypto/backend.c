@@ -46,7 +46,6 @@ static void free_jobs(void *mgr)
  * check, and its instructions would fault.
  */
 static IMB_ARCH wanted_arch = IMB_ARCH_NONE;
-static int arch_lowered;
 static char arch_refused[48];
 
 static void init_on(IMB_MGR *m, IMB_ARCH a)
@@ -59,8 +58,11 @@ static void init_on(IMB_MGR *m, IMB_ARCH a)
     }
 }
 
-/* A manager on the best code path for this CPU (or PE_IMB_ARCH's); NULL when that path has no AES-NI (ipsec-mb would emulate it). */
-static IMB_MGR *new_mgr(IMB_ARCH *arch)
+/*
+ * A manager on the best code path for this CPU (or PE_IMB_ARCH's, *lowered
+ * then set); NULL when that path has no AES-NI (ipsec-mb would emulate it).
+ */
+static IMB_MGR *new_mgr(IMB_ARCH *arch, int *lowered)
 {
     IMB_MGR *m = alloc_mb_mgr(0);
     IMB_ARCH a = IMB_ARCH_NONE;
@@ -70,7 +72,8 @@ static IMB_MGR *new_mgr(IMB_ARCH *arch)
     if (imb_get_errno(m) == 0 && wanted_arch >= IMB_ARCH_SSE && wanted_arch < a) {
         init_on(m, wanted_arch);
         a = wanted_arch;
-        arch_lowered = 1;
+        if (lowered)
+            *lowered = 1;
     }
     if (imb_get_errno(m) != 0 || a < IMB_ARCH_SSE) {
         free_mb_mgr(m);
@@ -101,8 +104,9 @@ static void find(void)
     const char *why_not = imb_absent;
 #ifdef PE_HAVE_IPSEC_MB
     IMB_ARCH arch = IMB_ARCH_NONE;
+    int lowered = 0;
     read_wanted_arch();
-    direct = new_mgr(&arch);
+    direct = new_mgr(&arch, &lowered);
     direct_arch = arch;
     if (direct && wanted_arch > arch)
         snprintf(arch_refused, sizeof arch_refused, ", PE_IMB_ARCH=%s beyond this CPU", arch_name(wanted_arch));
@@ -112,7 +116,7 @@ static void find(void)
         direct = NULL;
     }
     snprintf(imb_text, sizeof imb_text, "intel-ipsec-mb %s (%s%s%s)", imb_get_version_str(),
-             direct ? arch_name(arch) : "no AES-NI here", direct && arch_lowered ? ", by PE_IMB_ARCH" : "",
+             direct ? arch_name(arch) : "no AES-NI here", direct && lowered ? ", by PE_IMB_ARCH" : "",
              arch_refused);
     why_not = imb_text;
 #else
@@ -209,7 +213,7 @@ IMB_MGR *pe_imb_direct(void)
 
 static IMB_MGR *new_auto_mgr(void)
 {
-    return new_mgr(NULL);
+    return new_mgr(NULL, NULL);
 }
 
 static IMB_MGR *new_sse_mgr(void)
