@@ -91,17 +91,6 @@ static inline int full_format(const eesp_sa *sa, int has_crypt_offset)
     return has_crypt_offset || sa->mode == PE_EESP_TRANSPORT;
 }
 
-static inline size_t nonce_for(const eesp_sa *sa, const pe_key_slot *slot, const uint8_t *iv, uint64_t seq,
-                               uint8_t nonce[16])
-{
-    size_t salt = sa->suite.salt_len;
-    uint8_t seq_iv[8];
-    if (!sa->suite.iv_len)
-        pe_put64(seq_iv, seq); /* RFC 8750: the Sequence Number is the IV */
-    pe_store_nonce(nonce, slot->salt, salt, sa->suite.iv_len ? iv : seq_iv);
-    return salt + 8;
-}
-
 /* D1: everything before `aad_end`, less the explicit IV for the Linux XFRM variant. */
 static inline size_t aad_for(const eesp_sa *sa, const uint8_t *eesp, size_t iv_off, size_t aad_end, pe_iov iov[2])
 {

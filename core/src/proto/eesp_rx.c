@@ -361,7 +361,7 @@ static pe_status open_eesp(pe_eesp_rx *rx, const uint8_t *e, size_t elen, int fa
     if (clear)
         memcpy(dst, e + payload_off, clear);
     uint8_t nonce[16];
-    nonce_for(sa, slot, e + iv_off, seq, nonce);
+    pe_ipsec_nonce(nonce, slot->salt, &sa->suite, e + iv_off, seq);
     pe_iov aad[2];
     size_t aad_end = s->integrity_only ? data_end : enc_off;
     size_t n_aad = aad_for(sa, e, iv_off, aad_end, aad);

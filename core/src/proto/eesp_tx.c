@@ -279,7 +279,7 @@ static pe_status write_eesp(const eesp_sa *sa, pe_key_slot *slot, uint64_t seq, 
         memset(pl + l->enc_len, 0, l->pad_len);
 
     uint8_t nonce[16];
-    nonce_for(sa, slot, e + l->iv_off, seq, nonce);
+    pe_ipsec_nonce(nonce, slot->salt, &sa->suite, e + l->iv_off, seq);
     size_t enc_off = s->integrity_only ? l->data_end
                      : sa->crypt_offset >= 0 ? l->payload_off + (size_t)sa->crypt_offset * 4
                                              : l->payload_off;

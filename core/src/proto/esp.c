@@ -163,15 +163,6 @@ static pe_status rx_sa_init(void *sa, const void *cfg)
 
 static const pe_ipsec_sa_ops esp_sa_ops = {sizeof(esp_sa), rx_sa_init, sa_clone, sa_free};
 
-/* RFC 4106 §4, RFC 4309 §4, RFC 7634 §2: salt || IV; RFC 8750: the IV is the 64-bit sequence number. */
-static void nonce_for(const esp_sa *sa, const uint8_t *iv, uint64_t seq, uint8_t nonce[16])
-{
-    uint8_t seq_iv[8];
-    if (!sa->suite.iv_len)
-        pe_put64(seq_iv, seq);
-    pe_store_nonce(nonce, sa->salt, sa->suite.salt_len, sa->suite.iv_len ? iv : seq_iv);
-}
-
 /*
  * RFC 4106 §5 (also RFC 4309 §5, RFC 7634 §2.1, RFC 8750 §4): SPI || Seq, or
  * SPI || Seq high || Seq low with ESN.  RFC 4543 §3.3 (GMAC): the same
@@ -364,7 +355,7 @@ static pe_status seal_into(esp_sa *sa, uint64_t seq, uint8_t next_header, const 
                      : seal_encauth(sa, seq, payload, len, data_end - payload_off, e);
 
     uint8_t nonce[16], hdr[12];
-    nonce_for(sa, e + iv_off, seq, nonce);
+    pe_ipsec_nonce(nonce, sa->salt, &sa->suite, e + iv_off, seq);
     pe_iov aad[2];
     size_t n_aad = aad_for(sa, e, seq, e + iv_off, data_end - iv_off, hdr, aad);
     /*
@@ -800,7 +791,7 @@ static pe_status open_crypto(esp_opening *o, const pe_esp_info *info)
     const uint8_t *e = o->e;
     size_t iv_off = PE_ESP_HDR_LEN, payload_off = info->payload_offset, data_end = payload_off + o->region_len;
     uint8_t nonce[16], hdr[12];
-    nonce_for(sa, e + iv_off, o->seq, nonce);
+    pe_ipsec_nonce(nonce, sa->salt, &sa->suite, e + iv_off, o->seq);
     pe_iov aad[2];
     size_t n_aad = aad_for(sa, e, o->seq, e + iv_off, data_end - iv_off, hdr, aad);
     if (sa->suite.integrity_only) {

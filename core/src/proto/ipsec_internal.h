@@ -27,6 +27,22 @@ int pe_ipsec_outer_header_ok(const uint8_t *hdr, size_t len);
 /* The template copied to out (PE_IPV6_HDR_LEN octets of room); its length, 0 without one. */
 size_t pe_ipsec_outer_header_copy(uint8_t *out, const uint8_t *hdr, size_t len);
 
+/* ---- per packet ---- */
+
+/*
+ * The AEAD nonce of both protocols, in one store (stores.h): salt || IV
+ * (RFC 4106 §4, RFC 4309 §4, RFC 7634 §2, eesp.md §10), the IV being the
+ * 64-bit sequence number for the implicit-IV suites (RFC 8750).
+ */
+static inline void pe_ipsec_nonce(uint8_t nonce[16], const uint8_t salt[4], const pe_ipsec_suite *s,
+                                  const uint8_t *iv, uint64_t seq)
+{
+    uint8_t seq_iv[8];
+    if (!s->iv_len)
+        pe_put64(seq_iv, seq);
+    pe_store_nonce(nonce, salt, s->salt_len, s->iv_len ? iv : seq_iv);
+}
+
 /* ---- the receiver ---- */
 
 /*
