@@ -116,10 +116,13 @@ def ns(runs: Optional[List[float]]) -> Optional[float]:
     return 1e9 / statistics.median(runs) if runs else None
 
 
-def proto_row(backend: str, judged: bool, base: dict, rr: dict, er: Optional[dict], cr: dict) -> dict:
-    """One warm row: the raw baseline (rr), EVP beside it (er; None when the baseline is EVP) and the core (cr)."""
+def proto_row(backend: str, judged: bool, base: dict, rr: dict, er: Optional[dict], cr: dict,
+              sr: Optional[dict] = None) -> dict:
+    """One warm row: the raw baseline (rr), EVP beside it (er; None when the baseline is EVP), the core (cr)
+    and, information, the raw baseline one packet at a time (sr, "raw-serial"; ipsec-mb builds only)."""
     row = {"backend": backend, **base,
            "raw_runs": rr["pps"], "evp_runs": er["pps"] if er else None, "core_runs": cr["pps"],
+           "serial_runs": sr["pps"] if sr else None, "serial_ns": ns(sr["pps"]) if sr else None,
            "raw_pps": best(rr["pps"]), "core_pps": best(cr["pps"]),
            "raw_median": statistics.median(rr["pps"]), "core_median": statistics.median(cr["pps"]),
            "raw_ns": ns(rr["pps"]), "evp_ns": ns(er["pps"]) if er else None, "core_ns": ns(cr["pps"]),
@@ -159,7 +162,8 @@ def run_c(exe: Path, min_time: float, repeats: int, backends: List[str]) -> dict
                     cr = k[(v, op, size, "core", "warm")]
                     rows.append(proto_row(b, b == judged, {"version": v, "op": op, "size": size,
                                                            "aead_len": cr["aead_len"]},
-                                          k[(v, op, size, "raw", "warm")], k.get((v, op, size, "evp", "warm")), cr))
+                                          k[(v, op, size, "raw", "warm")], k.get((v, op, size, "evp", "warm")), cr,
+                                          k.get((v, op, size, "raw-serial", "warm"))))
         for size in PSP_COLD_SIZES:
             for v in C_VERSIONS:
                 cold.append(cold_row(b, b == judged, {"version": v, "op": "decrypt", "size": size},
@@ -213,7 +217,7 @@ def run_eesp(exe: Path, min_time: float, repeats: int, mt_duration: float, mt_re
                                                            "aead_len": cr["aead_len"], "wire_len": cr["wire_len"],
                                                            "ring": cr["ring"]},
                                           k[(suite, "warm", op, size, "raw")], k.get((suite, "warm", op, size, "evp")),
-                                          cr))
+                                          cr, k.get((suite, "warm", op, size, "raw-serial"))))
                 for size in EESP_COLD_SIZES:
                     cold.append(cold_row(b, b == judged, {"suite": suite, "op": op, "size": size},
                                          k[(suite, "warm", op, size, "core")], k[(suite, "cold", op, size, "core")],
@@ -267,7 +271,8 @@ def run_esp(exe: Path, min_time: float, repeats: int, backends: List[str]) -> di
                     cr = k[(suite, op, size, "core")]
                     rows.append(proto_row(b, b == judged, {"suite": suite, "op": op, "size": size,
                                                            "aead_len": cr["aead_len"], "wire_len": cr["wire_len"]},
-                                          k[(suite, op, size, "raw")], k.get((suite, op, size, "evp")), cr))
+                                          k[(suite, op, size, "raw")], k.get((suite, op, size, "evp")), cr,
+                                          k.get((suite, op, size, "raw-serial"))))
     return {"judged": judged, "rows": rows}
 
 
@@ -555,15 +560,17 @@ def proto_table(title: str, sec: dict, fields: tuple, aad: int) -> List[str]:
     judged = sec["judged"]
     out = [f"## {title}", "",
            f"raw and EVP: from the `{judged}` run. core/raw: median of the runs' ratios, each backend against the raw "
-           "baseline of its own run; the target holds the `" + judged + "` rows.", "",
-           "| " + " | ".join(h for h, _ in fields) + " | AEAD octets | raw ns | EVP ns | "
+           "baseline of its own run; the target holds the `" + judged + "` rows. raw alone (information): the raw "
+           "baseline with each packet's instructions finished before the next one starts (`raw-serial`), what one "
+           "packet's AEAD costs without a second packet's beside it.", "",
+           "| " + " | ".join(h for h, _ in fields) + " | AEAD octets | raw ns | raw alone ns | EVP ns | "
            + " | ".join(f"core ns, {b}" for b in bs) + " | " + " | ".join(f"core/raw, {b}" for b in bs)
            + f" | core Gbit/s, {judged} | target |",
-           "|" + "---|" * len(fields) + "---:|---:|---:|" + "---:|" * (2 * len(bs)) + "---:|---|"]
+           "|" + "---|" * len(fields) + "---:|---:|---:|---:|" + "---:|" * (2 * len(bs)) + "---:|---|"]
     for key, g in side_by_side(sec["rows"], fields):
         j = g.get(judged) or next(iter(g.values()))
         out.append("| " + " | ".join(map(str, key)) + f" | {j['aead_len']} + {aad} | {fmt_ns(j['raw_ns'])} | "
-                   f"{fmt_ns(j['evp_ns'])} | " + " | ".join(fmt_ns(g[b]["core_ns"]) if b in g else "" for b in bs)
+                   f"{fmt_ns(j.get('serial_ns'))} | {fmt_ns(j['evp_ns'])} | " + " | ".join(fmt_ns(g[b]["core_ns"]) if b in g else "" for b in bs)
                    + " | " + " | ".join(fmt_ratio(g[b]["ratio"], True) if b in g else "" for b in bs)
                    + f" | {gbps(j['core_median'], j['size']):.2f} | {fmt_target(j)} |")
     out.append("")
