@@ -55,7 +55,8 @@ def test_core_to_scapy_and_back(suite, mode, v6, esn, udp):
     ssa = to_scapy(sa)
     assert (ssa.spi, ssa.seq_num, ssa.esn_en, ssa.esn) == (0x3003, first & 0xFFFFFFFF, esn, first >> 32 if esn else 0)
     assert (ssa.tunnel_header is not None) == (mode == "tunnel") and (ssa.nat_t_header is not None) == udp
-    for n in (0, 1, 50, 301):
+    # around the size from which the core seals a payload from where it lies (esp.c PE_ESP_GATHER_MAX, 2048)
+    for n in (0, 1, 50, 301, 1990, 2010, 2030, 2060, 8000):
         p = inner(v6, n)
         got = ssa.decrypt(scapy_pkt(sa.encrypt(p)))  # the core's packets in scapy's SecurityAssociation
         assert raw(got) == p, n
