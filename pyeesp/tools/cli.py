@@ -18,8 +18,9 @@ from pecore.tools._tables import KEY_SIZES
 from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, int_arg,
                               key_file_sas, one_sa, protocol_arg, record_head, record_info, run_main, show_capture,
                               spi_arg, tooling_wanted, transform_capture)
+from pecore.tools.tunnel import register as register_tunnel
 from pyeesp.capture import decrypt_capture, encrypt_capture
-from pyeesp.errors import EespError
+from pyeesp.errors import EespError, error_class
 from pyeesp.header import Header
 from pyeesp.sa import SA, SUITES, Receiver, derive_sub_sa_key, suite_id
 
@@ -193,6 +194,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     add_capture_command(sub, "decrypt", "decrypt every EESP packet of a pcap/pcapng file", cmd_decrypt, _sa_options)
     add_show_command(sub, "EESP", cmd_show, _sa_options)
 
+    register_tunnel(sub, "eesp", error_class)  # tunnel: the live endpoint
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export
         from pyeesp.tools.diagnose import register as register_diagnose

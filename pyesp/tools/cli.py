@@ -18,8 +18,9 @@ from pecore.tools._tables import KEY_SIZES
 from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, decrypt_info, iv_arg,
                               key_file_sas, one_sa, record_head, record_info, run_main, show_capture, spi_arg,
                               tooling_wanted, transform_capture)
+from pecore.tools.tunnel import register as register_tunnel
 from pyesp.capture import decrypt_capture, encrypt_capture
-from pyesp.errors import EspError
+from pyesp.errors import EspError, error_class
 from pyesp.header import Header
 from pyesp.sa import SA, SUITES, Receiver
 
@@ -123,6 +124,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     add_capture_command(sub, "decrypt", "decrypt every ESP packet of a pcap/pcapng file", cmd_decrypt, _sa_options)
     add_show_command(sub, "ESP", cmd_show, _sa_options)
 
+    register_tunnel(sub, "esp", error_class)  # tunnel: the live endpoint
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export
         from pyesp.tools.diagnose import register as register_diagnose

@@ -18,9 +18,10 @@ from pecore.tools._tables import PSP_KEY_LEN, PSP_VERSION_NUMBERS
 from pecore.tools.cli import (UsageError, add_capture_command, add_show_command, add_version, addresses, decrypt_info,
                               int_arg, iv_arg, port_arg, record_head, record_info, run_main, show_capture, spi_arg,
                               tooling_wanted, transform_capture, words_arg)
+from pecore.tools.tunnel import register as register_tunnel
 from pypsp.capture import decrypt_capture, encrypt_capture
 from pypsp.crypto import Decryptor, Encryptor, _key_bytes, derive_key
-from pypsp.errors import PspError
+from pypsp.errors import PspError, error_class
 from pypsp.header import Header
 
 
@@ -282,6 +283,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
                         _decrypt_options, drop_help="leave out packets that fail to decrypt")
     add_show_command(sub, "PSP", cmd_show, _show_options, limit_help="stop after N PSP packets (0: all)")
 
+    register_tunnel(sub, "psp", error_class)  # tunnel: the live endpoint
     if tooling_wanted(sub, argv):  # imported only when asked for: they are most of the CLI's start-up time
         from pecore.tools.keyimport import register as register_keys  # keys import|export
         from pypsp.tools.diagnose import register as register_diagnose

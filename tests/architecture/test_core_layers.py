@@ -1,5 +1,6 @@
 """The core's folders are its layers (README "Layout"): each may include only the layers below it.
 
+    net/     the live endpoint: TUN devices, sockets, the data plane over the protocols' ops
     io/      captures, batches, key files, transforms (the protocols as capture callbacks)
     proto/   PSP; ESP and EESP over what they share (ipsec); IP, link-layer framing, replay windows, key tables
     crypto/  AEAD, KDFs, wiping
@@ -21,8 +22,9 @@ HEADER_LAYER = {
     "wipe.h": 1, "aead.h": 1, "kdf.h": 1, "encauth.h": 1, "backend.h": 1,
     "ip.h": 2, "link.h": 2, "replay.h": 2, "ipsec.h": 2, "psp.h": 2, "eesp.h": 2, "esp.h": 2,
     "capture.h": 3, "batch.h": 3, "keyfile.h": 3, "transforms.h": 3, "parallel.h": 3,
+    "tunnel.h": 4,
 }
-FOLDER_LAYER = {"crypto": 1, "proto": 2, "io": 3}
+FOLDER_LAYER = {"crypto": 1, "proto": 2, "io": 3, "net": 4}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:pe/)?([^"]+)"', re.M)
 
 

@@ -28,7 +28,7 @@ extern "C" {
     X(PE_CAT_NOT_THIS_PROTOCOL, "not-this-protocol", "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)") \
     X(PE_CAT_CUT_BY_CAPTURE, "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest") \
     X(PE_CAT_CONFIGURATION, "configuration", "the caller's settings, keys or key file are wrong") \
-    X(PE_CAT_IO, "io", "a capture file could not be read or written, or is not a capture") \
+    X(PE_CAT_IO, "io", "a capture file, device or socket could not be read or written, or a file is not a capture") \
     X(PE_CAT_LIMIT, "limit", "a size or counter limit was reached (output room, IV or sequence space)") \
     X(PE_CAT_INTERNAL, "internal", "out of memory, or OpenSSL failed")
 
@@ -139,7 +139,12 @@ typedef enum pe_category {
     /* key files */ \
     X(PE_ERR_KEYFILE_SYNTAX, "keyfile-syntax", PE_CAT_CONFIGURATION, "key file syntax error") \
     X(PE_ERR_KEYFILE_VALUE, "keyfile-bad-value", PE_CAT_CONFIGURATION, "key file value is invalid") \
-    X(PE_ERR_KEYFILE_DUPLICATE, "keyfile-duplicate", PE_CAT_CONFIGURATION, "key file defines the same SA twice")
+    X(PE_ERR_KEYFILE_DUPLICATE, "keyfile-duplicate", PE_CAT_CONFIGURATION, "key file defines the same SA twice") \
+    /* the live endpoint (tunnel.h) */ \
+    X(PE_ERR_TUNNEL_CONFIG, "tunnel-bad-config", PE_CAT_CONFIGURATION, "tunnel settings contradict each other or the key file") \
+    X(PE_ERR_TUNNEL_DEVICE, "tunnel-device", PE_CAT_IO, "the TUN device could not be made, set up, read or written (errno tells why)") \
+    X(PE_ERR_TUNNEL_SOCKET, "tunnel-socket", PE_CAT_IO, "a tunnel socket could not be made, bound, read or written (errno tells why)") \
+    X(PE_ERR_TUNNEL_STATS, "tunnel-stats-write", PE_CAT_IO, "the tunnel's counters file could not be written (errno tells why)")
 
 typedef enum pe_status {
 #define PE_STATUS_ENUM(code, name, category, msg) code,

@@ -47,7 +47,7 @@ local CATEGORY_LIST = {
         "not a packet of this protocol for this receiver (another protocol or port, ESP/IKE on 4500)" },
     { "cut-by-capture", "the capture's snap length cut the packet: nothing can be said of the rest" },
     { "configuration", "the caller's settings, keys or key file are wrong" },
-    { "io", "a capture file could not be read or written, or is not a capture" },
+    { "io", "a capture file, device or socket could not be read or written, or a file is not a capture" },
     { "limit", "a size or counter limit was reached (output room, IV or sequence space)" },
     { "internal", "out of memory, or OpenSSL failed" },
 }
@@ -154,6 +154,10 @@ local STATUS_LIST = {
     { "keyfile-syntax", "configuration", "key file syntax error" },
     { "keyfile-bad-value", "configuration", "key file value is invalid" },
     { "keyfile-duplicate", "configuration", "key file defines the same SA twice" },
+    { "tunnel-bad-config", "configuration", "tunnel settings contradict each other or the key file" },
+    { "tunnel-device", "io", "the TUN device could not be made, set up, read or written (errno tells why)" },
+    { "tunnel-socket", "io", "a tunnel socket could not be made, bound, read or written (errno tells why)" },
+    { "tunnel-stats-write", "io", "the tunnel's counters file could not be written (errno tells why)" },
 }
 -- END STATUS TABLE
 local STATUS_MESSAGE, STATUS_CATEGORY = {}, {}

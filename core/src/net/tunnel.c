@@ -1,0 +1,614 @@
+/*
+ * The live endpoint's data plane (pe/tunnel.h has the pipeline).  The
+ * calling thread sets everything up, starts one thread per worker and then
+ * only waits: for a signal (a signalfd), for the counters' interval and for
+ * max_ms.  Stopping is one eventfd that every worker polls beside its TUN
+ * queue and socket.
+ *
+ * Sending SAs: one sender per SPI.  Workers sharing an ESP or PSP SA spend
+ * its counter in turn under the sender's lock and seal on a clone of their
+ * own; workers sharing an EESP SA each have a sender of their own on a Sub
+ * SA of their own (their counters never meet).  An SA whose counter runs
+ * out stops sending, with one message; the others go on.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "pe/tunnel.h"
+
+void pe_tunnel_config_init(pe_tunnel_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->workers = 1;
+    cfg->log_fd = 2;
+    cfg->family = 4;
+}
+
+#if defined(__linux__)
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net_internal.h"
+#include "pe/bytes.h"
+#include "pe/ip.h"
+#include "pe/wipe.h"
+
+typedef struct net_sender {
+    uint32_t spi;
+    void *tx;
+    unsigned users;
+    pthread_mutex_t lock; /* users > 1 (ESP, PSP): the counter is spent under it */
+    atomic_int exhausted;
+} net_sender;
+
+struct endpoint;
+
+typedef struct worker {
+    struct endpoint *ep;
+    unsigned index;
+    int tun, sock;
+    net_sender *sender;
+    void *tx;       /* the sender's own, a clone (shared), or a sender of its own (EESP) */
+    int own_tx;     /* tx is this worker's to free */
+    uint16_t sub;   /* EESP Sub SA */
+    void *rx;
+    size_t slot;    /* octets per packet buffer */
+    uint8_t *in, *out, *rbuf, *dec; /* NET_BATCH slots each (dec: one) */
+    pthread_t thread;
+    int started;
+} worker;
+
+typedef struct endpoint {
+    const pe_tunnel_config *cfg;
+    const net_proto *p;
+    net_setup su;
+    uint8_t ip_protocol;
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    net_sender senders[PE_TUNNEL_MAX_SPIS];
+    size_t n_senders;
+    worker w[PE_TUNNEL_MAX_WORKERS];
+    net_stats stats;
+    int stop_fd;
+    atomic_int failed;
+} endpoint;
+
+static const net_proto *proto_of(pe_tunnel_protocol p)
+{
+    switch (p) {
+    case PE_TUNNEL_PSP: return &pe_net_psp;
+    case PE_TUNNEL_EESP: return &pe_net_eesp;
+    case PE_TUNNEL_ESP: return &pe_net_esp;
+    }
+    return NULL;
+}
+
+static int is_sending_spi(const endpoint *ep, uint32_t spi)
+{
+    for (size_t i = 0; i < ep->n_senders; i++)
+        if (ep->senders[i].spi == spi)
+            return 1;
+    return 0;
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ---------------------------------------------------------------- sending */
+
+static pe_status seal(worker *w, const uint8_t *in, size_t len, uint8_t *out, size_t *out_len)
+{
+    const net_proto *p = w->ep->p;
+    net_sender *s = w->sender;
+    if (s->users < 2 || w->ep->cfg->protocol == PE_TUNNEL_EESP)
+        return p->encap(w->tx, w->sub, in, len, out, w->slot, out_len);
+    uint64_t n;
+    pthread_mutex_lock(&s->lock);
+    pe_status st = p->reserve(s->tx, w->sub, in, len, w->slot, &n);
+    pthread_mutex_unlock(&s->lock);
+    return st != PE_OK ? st : p->encap_with(w->tx, w->sub, n, in, len, out, w->slot, out_len);
+}
+
+/* Up to NET_BATCH packets from the TUN queue, sealed, out in one sendmmsg.  0, or -1 when the device failed. */
+static int send_batch(worker *w)
+{
+    endpoint *ep = w->ep;
+    struct mmsghdr msgs[NET_BATCH];
+    struct iovec iov[NET_BATCH];
+    net_counts *mine = &ep->stats.sent[w->index];
+    net_counts *sa = pe_net_stats_sa(&ep->stats, w->index, w->sender->spi, 1);
+    size_t strip = (ep->cfg->family == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN) + (ep->su.udp ? PE_UDP_HDR_LEN : 0);
+    unsigned n = 0;
+    for (unsigned k = 0; k < NET_BATCH; k++) {
+        uint8_t *in = w->in + (size_t)k * w->slot, *out = w->out + (size_t)n * w->slot;
+        ssize_t r = read(w->tun, in, w->slot);
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                break;
+            pe_net_log(ep->cfg->log_fd, "tunnel: reading %s: %s", ep->cfg->dev, strerror(errno));
+            return -1;
+        }
+        size_t out_len;
+        pe_status st = atomic_load(&w->sender->exhausted) ? PE_ERR_SEQ_EXHAUSTED
+                                                          : seal(w, in, (size_t)r, out, &out_len);
+        if (st != PE_OK) {
+            pe_net_drop(mine, st);
+            pe_net_drop(sa, st);
+            if ((st == PE_ERR_SEQ_EXHAUSTED || st == PE_ERR_IV_EXHAUSTED) && !atomic_exchange(&w->sender->exhausted, 1))
+                pe_net_log(ep->cfg->log_fd, "tunnel: SA %08x has used its last %s: it sends no more (rekey it)",
+                           (unsigned)w->sender->spi, st == PE_ERR_IV_EXHAUSTED ? "IV" : "sequence number");
+            continue;
+        }
+        pe_net_count(mine, (size_t)r);
+        pe_net_count(sa, (size_t)r);
+        iov[n] = (struct iovec){out + strip, out_len - strip};
+        msgs[n].msg_hdr = (struct msghdr){.msg_name = &ep->peer, .msg_namelen = ep->peer_len, .msg_iov = &iov[n],
+                                          .msg_iovlen = 1};
+        n++;
+    }
+    for (unsigned done = 0; done < n;) {
+        int k = sendmmsg(w->sock, msgs + done, n - done, 0);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            /* the peer unreachable for now (ICMP), no route, a full queue: these packets are lost, not the endpoint */
+            for (; done < n; done++) {
+                pe_net_drop(mine, PE_ERR_TUNNEL_SOCKET);
+                pe_net_drop(sa, PE_ERR_TUNNEL_SOCKET);
+            }
+            break;
+        }
+        done += (unsigned)k;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+/* The SPI a received payload names, for the counters (0 when it is too short to hold one). */
+static uint32_t spi_of(const net_proto *p, const uint8_t *payload, size_t len)
+{
+    return len >= p->spi_offset + 4 ? pe_get32(payload + p->spi_offset) : 0;
+}
+
+static int recv_batch(worker *w)
+{
+    endpoint *ep = w->ep;
+    const pe_tunnel_config *cfg = ep->cfg;
+    struct mmsghdr msgs[NET_BATCH];
+    struct iovec iov[NET_BATCH];
+    struct sockaddr_storage from[NET_BATCH];
+    for (unsigned k = 0; k < NET_BATCH; k++) {
+        iov[k] = (struct iovec){w->rbuf + (size_t)k * w->slot + NET_HEADROOM, w->slot - NET_HEADROOM};
+        msgs[k].msg_hdr = (struct msghdr){.msg_name = &from[k], .msg_namelen = sizeof from[k], .msg_iov = &iov[k],
+                                          .msg_iovlen = 1};
+    }
+    int m = recvmmsg(w->sock, msgs, NET_BATCH, MSG_DONTWAIT, NULL);
+    if (m < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    net_counts *mine = &ep->stats.received[w->index];
+    for (int k = 0; k < m; k++) {
+        uint8_t *data = iov[k].iov_base;
+        size_t len = msgs[k].msg_len;
+        if (msgs[k].msg_hdr.msg_flags & MSG_TRUNC) {
+            pe_net_drop(mine, PE_ERR_BUFFER_TOO_SMALL);
+            pe_net_drop(&ep->stats.unknown[w->index], PE_ERR_BUFFER_TOO_SMALL);
+            continue;
+        }
+        uint8_t *pkt = data;
+        const uint8_t *payload = data;
+        size_t plen = len;
+        if (!ep->su.udp && cfg->family == 4) { /* an IPv4 raw socket hands the IP header too */
+            size_t ihl = len ? (size_t)(data[0] & 0x0f) * 4 : 0;
+            payload = data + (ihl <= len ? ihl : len);
+            plen = ihl <= len ? len - ihl : 0;
+        } else {
+            const uint8_t *src;
+            uint16_t sport = 0;
+            if (cfg->family == 4) {
+                const struct sockaddr_in *a = (const struct sockaddr_in *)&from[k];
+                src = (const uint8_t *)&a->sin_addr;
+                sport = ntohs(a->sin_port);
+            } else {
+                const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&from[k];
+                src = (const uint8_t *)&a->sin6_addr;
+                sport = ntohs(a->sin6_port);
+            }
+            pkt = pe_net_outer_header(data, &len, cfg->family, ep->su.udp, ep->ip_protocol, src,
+                                      ep->su.udp ? sport : 0, cfg->local, ep->su.port);
+        }
+        uint32_t spi = spi_of(ep->p, payload, plen);
+        net_counts *sa = pe_net_stats_sa(&ep->stats, w->index, spi, 0);
+        size_t out_len;
+        /* our own SPIs never receive: a packet of ours reflected back is not the peer's */
+        pe_status st = is_sending_spi(ep, spi) ? PE_ERR_NO_KEY
+                                               : ep->p->decap(w->rx, pkt, len, w->dec, w->slot, &out_len);
+        if (st == PE_OK && write(w->tun, w->dec, out_len) < 0)
+            st = PE_ERR_TUNNEL_DEVICE; /* the device refused it (down, full): this packet is lost */
+        if (st != PE_OK) {
+            pe_net_drop(mine, st);
+            pe_net_drop(sa, st);
+            continue;
+        }
+        pe_net_count(mine, out_len);
+        pe_net_count(sa, out_len);
+    }
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    endpoint *ep = w->ep;
+    struct pollfd fds[3] = {{w->tun, POLLIN, 0}, {w->sock, POLLIN, 0}, {ep->stop_fd, POLLIN, 0}};
+    while (!atomic_load(&ep->failed)) {
+        if (poll(fds, 3, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (fds[2].revents)
+            break;
+        if (((fds[0].revents & POLLIN) && send_batch(w) < 0) || (fds[0].revents & (POLLERR | POLLHUP))) {
+            atomic_store(&ep->failed, PE_ERR_TUNNEL_DEVICE);
+            break;
+        }
+        if ((fds[1].revents & (POLLIN | POLLERR)) && recv_batch(w) < 0) {
+            pe_net_log(ep->cfg->log_fd, "tunnel: worker %u: receiving: %s", w->index, strerror(errno));
+            atomic_store(&ep->failed, PE_ERR_TUNNEL_SOCKET);
+            break;
+        }
+    }
+    uint64_t one = 1;
+    ssize_t r = write(ep->stop_fd, &one, sizeof one); /* a failing worker stops the others */
+    (void)r;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- set-up */
+
+static pe_status bad(char *why, size_t n, pe_status st, const char *msg)
+{
+    snprintf(why, n, "%s", msg);
+    return st;
+}
+
+static pe_status check_config(const pe_tunnel_config *cfg, const net_proto *p, char *why, size_t n)
+{
+    if (!p)
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "unknown protocol");
+    if (!cfg->key_file || !cfg->dev || !*cfg->dev)
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "a key file and a device name are needed");
+    if (cfg->workers < 1 || cfg->workers > PE_TUNNEL_MAX_WORKERS)
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "workers must be 1..64");
+    if (cfg->n_spis < 1 || cfg->n_spis > PE_TUNNEL_MAX_SPIS)
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "give 1..64 sending SPIs");
+    if (cfg->family != 4 && cfg->family != 6)
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "the outer family must be 4 or 6");
+    if (cfg->outer != PE_TUNNEL_OUTER_UDP && cfg->outer != PE_TUNNEL_OUTER_IP)
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "unknown outer encapsulation");
+    if (cfg->outer == PE_TUNNEL_OUTER_IP && cfg->protocol == PE_TUNNEL_PSP)
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "PSP is carried in UDP only (psp.md section 8): no outer ip");
+    if (cfg->transport_mode)
+        return bad(why, n, PE_ERR_UNSUPPORTED, "transport mode is not supported by the endpoint yet");
+    if (cfg->mtu && (cfg->mtu < 576 || cfg->mtu > 65000))
+        return bad(why, n, PE_ERR_TUNNEL_CONFIG, "the MTU must be 576..65000");
+    return PE_OK;
+}
+
+static void outer_template(net_setup *su, const pe_tunnel_config *cfg)
+{
+    uint8_t *h = su->outer_header;
+    memset(h, 0, sizeof su->outer_header);
+    if (cfg->family == 4) {
+        h[0] = 0x45;
+        pe_put16(h + 6, 0x4000); /* DF: the endpoint sets its MTU so that nothing needs fragments */
+        h[8] = 64;
+        memcpy(h + 12, cfg->local, 4);
+        memcpy(h + 16, cfg->peer, 4);
+        su->outer_header_len = PE_IPV4_HDR_LEN;
+    } else {
+        h[0] = 0x60;
+        h[7] = 64;
+        memcpy(h + 8, cfg->local, 16);
+        memcpy(h + 24, cfg->peer, 16);
+        su->outer_header_len = PE_IPV6_HDR_LEN;
+    }
+}
+
+/* What sealing adds to a packet on this SA, found by sealing one on a sender made for it and dropped. */
+static pe_status growth_of(endpoint *ep, const pe_keyfile *kf, size_t *growth, char *why, size_t n)
+{
+    void *tx;
+    pe_status st = ep->p->tx_new(kf, &ep->su, ep->senders[0].spi, &tx, why, n);
+    if (st != PE_OK)
+        return st;
+    uint8_t in[1000], out[1000 + 1024];
+    memset(in, 0, sizeof in);
+    in[0] = 0x45;
+    pe_put16(in + 2, sizeof in);
+    in[8] = 64;
+    in[9] = 17;
+    size_t out_len = 0;
+    st = ep->p->encap(tx, 0, in, sizeof in, out, sizeof out, &out_len);
+    pe_wipe(out, sizeof out);
+    ep->p->tx_free(tx);
+    *growth = out_len > sizeof in ? out_len - sizeof in : 0;
+    return st;
+}
+
+static void teardown(endpoint *ep)
+{
+    for (unsigned i = 0; i < ep->cfg->workers; i++) {
+        worker *w = &ep->w[i];
+        if (w->tun >= 0)
+            close(w->tun);
+        if (w->sock >= 0)
+            close(w->sock);
+        if (w->own_tx && w->tx)
+            ep->p->tx_free(w->tx);
+        if (w->rx)
+            ep->p->rx_free(w->rx);
+        if (w->in) {
+            pe_wipe(w->in, 3 * NET_BATCH * w->slot + w->slot);
+            free(w->in);
+        }
+    }
+    for (size_t i = 0; i < ep->n_senders; i++) {
+        if (ep->senders[i].tx)
+            ep->p->tx_free(ep->senders[i].tx);
+        pthread_mutex_destroy(&ep->senders[i].lock);
+    }
+    pe_net_stats_free(&ep->stats);
+    if (ep->stop_fd >= 0)
+        close(ep->stop_fd);
+}
+
+static pe_status setup_workers(endpoint *ep, const pe_keyfile *kf, unsigned mtu, char *why, size_t n)
+{
+    const pe_tunnel_config *cfg = ep->cfg;
+    pe_status st = PE_OK;
+    for (unsigned i = 0; i < cfg->workers && st == PE_OK; i++) {
+        worker *w = &ep->w[i];
+        w->sender = &ep->senders[0];
+        for (size_t k = 0; k < ep->n_senders; k++)
+            if (ep->senders[k].spi == cfg->spis[i % cfg->n_spis])
+                w->sender = &ep->senders[k];
+        w->sub = (uint16_t)(i / cfg->n_spis);
+        if (cfg->protocol == PE_TUNNEL_EESP && w->sub) {
+            st = ep->p->tx_new(kf, &ep->su, w->sender->spi, &w->tx, why, n);
+            w->own_tx = 1;
+        } else if (w->sender->users > 1 && cfg->protocol != PE_TUNNEL_EESP) {
+            st = ep->p->tx_clone(w->sender->tx, &w->tx);
+            w->own_tx = 1;
+        } else {
+            w->tx = w->sender->tx;
+        }
+        if (st == PE_OK)
+            st = ep->p->rx_new(kf, &ep->su, &w->rx, why, n);
+        w->slot = (size_t)mtu + 1024 + NET_HEADROOM;
+        if (st == PE_OK && !(w->in = malloc(3 * NET_BATCH * w->slot + w->slot)))
+            st = PE_ERR_NOMEM;
+        if (st == PE_OK) {
+            w->out = w->in + NET_BATCH * w->slot;
+            w->rbuf = w->out + NET_BATCH * w->slot;
+            w->dec = w->rbuf + NET_BATCH * w->slot;
+            st = pe_net_tun_open(cfg->dev, 1, &w->tun, why, n);
+            if (st != PE_OK && cfg->workers == 1) /* a device made without multi_queue takes one queue */
+                st = pe_net_tun_open(cfg->dev, 0, &w->tun, why, n);
+        }
+        if (st == PE_OK)
+            st = pe_net_socket(cfg, ep->p, ep->su.port, ep->ip_protocol, i, &w->sock, why, n);
+    }
+    return st;
+}
+
+static pe_status setup(endpoint *ep, char *why, size_t n)
+{
+    const pe_tunnel_config *cfg = ep->cfg;
+    pe_keyfile kf;
+    pe_keyfile_error kerr;
+    pe_status st = pe_keyfile_load(cfg->key_file, &kf, &kerr);
+    if (st != PE_OK) {
+        if (kerr.line)
+            snprintf(why, n, "key file %s, line %zu: %s", cfg->key_file, kerr.line, kerr.message);
+        else
+            snprintf(why, n, "key file %s: %s", cfg->key_file, kerr.message);
+        return st;
+    }
+    ep->su.cfg = cfg;
+    ep->su.udp = cfg->outer == PE_TUNNEL_OUTER_UDP;
+    ep->su.port = cfg->port ? cfg->port : ep->p->udp_port;
+    outer_template(&ep->su, cfg);
+    ep->peer_len = pe_net_sockaddr(cfg->family, cfg->peer, ep->su.udp ? ep->su.port : 0, &ep->peer);
+    if (!ep->su.udp && (st = ep->p->ip_protocol(&kf, cfg->spis[0], &ep->ip_protocol)) != PE_OK)
+        snprintf(why, n, "%s cannot go straight in IP", ep->p->name);
+    for (size_t i = 0; st == PE_OK && i < cfg->n_spis; i++) {
+        net_sender *s = NULL;
+        for (size_t k = 0; k < ep->n_senders && !s; k++)
+            if (ep->senders[k].spi == cfg->spis[i])
+                s = &ep->senders[k];
+        if (!s) {
+            s = &ep->senders[ep->n_senders++];
+            s->spi = cfg->spis[i];
+            pthread_mutex_init(&s->lock, NULL);
+            st = ep->p->tx_new(&kf, &ep->su, s->spi, &s->tx, why, n);
+        }
+    }
+    for (unsigned i = 0; i < cfg->workers; i++)
+        for (size_t k = 0; k < ep->n_senders; k++)
+            ep->senders[k].users += ep->senders[k].spi == cfg->spis[i % cfg->n_spis];
+    size_t growth = 0;
+    if (st == PE_OK)
+        st = growth_of(ep, &kf, &growth, why, n);
+    /* 1500 octets on the wire: what the veth or NIC of a test or a data centre takes; padding may add 15 */
+    unsigned mtu = cfg->mtu ? cfg->mtu : (unsigned)(1500 - growth - 15);
+    uint32_t out_spis[PE_TUNNEL_MAX_SPIS], in_spis[256];
+    for (size_t i = 0; i < ep->n_senders; i++)
+        out_spis[i] = ep->senders[i].spi;
+    size_t n_in = st == PE_OK ? ep->p->rx_spis(&kf, &ep->su, in_spis, 256) : 0;
+    if (st == PE_OK)
+        st = pe_net_stats_init(&ep->stats, cfg->workers, out_spis, ep->n_senders, in_spis, n_in);
+    if (st == PE_OK)
+        st = setup_workers(ep, &kf, mtu, why, n);
+    if (st == PE_OK)
+        st = pe_net_link_up(cfg->dev, mtu, why, n);
+    if (st == PE_OK)
+        pe_net_log(cfg->log_fd, "tunnel: %s over %s, %s mode, device %s (MTU %u), %u worker%s, sending on %zu SA%s",
+                   ep->p->name, ep->su.udp ? "UDP" : "IP", cfg->transport_mode ? "transport" : "tunnel",
+                   cfg->dev, mtu, cfg->workers, cfg->workers == 1 ? "" : "s", ep->n_senders,
+                   ep->n_senders == 1 ? "" : "s");
+    pe_keyfile_free(&kf);
+    return st;
+}
+
+static void write_stats(endpoint *ep, double t0)
+{
+    if (!ep->cfg->stats_path)
+        return;
+    pe_status st = pe_net_stats_write(&ep->stats, ep->cfg->stats_path, ep->cfg, seconds_now() - t0, ep->p->name);
+    if (st != PE_OK)
+        pe_net_log(ep->cfg->log_fd, "tunnel: cannot write the counters to %s: %s", ep->cfg->stats_path,
+                   strerror(errno));
+}
+
+static uint64_t sum(const net_counts *c, unsigned n, int drops)
+{
+    uint64_t t = 0;
+    for (unsigned w = 0; w < n; w++) {
+        if (!drops)
+            t += atomic_load(&c[w].packets);
+        else
+            for (unsigned s = 0; s < PE_STATUS_COUNT; s++)
+                t += atomic_load(&c[w].drops[s]);
+    }
+    return t;
+}
+
+pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
+{
+    pe_tunnel_result local;
+    res = res ? res : &local;
+    memset(res, 0, sizeof *res);
+    endpoint *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return PE_ERR_NOMEM;
+    ep->cfg = cfg;
+    ep->p = proto_of(cfg->protocol);
+    ep->stop_fd = -1;
+    for (unsigned i = 0; i < PE_TUNNEL_MAX_WORKERS; i++) {
+        ep->w[i].tun = ep->w[i].sock = -1;
+        ep->w[i].ep = ep;
+        ep->w[i].index = i;
+    }
+    char why[320] = "";
+    pe_status st = check_config(cfg, ep->p, why, sizeof why);
+    if (st == PE_OK && (ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        st = PE_ERR_TUNNEL_DEVICE;
+    if (st == PE_OK)
+        st = setup(ep, why, sizeof why);
+    if (st != PE_OK) {
+        pe_net_log(cfg->log_fd, "tunnel: %s", *why ? why : pe_status_message(st));
+        if (ep->p)
+            teardown(ep);
+        else if (ep->stop_fd >= 0)
+            close(ep->stop_fd);
+        free(ep);
+        return st;
+    }
+
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    int sfd = -1;
+    if (cfg->handle_signals) {
+        pthread_sigmask(SIG_BLOCK, &sigs, &old); /* the workers start with it blocked too */
+        sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    }
+    for (unsigned i = 0; i < cfg->workers && st == PE_OK; i++)
+        if (pthread_create(&ep->w[i].thread, NULL, worker_main, &ep->w[i]) != 0)
+            st = PE_ERR_NOMEM;
+        else
+            ep->w[i].started = 1;
+
+    double t0 = seconds_now(), next_stats = cfg->stats_interval_ms ? t0 + cfg->stats_interval_ms / 1e3 : 0;
+    while (st == PE_OK && !atomic_load(&ep->failed)) {
+        double now = seconds_now(), wait = 1.0;
+        if (cfg->max_ms && now - t0 >= cfg->max_ms / 1e3)
+            break;
+        if (cfg->max_ms)
+            wait = t0 + cfg->max_ms / 1e3 - now;
+        if (next_stats && next_stats - now < wait)
+            wait = next_stats - now;
+        struct pollfd fds[2] = {{sfd, POLLIN, 0}, {ep->stop_fd, POLLIN, 0}};
+        int ms = wait > 0 ? (int)(wait * 1e3) + 1 : 0;
+        if (poll(fds, 2, ms) < 0 && errno != EINTR)
+            break;
+        if (fds[1].revents) /* a worker stopped: the device or a socket failed */
+            break;
+        if (fds[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGHUP) {
+                    pe_net_log(cfg->log_fd, "tunnel: SIGHUP: reloading keys is not supported yet; the keys stay");
+                } else {
+                    res->stop_signal = (int)si.ssi_signo;
+                    break;
+                }
+            }
+        }
+        if (next_stats && seconds_now() >= next_stats) {
+            write_stats(ep, t0);
+            next_stats += cfg->stats_interval_ms / 1e3;
+        }
+    }
+    uint64_t one = 1;
+    ssize_t r = write(ep->stop_fd, &one, sizeof one);
+    (void)r;
+    for (unsigned i = 0; i < cfg->workers; i++)
+        if (ep->w[i].started)
+            pthread_join(ep->w[i].thread, NULL);
+    if (st == PE_OK && atomic_load(&ep->failed))
+        st = (pe_status)atomic_load(&ep->failed);
+    write_stats(ep, t0);
+    res->packets_sent = sum(ep->stats.sent, cfg->workers, 0);
+    res->packets_received = sum(ep->stats.received, cfg->workers, 0);
+    res->packets_dropped = sum(ep->stats.sent, cfg->workers, 1) + sum(ep->stats.received, cfg->workers, 1);
+    pe_net_log(cfg->log_fd, "tunnel: stopped%s: sent %llu, received %llu, dropped %llu",
+               res->stop_signal == SIGINT ? " (SIGINT)" : res->stop_signal == SIGTERM ? " (SIGTERM)" : "",
+               (unsigned long long)res->packets_sent, (unsigned long long)res->packets_received,
+               (unsigned long long)res->packets_dropped);
+    if (sfd >= 0)
+        close(sfd);
+    if (cfg->handle_signals)
+        pthread_sigmask(SIG_SETMASK, &old, NULL); /* what arrived was read: nothing is delivered late */
+    teardown(ep);
+    free(ep);
+    return st;
+}
+
+#else /* TUN devices, signalfd and recvmmsg are Linux's */
+
+pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
+{
+    (void)cfg;
+    if (res)
+        memset(res, 0, sizeof *res);
+    return PE_ERR_UNSUPPORTED;
+}
+#endif
