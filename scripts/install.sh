@@ -18,7 +18,9 @@ APT_PACKAGES=(build-essential pkg-config libssl-dev python3-dev python3-venv cma
               # scripts/wireshark-chroot.sh: the tshark tests against Wireshark 4.4 and 4.6 in Debian chroots
               debootstrap rsync
               # tests/indep_readers.py: libpcap (through ctypes) as one of the readers that check our captures
-              libpcap0.8)
+              libpcap0.8
+              # tests/tunnel: ping and TCP through the live endpoint between network namespaces; bench/ figures
+              iputils-ping iperf3)
 # The fast crypto backend (pe/backend.h); Debian builds intel-ipsec-mb for amd64 only, elsewhere OpenSSL does it all.
 [[ "$(dpkg --print-architecture)" == amd64 ]] && APT_PACKAGES+=(libipsec-mb-dev)
 

@@ -352,7 +352,7 @@ static pe_status growth_of(endpoint *ep, const pe_keyfile *kf, size_t *growth, c
 
 static void teardown(endpoint *ep)
 {
-    for (unsigned i = 0; i < ep->cfg->workers; i++) {
+    for (unsigned i = 0; i < PE_TUNNEL_MAX_WORKERS; i++) { /* those never set up hold -1 and NULL */
         worker *w = &ep->w[i];
         if (w->tun >= 0)
             close(w->tun);
