@@ -11,19 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "pe/status.h"
 #include "pe/tunnel.h"
-
-static unsigned long failures, checks;
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(c)) {                                                                                \
-            if (failures++ < 30)                                                                   \
-                fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);             \
-        }                                                                                          \
-    } while (0)
 
 static char key_path[] = "/tmp/pe_test_tunnel_XXXXXX";
 
@@ -158,6 +148,6 @@ int main(void)
     test_settings();
     test_key_files();
     unlink(key_path);
-    printf("test_tunnel: %lu checks, %lu failures\n", checks, failures);
+    printf("test_tunnel: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
