@@ -432,6 +432,11 @@ ALLOWED_COMPARISONS = {
     ("core/src/crypto/backend.c", "strcmp", 'env, "openssl"'): "the PE_CRYPTO_BACKEND environment variable",
     ("core/src/crypto/backend.c", "strcmp", 'env, "auto"'): "the PE_IMB_ARCH environment variable",
     ("core/src/crypto/backend.c", "strcmp", "env, arch_name(a)"): "the PE_IMB_ARCH environment variable",
+    ("core/src/net/tunnel.c", "strcmp", "x->kind, y->kind"): "key-file line kinds (a reload comparing two loads)",
+    ("core/src/net/tunnel.c", "strcmp", "x->names[i], y->names[i]"): "key-file field names (a reload)",
+    ("core/src/net/tunnel.c", "strcmp", "x->values[i], y->values[i]"):
+        "a key file's values against the same file's before a reload (keys among them): two local files the "
+        "operator wrote, no input of a peer's, so the time it takes tells an attacker nothing",
     ("core/src/crypto/aead.c", "CRYPTO_memcmp", "a->fixed, nonce"):
         "an AES-GCM nonce's fixed field (salt or SPI) against the context's; constant time: a salt is key material",
 }

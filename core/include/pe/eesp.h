@@ -323,6 +323,14 @@ pe_status pe_eesp_open(pe_eesp_rx *rx, const uint8_t *eesp, size_t len, int ip_v
  * them is PE_ERR_INVALID_ARGUMENT.
  */
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out);
+/*
+ * As pe_esp_rx_adopt: the SAs of `spi` in `to` take their twins' Sub SAs in
+ * `from` (keys, windows, and the tops kept for evicted ones), the caller
+ * vouching they are the same SAs; from gets to's.  PE_ERR_INVALID_ARGUMENT
+ * when a twin differs in window size, anti-replay, Sequence Number or live
+ * Sub SA limit, or either is a clone.
+ */
+pe_status pe_eesp_rx_adopt(pe_eesp_rx *to, pe_eesp_rx *from, uint32_t spi);
 pe_status pe_eesp_decap_flags(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
                               size_t cap, size_t *out_len, pe_eesp_info *info);
 pe_status pe_eesp_decap_replay(pe_eesp_rx *rx, const uint8_t *pkt, size_t len, pe_status status, int icv_valid);

@@ -231,6 +231,15 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
  * an open on it that would check them is PE_ERR_INVALID_ARGUMENT.
  */
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out);
+/*
+ * A receiver made again (a key file reloaded) keeps what the old one
+ * received: the SAs of `spi` in `to` take the replay windows (and ESN tops)
+ * of their twins in `from` -- the SAs with exactly their SPI and
+ * destination --, which the caller vouches are the same SAs (the same key
+ * file line); `from` gets to's in exchange.  PE_ERR_INVALID_ARGUMENT when a
+ * twin differs in window size, anti-replay or ESN, or either is a clone.
+ */
+pe_status pe_esp_rx_adopt(pe_esp_rx *to, pe_esp_rx *from, uint32_t spi);
 pe_status pe_esp_decap_flags(pe_esp_rx *rx, const uint8_t *pkt, size_t len, unsigned flags, uint8_t *out,
                              size_t cap, size_t *out_len, pe_esp_info *info);
 /*

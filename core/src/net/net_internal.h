@@ -55,6 +55,14 @@ typedef struct net_proto {
     pe_status (*decap)(void *rx, const uint8_t *pkt, size_t len, uint8_t *out, size_t cap, size_t *out_len);
     /* The receiving SPIs the key file names (for per-SA counters), written to spis (at most max); the count. */
     size_t (*rx_spis)(const pe_keyfile *kf, const net_setup *su, uint32_t *spis, size_t max);
+    /* A reload's carry-over: the next IV or sequence number of (tx, sub) (*exhausted when none is left), and
+     * setting a new sender's forward to it. */
+    uint64_t (*next)(const void *tx, uint16_t sub, int *exhausted);
+    pe_status (*set_next)(void *tx, uint16_t sub, uint64_t next);
+    /* The replay state of spi's SAs from the old receiver into the new (NULL: PSP keeps none). */
+    pe_status (*adopt)(void *to, void *from, uint32_t spi);
+    /* The key file line of a receiving SA, for comparing two files' (NULL when the file has none). */
+    size_t (*line_of)(const pe_keyfile *kf, uint32_t spi);
 } net_proto;
 
 extern const net_proto pe_net_psp, pe_net_eesp, pe_net_esp;

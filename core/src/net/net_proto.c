@@ -135,9 +135,31 @@ static size_t esp_rx_spis(const pe_keyfile *kf, const net_setup *su, uint32_t *s
     return k;
 }
 
+static uint64_t esp_next(const void *tx, uint16_t sub, int *exhausted)
+{
+    (void)sub;
+    uint64_t n = pe_esp_tx_next_seq(tx);
+    *exhausted = n == 0;
+    return n;
+}
+
+static pe_status esp_set_next(void *tx, uint16_t sub, uint64_t next)
+{
+    (void)sub;
+    return next > pe_esp_tx_next_seq(tx) ? pe_esp_tx_set_next_seq(tx, next) : PE_OK;
+}
+
+static pe_status esp_adopt(void *to, void *from, uint32_t spi) { return pe_esp_rx_adopt(to, from, spi); }
+
+static size_t esp_line_of(const pe_keyfile *kf, uint32_t spi)
+{
+    const pe_esp_sa_entry *e = esp_line(kf, spi);
+    return e ? e->line : 0;
+}
+
 const net_proto pe_net_esp = {"esp", PE_ESP_UDP_PORT, 0, -1, esp_ip_protocol, esp_tx_new, esp_tx_clone,
                               esp_tx_free, esp_reserve, esp_encap_with, esp_encap, esp_rx_new, esp_rx_free,
-                              esp_decap, esp_rx_spis};
+                              esp_decap, esp_rx_spis, esp_next, esp_set_next, esp_adopt, esp_line_of};
 
 /* ---------------------------------------------------------------- EESP */
 
@@ -254,9 +276,29 @@ static size_t eesp_rx_spis(const pe_keyfile *kf, const net_setup *su, uint32_t *
 }
 
 /* Base Header: flags (1), options length (1), Session ID (2), SPI (4). */
+static uint64_t eesp_next(const void *tx, uint16_t sub, int *exhausted)
+{
+    uint64_t n = pe_eesp_tx_next_seq(tx, sub);
+    *exhausted = n == 0;
+    return n;
+}
+
+static pe_status eesp_set_next(void *tx, uint16_t sub, uint64_t next)
+{
+    return next > pe_eesp_tx_next_seq(tx, sub) ? pe_eesp_tx_set_next_seq(tx, sub, next) : PE_OK;
+}
+
+static pe_status eesp_adopt(void *to, void *from, uint32_t spi) { return pe_eesp_rx_adopt(to, from, spi); }
+
+static size_t eesp_line_of(const pe_keyfile *kf, uint32_t spi)
+{
+    const pe_eesp_sa_entry *e = eesp_line(kf, spi);
+    return e ? e->line : 0;
+}
+
 const net_proto pe_net_eesp = {"eesp", PE_EESP_UDP_PORT, 4, 2, eesp_ip_protocol, eesp_tx_new, eesp_tx_clone,
                                eesp_tx_free, eesp_reserve, eesp_encap_with, eesp_encap, eesp_rx_new, eesp_rx_free,
-                               eesp_decap, eesp_rx_spis};
+                               eesp_decap, eesp_rx_spis, eesp_next, eesp_set_next, eesp_adopt, eesp_line_of};
 
 /* ---------------------------------------------------------------- PSP */
 
@@ -393,6 +435,19 @@ static size_t psp_rx_spis(const pe_keyfile *kf, const net_setup *su, uint32_t *s
 }
 
 /* PSP header: next header (1), header length (1), R/version/V (1), reserved (1), SPI (4). */
+static uint64_t psp_next(const void *tx, uint16_t sub, int *exhausted)
+{
+    (void)sub;
+    return pe_psp_tx_next_iv(tx, exhausted);
+}
+
+static pe_status psp_set_next(void *tx, uint16_t sub, uint64_t next)
+{
+    (void)sub;
+    int exhausted;
+    return next > pe_psp_tx_next_iv(tx, &exhausted) ? pe_psp_tx_set_next_iv(tx, next) : PE_OK;
+}
+
 const net_proto pe_net_psp = {"psp", PE_PSP_UDP_PORT, 4, -1, psp_ip_protocol, psp_tx_new, psp_tx_clone,
                               psp_tx_free, psp_reserve, psp_encap_with, psp_encap, psp_rx_new, psp_rx_free,
-                              psp_decap, psp_rx_spis};
+                              psp_decap, psp_rx_spis, psp_next, psp_set_next, NULL, NULL};

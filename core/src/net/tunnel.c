@@ -80,7 +80,22 @@ typedef struct endpoint {
     net_stats stats;
     int stop_fd;
     atomic_int failed;
+    pe_keyfile kf;          /* the keys in use: a reload compares its lines with the new file's */
+    int ctl_fd;             /* a reload asks the workers to pause through it */
+    atomic_int pause_req;
+    unsigned paused;
+    pthread_mutex_t pause_lock;
+    pthread_cond_t pause_cond;
 } endpoint;
+
+/* What the key file gives the workers: made whole before any of it is used, so a reload that fails changes
+ * nothing. */
+typedef struct net_keys {
+    void *sender_tx[PE_TUNNEL_MAX_SPIS];
+    void *tx[PE_TUNNEL_MAX_WORKERS];
+    int own_tx[PE_TUNNEL_MAX_WORKERS];
+    void *rx[PE_TUNNEL_MAX_WORKERS];
+} net_keys;
 
 static const net_proto *proto_of(pe_tunnel_protocol p)
 {
@@ -253,15 +268,26 @@ static void *worker_main(void *arg)
 {
     worker *w = arg;
     endpoint *ep = w->ep;
-    struct pollfd fds[3] = {{w->tun, POLLIN, 0}, {w->sock, POLLIN, 0}, {ep->stop_fd, POLLIN, 0}};
+    struct pollfd fds[4] = {{w->tun, POLLIN, 0}, {w->sock, POLLIN, 0}, {ep->stop_fd, POLLIN, 0},
+                            {ep->ctl_fd, POLLIN, 0}};
     while (!atomic_load(&ep->failed)) {
-        if (poll(fds, 3, -1) < 0) {
+        if (poll(fds, 4, -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
         if (fds[2].revents)
             break;
+        if (fds[3].revents && atomic_load(&ep->pause_req)) { /* a reload: wait, holding nothing, until it is done */
+            pthread_mutex_lock(&ep->pause_lock);
+            ep->paused++;
+            pthread_cond_broadcast(&ep->pause_cond);
+            while (atomic_load(&ep->pause_req))
+                pthread_cond_wait(&ep->pause_cond, &ep->pause_lock);
+            ep->paused--;
+            pthread_mutex_unlock(&ep->pause_lock);
+            continue;
+        }
         if (((fds[0].revents & POLLIN) && send_batch(w) < 0) || (fds[0].revents & (POLLERR | POLLHUP))) {
             atomic_store(&ep->failed, PE_ERR_TUNNEL_DEVICE);
             break;
@@ -275,6 +301,9 @@ static void *worker_main(void *arg)
     uint64_t one = 1;
     ssize_t r = write(ep->stop_fd, &one, sizeof one); /* a failing worker stops the others */
     (void)r;
+    pthread_mutex_lock(&ep->pause_lock); /* and a reload waiting for it to pause */
+    pthread_cond_broadcast(&ep->pause_cond);
+    pthread_mutex_unlock(&ep->pause_lock);
     return NULL;
 }
 
@@ -350,6 +379,74 @@ static pe_status growth_of(endpoint *ep, const pe_keyfile *kf, size_t *growth, c
     return st;
 }
 
+static void keys_free(const endpoint *ep, net_keys *k)
+{
+    for (unsigned i = 0; i < PE_TUNNEL_MAX_WORKERS; i++) {
+        if (k->own_tx[i] && k->tx[i])
+            ep->p->tx_free(k->tx[i]);
+        if (k->rx[i])
+            ep->p->rx_free(k->rx[i]);
+    }
+    for (size_t i = 0; i < PE_TUNNEL_MAX_SPIS; i++)
+        if (k->sender_tx[i])
+            ep->p->tx_free(k->sender_tx[i]);
+    memset(k, 0, sizeof *k);
+}
+
+static size_t sender_index(const endpoint *ep, const worker *w) { return (size_t)(w->sender - ep->senders); }
+
+/*
+ * A sender per sending SPI; per worker its sending state (the sender itself;
+ * a clone, when ESP or PSP workers share it; for EESP workers past the
+ * first on an SPI, a sender of its own on its own Sub SA) and a receiver.
+ */
+static pe_status keys_make(const endpoint *ep, const pe_keyfile *kf, net_keys *k, char *why, size_t n)
+{
+    memset(k, 0, sizeof *k);
+    pe_status st = PE_OK;
+    for (size_t i = 0; st == PE_OK && i < ep->n_senders; i++)
+        st = ep->p->tx_new(kf, &ep->su, ep->senders[i].spi, &k->sender_tx[i], why, n);
+    for (unsigned i = 0; st == PE_OK && i < ep->cfg->workers; i++) {
+        const worker *w = &ep->w[i];
+        void *stx = k->sender_tx[sender_index(ep, w)];
+        if (ep->cfg->protocol == PE_TUNNEL_EESP && w->sub) {
+            st = ep->p->tx_new(kf, &ep->su, w->sender->spi, &k->tx[i], why, n);
+            k->own_tx[i] = 1;
+        } else if (w->sender->users > 1 && ep->cfg->protocol != PE_TUNNEL_EESP) {
+            st = ep->p->tx_clone(stx, &k->tx[i]);
+            k->own_tx[i] = 1;
+        } else {
+            k->tx[i] = stx;
+        }
+        if (st == PE_OK)
+            st = ep->p->rx_new(kf, &ep->su, &k->rx[i], why, n);
+    }
+    if (st != PE_OK)
+        keys_free(ep, k);
+    return st;
+}
+
+/* k's state into the endpoint, the endpoint's into k (to be freed). */
+static void keys_swap(endpoint *ep, net_keys *k)
+{
+    for (size_t i = 0; i < ep->n_senders; i++) {
+        void *t = ep->senders[i].tx;
+        ep->senders[i].tx = k->sender_tx[i];
+        k->sender_tx[i] = t;
+    }
+    for (unsigned i = 0; i < ep->cfg->workers; i++) {
+        worker *w = &ep->w[i];
+        void *t = w->tx, *r = w->rx;
+        int own = w->own_tx;
+        w->tx = k->tx[i];
+        w->own_tx = k->own_tx[i];
+        w->rx = k->rx[i];
+        k->tx[i] = t;
+        k->own_tx[i] = own;
+        k->rx[i] = r;
+    }
+}
+
 static void teardown(endpoint *ep)
 {
     for (unsigned i = 0; i < PE_TUNNEL_MAX_WORKERS; i++) { /* those never set up hold -1 and NULL */
@@ -358,85 +455,77 @@ static void teardown(endpoint *ep)
             close(w->tun);
         if (w->sock >= 0)
             close(w->sock);
-        if (w->own_tx && w->tx)
-            ep->p->tx_free(w->tx);
-        if (w->rx)
-            ep->p->rx_free(w->rx);
         if (w->in) {
             pe_wipe(w->in, 3 * NET_BATCH * w->slot + w->slot);
             free(w->in);
         }
     }
-    for (size_t i = 0; i < ep->n_senders; i++) {
-        if (ep->senders[i].tx)
-            ep->p->tx_free(ep->senders[i].tx);
+    net_keys none;
+    memset(&none, 0, sizeof none);
+    keys_swap(ep, &none);
+    keys_free(ep, &none);
+    for (size_t i = 0; i < ep->n_senders; i++)
         pthread_mutex_destroy(&ep->senders[i].lock);
-    }
     pe_net_stats_free(&ep->stats);
+    pe_keyfile_free(&ep->kf);
     if (ep->stop_fd >= 0)
         close(ep->stop_fd);
+    if (ep->ctl_fd >= 0)
+        close(ep->ctl_fd);
+    pthread_mutex_destroy(&ep->pause_lock);
+    pthread_cond_destroy(&ep->pause_cond);
 }
 
-static pe_status setup_workers(endpoint *ep, const pe_keyfile *kf, unsigned mtu, char *why, size_t n)
+/* Each worker's TUN queue, socket and buffers. */
+static pe_status setup_workers(endpoint *ep, unsigned mtu, char *why, size_t n)
 {
     const pe_tunnel_config *cfg = ep->cfg;
     pe_status st = PE_OK;
     for (unsigned i = 0; i < cfg->workers && st == PE_OK; i++) {
         worker *w = &ep->w[i];
-        w->sender = &ep->senders[0];
-        for (size_t k = 0; k < ep->n_senders; k++)
-            if (ep->senders[k].spi == cfg->spis[i % cfg->n_spis])
-                w->sender = &ep->senders[k];
-        w->sub = (uint16_t)(i / cfg->n_spis);
-        if (cfg->protocol == PE_TUNNEL_EESP && w->sub) {
-            st = ep->p->tx_new(kf, &ep->su, w->sender->spi, &w->tx, why, n);
-            w->own_tx = 1;
-        } else if (w->sender->users > 1 && cfg->protocol != PE_TUNNEL_EESP) {
-            st = ep->p->tx_clone(w->sender->tx, &w->tx);
-            w->own_tx = 1;
-        } else {
-            w->tx = w->sender->tx;
-        }
-        if (st == PE_OK)
-            st = ep->p->rx_new(kf, &ep->su, &w->rx, why, n);
         w->slot = (size_t)mtu + 1024 + NET_HEADROOM;
-        if (st == PE_OK && !(w->in = malloc(3 * NET_BATCH * w->slot + w->slot)))
-            st = PE_ERR_NOMEM;
-        if (st == PE_OK) {
-            w->out = w->in + NET_BATCH * w->slot;
-            w->rbuf = w->out + NET_BATCH * w->slot;
-            w->dec = w->rbuf + NET_BATCH * w->slot;
-            st = pe_net_tun_open(cfg->dev, 1, &w->tun, why, n);
-            if (st != PE_OK && cfg->workers == 1) /* a device made without multi_queue takes one queue */
-                st = pe_net_tun_open(cfg->dev, 0, &w->tun, why, n);
-        }
+        if (!(w->in = malloc(3 * NET_BATCH * w->slot + w->slot)))
+            return PE_ERR_NOMEM;
+        w->out = w->in + NET_BATCH * w->slot;
+        w->rbuf = w->out + NET_BATCH * w->slot;
+        w->dec = w->rbuf + NET_BATCH * w->slot;
+        st = pe_net_tun_open(cfg->dev, 1, &w->tun, why, n);
+        if (st != PE_OK && cfg->workers == 1) /* a device made without multi_queue takes one queue */
+            st = pe_net_tun_open(cfg->dev, 0, &w->tun, why, n);
         if (st == PE_OK)
             st = pe_net_socket(cfg, ep->p, ep->su.port, ep->ip_protocol, i, &w->sock, why, n);
     }
     return st;
 }
 
+static pe_status load_keys(const char *path, pe_keyfile *kf, char *why, size_t n)
+{
+    pe_keyfile_error kerr;
+    pe_status st = pe_keyfile_load(path, kf, &kerr);
+    if (st != PE_OK && kerr.line)
+        snprintf(why, n, "key file %s, line %zu: %s", path, kerr.line, kerr.message);
+    else if (st != PE_OK)
+        snprintf(why, n, "key file %s: %s", path, kerr.message);
+    return st;
+}
+
 static pe_status setup(endpoint *ep, char *why, size_t n)
 {
     const pe_tunnel_config *cfg = ep->cfg;
-    pe_keyfile kf;
-    pe_keyfile_error kerr;
-    pe_status st = pe_keyfile_load(cfg->key_file, &kf, &kerr);
-    if (st != PE_OK) {
-        if (kerr.line)
-            snprintf(why, n, "key file %s, line %zu: %s", cfg->key_file, kerr.line, kerr.message);
-        else
-            snprintf(why, n, "key file %s: %s", cfg->key_file, kerr.message);
+    pe_status st = load_keys(cfg->key_file, &ep->kf, why, n);
+    if (st != PE_OK)
         return st;
-    }
+    const pe_keyfile *kf = &ep->kf;
     ep->su.cfg = cfg;
     ep->su.udp = cfg->outer == PE_TUNNEL_OUTER_UDP;
     ep->su.port = cfg->port ? cfg->port : ep->p->udp_port;
     outer_template(&ep->su, cfg);
     ep->peer_len = pe_net_sockaddr(cfg->family, cfg->peer, ep->su.udp ? ep->su.port : 0, &ep->peer);
-    if (!ep->su.udp && (st = ep->p->ip_protocol(&kf, cfg->spis[0], &ep->ip_protocol)) != PE_OK)
+    if (!ep->su.udp && (st = ep->p->ip_protocol(kf, cfg->spis[0], &ep->ip_protocol)) != PE_OK) {
         snprintf(why, n, "%s cannot go straight in IP", ep->p->name);
-    for (size_t i = 0; st == PE_OK && i < cfg->n_spis; i++) {
+        return st;
+    }
+    for (size_t i = 0; i < cfg->n_spis; i++) {
         net_sender *s = NULL;
         for (size_t k = 0; k < ep->n_senders && !s; k++)
             if (ep->senders[k].spi == cfg->spis[i])
@@ -445,34 +534,128 @@ static pe_status setup(endpoint *ep, char *why, size_t n)
             s = &ep->senders[ep->n_senders++];
             s->spi = cfg->spis[i];
             pthread_mutex_init(&s->lock, NULL);
-            st = ep->p->tx_new(&kf, &ep->su, s->spi, &s->tx, why, n);
         }
     }
-    for (unsigned i = 0; i < cfg->workers; i++)
+    for (unsigned i = 0; i < cfg->workers; i++) {
+        worker *w = &ep->w[i];
         for (size_t k = 0; k < ep->n_senders; k++)
-            ep->senders[k].users += ep->senders[k].spi == cfg->spis[i % cfg->n_spis];
+            if (ep->senders[k].spi == cfg->spis[i % cfg->n_spis])
+                w->sender = &ep->senders[k];
+        w->sender->users++;
+        w->sub = (uint16_t)(i / cfg->n_spis);
+    }
     size_t growth = 0;
-    if (st == PE_OK)
-        st = growth_of(ep, &kf, &growth, why, n);
+    net_keys k;
+    if ((st = growth_of(ep, kf, &growth, why, n)) != PE_OK || (st = keys_make(ep, kf, &k, why, n)) != PE_OK)
+        return st;
+    keys_swap(ep, &k); /* k is empty: nothing to free */
     /* 1500 octets on the wire: what the veth or NIC of a test or a data centre takes; padding may add 15 */
     unsigned mtu = cfg->mtu ? cfg->mtu : (unsigned)(1500 - growth - 15);
     uint32_t out_spis[PE_TUNNEL_MAX_SPIS], in_spis[256];
     for (size_t i = 0; i < ep->n_senders; i++)
         out_spis[i] = ep->senders[i].spi;
-    size_t n_in = st == PE_OK ? ep->p->rx_spis(&kf, &ep->su, in_spis, 256) : 0;
-    if (st == PE_OK)
-        st = pe_net_stats_init(&ep->stats, cfg->workers, out_spis, ep->n_senders, in_spis, n_in);
-    if (st == PE_OK)
-        st = setup_workers(ep, &kf, mtu, why, n);
-    if (st == PE_OK)
-        st = pe_net_link_up(cfg->dev, mtu, why, n);
-    if (st == PE_OK)
-        pe_net_log(cfg->log_fd, "tunnel: %s over %s, %s mode, device %s (MTU %u), %u worker%s, sending on %zu SA%s",
-                   ep->p->name, ep->su.udp ? "UDP" : "IP", cfg->transport_mode ? "transport" : "tunnel",
-                   cfg->dev, mtu, cfg->workers, cfg->workers == 1 ? "" : "s", ep->n_senders,
-                   ep->n_senders == 1 ? "" : "s");
+    size_t n_in = ep->p->rx_spis(kf, &ep->su, in_spis, 256);
+    if ((st = pe_net_stats_init(&ep->stats, cfg->workers, out_spis, ep->n_senders, in_spis, n_in)) != PE_OK ||
+        (st = setup_workers(ep, mtu, why, n)) != PE_OK || (st = pe_net_link_up(cfg->dev, mtu, why, n)) != PE_OK)
+        return st;
+    pe_net_log(cfg->log_fd, "tunnel: %s over %s, %s mode, device %s (MTU %u), %u worker%s, sending on %zu SA%s",
+               ep->p->name, ep->su.udp ? "UDP" : "IP", cfg->transport_mode ? "transport" : "tunnel", cfg->dev, mtu,
+               cfg->workers, cfg->workers == 1 ? "" : "s", ep->n_senders, ep->n_senders == 1 ? "" : "s");
+    return PE_OK;
+}
+
+/* ---------------------------------------------------------------- reloading (SIGHUP) */
+
+/* Whether line la of a and line lb of b say the same (kind, names and values in order). */
+static int same_line(const pe_keyfile *a, size_t la, const pe_keyfile *b, size_t lb)
+{
+    const pe_keyfile_line *x = NULL, *y = NULL;
+    for (size_t i = 0; i < a->n_lines && !x; i++)
+        x = a->lines[i].line == la ? &a->lines[i] : NULL;
+    for (size_t i = 0; i < b->n_lines && !y; i++)
+        y = b->lines[i].line == lb ? &b->lines[i] : NULL;
+    if (!x || !y || x->n_pairs != y->n_pairs || strcmp(x->kind, y->kind) != 0)
+        return 0;
+    for (size_t i = 0; i < x->n_pairs; i++)
+        if (strcmp(x->names[i], y->names[i]) != 0 || strcmp(x->values[i], y->values[i]) != 0)
+            return 0;
+    return 1;
+}
+
+/* With every worker paused: the counters and replay windows the new keys take over from the old. */
+static void carry_over(endpoint *ep, const pe_keyfile *kf, net_keys *old)
+{
+    const net_proto *p = ep->p;
+    int exhausted;
+    for (size_t i = 0; i < ep->n_senders; i++) {
+        uint64_t next = p->next(old->sender_tx[i], 0, &exhausted);
+        if (!exhausted && p->set_next(ep->senders[i].tx, 0, next) != PE_OK)
+            atomic_store(&ep->senders[i].exhausted, 1); /* it cannot go on without repeating a number */
+    }
+    for (unsigned i = 0; i < ep->cfg->workers; i++) {
+        worker *w = &ep->w[i];
+        if (ep->cfg->protocol == PE_TUNNEL_EESP && w->sub) { /* its own counter, on its own Sub SA */
+            uint64_t next = p->next(old->tx[i], w->sub, &exhausted);
+            if (!exhausted && p->set_next(w->tx, w->sub, next) != PE_OK)
+                atomic_store(&w->sender->exhausted, 1);
+        }
+        if (!p->adopt)
+            continue;
+        uint32_t spis[256];
+        size_t n = p->rx_spis(kf, &ep->su, spis, 256);
+        for (size_t k = 0; k < n; k++) {
+            size_t la = p->line_of(&ep->kf, spis[k]), lb = p->line_of(kf, spis[k]);
+            if (la && lb && same_line(&ep->kf, la, kf, lb) && p->adopt(w->rx, old->rx[i], spis[k]) != PE_OK)
+                pe_net_log(ep->cfg->log_fd, "tunnel: SA %08x: its replay window could not be kept", (unsigned)spis[k]);
+        }
+    }
+}
+
+/*
+ * SIGHUP: the key file read again, every sender and receiver made anew from
+ * it, and then, with the workers paused between two batches, swapped in.
+ * Sending SAs go on from the numbers they had reached; a receiving SA whose
+ * line is unchanged keeps its replay window.  A file that cannot be used
+ * changes nothing.  Returns 1 when the keys were replaced.
+ */
+static int reload(endpoint *ep)
+{
+    const pe_tunnel_config *cfg = ep->cfg;
+    char why[320] = "";
+    pe_keyfile kf;
+    net_keys k;
+    pe_status st = load_keys(cfg->key_file, &kf, why, sizeof why);
+    if (st == PE_OK && (st = keys_make(ep, &kf, &k, why, sizeof why)) != PE_OK)
+        pe_keyfile_free(&kf);
+    if (st != PE_OK) {
+        pe_net_log(cfg->log_fd, "tunnel: SIGHUP: %s; the keys stay as they were", *why ? why : pe_status_message(st));
+        return 0;
+    }
+    pthread_mutex_lock(&ep->pause_lock);
+    atomic_store(&ep->pause_req, 1);
+    uint64_t one = 1;
+    ssize_t r = write(ep->ctl_fd, &one, sizeof one);
+    (void)r;
+    while (ep->paused < cfg->workers && !atomic_load(&ep->failed))
+        pthread_cond_wait(&ep->pause_cond, &ep->pause_lock);
+    int swapped = !atomic_load(&ep->failed);
+    if (swapped) {
+        keys_swap(ep, &k); /* k holds the old state now */
+        carry_over(ep, &kf, &k);
+        pe_keyfile_free(&ep->kf);
+        ep->kf = kf;
+        memset(&kf, 0, sizeof kf);
+    }
+    uint64_t drained;
+    r = read(ep->ctl_fd, &drained, sizeof drained);
+    atomic_store(&ep->pause_req, 0);
+    pthread_cond_broadcast(&ep->pause_cond);
+    pthread_mutex_unlock(&ep->pause_lock);
+    keys_free(ep, &k);
     pe_keyfile_free(&kf);
-    return st;
+    if (swapped)
+        pe_net_log(cfg->log_fd, "tunnel: SIGHUP: keys reloaded from %s", cfg->key_file);
+    return swapped;
 }
 
 static void write_stats(endpoint *ep, double t0)
@@ -508,7 +691,9 @@ pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
         return PE_ERR_NOMEM;
     ep->cfg = cfg;
     ep->p = proto_of(cfg->protocol);
-    ep->stop_fd = -1;
+    ep->stop_fd = ep->ctl_fd = -1;
+    pthread_mutex_init(&ep->pause_lock, NULL);
+    pthread_cond_init(&ep->pause_cond, NULL);
     for (unsigned i = 0; i < PE_TUNNEL_MAX_WORKERS; i++) {
         ep->w[i].tun = ep->w[i].sock = -1;
         ep->w[i].ep = ep;
@@ -516,16 +701,14 @@ pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
     }
     char why[320] = "";
     pe_status st = check_config(cfg, ep->p, why, sizeof why);
-    if (st == PE_OK && (ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+    if (st == PE_OK && ((ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+                        (ep->ctl_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0))
         st = PE_ERR_TUNNEL_DEVICE;
     if (st == PE_OK)
         st = setup(ep, why, sizeof why);
     if (st != PE_OK) {
         pe_net_log(cfg->log_fd, "tunnel: %s", *why ? why : pe_status_message(st));
-        if (ep->p)
-            teardown(ep);
-        else if (ep->stop_fd >= 0)
-            close(ep->stop_fd);
+        teardown(ep);
         free(ep);
         return st;
     }
@@ -565,7 +748,7 @@ pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
             struct signalfd_siginfo si;
             if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
                 if (si.ssi_signo == SIGHUP) {
-                    pe_net_log(cfg->log_fd, "tunnel: SIGHUP: reloading keys is not supported yet; the keys stay");
+                    res->reloads += (unsigned)reload(ep);
                 } else {
                     res->stop_signal = (int)si.ssi_signo;
                     break;

@@ -65,6 +65,27 @@ void pe_eesp_rx_free(pe_eesp_rx *rx)
     pe_ipsec_rx_free(&rx->ipsec, &eesp_sa_ops);
 }
 
+static pe_status adopt_sa(void *t, void *f)
+{
+    eesp_sa *to = t, *from = f;
+    if (to->anti_replay != from->anti_replay || to->seq_present != from->seq_present ||
+        to->replay_window != from->replay_window || to->subs.limit != from->subs.limit ||
+        to->subs.lru != from->subs.lru)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_keytable subs = to->subs;
+    to->subs = from->subs;
+    from->subs = subs;
+    uint64_t *last = to->last_seq;
+    to->last_seq = from->last_seq;
+    from->last_seq = last;
+    return PE_OK;
+}
+
+pe_status pe_eesp_rx_adopt(pe_eesp_rx *to, pe_eesp_rx *from, uint32_t spi)
+{
+    return pe_ipsec_rx_adopt(&to->ipsec, &from->ipsec, spi, adopt_sa);
+}
+
 pe_status pe_eesp_rx_clone(const pe_eesp_rx *rx, pe_eesp_rx **out)
 {
     pe_eesp_rx_config cfg = {.ip_protocol = rx->ip_protocol, .udp_port = rx->ipsec.udp_port,

@@ -859,6 +859,25 @@ pe_status pe_esp_open(pe_esp_rx *rx, const uint8_t *esp, size_t len, int ip_vers
     return open_esp(rx, esp, len, ip_version, dst, flags, out, cap, 0, out_len, info);
 }
 
+static pe_status adopt_sa(void *t, void *f)
+{
+    esp_sa *to = t, *from = f;
+    if (to->anti_replay != from->anti_replay || to->esn != from->esn || to->window_size != from->window_size)
+        return PE_ERR_INVALID_ARGUMENT;
+    pe_replay_window w = to->replay;
+    to->replay = from->replay;
+    from->replay = w;
+    uint64_t top = to->top;
+    to->top = from->top;
+    from->top = top;
+    return PE_OK;
+}
+
+pe_status pe_esp_rx_adopt(pe_esp_rx *to, pe_esp_rx *from, uint32_t spi)
+{
+    return pe_ipsec_rx_adopt(&to->ipsec, &from->ipsec, spi, adopt_sa);
+}
+
 pe_status pe_esp_rx_clone(const pe_esp_rx *rx, pe_esp_rx **out)
 {
     pe_esp_rx_config cfg = {.udp_port = rx->ipsec.udp_port, .check_udp_checksum = rx->ipsec.check_udp_checksum,

@@ -215,6 +215,19 @@ static size_t first_with_spi(const pe_ipsec_sa_table *t, uint32_t spi)
     return t->ix_cap ? *ix_slot(t, spi) : 0;
 }
 
+pe_status pe_ipsec_rx_adopt(pe_ipsec_rx *to, pe_ipsec_rx *from, uint32_t spi, pe_status (*adopt)(void *, void *))
+{
+    if (to->clone || from->clone)
+        return PE_ERR_INVALID_ARGUMENT; /* a clone has no windows of its own to give or keep */
+    for (size_t e = first_with_spi(&to->sas, spi); e; e = to->sas.next_same_spi[e - 1]) {
+        void *twin = pe_ipsec_sa_table_same(&from->sas, &to->sas.keys[e - 1]);
+        pe_status st = twin ? adopt(to->sas.sas[e - 1], twin) : PE_OK;
+        if (st != PE_OK)
+            return st;
+    }
+    return PE_OK;
+}
+
 void *pe_ipsec_sa_table_find(const pe_ipsec_sa_table *t, uint32_t spi, int family, const uint8_t *dst)
 {
     void *any = NULL;

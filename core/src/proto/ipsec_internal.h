@@ -81,6 +81,13 @@ pe_status pe_ipsec_rx_add_sa(pe_ipsec_rx *rx, const pe_ipsec_sa_ops *ops, uint32
                              const uint8_t dst[16], const void *cfg);
 /* clone (made by pe_ipsec_rx_new with src's settings) gets copies of src's SAs and is marked a clone. */
 pe_status pe_ipsec_rx_clone_sas(pe_ipsec_rx *clone, const pe_ipsec_rx *src, const pe_ipsec_sa_ops *ops);
+/*
+ * pe_esp_rx_adopt / pe_eesp_rx_adopt: each SA of spi in `to` takes over,
+ * through adopt(to_sa, from_sa), the received state of its twin in `from`
+ * (the SA with exactly its SPI and destination); `from` gets to's in
+ * exchange.  Neither may be a clone.
+ */
+pe_status pe_ipsec_rx_adopt(pe_ipsec_rx *to, pe_ipsec_rx *from, uint32_t spi, pe_status (*adopt)(void *, void *));
 
 /* ---- locating ---- */
 
