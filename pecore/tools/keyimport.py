@@ -570,6 +570,59 @@ def to_esp_sa(kf: KeyFile, wireshark_version: str = "4.0", skip_unsupported: boo
     return header + "".join(r + "\n" for r in rows)
 
 
+def to_ip_xfrm(kf: KeyFile, src: Optional[str] = None, dst: Optional[str] = None,
+               skip_unsupported: bool = False) -> str:
+    """The esp-sa lines of a parsed key file as ``ip xfrm state add`` commands for Linux's ESP (one per line).
+
+    The addresses are the line's ``src``/``dst``, or ``src``/``dst`` given here; the names are those the import
+    reads back (XFRM_AEADS, XFRM_AUTHS: net/xfrm/xfrm_algo.c's).  Linux has no RFC 8750 implicit-IV suites and no
+    TFC padding setting: such a line is an error, or with ``skip_unsupported`` a comment naming it.  The
+    policies that steer traffic into the SAs depend on the host's addresses and are left to the user (the
+    output's first lines say so)."""
+    aead_names = {suite: name for name, suite in XFRM_AEADS.items()}
+    auth_names = {suite: name for name, suite in XFRM_AUTHS.items()}
+    out = ["# ip xfrm state for Linux's ESP from a psp-eesp key file: it holds keys, keep it private",
+           "# add 'ip xfrm policy' rules for the traffic to protect (docs/tunnel.md, \"Against Linux's ESP\")"]
+    for reqid, e in enumerate(kf.esp_sas, start=1):
+        st = e.settings
+        suite, key = str(st["suite"]), bytes(st["key"])  # type: ignore[arg-type]
+        a, b = e.src or src, e.dst or dst
+        problem = None
+        if suite not in aead_names and suite not in auth_names:
+            problem = f"Linux's ESP has no {suite}"
+        elif not a or not b:
+            problem = "the line has no src and dst, and none were given (--src, --dst)"
+        elif st.get("tfc_pad"):
+            problem = "ip xfrm sets no TFC padding"
+        if problem and not skip_unsupported:
+            raise KeyImportError("key file", e.line, problem)
+        if problem:
+            out.append(f"# key file line {e.line} (SPI 0x{e.spi:08x}) left out: {problem}")
+            continue
+        w = ["ip", "xfrm", "state", "add", "src", a, "dst", b, "proto", "esp", "spi", f"0x{e.spi:08x}",
+             "reqid", str(reqid), "mode", str(st["mode"])]
+        # replay-window 0 turns Linux's anti-replay off; iproute2 gives a window over 32 a bitmap of its own
+        w += ["replay-window", str(int(st["replay_window"]) if st["anti_replay"] else 0)]  # type: ignore
+        if st["esn"]:
+            w += ["flag", "esn"]
+        if suite in aead_names:
+            name, icv = aead_names[suite]
+            w += ["aead", f"'{name}'", "0x" + key.hex(), str(icv)]
+        else:  # KEYMAT: the AES key, then the integrity key (RFC 7296 §2.17)
+            n = int(st["key_bits"]) // 8  # type: ignore[call-overload]
+            name, icv = auth_names[suite]
+            w += ["enc", f"'{XFRM_CBC}'", "0x" + key[:n].hex(), "auth-trunc", f"'{name}'", "0x" + key[n:].hex(), str(icv)]
+        if st["udp_encap"]:
+            w += ["encap", "espinudp", str(st["udp_sport"]), str(st["udp_dport"]), "0.0.0.0"]
+        if int(st["first_seq"]) > 1:  # type: ignore[call-overload]
+            top = int(st["first_seq"]) - 1  # type: ignore[call-overload]
+            w += ["replay-oseq", str(top & 0xFFFFFFFF), "replay-seq", str(top & 0xFFFFFFFF)]
+            if st["esn"]:
+                w += ["replay-oseq-hi", str(top >> 32), "replay-seq-hi", str(top >> 32)]
+        out.append(" ".join(w))
+    return "\n".join(out) + "\n"
+
+
 # ---------------------------------------------------------------------------------------------- PSP netlink
 
 #: psp.yaml's "version" enum: hdr0-aes-gcm-128, hdr0-aes-gcm-256, hdr0-aes-gmac-128, hdr0-aes-gmac-256.
@@ -716,13 +769,17 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from pecore.keys import load_key_file
 
+    kf = load_key_file(args.keyfile)
+    if args.target == "ip-xfrm":
+        _write(args.output, to_ip_xfrm(kf, args.src, args.dst, args.skip_unsupported))
+        return 0
     layout = layout_for(args.wireshark_version)
-    _write(args.output, to_esp_sa(load_key_file(args.keyfile), layout, args.skip_unsupported))
+    _write(args.output, to_esp_sa(kf, layout, args.skip_unsupported))
     return 0
 
 
 def register(sub) -> None:  # type: ignore[no-untyped-def]
-    """``keys import --from xfrm|esp_sa|psp-netlink FILE [-o OUT]`` and ``keys export --to esp_sa KEYFILE``."""
+    """``keys import --from xfrm|esp_sa|psp-netlink FILE [-o OUT]`` and ``keys export --to esp_sa|ip-xfrm KEYFILE``."""
     k = sub.add_parser("keys", help="import keys from ip xfrm / Wireshark / PSP netlink, export to Wireshark")
     ks = k.add_subparsers(dest="keys_command", required=True)
     i = ks.add_parser("import", help="write key-file lines for the SAs of another tool's output")
@@ -735,13 +792,16 @@ def register(sub) -> None:  # type: ignore[no-untyped-def]
                    help="xfrm, esp_sa: leave out (with a message and a comment) SAs the key file has no form for "
                         "(AH, CBC, BEET, ...) instead of failing")
     i.set_defaults(func=cmd_import)
-    e = ks.add_parser("export", help="write the key file's esp-sa lines as Wireshark's esp_sa UAT")
-    e.add_argument("--to", dest="target", required=True, choices=("esp_sa",))
+    e = ks.add_parser("export", help="write the key file's esp-sa lines as Wireshark's esp_sa UAT, or as ip xfrm "
+                                     "state commands for Linux's ESP")
+    e.add_argument("--to", dest="target", required=True, choices=("esp_sa", "ip-xfrm"))
     e.add_argument("keyfile")
     e.add_argument("-o", "--output", help="file to write (mode 600; default standard output)")
     e.add_argument("--wireshark-version", default="4.0", metavar="MAJOR.MINOR",
                    help="column layout and suites of that Wireshark: those of the newest of "
                         f"{', '.join(WIRESHARK_LAYOUTS)} not newer than it (default 4.0)")
     e.add_argument("--skip-unsupported", action="store_true",
-                   help="leave out (with a comment) lines that Wireshark cannot decrypt instead of failing")
+                   help="leave out (with a comment) lines that Wireshark (or Linux) cannot take instead of failing")
+    e.add_argument("--src", help="ip-xfrm: the source address of lines without src=")
+    e.add_argument("--dst", help="ip-xfrm: the destination address of lines without dst=")
     e.set_defaults(func=cmd_export)

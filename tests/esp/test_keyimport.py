@@ -619,3 +619,90 @@ def test_tshark_decrypts_with_the_exported_uat():
         assert got == expected_contained(inner, modes[spi]), (hex(spi), row)
         assert row["esp.icv_good"] in ("1", "True"), (hex(spi), row)
     assert set(WIRESHARK_LAYOUTS) == {"4.0", "4.4", "4.6"}
+
+
+def _xfrm_fields(command: str) -> dict:
+    """An `ip xfrm state add` command's values by keyword (its argument after each keyword)."""
+    w = command.split()
+    assert w[:4] == ["ip", "xfrm", "state", "add"]
+    out = {}
+    for k in ("src", "dst", "spi", "reqid", "mode", "replay-window", "replay-oseq", "replay-oseq-hi"):
+        if k in w:
+            out[k] = w[w.index(k) + 1]
+    if "aead" in w:
+        i = w.index("aead")
+        out["aead"] = (w[i + 1].strip("'"), w[i + 2], w[i + 3])
+    if "enc" in w:
+        i = w.index("enc")
+        out["enc"] = (w[i + 1].strip("'"), w[i + 2])
+        j = w.index("auth-trunc")
+        out["auth"] = (w[j + 1].strip("'"), w[j + 2], w[j + 3])
+    if "encap" in w:
+        i = w.index("encap")
+        out["encap"] = tuple(w[i + 1 : i + 4])
+    out["esn"] = "esn" in w
+    return out
+
+
+def test_ip_xfrm_export_gives_back_what_iproute2_printed():
+    """iproute2's `ip xfrm state` output (XFRM, above) imported, then exported as `ip xfrm state add` commands:
+    each SA's algorithm, key, ICV length, mode, ESN, encapsulation and sequence numbers are the ones it printed."""
+    from pecore.tools.keyimport import to_ip_xfrm
+
+    kf = parse_key_file("\n".join(from_xfrm(XFRM)) + "\n")
+    commands = [ln for ln in to_ip_xfrm(kf).splitlines() if not ln.startswith("#")]
+    got = {int(_xfrm_fields(c)["spi"], 16): _xfrm_fields(c) for c in commands}
+    a = got[0xC0DE0001]
+    assert (a["src"], a["dst"], a["mode"]) == ("192.0.2.1", "192.0.2.2", "tunnel")
+    assert a["aead"] == ("rfc4106(gcm(aes))", "0x" + K20.hex(), "128") and a["esn"]
+    assert a["encap"] == ("espinudp", "4500", "4501") and a["replay-window"] == "128"
+    assert (a["replay-oseq"], a["replay-oseq-hi"]) == ("5", "1")  # it goes on after oseq 0x1_00000005
+    b = got[0x1001]
+    assert b["aead"] == ("rfc4106(gcm(aes))", "0x" + K36.hex(), "64") and b["mode"] == "transport"
+    assert (b["src"], b["dst"]) == ("2001:db8::1", "2001:db8::2") and not b["esn"]
+    c = got[0x1002]
+    assert c["aead"][0] == "rfc7539esp(chacha20,poly1305)" and c["replay-window"] == "0"  # anti-replay off
+
+
+def test_ip_xfrm_export_cbc_addresses_and_refusals():
+    from pecore.tools.keyimport import to_ip_xfrm
+
+    enc, auth = bytes(range(16)), bytes(range(100, 132))
+    kf = parse_key_file(f"esp-sa spi=0x300 suite=aes-cbc-hmac-sha256-128 key-bits=128 key={(enc + auth).hex()} "
+                        "mode=transport\n")
+    with pytest.raises(KeyImportError, match="no src and dst"):
+        to_ip_xfrm(kf)
+    f = _xfrm_fields(to_ip_xfrm(kf, "198.51.100.1", "198.51.100.2").splitlines()[2])
+    assert f["enc"] == ("cbc(aes)", "0x" + enc.hex())  # RFC 7296 §2.17: the encryption key first
+    assert f["auth"] == ("hmac(sha256)", "0x" + auth.hex(), "128")
+    assert (f["src"], f["dst"]) == ("198.51.100.1", "198.51.100.2")
+    iiv = parse_key_file(f"esp-sa spi=0x9 suite=aes-gcm-16-iiv key={K20.hex()} src=192.0.2.1 dst=192.0.2.2\n")
+    with pytest.raises(KeyImportError, match="Linux's ESP has no aes-gcm-16-iiv"):
+        to_ip_xfrm(iiv)
+    assert "(SPI 0x00000009) left out: Linux's ESP has no" in to_ip_xfrm(iiv, skip_unsupported=True)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip()
+                    != "0", reason="needs root and iproute2 (a network namespace of its own)")
+def test_ip_xfrm_export_is_what_iproute2_parses(tmp_path):
+    """iproute2 itself reads every exported command: each is either taken, or refused by the kernel (this
+    machine's may have no ESP: 'Requested ... not found'), never by iproute2's parser ('argument ... is wrong')."""
+    keys = tmp_path / "keys"
+    keys.write_text(f"esp-sa spi=0x100 suite=aes-gcm-16 key={K20.hex()} mode=tunnel\n"
+                    f"esp-sa spi=0x200 suite=aes-gcm-12 key-bits=256 key={K36.hex()} esn=1 udp-encap=1 "
+                    "first-seq=0x100000005\n"
+                    f"esp-sa spi=0x300 suite=aes-cbc-hmac-sha1-96 key-bits=128 key={bytes(range(36)).hex()}\n"
+                    f"esp-sa spi=0x400 suite=chacha20-poly1305 key={K36.hex()} anti-replay=0\n")
+    out = subprocess.run([sys.executable, "-m", "pyesp", "keys", "export", "--to", "ip-xfrm", str(keys), "--src",
+                          "198.51.100.1", "--dst", "198.51.100.2"], capture_output=True, text=True, check=True).stdout
+    commands = [ln for ln in out.splitlines() if not ln.startswith("#")]
+    assert len(commands) == 4
+    ns = f"pe-xfrm-{tmp_path.name[-8:]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for c in commands:
+            p = subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", c], capture_output=True, text=True,
+                               timeout=10)
+            assert p.returncode == 0 or ("Requested" in p.stderr and "is wrong" not in p.stderr), (c, p.stderr)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
