@@ -64,6 +64,8 @@ def register(sub: "argparse._SubParsersAction", protocol: str, error_class: Call
     t.add_argument("--stats", metavar="FILE", help="write the counters here as JSON (temporary file, renamed)")
     t.add_argument("--stats-interval", type=_seconds, default=0.0, metavar="S",
                    help="also every S seconds (default: when the endpoint stops)")
+    t.add_argument("--no-udp-offloads", action="store_true",
+                   help="a datagram per system call: no UDP segmentation (UDP_SEGMENT) or coalescing (UDP_GRO)")
     t.add_argument("--max-seconds", type=_seconds, default=0.0, metavar="S", help="stop after S seconds")
     t.set_defaults(func=lambda args: _run(args, protocol, error_class))
 
@@ -74,5 +76,6 @@ def _run(args: argparse.Namespace, protocol: str, error_class: Callable[[str], T
     sys.stderr.flush()  # the core writes to the same descriptor
     run(protocol, args.key_file, args.spi, args.dev, args.local, args.peer, outer=args.outer,
                  port=args.port, workers=args.workers, mtu=args.mtu, stats=args.stats,
-                 stats_interval=args.stats_interval, max_seconds=args.max_seconds, error_class=error_class)
+                 stats_interval=args.stats_interval, max_seconds=args.max_seconds,
+                 udp_offloads=not args.no_udp_offloads, error_class=error_class)
     return EXIT_OK

@@ -52,7 +52,8 @@ typedef struct pe_tunnel_config {
      */
     uint32_t spis[PE_TUNNEL_MAX_SPIS];
     size_t n_spis;
-    const char *dev;        /* the TUN device: made, or taken over when it exists; brought up */
+    const char *dev;        /* the TUN device: made, or taken over when it exists; brought up, its queue at
+                               10,000 packets at least */
     unsigned mtu;           /* the device's MTU; 0: 1500 less the protocol's largest growth */
     int family;             /* 4 or 6: the outer addresses' */
     uint8_t local[16];      /* outer addresses, network order (IPv4 in the first 4 octets) */
@@ -68,6 +69,9 @@ typedef struct pe_tunnel_config {
     /* 1: SIGINT and SIGTERM stop the endpoint, SIGHUP reloads the key file.  The three are blocked in
      * the calling thread while it runs (and in its workers) and read through a signalfd. */
     int handle_signals;
+    /* 1: no UDP segmentation (UDP_SEGMENT) or receive coalescing (UDP_GRO) on the sockets: a datagram per
+     * system call each way, for comparing, or for a path that mangles them.  0: used where the kernel has them. */
+    int no_udp_offloads;
 } pe_tunnel_config;
 
 void pe_tunnel_config_init(pe_tunnel_config *cfg);

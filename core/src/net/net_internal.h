@@ -19,6 +19,7 @@
 #define NET_HEADROOM 48u
 #define NET_BATCH 32u
 #define NET_PKT_MAX 65535u
+#define PE_NET_TXQUEUELEN 10000 /* the TUN device's queue, in packets */
 
 /* ---- the protocols ---- */
 
@@ -76,10 +77,11 @@ pe_status pe_net_link_up(const char *name, unsigned mtu, char *why, size_t n);
 /*
  * A worker's socket: UDP bound to local:port in a SO_REUSEPORT group whose
  * members the kernel picks by (SPI [+ Sub SA]) % workers; or raw IP of the
- * protocol, filtered to the packets of this worker.
+ * protocol, filtered to the packets of this worker.  *gro: the UDP socket
+ * hands trains of datagrams (UDP_GRO).
  */
 pe_status pe_net_socket(const pe_tunnel_config *cfg, const net_proto *p, uint16_t port, uint8_t ip_protocol,
-                        unsigned worker, int *fd, char *why, size_t n);
+                        unsigned worker, int *fd, int *gro, char *why, size_t n);
 /* A socket address (not connected: a reuseport group passes connected sockets by). */
 #include <sys/socket.h>
 socklen_t pe_net_sockaddr(int family, const uint8_t *addr, uint16_t port, struct sockaddr_storage *ss);

@@ -11,6 +11,7 @@
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,6 +84,13 @@ pe_status pe_net_link_up(const char *name, unsigned mtu, char *why, size_t n)
         if (ioctl(s, SIOCSIFMTU, &ifr) < 0)
             st = fail(PE_ERR_TUNNEL_DEVICE, why, n, "cannot set the MTU of", name);
     }
+    /* A TUN device's queue is 500 packets: a stream's burst overflows it while a worker seals, and TCP
+     * takes the drops for congestion (docs/tunnel.md).  A longer one, unless it was set longer already. */
+    if (st == PE_OK && ioctl(s, SIOCGIFTXQLEN, &ifr) == 0 && ifr.ifr_qlen < PE_NET_TXQUEUELEN) {
+        ifr.ifr_qlen = PE_NET_TXQUEUELEN;
+        if (ioctl(s, SIOCSIFTXQLEN, &ifr) < 0)
+            st = fail(PE_ERR_TUNNEL_DEVICE, why, n, "cannot set the queue length of", name);
+    }
     if (st == PE_OK && ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
         st = fail(PE_ERR_TUNNEL_DEVICE, why, n, "cannot read the flags of", name);
     if (st == PE_OK && !(ifr.ifr_flags & IFF_UP)) {
@@ -146,8 +154,9 @@ socklen_t pe_net_sockaddr(int family, const uint8_t *addr, uint16_t port, struct
 }
 
 pe_status pe_net_socket(const pe_tunnel_config *cfg, const net_proto *p, uint16_t port, uint8_t ip_protocol,
-                        unsigned worker, int *fd, char *why, size_t n)
+                        unsigned worker, int *fd, int *gro, char *why, size_t n)
 {
+    *gro = 0;
     int af = cfg->family == 4 ? AF_INET : AF_INET6, udp = cfg->outer == PE_TUNNEL_OUTER_UDP, one = 1;
     int s = socket(af, (udp ? SOCK_DGRAM : SOCK_RAW) | SOCK_CLOEXEC | SOCK_NONBLOCK, udp ? IPPROTO_UDP : ip_protocol);
     *fd = -1;
@@ -164,6 +173,7 @@ pe_status pe_net_socket(const pe_tunnel_config *cfg, const net_proto *p, uint16_
     if (af == AF_INET6)
         setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     if (udp) {
+        *gro = !cfg->no_udp_offloads && setsockopt(s, SOL_UDP, UDP_GRO, &one, sizeof one) == 0; /* Linux 5.0+ */
         if (cfg->workers > 1 && setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
             st = fail(PE_ERR_TUNNEL_SOCKET, why, n, "cannot share the port among workers:", "SO_REUSEPORT");
         if (st == PE_OK && bind(s, (struct sockaddr *)&ss, sl) < 0)

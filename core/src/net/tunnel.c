@@ -28,6 +28,7 @@ void pe_tunnel_config_init(pe_tunnel_config *cfg)
 #if defined(__linux__)
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,6 +63,9 @@ typedef struct worker {
     uint16_t sub;   /* EESP Sub SA */
     void *rx;
     size_t slot;    /* octets per packet buffer */
+    size_t rslot;   /* per received message: a whole UDP GRO train (64 KiB) when the socket takes them */
+    size_t buf_len;
+    int gro;        /* its UDP socket hands trains of datagrams (UDP_GRO) */
     uint8_t *in, *out, *rbuf, *dec; /* NET_BATCH slots each (dec: one) */
     pthread_t thread;
     int started;
@@ -81,6 +85,7 @@ typedef struct endpoint {
     int stop_fd;
     atomic_int failed;
     pe_keyfile kf;          /* the keys in use: a reload compares its lines with the new file's */
+    atomic_int gso;         /* UDP: datagrams of one size go to the kernel as one (UDP_SEGMENT) */
     int ctl_fd;             /* a reload asks the workers to pause through it */
     atomic_int pause_req;
     unsigned paused;
@@ -137,6 +142,85 @@ static pe_status seal(worker *w, const uint8_t *in, size_t len, uint8_t *out, si
     return st != PE_OK ? st : p->encap_with(w->tx, w->sub, n, in, len, out, w->slot, out_len);
 }
 
+#define GSO_MAX_SEGMENTS 64u /* the kernel's UDP_MAX_SEGMENTS */
+
+/*
+ * The sealed packets out.  Over UDP with GSO, runs of datagrams of one size
+ * (the last of a run may be shorter) go as one message with UDP_SEGMENT:
+ * one trip through the kernel's stack for the run instead of one each.
+ */
+static void send_out(worker *w, struct mmsghdr *msgs, struct iovec *iov, unsigned n, net_counts *mine,
+                     net_counts *sa)
+{
+    endpoint *ep = w->ep;
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl[NET_BATCH];
+    struct mmsghdr grouped[NET_BATCH];
+    unsigned m = n, *counts = NULL, count[NET_BATCH];
+    if (ep->su.udp && atomic_load_explicit(&ep->gso, memory_order_relaxed) && n > 1) {
+        m = 0;
+        for (unsigned i = 0; i < n;) {
+            size_t seg = iov[i].iov_len, total = seg;
+            unsigned j = i + 1;
+            while (j < n && j - i < GSO_MAX_SEGMENTS && iov[j].iov_len <= seg && total + iov[j].iov_len <= 65000) {
+                total += iov[j].iov_len;
+                if (iov[j++].iov_len < seg)
+                    break; /* a shorter one ends the run */
+            }
+            grouped[m] = msgs[i];
+            grouped[m].msg_hdr.msg_iov = &iov[i];
+            grouped[m].msg_hdr.msg_iovlen = j - i;
+            if (j - i > 1) {
+                struct msghdr *h = &grouped[m].msg_hdr;
+                h->msg_control = ctl[m].buf;
+                h->msg_controllen = sizeof ctl[m].buf;
+                struct cmsghdr *c = CMSG_FIRSTHDR(h);
+                c->cmsg_level = SOL_UDP;
+                c->cmsg_type = UDP_SEGMENT;
+                c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                uint16_t gso = (uint16_t)seg;
+                memcpy(CMSG_DATA(c), &gso, sizeof gso);
+            }
+            count[m++] = j - i;
+            i = j;
+        }
+        msgs = grouped;
+        counts = count;
+    }
+    for (unsigned done = 0; done < m;) {
+        int k = sendmmsg(w->sock, msgs + done, m - done, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && counts && (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP)) {
+            /* the route's device cannot segment: every packet goes one by one from now on */
+            atomic_store(&ep->gso, 0);
+            pe_net_log(ep->cfg->log_fd, "tunnel: UDP segmentation offload refused (%s): sending datagrams one by one",
+                       strerror(errno));
+            unsigned first = 0;
+            for (unsigned g = 0; g < done; g++)
+                first += counts[g];
+            struct mmsghdr one[NET_BATCH];
+            for (unsigned i = first; i < n; i++)
+                one[i - first] = (struct mmsghdr){.msg_hdr = {.msg_name = &ep->peer, .msg_namelen = ep->peer_len,
+                                                              .msg_iov = &iov[i], .msg_iovlen = 1}};
+            send_out(w, one, iov + first, n - first, mine, sa);
+            return;
+        }
+        if (k < 0) {
+            /* the peer unreachable for now (ICMP), no route, a full queue: these packets are lost, not the endpoint */
+            for (; done < m; done++)
+                for (unsigned c = 0; c < (counts ? counts[done] : 1); c++) {
+                    pe_net_drop(mine, PE_ERR_TUNNEL_SOCKET);
+                    pe_net_drop(sa, PE_ERR_TUNNEL_SOCKET);
+                }
+            break;
+        }
+        done += (unsigned)k;
+    }
+}
+
 /* Up to NET_BATCH packets from the TUN queue, sealed, out in one sendmmsg.  0, or -1 when the device failed. */
 static int send_batch(worker *w)
 {
@@ -174,20 +258,7 @@ static int send_batch(worker *w)
                                           .msg_iovlen = 1};
         n++;
     }
-    for (unsigned done = 0; done < n;) {
-        int k = sendmmsg(w->sock, msgs + done, n - done, 0);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            /* the peer unreachable for now (ICMP), no route, a full queue: these packets are lost, not the endpoint */
-            for (; done < n; done++) {
-                pe_net_drop(mine, PE_ERR_TUNNEL_SOCKET);
-                pe_net_drop(sa, PE_ERR_TUNNEL_SOCKET);
-            }
-            break;
-        }
-        done += (unsigned)k;
-    }
+    send_out(w, msgs, iov, n, mine, sa);
     return 0;
 }
 
@@ -199,67 +270,92 @@ static uint32_t spi_of(const net_proto *p, const uint8_t *payload, size_t len)
     return len >= p->spi_offset + 4 ? pe_get32(payload + p->spi_offset) : 0;
 }
 
-static int recv_batch(worker *w)
+/* One datagram (or raw IP packet) from the peer: opened and written to the TUN queue, or counted as dropped. */
+static void open_one(worker *w, uint8_t *data, size_t len, const struct sockaddr_storage *from)
 {
     endpoint *ep = w->ep;
     const pe_tunnel_config *cfg = ep->cfg;
+    net_counts *mine = &ep->stats.received[w->index];
+    uint8_t *pkt = data;
+    const uint8_t *payload = data;
+    size_t plen = len;
+    if (!ep->su.udp && cfg->family == 4) { /* an IPv4 raw socket hands the IP header too */
+        size_t ihl = len ? (size_t)(data[0] & 0x0f) * 4 : 0;
+        payload = data + (ihl <= len ? ihl : len);
+        plen = ihl <= len ? len - ihl : 0;
+    } else {
+        const uint8_t *src;
+        uint16_t sport = 0;
+        if (cfg->family == 4) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)from;
+            src = (const uint8_t *)&a->sin_addr;
+            sport = ntohs(a->sin_port);
+        } else {
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)from;
+            src = (const uint8_t *)&a->sin6_addr;
+            sport = ntohs(a->sin6_port);
+        }
+        pkt = pe_net_outer_header(data, &len, cfg->family, ep->su.udp, ep->ip_protocol, src, ep->su.udp ? sport : 0,
+                                  cfg->local, ep->su.port);
+    }
+    uint32_t spi = spi_of(ep->p, payload, plen);
+    net_counts *sa = pe_net_stats_sa(&ep->stats, w->index, spi, 0);
+    size_t out_len;
+    /* our own SPIs never receive: a packet of ours reflected back is not the peer's */
+    pe_status st = is_sending_spi(ep, spi) ? PE_ERR_NO_KEY : ep->p->decap(w->rx, pkt, len, w->dec, w->slot, &out_len);
+    if (st == PE_OK && write(w->tun, w->dec, out_len) < 0)
+        st = PE_ERR_TUNNEL_DEVICE; /* the device refused it (down, full): this packet is lost */
+    if (st != PE_OK) {
+        pe_net_drop(mine, st);
+        pe_net_drop(sa, st);
+        return;
+    }
+    pe_net_count(mine, out_len);
+    pe_net_count(sa, out_len);
+}
+
+/*
+ * Up to NET_BATCH messages in one recvmmsg.  With UDP GRO a message is a
+ * train of datagrams of one size (the last may be shorter), its size in a
+ * control message; each datagram's outer header is rebuilt in front of it,
+ * over the tail of the one before, which was opened already.
+ */
+static int recv_batch(worker *w)
+{
+    endpoint *ep = w->ep;
     struct mmsghdr msgs[NET_BATCH];
     struct iovec iov[NET_BATCH];
     struct sockaddr_storage from[NET_BATCH];
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl[NET_BATCH];
     for (unsigned k = 0; k < NET_BATCH; k++) {
-        iov[k] = (struct iovec){w->rbuf + (size_t)k * w->slot + NET_HEADROOM, w->slot - NET_HEADROOM};
+        iov[k] = (struct iovec){w->rbuf + (size_t)k * w->rslot + NET_HEADROOM, w->rslot - NET_HEADROOM};
         msgs[k].msg_hdr = (struct msghdr){.msg_name = &from[k], .msg_namelen = sizeof from[k], .msg_iov = &iov[k],
-                                          .msg_iovlen = 1};
+                                          .msg_iovlen = 1, .msg_control = w->gro ? ctl[k].buf : NULL,
+                                          .msg_controllen = w->gro ? sizeof ctl[k].buf : 0};
     }
     int m = recvmmsg(w->sock, msgs, NET_BATCH, MSG_DONTWAIT, NULL);
     if (m < 0)
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
-    net_counts *mine = &ep->stats.received[w->index];
     for (int k = 0; k < m; k++) {
         uint8_t *data = iov[k].iov_base;
-        size_t len = msgs[k].msg_len;
+        size_t len = msgs[k].msg_len, seg = len;
         if (msgs[k].msg_hdr.msg_flags & MSG_TRUNC) {
-            pe_net_drop(mine, PE_ERR_BUFFER_TOO_SMALL);
+            pe_net_drop(&ep->stats.received[w->index], PE_ERR_BUFFER_TOO_SMALL);
             pe_net_drop(&ep->stats.unknown[w->index], PE_ERR_BUFFER_TOO_SMALL);
             continue;
         }
-        uint8_t *pkt = data;
-        const uint8_t *payload = data;
-        size_t plen = len;
-        if (!ep->su.udp && cfg->family == 4) { /* an IPv4 raw socket hands the IP header too */
-            size_t ihl = len ? (size_t)(data[0] & 0x0f) * 4 : 0;
-            payload = data + (ihl <= len ? ihl : len);
-            plen = ihl <= len ? len - ihl : 0;
-        } else {
-            const uint8_t *src;
-            uint16_t sport = 0;
-            if (cfg->family == 4) {
-                const struct sockaddr_in *a = (const struct sockaddr_in *)&from[k];
-                src = (const uint8_t *)&a->sin_addr;
-                sport = ntohs(a->sin_port);
-            } else {
-                const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&from[k];
-                src = (const uint8_t *)&a->sin6_addr;
-                sport = ntohs(a->sin6_port);
+        for (struct cmsghdr *c = w->gro ? CMSG_FIRSTHDR(&msgs[k].msg_hdr) : NULL; c;
+             c = CMSG_NXTHDR(&msgs[k].msg_hdr, c))
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                int g;
+                memcpy(&g, CMSG_DATA(c), sizeof g);
+                seg = g > 0 ? (size_t)g : len;
             }
-            pkt = pe_net_outer_header(data, &len, cfg->family, ep->su.udp, ep->ip_protocol, src,
-                                      ep->su.udp ? sport : 0, cfg->local, ep->su.port);
-        }
-        uint32_t spi = spi_of(ep->p, payload, plen);
-        net_counts *sa = pe_net_stats_sa(&ep->stats, w->index, spi, 0);
-        size_t out_len;
-        /* our own SPIs never receive: a packet of ours reflected back is not the peer's */
-        pe_status st = is_sending_spi(ep, spi) ? PE_ERR_NO_KEY
-                                               : ep->p->decap(w->rx, pkt, len, w->dec, w->slot, &out_len);
-        if (st == PE_OK && write(w->tun, w->dec, out_len) < 0)
-            st = PE_ERR_TUNNEL_DEVICE; /* the device refused it (down, full): this packet is lost */
-        if (st != PE_OK) {
-            pe_net_drop(mine, st);
-            pe_net_drop(sa, st);
-            continue;
-        }
-        pe_net_count(mine, out_len);
-        pe_net_count(sa, out_len);
+        for (size_t off = 0; off < len; off += seg)
+            open_one(w, data + off, len - off < seg ? len - off : seg, &from[k]);
     }
     return 0;
 }
@@ -434,7 +530,7 @@ static void keys_swap(endpoint *ep, net_keys *k)
         ep->senders[i].tx = k->sender_tx[i];
         k->sender_tx[i] = t;
     }
-    for (unsigned i = 0; i < ep->cfg->workers; i++) {
+    for (unsigned i = 0; i < PE_TUNNEL_MAX_WORKERS; i++) { /* all: teardown also runs for a refused count */
         worker *w = &ep->w[i];
         void *t = w->tx, *r = w->rx;
         int own = w->own_tx;
@@ -456,7 +552,7 @@ static void teardown(endpoint *ep)
         if (w->sock >= 0)
             close(w->sock);
         if (w->in) {
-            pe_wipe(w->in, 3 * NET_BATCH * w->slot + w->slot);
+            pe_wipe(w->in, w->buf_len);
             free(w->in);
         }
     }
@@ -483,17 +579,21 @@ static pe_status setup_workers(endpoint *ep, unsigned mtu, char *why, size_t n)
     pe_status st = PE_OK;
     for (unsigned i = 0; i < cfg->workers && st == PE_OK; i++) {
         worker *w = &ep->w[i];
-        w->slot = (size_t)mtu + 1024 + NET_HEADROOM;
-        if (!(w->in = malloc(3 * NET_BATCH * w->slot + w->slot)))
-            return PE_ERR_NOMEM;
-        w->out = w->in + NET_BATCH * w->slot;
-        w->rbuf = w->out + NET_BATCH * w->slot;
-        w->dec = w->rbuf + NET_BATCH * w->slot;
         st = pe_net_tun_open(cfg->dev, 1, &w->tun, why, n);
         if (st != PE_OK && cfg->workers == 1) /* a device made without multi_queue takes one queue */
             st = pe_net_tun_open(cfg->dev, 0, &w->tun, why, n);
         if (st == PE_OK)
-            st = pe_net_socket(cfg, ep->p, ep->su.port, ep->ip_protocol, i, &w->sock, why, n);
+            st = pe_net_socket(cfg, ep->p, ep->su.port, ep->ip_protocol, i, &w->sock, &w->gro, why, n);
+        if (st != PE_OK)
+            return st;
+        w->slot = (size_t)mtu + 1024 + NET_HEADROOM;
+        w->rslot = w->gro ? 65536 + NET_HEADROOM : w->slot;
+        w->buf_len = 2 * NET_BATCH * w->slot + NET_BATCH * w->rslot + w->slot;
+        if (!(w->in = malloc(w->buf_len)))
+            return PE_ERR_NOMEM;
+        w->out = w->in + NET_BATCH * w->slot;
+        w->rbuf = w->out + NET_BATCH * w->slot;
+        w->dec = w->rbuf + NET_BATCH * w->rslot;
     }
     return st;
 }
@@ -519,6 +619,7 @@ static pe_status setup(endpoint *ep, char *why, size_t n)
     ep->su.cfg = cfg;
     ep->su.udp = cfg->outer == PE_TUNNEL_OUTER_UDP;
     ep->su.port = cfg->port ? cfg->port : ep->p->udp_port;
+    atomic_store(&ep->gso, ep->su.udp && !cfg->no_udp_offloads);
     outer_template(&ep->su, cfg);
     ep->peer_len = pe_net_sockaddr(cfg->family, cfg->peer, ep->su.udp ? ep->su.port : 0, &ep->peer);
     if (!ep->su.udp && (st = ep->p->ip_protocol(kf, cfg->spis[0], &ep->ip_protocol)) != PE_OK) {
