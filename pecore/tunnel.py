@@ -33,7 +33,7 @@ class Result:
 def run(protocol: str, key_file: str, spis: Sequence[int], dev: str, local: str, peer: str, *,
         outer: str = "udp", port: int = 0, workers: int = 1, mtu: int = 0, stats: Optional[str] = None,
         stats_interval: float = 0.0, max_seconds: float = 0.0, handle_signals: bool = True,
-        log_fd: int = 2, udp_offloads: bool = True, error_class: Callable[[str], Type[CoreError]] = lambda code: CoreError) -> Result:
+        log_fd: int = 2, udp_offloads: bool = True, tun_offloads: bool = True, error_class: Callable[[str], Type[CoreError]] = lambda code: CoreError) -> Result:
     """Run the endpoint (tunnel mode) until SIGINT/SIGTERM (``handle_signals``), ``max_seconds``, or a failure.
 
     ``spis``: the SAs that send, worker i on ``spis[i % len(spis)]``; every other SA of the key file
@@ -78,6 +78,7 @@ def run(protocol: str, key_file: str, spis: Sequence[int], dev: str, local: str,
     cfg.handle_signals = int(handle_signals)
     cfg.log_fd = log_fd
     cfg.no_udp_offloads = int(not udp_offloads)
+    cfg.no_tun_offloads = int(not tun_offloads)
     res = ffi.new("pe_tunnel_result *")
     st = lib.pe_tunnel_run(cfg, res)
     if st != lib.PE_OK:

@@ -66,6 +66,8 @@ def register(sub: "argparse._SubParsersAction", protocol: str, error_class: Call
                    help="also every S seconds (default: when the endpoint stops)")
     t.add_argument("--no-udp-offloads", action="store_true",
                    help="a datagram per system call: no UDP segmentation (UDP_SEGMENT) or coalescing (UDP_GRO)")
+    t.add_argument("--no-tun-offloads", action="store_true",
+                   help="a read per packet from the device: no TCP super-packets (TSO) to cut")
     t.add_argument("--max-seconds", type=_seconds, default=0.0, metavar="S", help="stop after S seconds")
     t.set_defaults(func=lambda args: _run(args, protocol, error_class))
 
@@ -77,5 +79,6 @@ def _run(args: argparse.Namespace, protocol: str, error_class: Callable[[str], T
     run(protocol, args.key_file, args.spi, args.dev, args.local, args.peer, outer=args.outer,
                  port=args.port, workers=args.workers, mtu=args.mtu, stats=args.stats,
                  stats_interval=args.stats_interval, max_seconds=args.max_seconds,
-                 udp_offloads=not args.no_udp_offloads, error_class=error_class)
+                 udp_offloads=not args.no_udp_offloads, tun_offloads=not args.no_tun_offloads,
+                 error_class=error_class)
     return EXIT_OK

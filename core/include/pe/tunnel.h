@@ -72,6 +72,9 @@ typedef struct pe_tunnel_config {
     /* 1: no UDP segmentation (UDP_SEGMENT) or receive coalescing (UDP_GRO) on the sockets: a datagram per
      * system call each way, for comparing, or for a path that mangles them.  0: used where the kernel has them. */
     int no_udp_offloads;
+    /* 1: no virtio-net header on the TUN device, so no TCP super-packets (TSO) to cut: a read per packet.
+     * 0: used where the kernel has them. */
+    int no_tun_offloads;
 } pe_tunnel_config;
 
 void pe_tunnel_config_init(pe_tunnel_config *cfg);

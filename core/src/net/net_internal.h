@@ -70,8 +70,12 @@ extern const net_proto pe_net_psp, pe_net_eesp, pe_net_esp;
 
 /* ---- devices and sockets (net_io.c) ---- */
 
-/* One queue of the TUN device `name` (made when missing), non-blocking; multi_queue for more than one. */
-pe_status pe_net_tun_open(const char *name, int multi_queue, int *fd, char *why, size_t n);
+/* One queue of the TUN device `name` (made when missing), non-blocking; multi_queue for more than one; vnet:
+ * with virtio-net headers (IFF_VNET_HDR). */
+pe_status pe_net_tun_open(const char *name, int multi_queue, int vnet, int *fd, char *why, size_t n);
+/* Ask a queue with virtio-net headers for checksums left undone and TCP super-packets: 1 when the kernel
+ * takes it (then every packet comes with a header, and goes with one). */
+int pe_net_tun_offload(int fd);
 /* Up, with this MTU (0: left alone). */
 pe_status pe_net_link_up(const char *name, unsigned mtu, char *why, size_t n);
 /*
@@ -88,6 +92,36 @@ socklen_t pe_net_sockaddr(int family, const uint8_t *addr, uint16_t port, struct
 /* Rebuild the outer header of a received datagram at data - hdr: returns the packet's start and *len. */
 uint8_t *pe_net_outer_header(uint8_t *data, size_t *len, int family, int udp, uint8_t ip_protocol,
                              const uint8_t *src, uint16_t sport, const uint8_t *dst, uint16_t dport);
+
+/* ---- TUN offloads (net_gso.c) ---- */
+
+/* virtio-net's header in front of each packet of a TUN device with IFF_VNET_HDR (host byte order). */
+typedef struct net_vnet_hdr {
+    uint8_t flags;
+    uint8_t gso_type;
+    uint16_t hdr_len, gso_size, csum_start, csum_offset;
+} net_vnet_hdr;
+#define NET_VNET_HDR_LEN 10u
+#define NET_VNET_F_NEEDS_CSUM 1u
+#define NET_VNET_GSO_NONE 0u
+#define NET_VNET_GSO_TCPV4 1u
+#define NET_VNET_GSO_TCPV6 4u
+#define NET_VNET_GSO_ECN 0x80u
+
+/* Complete a checksum the kernel left (NEEDS_CSUM): over [start, len) into start + offset.  -1: out of range. */
+int pe_net_csum_complete(uint8_t *pkt, size_t len, size_t start, size_t offset);
+
+/* Cutting a TCP super-packet into the segments the kernel would have sent. */
+typedef struct net_tso {
+    const uint8_t *pkt;
+    size_t len, l4, hlen, mss, off;
+    unsigned i;
+    int v6;
+} net_tso;
+/* 0, or -1 when the packet is not a TCP super-packet this can cut (then it is dropped). */
+int pe_net_tso_begin(net_tso *t, const net_vnet_hdr *h, const uint8_t *pkt, size_t len);
+/* The next segment into seg (room: hlen + mss); its length, 0 after the last. */
+size_t pe_net_tso_next(net_tso *t, uint8_t *seg);
 
 /* ---- counters (net_stats.c) ---- */
 

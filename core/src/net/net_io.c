@@ -46,7 +46,7 @@ static pe_status fail(pe_status st, char *why, size_t n, const char *what, const
     return st;
 }
 
-pe_status pe_net_tun_open(const char *name, int multi_queue, int *fd, char *why, size_t n)
+pe_status pe_net_tun_open(const char *name, int multi_queue, int vnet, int *fd, char *why, size_t n)
 {
     *fd = -1;
     if (strlen(name) >= IFNAMSIZ) {
@@ -59,7 +59,7 @@ pe_status pe_net_tun_open(const char *name, int multi_queue, int *fd, char *why,
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
     strcpy(ifr.ifr_name, name);
-    ifr.ifr_flags = IFF_TUN | IFF_NO_PI | (multi_queue ? IFF_MULTI_QUEUE : 0);
+    ifr.ifr_flags = IFF_TUN | IFF_NO_PI | (multi_queue ? IFF_MULTI_QUEUE : 0) | (vnet ? IFF_VNET_HDR : 0);
     if (ioctl(f, TUNSETIFF, &ifr) < 0) {
         pe_status st = fail(PE_ERR_TUNNEL_DEVICE, why, n, multi_queue ? "cannot attach a queue of the "
                                                                         "multi-queue TUN device" : "cannot attach TUN device", name);
@@ -68,6 +68,13 @@ pe_status pe_net_tun_open(const char *name, int multi_queue, int *fd, char *why,
     }
     *fd = f;
     return PE_OK;
+}
+
+int pe_net_tun_offload(int fd)
+{
+    int size = 10; /* struct virtio_net_hdr */
+    return ioctl(fd, TUNSETVNETHDRSZ, &size) == 0 &&
+           ioctl(fd, TUNSETOFFLOAD, (unsigned long)(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN)) == 0;
 }
 
 pe_status pe_net_link_up(const char *name, unsigned mtu, char *why, size_t n)

@@ -64,8 +64,10 @@ typedef struct worker {
     void *rx;
     size_t slot;    /* octets per packet buffer */
     size_t rslot;   /* per received message: a whole UDP GRO train (64 KiB) when the socket takes them */
-    size_t buf_len;
+    size_t buf_len, in_len;
     int gro;        /* its UDP socket hands trains of datagrams (UDP_GRO) */
+    int vnet;       /* its TUN queue has virtio-net headers, and hands TCP super-packets (TSO) */
+    uint8_t *seg;   /* a segment being cut from a super-packet */
     uint8_t *in, *out, *rbuf, *dec; /* NET_BATCH slots each (dec: one) */
     pthread_t thread;
     int started;
@@ -222,43 +224,105 @@ static void send_out(worker *w, struct mmsghdr *msgs, struct iovec *iov, unsigne
 }
 
 /* Up to NET_BATCH packets from the TUN queue, sealed, out in one sendmmsg.  0, or -1 when the device failed. */
+/* What a batch is building: the sealed packets so far, and where they go. */
+typedef struct send_ctx {
+    struct mmsghdr msgs[NET_BATCH];
+    struct iovec iov[NET_BATCH];
+    unsigned n;
+    size_t strip; /* the outer IP (and UDP) header the kernel writes itself */
+    net_counts *mine, *sa;
+} send_ctx;
+
+/* One inner packet sealed into the batch (sent when the batch is full). */
+static void emit(worker *w, send_ctx *b, const uint8_t *in, size_t len)
+{
+    endpoint *ep = w->ep;
+    uint8_t *out = w->out + (size_t)b->n * w->slot;
+    size_t out_len;
+    pe_status st = atomic_load(&w->sender->exhausted) ? PE_ERR_SEQ_EXHAUSTED : seal(w, in, len, out, &out_len);
+    if (st != PE_OK) {
+        pe_net_drop(b->mine, st);
+        pe_net_drop(b->sa, st);
+        if ((st == PE_ERR_SEQ_EXHAUSTED || st == PE_ERR_IV_EXHAUSTED) && !atomic_exchange(&w->sender->exhausted, 1))
+            pe_net_log(ep->cfg->log_fd, "tunnel: SA %08x has used its last %s: it sends no more (rekey it)",
+                       (unsigned)w->sender->spi, st == PE_ERR_IV_EXHAUSTED ? "IV" : "sequence number");
+        return;
+    }
+    pe_net_count(b->mine, len);
+    pe_net_count(b->sa, len);
+    b->iov[b->n] = (struct iovec){out + b->strip, out_len - b->strip};
+    b->msgs[b->n].msg_hdr = (struct msghdr){.msg_name = &ep->peer, .msg_namelen = ep->peer_len,
+                                            .msg_iov = &b->iov[b->n], .msg_iovlen = 1};
+    if (++b->n == NET_BATCH) {
+        send_out(w, b->msgs, b->iov, b->n, b->mine, b->sa);
+        b->n = 0;
+    }
+}
+
+/*
+ * One read from the TUN queue into the batch.  With the virtio-net header,
+ * a TCP super-packet is cut into its segments and a packet whose checksum
+ * the kernel left is completed; a header that says something else drops the
+ * packet (counted as malformed IP).
+ */
+static void take(worker *w, send_ctx *b, uint8_t *pkt, size_t len)
+{
+    if (!w->vnet) {
+        emit(w, b, pkt, len);
+        return;
+    }
+    net_vnet_hdr h;
+    if (len < NET_VNET_HDR_LEN) {
+        pe_net_drop(b->mine, PE_ERR_IP_TRUNCATED);
+        return;
+    }
+    h.flags = pkt[0];
+    h.gso_type = pkt[1];
+    memcpy(&h.hdr_len, pkt + 2, 2); /* the device's byte order, the host's */
+    memcpy(&h.gso_size, pkt + 4, 2);
+    memcpy(&h.csum_start, pkt + 6, 2);
+    memcpy(&h.csum_offset, pkt + 8, 2);
+    pkt += NET_VNET_HDR_LEN;
+    len -= NET_VNET_HDR_LEN;
+    if (h.gso_type == NET_VNET_GSO_NONE) {
+        if ((h.flags & NET_VNET_F_NEEDS_CSUM) && pe_net_csum_complete(pkt, len, h.csum_start, h.csum_offset) != 0) {
+            pe_net_drop(b->mine, PE_ERR_IP_LENGTH);
+            return;
+        }
+        emit(w, b, pkt, len);
+        return;
+    }
+    net_tso t;
+    if (pe_net_tso_begin(&t, &h, pkt, len) != 0) {
+        pe_net_drop(b->mine, PE_ERR_IP_LENGTH);
+        return;
+    }
+    size_t n;
+    while ((n = pe_net_tso_next(&t, w->seg)) > 0)
+        emit(w, b, w->seg, n);
+}
+
+/* Up to NET_BATCH reads from the TUN queue, sealed, out in sendmmsg batches.  0, or -1 when the device failed. */
 static int send_batch(worker *w)
 {
     endpoint *ep = w->ep;
-    struct mmsghdr msgs[NET_BATCH];
-    struct iovec iov[NET_BATCH];
-    net_counts *mine = &ep->stats.sent[w->index];
-    net_counts *sa = pe_net_stats_sa(&ep->stats, w->index, w->sender->spi, 1);
-    size_t strip = (ep->cfg->family == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN) + (ep->su.udp ? PE_UDP_HDR_LEN : 0);
-    unsigned n = 0;
+    send_ctx b;
+    b.n = 0;
+    b.mine = &ep->stats.sent[w->index];
+    b.sa = pe_net_stats_sa(&ep->stats, w->index, w->sender->spi, 1);
+    b.strip = (ep->cfg->family == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN) + (ep->su.udp ? PE_UDP_HDR_LEN : 0);
     for (unsigned k = 0; k < NET_BATCH; k++) {
-        uint8_t *in = w->in + (size_t)k * w->slot, *out = w->out + (size_t)n * w->slot;
-        ssize_t r = read(w->tun, in, w->slot);
+        ssize_t r = read(w->tun, w->in, w->in_len);
         if (r < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 break;
             pe_net_log(ep->cfg->log_fd, "tunnel: reading %s: %s", ep->cfg->dev, strerror(errno));
             return -1;
         }
-        size_t out_len;
-        pe_status st = atomic_load(&w->sender->exhausted) ? PE_ERR_SEQ_EXHAUSTED
-                                                          : seal(w, in, (size_t)r, out, &out_len);
-        if (st != PE_OK) {
-            pe_net_drop(mine, st);
-            pe_net_drop(sa, st);
-            if ((st == PE_ERR_SEQ_EXHAUSTED || st == PE_ERR_IV_EXHAUSTED) && !atomic_exchange(&w->sender->exhausted, 1))
-                pe_net_log(ep->cfg->log_fd, "tunnel: SA %08x has used its last %s: it sends no more (rekey it)",
-                           (unsigned)w->sender->spi, st == PE_ERR_IV_EXHAUSTED ? "IV" : "sequence number");
-            continue;
-        }
-        pe_net_count(mine, (size_t)r);
-        pe_net_count(sa, (size_t)r);
-        iov[n] = (struct iovec){out + strip, out_len - strip};
-        msgs[n].msg_hdr = (struct msghdr){.msg_name = &ep->peer, .msg_namelen = ep->peer_len, .msg_iov = &iov[n],
-                                          .msg_iovlen = 1};
-        n++;
+        take(w, &b, w->in, (size_t)r);
     }
-    send_out(w, msgs, iov, n, mine, sa);
+    if (b.n)
+        send_out(w, b.msgs, b.iov, b.n, b.mine, b.sa);
     return 0;
 }
 
@@ -302,8 +366,10 @@ static void open_one(worker *w, uint8_t *data, size_t len, const struct sockaddr
     net_counts *sa = pe_net_stats_sa(&ep->stats, w->index, spi, 0);
     size_t out_len;
     /* our own SPIs never receive: a packet of ours reflected back is not the peer's */
-    pe_status st = is_sending_spi(ep, spi) ? PE_ERR_NO_KEY : ep->p->decap(w->rx, pkt, len, w->dec, w->slot, &out_len);
-    if (st == PE_OK && write(w->tun, w->dec, out_len) < 0)
+    size_t lead = w->vnet ? NET_VNET_HDR_LEN : 0; /* a zero header: one whole packet, its checksums done */
+    pe_status st = is_sending_spi(ep, spi) ? PE_ERR_NO_KEY
+                                           : ep->p->decap(w->rx, pkt, len, w->dec + lead, w->slot, &out_len);
+    if (st == PE_OK && write(w->tun, w->dec, lead + out_len) < 0)
         st = PE_ERR_TUNNEL_DEVICE; /* the device refused it (down, full): this packet is lost */
     if (st != PE_OK) {
         pe_net_drop(mine, st);
@@ -579,19 +645,25 @@ static pe_status setup_workers(endpoint *ep, unsigned mtu, char *why, size_t n)
     pe_status st = PE_OK;
     for (unsigned i = 0; i < cfg->workers && st == PE_OK; i++) {
         worker *w = &ep->w[i];
-        st = pe_net_tun_open(cfg->dev, 1, &w->tun, why, n);
+        w->vnet = !cfg->no_tun_offloads;
+        st = pe_net_tun_open(cfg->dev, 1, w->vnet, &w->tun, why, n);
         if (st != PE_OK && cfg->workers == 1) /* a device made without multi_queue takes one queue */
-            st = pe_net_tun_open(cfg->dev, 0, &w->tun, why, n);
+            st = pe_net_tun_open(cfg->dev, 0, w->vnet, &w->tun, why, n);
+        if (st == PE_OK && w->vnet && !pe_net_tun_offload(w->tun) && i == 0) /* headers still come, flags 0 */
+            pe_net_log(cfg->log_fd, "tunnel: %s takes no offloads: a read per packet", cfg->dev);
         if (st == PE_OK)
             st = pe_net_socket(cfg, ep->p, ep->su.port, ep->ip_protocol, i, &w->sock, &w->gro, why, n);
         if (st != PE_OK)
             return st;
         w->slot = (size_t)mtu + 1024 + NET_HEADROOM;
         w->rslot = w->gro ? 65536 + NET_HEADROOM : w->slot;
-        w->buf_len = 2 * NET_BATCH * w->slot + NET_BATCH * w->rslot + w->slot;
-        if (!(w->in = malloc(w->buf_len)))
+        w->in_len = w->vnet ? NET_VNET_HDR_LEN + 65536 : w->slot;
+        size_t seg_len = w->vnet ? 65536 : 0;
+        w->buf_len = w->in_len + seg_len + NET_BATCH * w->slot + NET_BATCH * w->rslot + w->slot + NET_VNET_HDR_LEN;
+        if (!(w->in = calloc(1, w->buf_len)))
             return PE_ERR_NOMEM;
-        w->out = w->in + NET_BATCH * w->slot;
+        w->seg = w->in + w->in_len;
+        w->out = w->seg + seg_len;
         w->rbuf = w->out + NET_BATCH * w->slot;
         w->dec = w->rbuf + NET_BATCH * w->rslot;
     }
