@@ -82,5 +82,5 @@ def run(protocol: str, key_file: str, spis: Sequence[int], dev: str, local: str,
     res = ffi.new("pe_tunnel_result *")
     st = lib.pe_tunnel_run(cfg, res)
     if st != lib.PE_OK:
-        raise fail(status_message(st), status_name(st))
+        raise fail(ffi.string(res.message).decode(errors="replace") or status_message(st), status_name(st))
     return Result(res.stop_signal, res.packets_sent, res.packets_received, res.packets_dropped)

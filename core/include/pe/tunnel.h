@@ -47,7 +47,7 @@ typedef struct pe_tunnel_config {
     /*
      * The SAs that send: worker i sends on spis[i % n_spis].  Workers that
      * share an SA share its counter (in turn); EESP workers that share one
-     * send on Sub SAs of their own (worker i on Sub SA i / n_spis), the
+     * send on Sub SAs of their own (the k-th worker on an SPI on Sub SA k), the
      * draft's use of Session IDs for CPUs.
      */
     uint32_t spis[PE_TUNNEL_MAX_SPIS];
@@ -83,13 +83,15 @@ typedef struct pe_tunnel_result {
     int stop_signal;        /* SIGINT or SIGTERM when one stopped the endpoint; 0 otherwise */
     unsigned reloads;       /* SIGHUPs that replaced the keys */
     uint64_t packets_sent, packets_received, packets_dropped;
+    char message[320];      /* why it refused to start or stopped on a failure (no key material); "" otherwise */
 } pe_tunnel_result;
 
 /*
  * Run the endpoint until a signal (handle_signals), max_ms, or a failure of
  * the device or a socket.  PE_OK when it stopped as asked; a configuration
  * problem (the key file, an SPI it lacks, a mode that disagrees) before any
- * packet moves, with a message on log_fd naming it.
+ * packet moves, with res->message naming it (for the caller to report: it is
+ * not written to log_fd).
  */
 pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res);
 

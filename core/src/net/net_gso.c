@@ -35,12 +35,19 @@ static uint16_t fold(uint32_t sum)
     return (uint16_t)sum;
 }
 
+/*
+ * A computed 0 goes out as 0xFFFF, its other form in one's complement: in UDP
+ * a 0 in the field says "no checksum" (RFC 768), which IPv6 forbids (RFC
+ * 8200 section 8.1), and the kernel writes 0xFFFF too (csum_fold's callers).
+ */
+static uint16_t nonzero(uint16_t c) { return c ? c : 0xffff; }
+
 int pe_net_csum_complete(uint8_t *pkt, size_t len, size_t start, size_t offset)
 {
     if (start > len || offset + 2 > len - start)
         return -1;
     /* the field holds the pseudo-header's sum already (CHECKSUM_PARTIAL): the rest is summed over it */
-    pe_put16(pkt + start + offset, (uint16_t)~fold(sum16(pkt + start, len - start, 0)));
+    pe_put16(pkt + start + offset, nonzero((uint16_t)~fold(sum16(pkt + start, len - start, 0))));
     return 0;
 }
 

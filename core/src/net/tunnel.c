@@ -150,9 +150,11 @@ static pe_status seal(worker *w, const uint8_t *in, size_t len, uint8_t *out, si
  * The sealed packets out.  Over UDP with GSO, runs of datagrams of one size
  * (the last of a run may be shorter) go as one message with UDP_SEGMENT:
  * one trip through the kernel's stack for the run instead of one each.
+ * Packet i carries inner[i] octets of the device's: counted as sent once
+ * the kernel took it, as dropped (tunnel-socket) when it refused it.
  */
-static void send_out(worker *w, struct mmsghdr *msgs, struct iovec *iov, unsigned n, net_counts *mine,
-                     net_counts *sa)
+static void send_out(worker *w, struct mmsghdr *msgs, struct iovec *iov, const size_t *inner, unsigned n,
+                     net_counts *mine, net_counts *sa)
 {
     endpoint *ep = w->ep;
     union {
@@ -191,6 +193,7 @@ static void send_out(worker *w, struct mmsghdr *msgs, struct iovec *iov, unsigne
         msgs = grouped;
         counts = count;
     }
+    unsigned sent = 0; /* packets of the messages done */
     for (unsigned done = 0; done < m;) {
         int k = sendmmsg(w->sock, msgs + done, m - done, 0);
         if (k < 0 && errno == EINTR)
@@ -200,25 +203,26 @@ static void send_out(worker *w, struct mmsghdr *msgs, struct iovec *iov, unsigne
             atomic_store(&ep->gso, 0);
             pe_net_log(ep->cfg->log_fd, "tunnel: UDP segmentation offload refused (%s): sending datagrams one by one",
                        strerror(errno));
-            unsigned first = 0;
-            for (unsigned g = 0; g < done; g++)
-                first += counts[g];
             struct mmsghdr one[NET_BATCH];
-            for (unsigned i = first; i < n; i++)
-                one[i - first] = (struct mmsghdr){.msg_hdr = {.msg_name = &ep->peer, .msg_namelen = ep->peer_len,
-                                                              .msg_iov = &iov[i], .msg_iovlen = 1}};
-            send_out(w, one, iov + first, n - first, mine, sa);
+            for (unsigned i = sent; i < n; i++)
+                one[i - sent] = (struct mmsghdr){.msg_hdr = {.msg_name = &ep->peer, .msg_namelen = ep->peer_len,
+                                                             .msg_iov = &iov[i], .msg_iovlen = 1}};
+            send_out(w, one, iov + sent, inner + sent, n - sent, mine, sa);
             return;
         }
         if (k < 0) {
             /* the peer unreachable for now (ICMP), no route, a full queue: these packets are lost, not the endpoint */
-            for (; done < m; done++)
-                for (unsigned c = 0; c < (counts ? counts[done] : 1); c++) {
-                    pe_net_drop(mine, PE_ERR_TUNNEL_SOCKET);
-                    pe_net_drop(sa, PE_ERR_TUNNEL_SOCKET);
-                }
+            for (; sent < n; sent++) {
+                pe_net_drop(mine, PE_ERR_TUNNEL_SOCKET);
+                pe_net_drop(sa, PE_ERR_TUNNEL_SOCKET);
+            }
             break;
         }
+        for (unsigned g = done; g < done + (unsigned)k; g++)
+            for (unsigned c = 0; c < (counts ? counts[g] : 1); c++, sent++) {
+                pe_net_count(mine, inner[sent]);
+                pe_net_count(sa, inner[sent]);
+            }
         done += (unsigned)k;
     }
 }
@@ -228,6 +232,7 @@ static void send_out(worker *w, struct mmsghdr *msgs, struct iovec *iov, unsigne
 typedef struct send_ctx {
     struct mmsghdr msgs[NET_BATCH];
     struct iovec iov[NET_BATCH];
+    size_t inner[NET_BATCH]; /* the octets each came from the device with */
     unsigned n;
     size_t strip; /* the outer IP (and UDP) header the kernel writes itself */
     net_counts *mine, *sa;
@@ -248,13 +253,12 @@ static void emit(worker *w, send_ctx *b, const uint8_t *in, size_t len)
                        (unsigned)w->sender->spi, st == PE_ERR_IV_EXHAUSTED ? "IV" : "sequence number");
         return;
     }
-    pe_net_count(b->mine, len);
-    pe_net_count(b->sa, len);
+    b->inner[b->n] = len;
     b->iov[b->n] = (struct iovec){out + b->strip, out_len - b->strip};
     b->msgs[b->n].msg_hdr = (struct msghdr){.msg_name = &ep->peer, .msg_namelen = ep->peer_len,
                                             .msg_iov = &b->iov[b->n], .msg_iovlen = 1};
     if (++b->n == NET_BATCH) {
-        send_out(w, b->msgs, b->iov, b->n, b->mine, b->sa);
+        send_out(w, b->msgs, b->iov, b->inner, b->n, b->mine, b->sa);
         b->n = 0;
     }
 }
@@ -322,7 +326,7 @@ static int send_batch(worker *w)
         take(w, &b, w->in, (size_t)r);
     }
     if (b.n)
-        send_out(w, b.msgs, b.iov, b.n, b.mine, b.sa);
+        send_out(w, b.msgs, b.iov, b.inner, b.n, b.mine, b.sa);
     return 0;
 }
 
@@ -714,8 +718,8 @@ static pe_status setup(endpoint *ep, char *why, size_t n)
         for (size_t k = 0; k < ep->n_senders; k++)
             if (ep->senders[k].spi == cfg->spis[i % cfg->n_spis])
                 w->sender = &ep->senders[k];
-        w->sender->users++;
-        w->sub = (uint16_t)(i / cfg->n_spis);
+        /* the how-manyth worker on this SPI: EESP's Sub SA, so that no two workers share one's counter */
+        w->sub = (uint16_t)w->sender->users++;
     }
     size_t growth = 0;
     net_keys k;
@@ -880,7 +884,7 @@ pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
     if (st == PE_OK)
         st = setup(ep, why, sizeof why);
     if (st != PE_OK) {
-        pe_net_log(cfg->log_fd, "tunnel: %s", *why ? why : pe_status_message(st));
+        snprintf(res->message, sizeof res->message, "%s", *why ? why : pe_status_message(st));
         teardown(ep);
         free(ep);
         return st;
@@ -941,6 +945,8 @@ pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
             pthread_join(ep->w[i].thread, NULL);
     if (st == PE_OK && atomic_load(&ep->failed))
         st = (pe_status)atomic_load(&ep->failed);
+    if (st != PE_OK)
+        snprintf(res->message, sizeof res->message, "%s (the messages above say where)", pe_status_message(st));
     write_stats(ep, t0);
     res->packets_sent = sum(ep->stats.sent, cfg->workers, 0);
     res->packets_received = sum(ep->stats.received, cfg->workers, 0);
