@@ -876,20 +876,8 @@ pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
         ep->w[i].ep = ep;
         ep->w[i].index = i;
     }
-    char why[320] = "";
-    pe_status st = check_config(cfg, ep->p, why, sizeof why);
-    if (st == PE_OK && ((ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
-                        (ep->ctl_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0))
-        st = PE_ERR_TUNNEL_DEVICE;
-    if (st == PE_OK)
-        st = setup(ep, why, sizeof why);
-    if (st != PE_OK) {
-        snprintf(res->message, sizeof res->message, "%s", *why ? why : pe_status_message(st));
-        teardown(ep);
-        free(ep);
-        return st;
-    }
-
+    /* Blocked from the start: a signal that comes during set-up waits for the loop below (or, when set-up
+     * fails, for the caller's handler once the mask is back), and the workers start with it blocked too. */
     sigset_t sigs, old;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -897,8 +885,25 @@ pe_status pe_tunnel_run(const pe_tunnel_config *cfg, pe_tunnel_result *res)
     sigaddset(&sigs, SIGHUP);
     int sfd = -1;
     if (cfg->handle_signals) {
-        pthread_sigmask(SIG_BLOCK, &sigs, &old); /* the workers start with it blocked too */
+        pthread_sigmask(SIG_BLOCK, &sigs, &old);
         sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    }
+    char why[320] = "";
+    pe_status st = check_config(cfg, ep->p, why, sizeof why);
+    if (st == PE_OK && ((ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+                        (ep->ctl_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 || (cfg->handle_signals && sfd < 0)))
+        st = PE_ERR_TUNNEL_DEVICE;
+    if (st == PE_OK)
+        st = setup(ep, why, sizeof why);
+    if (st != PE_OK) {
+        snprintf(res->message, sizeof res->message, "%s", *why ? why : pe_status_message(st));
+        teardown(ep);
+        free(ep);
+        if (sfd >= 0)
+            close(sfd);
+        if (cfg->handle_signals)
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return st;
     }
     for (unsigned i = 0; i < cfg->workers && st == PE_OK; i++)
         if (pthread_create(&ep->w[i].thread, NULL, worker_main, &ep->w[i]) != 0)
