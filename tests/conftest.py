@@ -68,6 +68,7 @@ except ImportError:  # hypothesis is only needed by the property tests
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_shared: needs the ../shared reference-capture directory")
     config.addinivalue_line("markers", "tshark: drives tshark with the project's dissectors (tests/wireshark.py)")
+    config.addinivalue_line("markers", "tunnel: runs live endpoints in network namespaces (root; tests/tunnel)")
 
 
 # Modules that drive tshark: their Python side only makes captures, so the run

@@ -18,6 +18,7 @@ import random
 import pytest
 
 from tunnelutil import capture, udp_exchange, udp_payload_with_zero_checksum
+from tunnel_fixtures import _needs_tunnel_environment, _tunnel_requirements, netpair, tunnel_pair  # noqa: F401
 
 pytestmark = pytest.mark.tunnel
 

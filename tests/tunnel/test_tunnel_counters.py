@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from tunnelutil import SPI_A, STOP_TIMEOUT, drops, endpoint_cmd, key_file_text, per_sa, wait_for
+from tunnel_fixtures import _needs_tunnel_environment, _tunnel_requirements, netpair, tunnel_pair  # noqa: F401
 
 pytestmark = pytest.mark.tunnel
 

@@ -25,6 +25,7 @@ import pytest
 
 from tunnelutil import (HEADER_LEN, SPI_A, SPI_B, SPI_OFFSET, capture_real, drops, outer_payload, per_sa, rss_kib,
                         send_raw, seq_of, with_payload, with_seq, with_spi)
+from tunnel_fixtures import _needs_tunnel_environment, _tunnel_requirements, netpair, tunnel_pair  # noqa: F401
 
 pytestmark = pytest.mark.tunnel
 

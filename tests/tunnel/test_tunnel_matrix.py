@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from tunnelutil import SPI_A, SPI_B, bad_categories, drops, per_sa
+from tunnel_fixtures import _needs_tunnel_environment, _tunnel_requirements, netpair, tunnel_pair  # noqa: F401
 
 pytestmark = pytest.mark.tunnel
 

@@ -11,6 +11,7 @@ import pytest
 
 from tunnelutil import (OUTER, SPI_A, bad_categories, blast, capture_outer, capture_real, drops, key_file_text,
                         outer_payload, per_sa, send_raw, wait_for, wire_ids, with_payload)
+from tunnel_fixtures import _needs_tunnel_environment, _tunnel_requirements, netpair, tunnel_pair  # noqa: F401
 
 pytestmark = pytest.mark.tunnel
 

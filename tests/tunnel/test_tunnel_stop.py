@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tunnelutil import (CLI, OUTER, SPI_A, STOP_TIMEOUT, endpoint_cmd, key_file_text, per_sa, wait_for)
+from tunnel_fixtures import _needs_tunnel_environment, _tunnel_requirements, netpair, tunnel_pair  # noqa: F401
 
 pytestmark = pytest.mark.tunnel
 

@@ -21,6 +21,7 @@ import pytest
 
 from tunnelutil import (OUTER, SPI_A, SPI_B, START_TIMEOUT, bad_categories, blast, capture_outer, drops, per_sa,
                         read_until, wire_ids)
+from tunnel_fixtures import _needs_tunnel_environment, _tunnel_requirements, netpair, tunnel_pair  # noqa: F401
 
 pytestmark = pytest.mark.tunnel
 

@@ -85,16 +85,6 @@ def _needs_tunnel_environment(_tunnel_requirements) -> None:
     """Every test of the folder: skipped (with the reason) when the environment cannot run it."""
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "tunnel: runs live endpoints in network namespaces (root; tests/tunnel)")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if Path(str(item.fspath)).resolve().parent == HERE:
-            item.add_marker(pytest.mark.tunnel)
-
-
 # ---------------------------------------------------------------- namespaces
 
 
