@@ -6,12 +6,14 @@
  * Each worker owns one queue of a multi-queue TUN device, one socket and its
  * own sending SA (or a share of one), and runs until the endpoint stops:
  *
- *   send:    TUN queue --read--> inner IP packet --encap (sending SA)-->
- *            outer packet, its IP (and UDP) header left to the kernel
- *            --batch--> sendmmsg --> peer
- *   receive: socket --recvmmsg--> datagrams --outer IP (and UDP) header
- *            rebuilt from each one's addresses--> decap (every SA of the key
- *            file) --write--> TUN queue
+ *   send:    TUN queue --read--> inner IP packet (a TCP super-packet cut
+ *            into its segments, a checksum the kernel left completed)
+ *            --encap (sending SA)--> outer packet, its IP (and UDP) header
+ *            left to the kernel --batch--> sendmmsg, runs of one size as one
+ *            UDP_SEGMENT message --> peer
+ *   receive: socket --recvmmsg--> datagrams (UDP_GRO trains split) --outer
+ *            IP (and UDP) header rebuilt from each one's addresses--> decap
+ *            (every SA of the key file) --write--> TUN queue
  *
  * The kernel hands a received packet to the worker its SPI (and, for EESP,
  * its Sub SA) names: a replay window is only ever touched by one worker,

@@ -3,7 +3,8 @@
  * calling thread sets everything up, starts one thread per worker and then
  * only waits: for a signal (a signalfd), for the counters' interval and for
  * max_ms.  Stopping is one eventfd that every worker polls beside its TUN
- * queue and socket.
+ * queue and socket; a reload (SIGHUP) another, on which the workers pause
+ * between two batches while the new keys are swapped in.
  *
  * Sending SAs: one sender per SPI.  Workers sharing an ESP or PSP SA spend
  * its counter in turn under the sender's lock and seal on a clone of their
