@@ -19,22 +19,6 @@
 #define TCP_PSH 0x08
 #define TCP_CWR 0x80
 
-static uint32_t sum16(const uint8_t *p, size_t n, uint32_t sum)
-{
-    for (; n >= 2; p += 2, n -= 2)
-        sum += pe_get16(p);
-    if (n)
-        sum += (uint32_t)p[0] << 8;
-    return sum;
-}
-
-static uint16_t fold(uint32_t sum)
-{
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return (uint16_t)sum;
-}
-
 /*
  * A computed 0 goes out as 0xFFFF, its other form in one's complement: in UDP
  * a 0 in the field says "no checksum" (RFC 768), which IPv6 forbids (RFC
@@ -47,7 +31,7 @@ int pe_net_csum_complete(uint8_t *pkt, size_t len, size_t start, size_t offset)
     if (start > len || offset + 2 > len - start)
         return -1;
     /* the field holds the pseudo-header's sum already (CHECKSUM_PARTIAL): the rest is summed over it */
-    pe_put16(pkt + start + offset, nonzero((uint16_t)~fold(sum16(pkt + start, len - start, 0))));
+    pe_put16(pkt + start + offset, nonzero((uint16_t)~pe_csum_fold(pe_csum_add(0, pkt + start, len - start))));
     return 0;
 }
 
@@ -101,17 +85,17 @@ size_t pe_net_tso_next(net_tso *t, uint8_t *seg)
     uint32_t ps; /* the pseudo-header: addresses, protocol, TCP length */
     if (t->v6) {
         pe_put16(seg + 4, (uint16_t)(total - PE_IPV6_HDR_LEN));
-        ps = sum16(seg + 8, 32, 0);
+        ps = pe_csum_add(0, seg + 8, 32);
     } else {
         pe_put16(seg + 2, (uint16_t)total);
         pe_put16(seg + 4, (uint16_t)(pe_get16(t->pkt + 4) + t->i)); /* the kernel's IDs run on */
         pe_put16(seg + 10, 0);
-        pe_put16(seg + 10, (uint16_t)~fold(sum16(seg, t->l4, 0)));
-        ps = sum16(seg + 12, 8, 0);
+        pe_put16(seg + 10, (uint16_t)~pe_csum_fold(pe_csum_add(0, seg, t->l4)));
+        ps = pe_csum_add(0, seg + 12, 8);
     }
     ps += PE_IPPROTO_TCP + (uint32_t)(total - t->l4);
     pe_put16(tcp + 16, 0);
-    pe_put16(tcp + 16, (uint16_t)~fold(sum16(tcp, total - t->l4, ps)));
+    pe_put16(tcp + 16, (uint16_t)~pe_csum_fold(pe_csum_add(ps, tcp, total - t->l4)));
     t->off += n;
     t->i++;
     return total;

@@ -216,12 +216,7 @@ static void put_ipv4_header(uint8_t *h, size_t total, uint8_t proto, const uint8
     h[9] = proto;
     memcpy(h + 12, src, 4);
     memcpy(h + 16, dst, 4);
-    uint32_t sum = 0;
-    for (size_t i = 0; i < PE_IPV4_HDR_LEN; i += 2)
-        sum += pe_get16(h + i);
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    pe_put16(h + 10, (uint16_t)~sum);
+    pe_ipv4_set_checksum(h);
 }
 
 uint8_t *pe_net_outer_header(uint8_t *data, size_t *len, int family, int udp, uint8_t ip_protocol,
