@@ -18,7 +18,6 @@
 /* Room in front of a received datagram for the outer IPv6 and UDP headers rebuilt there. */
 #define NET_HEADROOM 48u
 #define NET_BATCH 32u
-#define NET_PKT_MAX 65535u
 #define PE_NET_TXQUEUELEN 10000 /* the TUN device's queue, in packets */
 
 /* ---- the protocols ---- */
@@ -37,9 +36,12 @@ typedef struct net_proto {
     uint16_t udp_port;   /* the protocol's UDP port */
     size_t spi_offset;   /* where the SPI is in the UDP (or IP) payload */
     int sub_sa_offset;   /* EESP: where the Session ID (Sub SA) is, for steering; -1 */
+    /* Workers sending on one SPI each seal on a Sub SA of their own (EESP), rather than spending the SA's one
+     * counter in turn under its sender's lock (ESP, PSP). */
+    int own_sub_sas;
     /* The IP protocol of the outer packet straight in IP (0: none, PSP), from the sending SA line. */
     pe_status (*ip_protocol)(const pe_keyfile *kf, uint32_t spi, uint8_t *proto);
-    /* A sender for one SPI of the key file; *mode_tunnel says the line's mode. */
+    /* A sender for one SPI of the key file, refused when its line's mode is not the endpoint's. */
     pe_status (*tx_new)(const pe_keyfile *kf, const net_setup *su, uint32_t spi, void **tx, char *why, size_t n);
     pe_status (*tx_clone)(const void *tx, void **out);
     void (*tx_free)(void *tx);

@@ -157,9 +157,27 @@ static size_t esp_line_of(const pe_keyfile *kf, uint32_t spi)
     return e ? e->line : 0;
 }
 
-const net_proto pe_net_esp = {"esp", PE_ESP_UDP_PORT, 0, -1, esp_ip_protocol, esp_tx_new, esp_tx_clone,
-                              esp_tx_free, esp_reserve, esp_encap_with, esp_encap, esp_rx_new, esp_rx_free,
-                              esp_decap, esp_rx_spis, esp_next, esp_set_next, esp_adopt, esp_line_of};
+const net_proto pe_net_esp = {
+    .name = "esp",
+    .udp_port = PE_ESP_UDP_PORT,
+    .spi_offset = 0,
+    .sub_sa_offset = -1,
+    .ip_protocol = esp_ip_protocol,
+    .tx_new = esp_tx_new,
+    .tx_clone = esp_tx_clone,
+    .tx_free = esp_tx_free,
+    .reserve = esp_reserve,
+    .encap_with = esp_encap_with,
+    .encap = esp_encap,
+    .rx_new = esp_rx_new,
+    .rx_free = esp_rx_free,
+    .decap = esp_decap,
+    .rx_spis = esp_rx_spis,
+    .next = esp_next,
+    .set_next = esp_set_next,
+    .adopt = esp_adopt,
+    .line_of = esp_line_of,
+};
 
 /* ---------------------------------------------------------------- EESP */
 
@@ -296,9 +314,28 @@ static size_t eesp_line_of(const pe_keyfile *kf, uint32_t spi)
     return e ? e->line : 0;
 }
 
-const net_proto pe_net_eesp = {"eesp", PE_EESP_UDP_PORT, 4, 2, eesp_ip_protocol, eesp_tx_new, eesp_tx_clone,
-                               eesp_tx_free, eesp_reserve, eesp_encap_with, eesp_encap, eesp_rx_new, eesp_rx_free,
-                               eesp_decap, eesp_rx_spis, eesp_next, eesp_set_next, eesp_adopt, eesp_line_of};
+const net_proto pe_net_eesp = {
+    .name = "eesp",
+    .udp_port = PE_EESP_UDP_PORT,
+    .spi_offset = 4,
+    .sub_sa_offset = 2,
+    .own_sub_sas = 1,
+    .ip_protocol = eesp_ip_protocol,
+    .tx_new = eesp_tx_new,
+    .tx_clone = eesp_tx_clone,
+    .tx_free = eesp_tx_free,
+    .reserve = eesp_reserve,
+    .encap_with = eesp_encap_with,
+    .encap = eesp_encap,
+    .rx_new = eesp_rx_new,
+    .rx_free = eesp_rx_free,
+    .decap = eesp_decap,
+    .rx_spis = eesp_rx_spis,
+    .next = eesp_next,
+    .set_next = eesp_set_next,
+    .adopt = eesp_adopt,
+    .line_of = eesp_line_of,
+};
 
 /* ---------------------------------------------------------------- PSP */
 
@@ -448,6 +485,22 @@ static pe_status psp_set_next(void *tx, uint16_t sub, uint64_t next)
     return next > pe_psp_tx_next_iv(tx, &exhausted) ? pe_psp_tx_set_next_iv(tx, next) : PE_OK;
 }
 
-const net_proto pe_net_psp = {"psp", PE_PSP_UDP_PORT, 4, -1, psp_ip_protocol, psp_tx_new, psp_tx_clone,
-                              psp_tx_free, psp_reserve, psp_encap_with, psp_encap, psp_rx_new, psp_rx_free,
-                              psp_decap, psp_rx_spis, psp_next, psp_set_next, NULL, NULL};
+const net_proto pe_net_psp = {
+    .name = "psp",
+    .udp_port = PE_PSP_UDP_PORT,
+    .spi_offset = 4,
+    .sub_sa_offset = -1,
+    .ip_protocol = psp_ip_protocol,
+    .tx_new = psp_tx_new,
+    .tx_clone = psp_tx_clone,
+    .tx_free = psp_tx_free,
+    .reserve = psp_reserve,
+    .encap_with = psp_encap_with,
+    .encap = psp_encap,
+    .rx_new = psp_rx_new,
+    .rx_free = psp_rx_free,
+    .decap = psp_decap,
+    .rx_spis = psp_rx_spis,
+    .next = psp_next,
+    .set_next = psp_set_next,
+};

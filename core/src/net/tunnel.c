@@ -136,7 +136,7 @@ static pe_status seal(worker *w, const uint8_t *in, size_t len, uint8_t *out, si
 {
     const net_proto *p = w->ep->p;
     net_sender *s = w->sender;
-    if (s->users < 2 || w->ep->cfg->protocol == PE_TUNNEL_EESP)
+    if (s->users < 2 || p->own_sub_sas)
         return p->encap(w->tx, w->sub, in, len, out, w->slot, out_len);
     uint64_t n;
     pthread_mutex_lock(&s->lock);
@@ -576,10 +576,10 @@ static pe_status keys_make(const endpoint *ep, const pe_keyfile *kf, net_keys *k
     for (unsigned i = 0; st == PE_OK && i < ep->cfg->workers; i++) {
         const worker *w = &ep->w[i];
         void *stx = k->sender_tx[sender_index(ep, w)];
-        if (ep->cfg->protocol == PE_TUNNEL_EESP && w->sub) {
+        if (w->sub) {
             st = ep->p->tx_new(kf, &ep->su, w->sender->spi, &k->tx[i], why, n);
             k->own_tx[i] = 1;
-        } else if (w->sender->users > 1 && ep->cfg->protocol != PE_TUNNEL_EESP) {
+        } else if (w->sender->users > 1 && !ep->p->own_sub_sas) {
             st = ep->p->tx_clone(stx, &k->tx[i]);
             k->own_tx[i] = 1;
         } else {
@@ -719,8 +719,9 @@ static pe_status setup(endpoint *ep, char *why, size_t n)
         for (size_t k = 0; k < ep->n_senders; k++)
             if (ep->senders[k].spi == cfg->spis[i % cfg->n_spis])
                 w->sender = &ep->senders[k];
-        /* the how-manyth worker on this SPI: EESP's Sub SA, so that no two workers share one's counter */
-        w->sub = (uint16_t)w->sender->users++;
+        /* EESP: the how-manyth worker on this SPI is its Sub SA, so that no two workers share one's counter */
+        unsigned k = w->sender->users++;
+        w->sub = ep->p->own_sub_sas ? (uint16_t)k : 0;
     }
     size_t growth = 0;
     net_keys k;
@@ -772,7 +773,7 @@ static void carry_over(endpoint *ep, const pe_keyfile *kf, net_keys *old)
     }
     for (unsigned i = 0; i < ep->cfg->workers; i++) {
         worker *w = &ep->w[i];
-        if (ep->cfg->protocol == PE_TUNNEL_EESP && w->sub) { /* its own counter, on its own Sub SA */
+        if (w->sub) { /* its own counter, on its own Sub SA */
             uint64_t next = p->next(old->tx[i], w->sub, &exhausted);
             if (!exhausted && p->set_next(w->tx, w->sub, next) != PE_OK)
                 atomic_store(&w->sender->exhausted, 1);
