@@ -62,7 +62,6 @@ def netns_up() -> None:
 
 def netns_down() -> None:
     for ns in (NS_A, NS_B):
-        sh("ip", "netns", "pids", ns, check=False)
         for pid in sh("ip", "netns", "pids", ns, check=False).split():
             try:
                 os.kill(int(pid), signal.SIGKILL)
