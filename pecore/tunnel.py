@@ -31,13 +31,14 @@ class Result:
 
 
 def run(protocol: str, key_file: str, spis: Sequence[int], dev: str, local: str, peer: str, *,
-        outer: str = "udp", port: int = 0, workers: int = 1, mtu: int = 0, stats: Optional[str] = None,
+        outer: str = "udp", mode: str = "tunnel", port: int = 0, workers: int = 1, mtu: int = 0, stats: Optional[str] = None,
         stats_interval: float = 0.0, max_seconds: float = 0.0, handle_signals: bool = True,
         log_fd: int = 2, udp_offloads: bool = True, tun_offloads: bool = True, error_class: Callable[[str], Type[CoreError]] = lambda code: CoreError) -> Result:
-    """Run the endpoint (tunnel mode) until SIGINT/SIGTERM (``handle_signals``), ``max_seconds``, or a failure.
+    """Run the endpoint until SIGINT/SIGTERM (``handle_signals``), ``max_seconds``, or a failure.
 
     ``spis``: the SAs that send, worker i on ``spis[i % len(spis)]``; every other SA of the key file
-    receives.  ``local``/``peer``: the outer addresses, both IPv4 or both IPv6.  Messages go to ``log_fd``.
+    receives.  ``local``/``peer``: the outer addresses, both IPv4 or both IPv6.  ``mode``: "tunnel", or
+    "transport" (the device's packets must go from ``local`` to ``peer``; their IP header is the outer one).  Messages go to ``log_fd``.
     A failure raises ``error_class(code)`` (a face's class for the core's status name; the faces pass theirs).
     """
     def fail(message: str, code: str = "tunnel-bad-config") -> CoreError:
@@ -47,6 +48,8 @@ def run(protocol: str, key_file: str, spis: Sequence[int], dev: str, local: str,
         raise fail(f"unknown protocol {protocol!r}")
     if outer not in OUTERS:
         raise fail(f"outer must be udp or ip, not {outer!r}")
+    if mode not in ("tunnel", "transport"):
+        raise fail(f"mode must be tunnel or transport, not {mode!r}")
     if not 1 <= len(spis) <= lib.PE_TUNNEL_MAX_SPIS:
         raise fail(f"give 1..{lib.PE_TUNNEL_MAX_SPIS} sending SPIs")
     try:
@@ -67,6 +70,7 @@ def run(protocol: str, key_file: str, spis: Sequence[int], dev: str, local: str,
     ffi.memmove(cfg.local, a.packed, len(a.packed))
     ffi.memmove(cfg.peer, b.packed, len(b.packed))
     cfg.outer = OUTERS[outer]
+    cfg.transport_mode = int(mode == "transport")
     cfg.port = port
     cfg.workers = workers
     cfg.mtu = mtu

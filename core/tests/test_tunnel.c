@@ -94,8 +94,12 @@ static void test_settings(void)
     c.outer = PE_TUNNEL_OUTER_IP;
     REFUSED(c, PE_ERR_TUNNEL_CONFIG, "UDP only");
     base(&c, PE_TUNNEL_ESP, 0x100);
+    c.transport_mode = 1; /* 198.51.100.1 is on no device here: the outer packets would have no way out */
+    REFUSED(c, PE_ERR_TUNNEL_CONFIG, "no device holds the local address");
+    base(&c, PE_TUNNEL_ESP, 0x100);
     c.transport_mode = 1;
-    REFUSED(c, PE_ERR_UNSUPPORTED, "transport mode");
+    memcpy(c.local, "\x7f\x00\x00\x01", 4); /* on lo */
+    REFUSED(c, PE_ERR_TUNNEL_CONFIG, "not in the endpoint's mode");
     base(&c, PE_TUNNEL_ESP, 0x100);
     c.mtu = 100;
     REFUSED(c, PE_ERR_TUNNEL_CONFIG, "MTU");

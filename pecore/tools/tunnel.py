@@ -57,7 +57,9 @@ def register(sub: "argparse._SubParsersAction", protocol: str, error_class: Call
                    help=f"UDP port {DEFAULT_PORTS[protocol]}" + ("" if protocol == "psp" else
                                                                    ", or straight in IP (raw sockets)"))
     t.add_argument("--port", type=port_arg, default=0, help=f"the UDP port at both ends (default {DEFAULT_PORTS[protocol]})")
-    t.add_argument("--mode", choices=("tunnel",), default="tunnel", help="tunnel mode (transport: not yet)")
+    t.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel",
+                   help="tunnel: inner packets of any addresses; transport: the device's packets go from --local to "
+                   "--peer, their own IP header the outer one (route the peer's address into the device)")
     t.add_argument("--workers", type=_workers, default=1, metavar="N",
                    help="workers: one TUN queue, socket and sending state each")
     t.add_argument("--mtu", type=_mtu, default=0, help="the device's MTU (default: 1500 less what sealing adds)")
@@ -76,7 +78,7 @@ def _run(args: argparse.Namespace, protocol: str, error_class: Callable[[str], T
     from pecore.tunnel import run
 
     sys.stderr.flush()  # the core writes to the same descriptor
-    run(protocol, args.key_file, args.spi, args.dev, args.local, args.peer, outer=args.outer,
+    run(protocol, args.key_file, args.spi, args.dev, args.local, args.peer, outer=args.outer, mode=args.mode,
                  port=args.port, workers=args.workers, mtu=args.mtu, stats=args.stats,
                  stats_interval=args.stats_interval, max_seconds=args.max_seconds,
                  udp_offloads=not args.no_udp_offloads, tun_offloads=not args.no_tun_offloads,

@@ -432,6 +432,9 @@ ALLOWED_COMPARISONS = {
     ("core/src/crypto/backend.c", "strcmp", 'env, "openssl"'): "the PE_CRYPTO_BACKEND environment variable",
     ("core/src/crypto/backend.c", "strcmp", 'env, "auto"'): "the PE_IMB_ARCH environment variable",
     ("core/src/crypto/backend.c", "strcmp", "env, arch_name(a)"): "the PE_IMB_ARCH environment variable",
+    ("core/src/net/tunnel.c", "memcmp", "in + at, cfg->local"): "transport mode: a packet's source address",
+    ("core/src/net/tunnel.c", "memcmp", "in + at + alen, cfg->peer"): "transport mode: a packet's destination",
+    ("core/src/net/net_io.c", "memcmp", "at, local"): "the device holding the local address",
     ("core/src/net/tunnel.c", "strcmp", "x->kind, y->kind"): "key-file line kinds (a reload comparing two loads)",
     ("core/src/net/tunnel.c", "strcmp", "x->names[i], y->names[i]"): "key-file field names (a reload)",
     ("core/src/net/tunnel.c", "strcmp", "x->values[i], y->values[i]"):

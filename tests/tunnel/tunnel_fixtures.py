@@ -130,16 +130,20 @@ def netpair():
 @pytest.fixture
 def tunnel_pair(netpair: NetPair, tmp_path: Path):
     """``tunnel_pair(protocol, outer="udp", family=4, inner=4, workers=1, key_text=None, extra=(), spis_a=(0x100,),
-    spis_b=(0x200,), extra_a=(), extra_b=())``: a running pair of endpoints (extra: options for both, extra_a and
-    extra_b for one) with the inner addresses on their devices.  Teardown stops whatever still runs and checks
+    spis_b=(0x200,), extra_a=(), extra_b=(), mode="tunnel")``: a running pair of endpoints (extra: options for
+    both, extra_a and extra_b for one) with the inner addresses on their devices; in transport mode (inner is
+    then the outer family) a route instead, that takes the peer's outer address into the device.  Teardown stops whatever still runs and checks
     that it stopped cleanly (exit status 0, the "tunnel: stopped" line)."""
     started: List[Endpoint] = []
 
     def make(protocol: str, outer: str = "udp", family: int = 4, inner: int = 4, workers: int = 1,
              key_text: Optional[str] = None, extra: Sequence[str] = (), spis_a: Sequence[int] = (SPI_A,),
-             spis_b: Sequence[int] = (SPI_B,), extra_a: Sequence[str] = (), extra_b: Sequence[str] = ()) -> Tunnel:
+             spis_b: Sequence[int] = (SPI_B,), extra_a: Sequence[str] = (), extra_b: Sequence[str] = (),
+             mode: str = "tunnel") -> Tunnel:
+        if mode == "transport":
+            inner, extra = family, [*extra, "--mode", "transport"]
         key_file = tmp_path / f"{protocol}.keys"
-        key_file.write_text(key_text if key_text is not None else key_file_text(protocol))
+        key_file.write_text(key_text if key_text is not None else key_file_text(protocol, mode=mode))
         key_file.chmod(0o600)
         eps = []
         for side, k, spis, more in (("a", 0, spis_a, extra_a), ("b", 1, spis_b, extra_b)):
@@ -154,9 +158,13 @@ def tunnel_pair(netpair: NetPair, tmp_path: Path):
             eps.append(ep)
         for ep, k in zip(eps, (0, 1)):
             ep.wait_ready()
+            if mode == "transport":  # the peer's outer address, more specific than the veth's prefix
+                netpair.ip(ep.side, f"-{family}", "route", "add", OUTER[family][1 - k], "dev", ep.dev, "src",
+                           OUTER[family][k])
+                continue
             flags = ["nodad"] if inner == 6 else []
             netpair.ip(ep.side, "addr", "add", f"{INNER[inner][k]}/{INNER_PREFIX[inner]}", "dev", ep.dev, *flags)
-        return Tunnel(netpair, protocol, outer, family, inner, eps[0], eps[1], key_file)
+        return Tunnel(netpair, protocol, outer, family, inner, eps[0], eps[1], key_file, mode)
 
     yield make
 

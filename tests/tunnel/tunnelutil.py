@@ -101,17 +101,17 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-def key_file_text(protocol: str, spis: Sequence[int] = (SPI_A, SPI_B), extra: str = "") -> str:
-    """Fresh random keys (os.urandom) for one SA per SPI, tunnel mode, in the docs/keys.md grammar."""
+def key_file_text(protocol: str, spis: Sequence[int] = (SPI_A, SPI_B), extra: str = "", mode: str = "tunnel") -> str:
+    """Fresh random keys (os.urandom) for one SA per SPI in `mode`, in the docs/keys.md grammar."""
     lines = [f"# {protocol} tunnel test keys, random for this run"]
     if protocol == "psp":
         lines.append(f"psp-master key0={os.urandom(32).hex()} key1={os.urandom(32).hex()}")
-        lines += [f"psp-sa spi={spi:#x} version=0 mode=tunnel" for spi in spis]
+        lines += [f"psp-sa spi={spi:#x} version=0 mode={mode}" for spi in spis]
     elif protocol == "eesp":
         lines += [f"eesp-sa spi={spi:#x} suite=aes-gcm-16 root-key={os.urandom(32).hex()} sskdf=hkdf-sha256 "
-                  f"mode=tunnel{extra}" for spi in spis]
+                  f"mode={mode}{extra}" for spi in spis]
     elif protocol == "esp":
-        lines += [f"esp-sa spi={spi:#x} suite=aes-gcm-16 key={os.urandom(20).hex()} mode=tunnel{extra}"
+        lines += [f"esp-sa spi={spi:#x} suite=aes-gcm-16 key={os.urandom(20).hex()} mode={mode}{extra}"
                   for spi in spis]
     else:
         raise ValueError(protocol)
@@ -274,9 +274,11 @@ class Tunnel:
     a: Endpoint
     b: Endpoint
     key_file: Path
+    mode: str = "tunnel"
 
     def addr(self, side: str) -> str:
-        return INNER[self.inner][0 if side == "a" else 1]
+        """Where traffic to `side` goes: its inner address, or in transport mode its outer one."""
+        return (OUTER[self.family] if self.mode == "transport" else INNER[self.inner])[0 if side == "a" else 1]
 
     def ping(self, src: str = "a", count: int = 3, **kw) -> int:
         return self.pair.ping(src, self.addr("b" if src == "a" else "a"), count, **kw)

@@ -144,7 +144,8 @@ typedef enum pe_category {
     X(PE_ERR_TUNNEL_CONFIG, "tunnel-bad-config", PE_CAT_CONFIGURATION, "tunnel settings contradict each other or the key file") \
     X(PE_ERR_TUNNEL_DEVICE, "tunnel-device", PE_CAT_IO, "the TUN device could not be made, set up, read or written (errno tells why)") \
     X(PE_ERR_TUNNEL_SOCKET, "tunnel-socket", PE_CAT_IO, "a tunnel socket could not be made, bound, read or written (errno tells why)") \
-    X(PE_ERR_TUNNEL_STATS, "tunnel-stats-write", PE_CAT_IO, "the tunnel's counters file could not be written (errno tells why)")
+    X(PE_ERR_TUNNEL_STATS, "tunnel-stats-write", PE_CAT_IO, "the tunnel's counters file could not be written (errno tells why)") \
+    X(PE_ERR_TUNNEL_TRANSPORT_HEADER, "tunnel-transport-header", PE_CAT_POLICY, "transport mode: the packet's IP header cannot be the outer one (not local to peer, a fragment, IPv4 options or IPv6 extension headers)")
 
 typedef enum pe_status {
 #define PE_STATUS_ENUM(code, name, category, msg) code,

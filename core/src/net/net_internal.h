@@ -84,10 +84,13 @@ pe_status pe_net_link_up(const char *name, unsigned mtu, char *why, size_t n);
  * A worker's socket: UDP bound to local:port in a SO_REUSEPORT group whose
  * members the kernel picks by (SPI [+ Sub SA]) % workers; or raw IP of the
  * protocol, filtered to the packets of this worker.  *gro: the UDP socket
- * hands trains of datagrams (UDP_GRO).
+ * hands trains of datagrams (UDP_GRO).  bind_dev (or NULL): the socket sends
+ * and receives on that device only, whatever the routes say (SO_BINDTODEVICE).
  */
 pe_status pe_net_socket(const pe_tunnel_config *cfg, const net_proto *p, uint16_t port, uint8_t ip_protocol,
-                        unsigned worker, int *fd, int *gro, char *why, size_t n);
+                        const char *bind_dev, unsigned worker, int *fd, int *gro, char *why, size_t n);
+/* The device that holds the address `local` (family 4 or 6), into name (IFNAMSIZ octets). */
+pe_status pe_net_outer_device(int family, const uint8_t *local, char *name, char *why, size_t n);
 /* A socket address (not connected: a reuseport group passes connected sockets by). */
 #include <sys/socket.h>
 socklen_t pe_net_sockaddr(int family, const uint8_t *addr, uint16_t port, struct sockaddr_storage *ss);

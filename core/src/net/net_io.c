@@ -7,6 +7,7 @@
 #if defined(__linux__)
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <linux/filter.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -160,8 +161,31 @@ socklen_t pe_net_sockaddr(int family, const uint8_t *addr, uint16_t port, struct
     return sizeof *a;
 }
 
+pe_status pe_net_outer_device(int family, const uint8_t *local, char *name, char *why, size_t n)
+{
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) < 0)
+        return fail(PE_ERR_TUNNEL_SOCKET, why, n, "cannot list the addresses of", "the devices");
+    name[0] = 0;
+    for (const struct ifaddrs *i = ifs; i && !name[0]; i = i->ifa_next) {
+        const struct sockaddr *a = i->ifa_addr;
+        if (!a || a->sa_family != (family == 4 ? AF_INET : AF_INET6))
+            continue;
+        const void *at = family == 4 ? (const void *)&((const struct sockaddr_in *)a)->sin_addr
+                                     : (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (memcmp(at, local, family == 4 ? 4 : 16) == 0 && strlen(i->ifa_name) < IFNAMSIZ)
+            memcpy(name, i->ifa_name, strlen(i->ifa_name) + 1);
+    }
+    freeifaddrs(ifs);
+    if (!name[0]) {
+        snprintf(why, n, "transport mode: no device holds the local address (the outer packets leave by it)");
+        return PE_ERR_TUNNEL_CONFIG;
+    }
+    return PE_OK;
+}
+
 pe_status pe_net_socket(const pe_tunnel_config *cfg, const net_proto *p, uint16_t port, uint8_t ip_protocol,
-                        unsigned worker, int *fd, int *gro, char *why, size_t n)
+                        const char *bind_dev, unsigned worker, int *fd, int *gro, char *why, size_t n)
 {
     *gro = 0;
     int af = cfg->family == 4 ? AF_INET : AF_INET6, udp = cfg->outer == PE_TUNNEL_OUTER_UDP, one = 1;
@@ -179,9 +203,11 @@ pe_status pe_net_socket(const pe_tunnel_config *cfg, const net_proto *p, uint16_
     setsockopt(s, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
     if (af == AF_INET6)
         setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind_dev && setsockopt(s, SOL_SOCKET, SO_BINDTODEVICE, bind_dev, (socklen_t)strlen(bind_dev)) < 0)
+        st = fail(PE_ERR_TUNNEL_SOCKET, why, n, "cannot bind the socket to the device of", "the local address");
     if (udp) {
         *gro = !cfg->no_udp_offloads && setsockopt(s, SOL_UDP, UDP_GRO, &one, sizeof one) == 0; /* Linux 5.0+ */
-        if (cfg->workers > 1 && setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
+        if (st == PE_OK && cfg->workers > 1 && setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
             st = fail(PE_ERR_TUNNEL_SOCKET, why, n, "cannot share the port among workers:", "SO_REUSEPORT");
         if (st == PE_OK && bind(s, (struct sockaddr *)&ss, sl) < 0)
             st = fail(PE_ERR_TUNNEL_SOCKET, why, n, "cannot bind the", "UDP port");
@@ -191,7 +217,7 @@ pe_status pe_net_socket(const pe_tunnel_config *cfg, const net_proto *p, uint16_
                 st = fail(PE_ERR_TUNNEL_SOCKET, why, n, "cannot steer packets to workers:", "SO_ATTACH_REUSEPORT_CBPF");
         }
     } else {
-        if (bind(s, (struct sockaddr *)&ss, sl) < 0)
+        if (st == PE_OK && bind(s, (struct sockaddr *)&ss, sl) < 0)
             st = fail(PE_ERR_TUNNEL_SOCKET, why, n, "cannot bind the", "raw socket");
         if (st == PE_OK && cfg->workers > 1) { /* every raw socket of the protocol sees every packet */
             fp.len = (unsigned short)steer_prog(prog, p, cfg->workers, cfg->family == 4, 1, worker);

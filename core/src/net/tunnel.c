@@ -81,6 +81,7 @@ typedef struct endpoint {
     uint8_t ip_protocol;
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    char outer_dev[16];     /* transport mode: the device the sockets are bound to, the one holding local */
     net_sender senders[PE_TUNNEL_MAX_SPIS];
     size_t n_senders;
     worker w[PE_TUNNEL_MAX_WORKERS];
@@ -239,13 +240,31 @@ typedef struct send_ctx {
     net_counts *mine, *sa;
 } send_ctx;
 
+/*
+ * Transport mode: the packet's IP header is sealed as the outer one, which the
+ * kernel writes from the socket's addresses.  So it must go from the local
+ * address to the peer's, whole (a fragment's offset and flags would be lost),
+ * and with nothing the kernel would not write (IPv4 options, IPv6 extension
+ * headers).
+ */
+static int transport_fits(const pe_tunnel_config *cfg, const uint8_t *in, size_t len)
+{
+    pe_ip_info ip;
+    size_t alen = cfg->family == 4 ? 4 : 16, at = cfg->family == 4 ? 12 : 8;
+    return pe_ip_parse(in, len, &ip) == PE_OK && ip.version == (unsigned)cfg->family && !ip.is_fragment &&
+           ip.l4_offset == (cfg->family == 4 ? PE_IPV4_HDR_LEN : PE_IPV6_HDR_LEN) &&
+           memcmp(in + at, cfg->local, alen) == 0 && memcmp(in + at + alen, cfg->peer, alen) == 0;
+}
+
 /* One inner packet sealed into the batch (sent when the batch is full). */
 static void emit(worker *w, send_ctx *b, const uint8_t *in, size_t len)
 {
     endpoint *ep = w->ep;
     uint8_t *out = w->out + (size_t)b->n * w->slot;
     size_t out_len;
-    pe_status st = atomic_load(&w->sender->exhausted) ? PE_ERR_SEQ_EXHAUSTED : seal(w, in, len, out, &out_len);
+    pe_status st = atomic_load(&w->sender->exhausted)                      ? PE_ERR_SEQ_EXHAUSTED
+                   : ep->cfg->transport_mode && !transport_fits(ep->cfg, in, len) ? PE_ERR_TUNNEL_TRANSPORT_HEADER
+                                                                                  : seal(w, in, len, out, &out_len);
     if (st != PE_OK) {
         pe_net_drop(b->mine, st);
         pe_net_drop(b->sa, st);
@@ -498,8 +517,6 @@ static pe_status check_config(const pe_tunnel_config *cfg, const net_proto *p, c
         return bad(why, n, PE_ERR_TUNNEL_CONFIG, "unknown outer encapsulation");
     if (cfg->outer == PE_TUNNEL_OUTER_IP && cfg->protocol == PE_TUNNEL_PSP)
         return bad(why, n, PE_ERR_TUNNEL_CONFIG, "PSP is carried in UDP only (psp.md section 8): no outer ip");
-    if (cfg->transport_mode)
-        return bad(why, n, PE_ERR_UNSUPPORTED, "transport mode is not supported by the endpoint yet");
     if (cfg->mtu && (cfg->mtu < 576 || cfg->mtu > 65000))
         return bad(why, n, PE_ERR_TUNNEL_CONFIG, "the MTU must be 576..65000");
     return PE_OK;
@@ -657,7 +674,8 @@ static pe_status setup_workers(endpoint *ep, unsigned mtu, char *why, size_t n)
         if (st == PE_OK && w->vnet && !pe_net_tun_offload(w->tun) && i == 0) /* headers still come, flags 0 */
             pe_net_log(cfg->log_fd, "tunnel: %s takes no offloads: a read per packet", cfg->dev);
         if (st == PE_OK)
-            st = pe_net_socket(cfg, ep->p, ep->su.port, ep->ip_protocol, i, &w->sock, &w->gro, why, n);
+            st = pe_net_socket(cfg, ep->p, ep->su.port, ep->ip_protocol, ep->outer_dev[0] ? ep->outer_dev : NULL, i,
+                               &w->sock, &w->gro, why, n);
         if (st != PE_OK)
             return st;
         w->slot = (size_t)mtu + 1024 + NET_HEADROOM;
@@ -698,6 +716,9 @@ static pe_status setup(endpoint *ep, char *why, size_t n)
     ep->su.port = cfg->port ? cfg->port : ep->p->udp_port;
     atomic_store(&ep->gso, ep->su.udp && !cfg->no_udp_offloads);
     outer_template(&ep->su, cfg);
+    /* transport mode: the peer's address is routed into the TUN device, which its own packets must not be */
+    if (cfg->transport_mode && (st = pe_net_outer_device(cfg->family, cfg->local, ep->outer_dev, why, n)) != PE_OK)
+        return st;
     ep->peer_len = pe_net_sockaddr(cfg->family, cfg->peer, ep->su.udp ? ep->su.port : 0, &ep->peer);
     if (!ep->su.udp && (st = ep->p->ip_protocol(kf, cfg->spis[0], &ep->ip_protocol)) != PE_OK) {
         snprintf(why, n, "%s cannot go straight in IP", ep->p->name);

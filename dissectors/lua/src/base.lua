@@ -158,6 +158,8 @@ local STATUS_LIST = {
     { "tunnel-device", "io", "the TUN device could not be made, set up, read or written (errno tells why)" },
     { "tunnel-socket", "io", "a tunnel socket could not be made, bound, read or written (errno tells why)" },
     { "tunnel-stats-write", "io", "the tunnel's counters file could not be written (errno tells why)" },
+    { "tunnel-transport-header", "policy",
+        "transport mode: the packet's IP header cannot be the outer one (not local to peer, a fragment, IPv4 options or IPv6 extension headers)" },
 }
 -- END STATUS TABLE
 local STATUS_MESSAGE, STATUS_CATEGORY = {}, {}
